@@ -1,0 +1,112 @@
+/* The ACL runtime subset (acl.md §2, §4, §5) with the vendor's names and values.
+ *
+ * Directive-free declaration fragment, read by cffi's cdef and by the mock.
+ * The vendor declares the general codes as `static const int` and the runtime
+ * codes as macros; here both are enumerators, because cffi in ABI mode cannot read
+ * either from a library. Never compile this together with the vendor's ACL
+ * headers (the names clash on purpose, acl.md §5.1).
+ */
+
+typedef int aclError;
+typedef void *aclrtStream;
+typedef void *aclrtContext;
+typedef void *aclrtEvent;
+typedef void *aclrtNotify;
+typedef uint16_t aclFloat16;
+
+typedef enum aclrtMemcpyKind {
+    ACL_MEMCPY_HOST_TO_HOST = 0,
+    ACL_MEMCPY_HOST_TO_DEVICE = 1,
+    ACL_MEMCPY_DEVICE_TO_HOST = 2,
+    ACL_MEMCPY_DEVICE_TO_DEVICE = 3,
+    ACL_MEMCPY_DEFAULT = 4,
+    ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE = 5,
+    ACL_MEMCPY_INNER_DEVICE_TO_DEVICE = 6,
+    ACL_MEMCPY_INTER_DEVICE_TO_DEVICE = 7
+} aclrtMemcpyKind;
+
+typedef enum aclrtMemMallocPolicy {
+    ACL_MEM_MALLOC_HUGE_FIRST = 0,
+    ACL_MEM_MALLOC_HUGE_ONLY = 1,
+    ACL_MEM_MALLOC_NORMAL_ONLY = 2,
+    ACL_MEM_MALLOC_HUGE_FIRST_P2P = 3,
+    ACL_MEM_MALLOC_HUGE_ONLY_P2P = 4,
+    ACL_MEM_MALLOC_NORMAL_ONLY_P2P = 5,
+    ACL_MEM_MALLOC_HUGE1G_ONLY = 6,
+    ACL_MEM_MALLOC_HUGE1G_ONLY_P2P = 7,
+    ACL_MEM_TYPE_LOW_BAND_WIDTH = 0x0100,
+    ACL_MEM_TYPE_HIGH_BAND_WIDTH = 0x1000,
+    ACL_MEM_ACCESS_USER_SPACE_READONLY = 0x100000
+} aclrtMemMallocPolicy;
+
+typedef enum aclrtMemAttr {
+    ACL_DDR_MEM = 0,
+    ACL_HBM_MEM = 1,
+    ACL_DDR_MEM_HUGE = 2,
+    ACL_DDR_MEM_NORMAL = 3,
+    ACL_HBM_MEM_HUGE = 4,
+    ACL_HBM_MEM_NORMAL = 5,
+    ACL_DDR_MEM_P2P_HUGE = 6,
+    ACL_DDR_MEM_P2P_NORMAL = 7,
+    ACL_HBM_MEM_P2P_HUGE = 8,
+    ACL_HBM_MEM_P2P_NORMAL = 9,
+    ACL_HBM_MEM_HUGE1G = 10,
+    ACL_HBM_MEM_P2P_HUGE1G = 11,
+    ACL_MEM_NORMAL = 12,
+    ACL_MEM_HUGE = 13,
+    ACL_MEM_HUGE1G = 14,
+    ACL_MEM_P2P_NORMAL = 15,
+    ACL_MEM_P2P_HUGE = 16,
+    ACL_MEM_P2P_HUGE1G = 17
+} aclrtMemAttr;
+
+/* General codes (acl_base_rt.h). */
+enum {
+    ACL_SUCCESS = 0,
+    ACL_ERROR_NONE = 0,
+    ACL_ERROR_INVALID_PARAM = 100000,
+    ACL_ERROR_UNINITIALIZE = 100001,
+    ACL_ERROR_REPEAT_INITIALIZE = 100002,
+    ACL_ERROR_INVALID_FILE = 100003,
+    ACL_ERROR_WRITE_FILE = 100004,
+    ACL_ERROR_INVALID_FILE_SIZE = 100005,
+    ACL_ERROR_PARSE_FILE = 100006,
+    ACL_ERROR_WAIT_CALLBACK_TIMEOUT = 100036,
+    ACL_ERROR_REPEAT_FINALIZE = 100037,
+    ACL_ERROR_BAD_ALLOC = 200000,
+    ACL_ERROR_API_NOT_SUPPORT = 200001,
+    ACL_ERROR_INVALID_DEVICE = 200002,
+    ACL_ERROR_MEMORY_ADDRESS_UNALIGNED = 200003,
+    ACL_ERROR_RESOURCE_NOT_MATCH = 200004,
+    ACL_ERROR_INVALID_RESOURCE_HANDLE = 200005,
+    ACL_ERROR_FEATURE_UNSUPPORTED = 200006,
+    ACL_ERROR_STORAGE_OVER_LIMIT = 300000,
+    ACL_ERROR_INTERNAL_ERROR = 500000,
+    ACL_ERROR_FAILURE = 500001,
+    ACL_ERROR_GE_FAILURE = 500002,
+    ACL_ERROR_RT_FAILURE = 500003,
+    ACL_ERROR_DRV_FAILURE = 500004,
+    ACL_ERROR_PROFILING_FAILURE = 500005
+};
+
+/* Runtime codes (error_codes/rt_error_codes.h). */
+enum {
+    ACL_RT_SUCCESS = 0,
+    ACL_ERROR_RT_PARAM_INVALID = 107000,
+    ACL_ERROR_RT_INVALID_DEVICEID = 107001,
+    ACL_ERROR_RT_CONTEXT_NULL = 107002,
+    ACL_ERROR_RT_STREAM_CONTEXT = 107003,
+    ACL_ERROR_RT_WAIT_TIMEOUT = 107019,
+    ACL_ERROR_RT_TASK_TIMEOUT = 107020,
+    ACL_ERROR_RT_STREAM_ABORT = 107023,
+    ACL_ERROR_RT_FEATURE_NOT_SUPPORT = 207000,
+    ACL_ERROR_RT_MEMORY_ALLOCATION = 207001,
+    ACL_ERROR_RT_MEMORY_FREE = 207002,
+    ACL_ERROR_RT_NO_DEVICE = 207004,
+    ACL_ERROR_RT_DEVICE_OOM = 207018,
+    ACL_ERROR_RT_INTERNAL_ERROR = 507000,
+    ACL_ERROR_RT_STREAM_SYNC_TIMEOUT = 507046,
+    ACL_ERROR_RT_DEVICE_MEM_ERROR = 507053,
+    ACL_ERROR_RT_SUSPECT_REMOTE_ERROR = 507057,
+    ACL_ERROR_RT_DRV_INTERNAL_ERROR = 507899
+};

@@ -1,0 +1,29 @@
+/* Control interface of the mock backend (LLDD_CAP_MOCK_CONTROL): deterministic
+ * device sizes, fault injection, and leak accounting for tests. Not exported by
+ * the ascend shim.
+ *
+ * Directive-free declaration fragment.
+ */
+
+/* A-2, A-3: number of mock devices (default 8) and capacity per device (default
+ * 64 GiB). Settable before the first ACL call only; later calls give
+ * LLM_PARAM_INVALID. */
+lldd_status lldd_mock_set_device_count(uint32_t count);
+lldd_status lldd_mock_set_device_capacity(uint64_t bytes);
+
+/* Make the named exported function (e.g. "lldd_pull_kv_blocks", "aclrtMalloc")
+ * return `code` for `count` calls after letting `skip` calls through. Applies to
+ * every thread and engine. An unknown name gives LLM_PARAM_INVALID. */
+lldd_status lldd_mock_inject_fault(const char *function_name, uint32_t code, uint32_t count, uint32_t skip);
+void lldd_mock_clear_faults(void);
+
+/* Delay every answer this engine gives to its peers by delay_ms (0 = off), so
+ * that the peers' transfers and link handshakes time out. */
+lldd_status lldd_mock_set_serve_delay(lldd_engine *engine, uint32_t delay_ms);
+/* Close every link connection of this engine abruptly, as if its process had
+ * died; its link entries stay (peers and this engine then see a dead link). */
+lldd_status lldd_mock_drop_connections(lldd_engine *engine);
+
+/* Accounting for leak tests: live mock-ACL allocations and live engines. */
+uint64_t lldd_mock_live_allocations(void);
+uint64_t lldd_mock_live_engines(void);

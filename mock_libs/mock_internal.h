@@ -1,0 +1,56 @@
+/* Internal interface shared by the translation units of the mock library.
+ * Not installed, not read by cffi. */
+#ifndef LLDD_MOCK_INTERNAL_H
+#define LLDD_MOCK_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "acl_subset.h"
+#include "llm_datadist_ffi_mock.h"
+
+#define MOCK_EXPORT __attribute__((visibility("default")))
+#define MOCK_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+/* ---- errors.c: the thread-local last-error message (DESIGN §2.1, acl.md A-8) ----
+ * One buffer per thread, shared by the ACL subset and the engine: lldd_last_error()
+ * and aclGetRecentErrMsg() read the same text. Set on every failure, never cleared
+ * by a success. */
+void mock_set_error(const char *fmt, ...) MOCK_PRINTF(1, 2);
+void mock_set_error_v(const char *fmt, va_list ap);
+/* NULL when this thread has had no failure yet. */
+const char *mock_error_or_null(void);
+
+/* ---- faults.c: fault injection (lldd_mock_inject_fault) ----
+ * Every exported function calls MOCK_FAULT("name") first; when a fault is armed for
+ * that name it returns non-zero and stores the injected code in *code. */
+int mock_fault_take(const char *function_name, uint32_t *code);
+/* 1 if `function_name` is the name of a function the library exports and that
+ * can be made to fail (used to reject unknown names). */
+int mock_fault_known_name(const char *function_name);
+
+/* ---- acl_mock.c: the allocation table of the mock ACL ---- */
+enum { MOCK_MEM_DEVICE = 0, MOCK_MEM_HOST = 1 };
+
+typedef struct mock_alloc_info {
+    uintptr_t base;
+    size_t size;       /* the requested size (A-4: no rounding, no padding) */
+    int live;          /* 0 for a freed allocation the table still remembers */
+    int kind;          /* MOCK_MEM_DEVICE (aclrtMalloc) or MOCK_MEM_HOST (aclrtMallocHost) */
+    int32_t device;
+} mock_alloc_info;
+
+/* 1 and *out filled if addr lies inside a tracked allocation (live or recently
+ * freed), else 0. */
+int mock_acl_lookup(uintptr_t addr, mock_alloc_info *out);
+/* 1 if 0 <= device < device count. */
+int mock_acl_device_valid(int32_t device);
+/* Allocation on behalf of an engine (memory pools): tracked and counted against the
+ * device's capacity like aclrtMalloc, without needing a current device in the
+ * calling thread. Returns an ACL code. */
+aclError mock_acl_alloc_device(int32_t device, size_t size, void **out);
+aclError mock_acl_free_device(void *ptr);
+uint64_t mock_acl_live_count(void);
+
+#endif /* LLDD_MOCK_INTERNAL_H */
