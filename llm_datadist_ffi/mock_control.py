@@ -1,0 +1,78 @@
+"""The mock backend's control interface, for tests (include/lldd/mock.h).
+
+Deterministic device sizes, fault injection ("make the next pull fail with
+LLM_TIMEOUT"), slow or vanished peers, and leak accounting. Every function raises
+``LLMException(LLM_FEATURE_NOT_ENABLED)`` on a backend without this interface (the
+ascend shim), so tests that need it say so with the ``mock_only`` marker.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Union
+
+from . import _capi
+from .native import LlmDataDist
+from .status import LLMStatusCode
+
+__all__ = [
+    "set_device_count", "set_device_capacity", "inject_fault", "clear_faults", "fault",
+    "set_serve_delay", "drop_connections", "live_allocations", "live_engines",
+]
+
+
+def set_device_count(count: int) -> None:
+    """Number of mock devices (default 8); only before the first ACL call (A-2)."""
+    _capi.check(_capi.mock_function("lldd_mock_set_device_count")(count), "mock.set_device_count")
+
+
+def set_device_capacity(nbytes: int) -> None:
+    """Memory per mock device (default 64 GiB); only before the first ACL call (A-3)."""
+    _capi.check(_capi.mock_function("lldd_mock_set_device_capacity")(nbytes), "mock.set_device_capacity")
+
+
+def inject_fault(function_name: str, code: Union[LLMStatusCode, int], count: int = 1, skip: int = 0) -> None:
+    """Make ``function_name`` (a C name such as ``"lldd_pull_kv_blocks"`` or
+    ``"aclrtMalloc"``) return ``code`` for ``count`` calls after ``skip`` calls.
+
+    Raises:
+        LLMException: ``LLM_PARAM_INVALID`` for an unknown function name or code 0.
+    """
+    fn = _capi.mock_function("lldd_mock_inject_fault")
+    _capi.check(fn(function_name.encode(), int(code) & 0xFFFFFFFF, count, skip), "mock.inject_fault")
+
+
+def clear_faults() -> None:
+    """Disarm every injected fault."""
+    _capi.mock_function("lldd_mock_clear_faults")()
+
+
+@contextlib.contextmanager
+def fault(function_name: str, code: Union[LLMStatusCode, int], count: int = 1, skip: int = 0) -> Iterator[None]:
+    """``with fault("lldd_pull_kv_cache", LLMStatusCode.LLM_TIMEOUT): ...``; cleared on exit."""
+    inject_fault(function_name, code, count, skip)
+    try:
+        yield
+    finally:
+        clear_faults()
+
+
+def set_serve_delay(engine: LlmDataDist, delay_ms: int) -> None:
+    """Delay every answer ``engine`` gives its peers, so their calls time out."""
+    fn = _capi.mock_function("lldd_mock_set_serve_delay")
+    _capi.check(fn(engine._engine(), delay_ms), "mock.set_serve_delay")
+
+
+def drop_connections(engine: LlmDataDist) -> None:
+    """Close every link connection of ``engine`` abruptly, as if its process died."""
+    fn = _capi.mock_function("lldd_mock_drop_connections")
+    _capi.check(fn(engine._engine()), "mock.drop_connections")
+
+
+def live_allocations() -> int:
+    """Live mock-ACL allocations in this process (user and pool memory)."""
+    return int(_capi.mock_function("lldd_mock_live_allocations")())
+
+
+def live_engines() -> int:
+    """Engines created and not yet destroyed in this process."""
+    return int(_capi.mock_function("lldd_mock_live_engines")())

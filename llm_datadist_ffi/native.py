@@ -1,0 +1,697 @@
+"""The C++ class ``llm_datadist::LlmDataDist``, in Python.
+
+A Pythonic mirror of the vendor's public C++ API (cpp-api.md §4–§6), one method per
+C++ method, over the flat C ABI of ``include/``. Names follow Python conventions
+(``pull_kv_blocks`` for ``PullKvBlocks``); arguments, defaults and results follow
+the C++ signatures; layer ranges are the C++ **inclusive** pairs.
+
+Errors, in the order they are checked:
+
+1. ``TypeError`` for an argument of the wrong type, ``ValueError`` for an integer
+   outside its C type (``uint32_t`` batch index, ``int32_t`` layer pair, ...): the
+   call never reaches C.
+2. The project rules marked [all] in ``docs/semantics.md`` (PR-1, PR-3, PR-5, PR-11,
+   PR-26, PR-27, PR-33), checked here so that they hold on both backends, before any
+   native call, as ``LLMException`` with ``LLM_PARAM_INVALID``. They use only the
+   call's arguments, the options given at ``initialize`` and the package's own record
+   of the caches this object registered or allocated; they are skipped while the
+   engine is not initialised (the backend then answers ``LLM_FAILED``).
+3. Every other rule is the backend's: a non-zero status raises the ``LLMException``
+   subclass of its code, carrying the C side's message. ``link_llm_clusters`` and
+   ``unlink_llm_clusters`` return their statuses instead of raising.
+
+Block lists may be lists, tuples or one-dimensional integer numpy arrays; a
+C-contiguous ``uint64`` array crosses into C without a copy.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _capi
+from ._capi import ffi
+from .data_type import DataType, GeDataType, data_type_value
+from .status import LLMException, LLMStatusCode, exception_for, map_status
+
+__all__ = [
+    "LlmRole", "CachePlacement", "DataType", "GeDataType", "CacheDesc", "Cache", "CacheIndex",
+    "KvCacheExtParam", "IpInfo", "ClusterInfo", "LlmDataDist", "BlockList",
+    "OPTION_LISTEN_IP_INFO", "OPTION_DEVICE_ID", "OPTION_SYNC_CACHE_WAIT_TIME", "OPTION_BUF_POOL_CFG",
+    "OPTION_ENABLE_SET_ROLE", "OPTION_LOCAL_COMM_RES", "OPTION_TRANSFER_BACKEND",
+    "OPTION_GLOBAL_RESOURCE_CONFIG", "OPTION_MEM_POOL_CONFIG", "OPTION_HOST_MEM_POOL_CONFIG",
+    "DEFAULT_TENSOR_NUM_PER_LAYER", "capabilities",
+]
+
+# Option keys of the C++ header (cpp-api.md §3.3), and the two pool keys the engine reads.
+OPTION_LISTEN_IP_INFO = "llm.ListenIpInfo"
+OPTION_DEVICE_ID = "llm.DeviceId"
+OPTION_SYNC_CACHE_WAIT_TIME = "llm.SyncKvCacheWaitTime"
+OPTION_BUF_POOL_CFG = "llm.BufPoolCfg"
+OPTION_ENABLE_SET_ROLE = "llm.EnableSwitchRole"
+OPTION_LOCAL_COMM_RES = "llm.LocalCommRes"
+OPTION_TRANSFER_BACKEND = "llm.TransferBackend"
+OPTION_GLOBAL_RESOURCE_CONFIG = "llm.GlobalResourceConfig"
+OPTION_MEM_POOL_CONFIG = "llm.MemPoolConfig"
+OPTION_HOST_MEM_POOL_CONFIG = "llm.HostMemPoolConfig"
+
+DEFAULT_TENSOR_NUM_PER_LAYER = 2
+
+_U16 = (0, 2**16 - 1)
+_U32 = (0, 2**32 - 1)
+_U64 = (0, 2**64 - 1)
+_I32 = (-(2**31), 2**31 - 1)
+_I64 = (-(2**63), 2**63 - 1)
+
+
+class LlmRole(IntEnum):
+    """``llm_datadist::LlmRole``."""
+
+    PROMPT = 1
+    DECODER = 2
+    MIX = 3
+
+
+class CachePlacement(IntEnum):
+    """``llm_datadist::CachePlacement``."""
+
+    HOST = 0
+    DEVICE = 1
+
+
+BlockList = Union[Sequence[int], "np.ndarray[Any, Any]"]
+
+
+# ---- argument conversion ----------------------------------------------------------------------
+
+def _int(value: Any, name: str, bounds: tuple[int, int], type_name: str) -> int:
+    """An int within ``bounds``; ``bool`` passes as in the vendor's checks."""
+    if isinstance(value, (int, np.integer)):
+        number = int(value)
+        if not bounds[0] <= number <= bounds[1]:
+            raise ValueError(f"{name} {number} is outside {type_name} [{bounds[0]}, {bounds[1]}]")
+        return number
+    raise TypeError(f"{name} must be an int ({type_name}), not {type(value).__name__}")
+
+
+def _require(value: Any, cls: type, name: str) -> None:
+    if not isinstance(value, cls):
+        raise TypeError(f"{name} must be a {cls.__name__}, not {type(value).__name__}")
+
+
+def _pair(value: Any, name: str) -> tuple[int, int]:
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
+        raise TypeError(f"{name} must be a pair (first, second) of two ints, not {value!r}")
+    return (_int(value[0], f"{name}[0]", _I32, "int32"), _int(value[1], f"{name}[1]", _I32, "int32"))
+
+
+def _blocks(value: Any, name: str) -> tuple[Any, int, Optional["np.ndarray[Any, Any]"]]:
+    """A block list as (C pointer, count, array kept alive by the caller)."""
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1:
+            raise TypeError(f"{name} must be one-dimensional, got an array of shape {value.shape}")
+        if value.dtype.kind not in "iu":
+            raise TypeError(f"{name} must hold integers, got dtype {value.dtype}")
+        if value.dtype == np.uint64 and value.flags.c_contiguous:
+            array = value
+        else:
+            if value.dtype.kind == "i" and value.size and int(value.min()) < 0:
+                raise ValueError(f"{name} holds {int(value.min())}; block indexes are uint64")
+            array = np.ascontiguousarray(value, dtype=np.uint64)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            if not isinstance(item, (int, np.integer)):
+                raise TypeError(f"{name}[{i}] must be an int, not {type(item).__name__}")
+        try:
+            array = np.array(value, dtype=np.uint64) if value else np.empty(0, dtype=np.uint64)
+        except OverflowError:
+            bad = next(int(v) for v in value if not _U64[0] <= int(v) <= _U64[1])
+            raise ValueError(f"{name} holds {bad}; block indexes are uint64") from None
+        if value and any(int(v) < 0 for v in value):
+            bad = next(int(v) for v in value if int(v) < 0)
+            raise ValueError(f"{name} holds {bad}; block indexes are uint64")
+    else:
+        raise TypeError(f"{name} must be a list, tuple or 1-D integer numpy array, not {type(value).__name__}")
+    if array.size == 0:
+        return ffi.NULL, 0, array
+    return ffi.from_buffer("uint64_t[]", array), int(array.size), array
+
+
+def _options(options: Optional[Mapping[str, str]], name: str) -> tuple[Any, int, list[Any]]:
+    if options is None:
+        return ffi.NULL, 0, []
+    if not isinstance(options, Mapping):
+        raise TypeError(f"{name} must be a dict[str, str], not {type(options).__name__}")
+    keep: list[Any] = []
+    array = ffi.new("lldd_option[]", max(len(options), 1))
+    for i, (key, value) in enumerate(options.items()):
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"{name} keys and values must be str, got {key!r}: {value!r}")
+        k, v = ffi.new("char[]", key.encode()), ffi.new("char[]", value.encode())
+        keep += [k, v]
+        array[i].key, array[i].value = k, v
+    return array, len(options), keep
+
+
+def _param_invalid(tag: str, message: str) -> LLMException:
+    return exception_for(int(LLMStatusCode.LLM_PARAM_INVALID),
+                         f"[{tag}] failed, error code is {LLMStatusCode.LLM_PARAM_INVALID}, {message}.")
+
+
+# ---- value types ------------------------------------------------------------------------------
+
+@dataclass
+class CacheDesc:
+    """``llm_datadist::CacheDesc``: ``shape`` is the shape of ONE tensor, ``shape[0]``
+    the batch or block count."""
+
+    num_tensors: int
+    data_type: Union[DataType, GeDataType, int]
+    shape: Sequence[int]
+    placement: CachePlacement = CachePlacement.DEVICE
+
+    def _to_c(self, name: str) -> tuple[Any, list[Any]]:
+        num_tensors = _int(self.num_tensors, f"{name}.num_tensors", _U32, "uint32")
+        dtype = data_type_value(self.data_type, f"{name}.data_type")
+        placement = _int(self.placement, f"{name}.placement", _U32, "uint32")
+        if not isinstance(self.shape, (list, tuple)):
+            raise TypeError(f"{name}.shape must be a list or tuple of ints, not {type(self.shape).__name__}")
+        dims = [_int(d, f"{name}.shape[{i}]", _I64, "int64") for i, d in enumerate(self.shape)]
+        shape = ffi.new("int64_t[]", dims) if dims else ffi.NULL
+        desc = ffi.new("lldd_cache_desc *")
+        desc.placement, desc.num_tensors, desc.data_type = placement, num_tensors, dtype
+        desc.shape, desc.shape_len = shape, len(dims)
+        return desc, [shape]
+
+
+@dataclass
+class Cache:
+    """``llm_datadist::Cache``. Pulls read only ``cache_id``; pushes also read
+    ``cache_desc.placement`` and ``cache_desc.num_tensors`` (a ``None`` desc is the
+    C++ default: DEVICE, 0 tensors)."""
+
+    cache_id: int = -1
+    tensor_addrs: list[int] = field(default_factory=list)
+    cache_desc: Optional[CacheDesc] = None
+
+    def _to_c(self, name: str) -> tuple[Any, list[Any]]:
+        cache = ffi.new("lldd_cache *")
+        cache.cache_id = _int(self.cache_id, f"{name}.cache_id", _I64, "int64")
+        keep: list[Any] = []
+        if not isinstance(self.tensor_addrs, (list, tuple)):
+            raise TypeError(f"{name}.tensor_addrs must be a list of ints")
+        addrs = [_int(a, f"{name}.tensor_addrs[{i}]", _U64, "uint64") for i, a in enumerate(self.tensor_addrs)]
+        if addrs:
+            buf = ffi.new("uint64_t[]", addrs)
+            keep.append(buf)
+            cache.tensor_addrs, cache.num_tensor_addrs = buf, len(addrs)
+        if self.cache_desc is None:
+            cache.cache_desc.placement = int(CachePlacement.DEVICE)
+            cache.cache_desc.data_type = int(GeDataType.DT_UNDEFINED)
+        else:
+            _require(self.cache_desc, CacheDesc, f"{name}.cache_desc")
+            desc, more = self.cache_desc._to_c(f"{name}.cache_desc")
+            keep += [desc, *more]
+            cache.cache_desc = desc[0]
+        return cache, keep
+
+
+@dataclass(frozen=True)
+class CacheIndex:
+    """``llm_datadist::CacheIndex``: a cache on a remote cluster."""
+
+    cluster_id: int
+    cache_id: int
+    batch_index: int = 0
+
+    def _to_c(self, name: str) -> Any:
+        index = ffi.new("lldd_cache_index *")
+        index.cluster_id = _int(self.cluster_id, f"{name}.cluster_id", _U64, "uint64")
+        index.cache_id = _int(self.cache_id, f"{name}.cache_id", _I64, "int64")
+        index.batch_index = _int(self.batch_index, f"{name}.batch_index", _U32, "uint32")
+        return index
+
+
+@dataclass(frozen=True)
+class KvCacheExtParam:
+    """``llm_datadist::KvCacheExtParam``: INCLUSIVE layer pairs, ``(-1, -1)`` for all
+    layers; ``tensor_num_per_layer`` is 1..255 (the C++ field is ``uint8_t``)."""
+
+    src_layer_range: Tuple[int, int] = (-1, -1)
+    dst_layer_range: Tuple[int, int] = (-1, -1)
+    tensor_num_per_layer: int = DEFAULT_TENSOR_NUM_PER_LAYER
+
+    def _to_c(self) -> Any:
+        src = _pair(self.src_layer_range, "ext_param.src_layer_range")
+        dst = _pair(self.dst_layer_range, "ext_param.dst_layer_range")
+        n = _int(self.tensor_num_per_layer, "ext_param.tensor_num_per_layer", _U32, "uint32")
+        ext = ffi.new("lldd_ext_param *")
+        ext.src_layer_first, ext.src_layer_second = src
+        ext.dst_layer_first, ext.dst_layer_second = dst
+        ext.tensor_num_per_layer = n
+        return ext
+
+
+@dataclass(frozen=True)
+class IpInfo:
+    """``llm_datadist::IpInfo``."""
+
+    ip: str
+    port: int
+
+
+@dataclass
+class ClusterInfo:
+    """``llm_datadist::ClusterInfo``."""
+
+    remote_cluster_id: int
+    remote_role_type: int = 0
+    local_ip_infos: list[IpInfo] = field(default_factory=list)
+    remote_ip_infos: list[IpInfo] = field(default_factory=list)
+
+
+def _clusters(clusters: Any) -> tuple[Any, int, list[Any]]:
+    if not isinstance(clusters, (list, tuple)):
+        raise TypeError(f"clusters must be a list of ClusterInfo, not {type(clusters).__name__}")
+    keep: list[Any] = []
+    array = ffi.new("lldd_cluster_info[]", max(len(clusters), 1))
+    for i, cluster in enumerate(clusters):
+        _require(cluster, ClusterInfo, f"clusters[{i}]")
+        entry = array[i]
+        entry.remote_cluster_id = _int(cluster.remote_cluster_id, f"clusters[{i}].remote_cluster_id", _U64, "uint64")
+        entry.remote_role_type = _int(cluster.remote_role_type, f"clusters[{i}].remote_role_type", _I32, "int32")
+        for side in ("local_ip_infos", "remote_ip_infos"):
+            infos = getattr(cluster, side)
+            if not isinstance(infos, (list, tuple)):
+                raise TypeError(f"clusters[{i}].{side} must be a list of IpInfo")
+            buf = ffi.new("lldd_ip_info[]", max(len(infos), 1))
+            keep.append(buf)
+            for j, info in enumerate(infos):
+                _require(info, IpInfo, f"clusters[{i}].{side}[{j}]")
+                if not isinstance(info.ip, str):
+                    raise TypeError(f"clusters[{i}].{side}[{j}].ip must be a str")
+                ip = ffi.new("char[]", info.ip.encode())
+                keep.append(ip)
+                buf[j].ip = ip
+                buf[j].port = _int(info.port, f"clusters[{i}].{side}[{j}].port", _U16, "uint16")
+            setattr(entry, side, buf)
+            setattr(entry, "num_" + side, len(infos))
+    return array, len(clusters), keep
+
+
+# ---- project rules checked in Python (docs/semantics.md, scope [all]) ----------------------
+
+def _check_sync_wait_time(options: Mapping[str, str], tag: str) -> None:
+    value = options.get(OPTION_SYNC_CACHE_WAIT_TIME)
+    if value is None:
+        return
+    if not (value.isdigit() and value.isascii()) or not 1 <= int(value) <= 2**31 - 1:
+        raise _param_invalid(tag, f"option {OPTION_SYNC_CACHE_WAIT_TIME}={value!r} must be a decimal integer in "
+                                  f"[1, {2**31 - 1}] milliseconds (PR-26)")
+
+
+def _check_listen_port(options: Optional[Mapping[str, str]], tag: str) -> None:
+    value = (options or {}).get(OPTION_LISTEN_IP_INFO)
+    if value is None:
+        return
+    _, sep, port = value.rpartition(":")
+    if sep and port.isdigit() and port.isascii() and not 1 <= int(port) <= 65535:
+        raise _param_invalid(tag, f"option {OPTION_LISTEN_IP_INFO}={value!r}: port {int(port)} is outside "
+                                  "[1, 65535] (PR-27)")
+
+
+def _check_ext_param(ext: KvCacheExtParam, tag: str) -> None:
+    src, dst = tuple(ext.src_layer_range), tuple(ext.dst_layer_range)
+    for name, pair in (("src_layer_range", src), ("dst_layer_range", dst)):
+        if pair[0] == -1 and pair[1] >= 0:
+            raise _param_invalid(tag, f"{name} {{-1, {pair[1]}}} is neither a range nor the default {{-1, -1}} "
+                                      "(PR-11)")
+    if (src == (-1, -1)) != (dst == (-1, -1)):
+        raise _param_invalid(tag, f"src_layer_range {{{src[0]}, {src[1]}}} and dst_layer_range "
+                                  f"{{{dst[0]}, {dst[1]}}}: src_layer_range and dst_layer_range must both be "
+                                  "given or both be {-1,-1} (PR-1)")
+
+
+def _check_tensor_num(ext: KvCacheExtParam, local: Optional[CacheDesc], is_push: bool, tag: str) -> None:
+    n = ext.tensor_num_per_layer
+    if local is None or not 1 <= n <= 255:
+        return       # unknown cache, or a value the backend rejects itself
+    count = int(local.num_tensors)
+    if n > count:
+        raise _param_invalid(tag, f"tensor_num_per_layer ({n}) is invalid, should be in [1, {count}], the "
+                                  "local cache's tensor count (PR-3)")
+    ranged = tuple(ext.src_layer_range) != (-1, -1) or tuple(ext.dst_layer_range) != (-1, -1)
+    if (is_push or ranged) and count % n:
+        raise _param_invalid(tag, f"tensor_num_per_layer ({n}) must divide the local cache's tensor count "
+                                  f"({count}) (PR-3)")
+
+
+def _check_distinct(blocks: "np.ndarray[Any, Any]", name: str, tag: str) -> None:
+    if blocks.size < 2:
+        return
+    ordered = np.sort(blocks, kind="stable")
+    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+    if repeated.size:
+        raise _param_invalid(tag, f"{name} contains block {int(repeated[0])} more than once; destination blocks "
+                                  "must be distinct (PR-5)")
+
+
+# ---- the engine -------------------------------------------------------------------------------
+
+class LlmDataDist:
+    """``llm_datadist::LlmDataDist(cluster_id, role)``.
+
+    Use as a context manager, or call :meth:`close`, to finalize and free the engine
+    deterministically; garbage collection frees it as a safety net. Every method may
+    be called from any thread; the GIL is released while the backend works.
+    """
+
+    def __init__(self, cluster_id: int, role: Union[LlmRole, int]) -> None:
+        self._cluster_id = _int(cluster_id, "cluster_id", _U64, "uint64")
+        self._role = _int(role, "role", _I32, "int32")
+        self._lock = threading.Lock()
+        self._initialized = False
+        self._caches: dict[int, CacheDesc] = {}
+        self._handle: Any = _capi.lldd_create(self._cluster_id, self._role, "LlmDataDist")
+
+    # -- properties --
+    @property
+    def cluster_id(self) -> int:
+        return self._cluster_id
+
+    @property
+    def role(self) -> int:
+        """The role label (an ``LlmRole`` when valid)."""
+        try:
+            return LlmRole(self._role)
+        except ValueError:
+            return self._role
+
+    def _engine(self) -> Any:
+        handle = self._handle
+        if handle is None:
+            raise RuntimeError("this LlmDataDist was closed")
+        return handle
+
+    # -- life cycle --
+    def initialize(self, options: Mapping[str, str]) -> None:
+        """``Initialize(options)``.
+
+        Raises:
+            TypeError: ``options`` is not a mapping of str to str.
+            LLMException: ``LLM_PARAM_INVALID`` for a missing or malformed option (PR-26,
+                PR-27 and cpp-api.md §6.4), ``LLM_FAILED`` when the device or listener
+                cannot be set up, ``LLM_OUT_OF_MEMORY`` when a pool cannot be allocated.
+        """
+        tag = "LlmDataDist.initialize"
+        array, count, keep = _options(options, "options")
+        if not self._initialized:
+            _check_sync_wait_time(options, tag)
+            _check_listen_port(options, tag)
+        _capi.lldd_initialize(self._engine(), array, count, tag)
+        del keep
+        self._initialized = True
+
+    def finalize(self) -> None:
+        """``Finalize()``: drop every link locally, free every cache. Idempotent."""
+        if self._handle is not None:
+            _capi.lldd_finalize(self._handle)
+        self._initialized = False
+        self._caches.clear()
+
+    def close(self) -> None:
+        """Finalize and free the native engine; the object is unusable afterwards."""
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            _capi.lldd_destroy(handle)
+        self._initialized = False
+        self._caches.clear()
+
+    def __enter__(self) -> "LlmDataDist":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def set_role(self, role: Union[LlmRole, int], options: Optional[Mapping[str, str]] = None) -> None:
+        """``SetRole(role, options)``.
+
+        Raises:
+            LLMException: ``LLM_EXIST_LINK`` while a link lives, ``LLM_PARAM_INVALID`` for
+                an invalid role or listen address, ``LLM_FAILED`` before ``initialize``.
+        """
+        tag = "LlmDataDist.set_role"
+        role_value = _int(role, "role", _I32, "int32")
+        array, count, keep = _options(options, "options")
+        if self._initialized:
+            _check_listen_port(options, tag)
+        _capi.lldd_set_role(self._engine(), role_value, array, count, tag)
+        del keep
+        self._role = role_value
+
+    # -- links --
+    def link_llm_clusters(self, clusters: Sequence[ClusterInfo],
+                          timeout_in_millis: int = 1000) -> tuple[LLMStatusCode, list[LLMStatusCode]]:
+        """``LinkLlmClusters``: returns ``(status, [status per cluster])`` and does not
+        raise for link failures.
+
+        Raises:
+            TypeError, ValueError: malformed arguments.
+        """
+        array, count, keep = _clusters(clusters)
+        timeout = _int(timeout_in_millis, "timeout_in_millis", _I32, "int32")
+        status, rets = _capi.lldd_link_clusters(self._engine(), array, count, timeout)
+        del keep
+        return map_status(status), [map_status(r) for r in rets]
+
+    def unlink_llm_clusters(self, clusters: Sequence[ClusterInfo], timeout_in_millis: int = 1000,
+                            force_flag: bool = False) -> tuple[LLMStatusCode, list[LLMStatusCode]]:
+        """``UnlinkLlmClusters``: returns ``(status, [status per cluster])``.
+
+        Raises:
+            TypeError, ValueError: malformed arguments.
+        """
+        array, count, keep = _clusters(clusters)
+        timeout = _int(timeout_in_millis, "timeout_in_millis", _I32, "int32")
+        _require(force_flag, bool, "force_flag")
+        status, rets = _capi.lldd_unlink_clusters(self._engine(), array, count, timeout, force_flag)
+        del keep
+        return map_status(status), [map_status(r) for r in rets]
+
+    # -- caches --
+    def register_kv_cache(self, cache_desc: CacheDesc, addrs: Sequence[int]) -> int:
+        """``RegisterKvCache(cache_desc, addrs, RegisterCfg{}, cache_id)``: returns the id.
+
+        ``addrs`` holds one address per tensor; each must point at the tensor's whole
+        byte size (numpy arrays: ``arr.ctypes.data``; ACL buffers: their pointer).
+
+        Raises:
+            LLMException: ``LLM_PARAM_INVALID`` (address count or value, shape, dtype,
+                bounds of a mock-ACL allocation), ``LLM_FAILED`` before ``initialize``.
+        """
+        _require(cache_desc, CacheDesc, "cache_desc")
+        desc, keep = cache_desc._to_c("cache_desc")
+        if not isinstance(addrs, (list, tuple)):
+            raise TypeError(f"addrs must be a list of ints, not {type(addrs).__name__}")
+        values = [_int(a, f"addrs[{i}]", _U64, "uint64") for i, a in enumerate(addrs)]
+        buf = ffi.new("uint64_t[]", values) if values else ffi.NULL
+        cache_id = _capi.lldd_register_kv_cache(self._engine(), desc, buf, len(values),
+                                                "LlmDataDist.register_kv_cache")
+        del keep
+        self._caches[cache_id] = cache_desc
+        return cache_id
+
+    def unregister_kv_cache(self, cache_id: int) -> None:
+        """``UnregisterKvCache(cache_id)``; an unknown id succeeds."""
+        cid = _int(cache_id, "cache_id", _I64, "int64")
+        _capi.lldd_unregister_kv_cache(self._engine(), cid, "LlmDataDist.unregister_kv_cache")
+        self._caches.pop(cid, None)
+
+    def allocate_cache(self, cache_desc: CacheDesc) -> Cache:
+        """``AllocateCache``: a library-owned cache from the memory pool (PR-9).
+
+        Raises:
+            LLMException: ``LLM_FEATURE_NOT_ENABLED`` without a pool (always on the
+                ascend backend), ``LLM_OUT_OF_MEMORY`` when the pool is exhausted,
+                ``LLM_PARAM_INVALID`` for a malformed description.
+        """
+        _require(cache_desc, CacheDesc, "cache_desc")
+        desc, keep = cache_desc._to_c("cache_desc")
+        cache_id, addrs = _capi.lldd_allocate_cache(self._engine(), desc, int(cache_desc.num_tensors),
+                                                    "LlmDataDist.allocate_cache")
+        del keep
+        self._caches[cache_id] = cache_desc
+        return Cache(cache_id, addrs, cache_desc)
+
+    def deallocate_cache(self, cache_id: int) -> None:
+        """``DeallocateCache``: an unknown id succeeds (PR-9)."""
+        cid = _int(cache_id, "cache_id", _I64, "int64")
+        _capi.lldd_deallocate_cache(self._engine(), cid, "LlmDataDist.deallocate_cache")
+        self._caches.pop(cid, None)
+
+    # -- transfers --
+    def _ext(self, ext_param: Optional[KvCacheExtParam], local_id: int, is_push: bool, tag: str) -> Any:
+        if ext_param is None:
+            ext_param = KvCacheExtParam()
+        _require(ext_param, KvCacheExtParam, "ext_param")
+        ext = ext_param._to_c()
+        if self._initialized:
+            _check_ext_param(ext_param, tag)
+            _check_tensor_num(ext_param, self._caches.get(local_id), is_push, tag)
+        return ext
+
+    def _check_push_source(self, src_cache: Cache, tag: str) -> None:
+        record = self._caches.get(src_cache.cache_id)
+        if not self._initialized or record is None:
+            return
+        given = 0 if src_cache.cache_desc is None else int(src_cache.cache_desc.num_tensors)
+        if given and given != int(record.num_tensors):
+            raise _param_invalid(tag, f"src_cache.cache_desc.num_tensors ({given}) differs from the registered "
+                                      f"cache {src_cache.cache_id}'s tensor count ({record.num_tensors}) (PR-33)")
+        if int(record.placement) != int(CachePlacement.DEVICE):
+            raise _param_invalid(tag, f"src_cache {src_cache.cache_id} is HOST-placed; pushes need a DEVICE "
+                                      "cache (PR-33)")
+
+    def pull_kv_cache(self, src_cache_index: CacheIndex, dst_cache: Cache, batch_index: int = 0,
+                      size: int = -1, ext_param: Optional[KvCacheExtParam] = None) -> None:
+        """``PullKvCache``: ``size`` bytes (−1: one destination batch) of every selected
+        tensor, from the remote batch ``src_cache_index.batch_index`` into local batch
+        ``batch_index``.
+
+        Raises:
+            LLMException: ``LLM_NOT_YET_LINK``, ``LLM_KV_CACHE_NOT_EXIST``,
+                ``LLM_PARAM_INVALID``, ``LLM_TIMEOUT`` (docs/semantics.md).
+        """
+        tag = "LlmDataDist.pull_kv_cache"
+        _require(src_cache_index, CacheIndex, "src_cache_index")
+        _require(dst_cache, Cache, "dst_cache")
+        src = src_cache_index._to_c("src_cache_index")
+        dst, keep = dst_cache._to_c("dst_cache")
+        batch = _int(batch_index, "batch_index", _U32, "uint32")
+        nbytes = _int(size, "size", _I64, "int64")
+        ext = self._ext(ext_param, dst_cache.cache_id, False, tag)
+        _capi.lldd_pull_kv_cache(self._engine(), src, dst, batch, nbytes, ext, tag)
+        del keep
+
+    def pull_kv_blocks(self, src_cache_index: CacheIndex, dst_cache: Cache, src_blocks: BlockList,
+                       dst_blocks: BlockList, ext_param: Optional[KvCacheExtParam] = None) -> None:
+        """``PullKvBlocks``: block ``src_blocks[k]`` of every selected remote tensor into
+        block ``dst_blocks[k]`` of the local one; contiguous runs move as one region.
+
+        Raises:
+            LLMException: ``LLM_NOT_YET_LINK``, ``LLM_KV_CACHE_NOT_EXIST``,
+                ``LLM_PARAM_INVALID``, ``LLM_TIMEOUT`` (docs/semantics.md).
+        """
+        tag = "LlmDataDist.pull_kv_blocks"
+        _require(src_cache_index, CacheIndex, "src_cache_index")
+        _require(dst_cache, Cache, "dst_cache")
+        src = src_cache_index._to_c("src_cache_index")
+        dst, keep = dst_cache._to_c("dst_cache")
+        src_ptr, n_src, src_arr = _blocks(src_blocks, "src_blocks")
+        dst_ptr, n_dst, dst_arr = _blocks(dst_blocks, "dst_blocks")
+        ext = self._ext(ext_param, dst_cache.cache_id, False, tag)
+        if self._initialized and dst_arr is not None:
+            _check_distinct(dst_arr, "dst_blocks", tag)
+        _capi.lldd_pull_kv_blocks(self._engine(), src, dst, src_ptr, n_src, dst_ptr, n_dst, ext, tag)
+        del keep, src_arr, dst_arr
+
+    def push_kv_cache(self, src_cache: Cache, dst_cache_index: CacheIndex, src_batch_index: int = 0,
+                      size: int = -1, ext_param: Optional[KvCacheExtParam] = None) -> None:
+        """``PushKvCache``: one local batch of every selected layer into the remote batch
+        ``dst_cache_index.batch_index``. Layers before a failing one stay written.
+
+        Raises:
+            LLMException: as :meth:`pull_kv_cache`.
+        """
+        tag = "LlmDataDist.push_kv_cache"
+        _require(src_cache, Cache, "src_cache")
+        _require(dst_cache_index, CacheIndex, "dst_cache_index")
+        src, keep = src_cache._to_c("src_cache")
+        dst = dst_cache_index._to_c("dst_cache_index")
+        batch = _int(src_batch_index, "src_batch_index", _U32, "uint32")
+        nbytes = _int(size, "size", _I64, "int64")
+        ext = self._ext(ext_param, src_cache.cache_id, True, tag)
+        self._check_push_source(src_cache, tag)
+        _capi.lldd_push_kv_cache(self._engine(), src, dst, batch, nbytes, ext, tag)
+        del keep
+
+    def push_kv_blocks(self, src_cache: Cache, dst_cache_index: CacheIndex, src_blocks: BlockList,
+                       dst_blocks: BlockList, ext_param: Optional[KvCacheExtParam] = None) -> None:
+        """``PushKvBlocks``: local block ``src_blocks[k]`` into remote block ``dst_blocks[k]``.
+
+        Raises:
+            LLMException: as :meth:`pull_kv_blocks`.
+        """
+        tag = "LlmDataDist.push_kv_blocks"
+        _require(src_cache, Cache, "src_cache")
+        _require(dst_cache_index, CacheIndex, "dst_cache_index")
+        src, keep = src_cache._to_c("src_cache")
+        dst = dst_cache_index._to_c("dst_cache_index")
+        src_ptr, n_src, src_arr = _blocks(src_blocks, "src_blocks")
+        dst_ptr, n_dst, dst_arr = _blocks(dst_blocks, "dst_blocks")
+        ext = self._ext(ext_param, src_cache.cache_id, True, tag)
+        self._check_push_source(src_cache, tag)
+        if self._initialized and dst_arr is not None:
+            _check_distinct(dst_arr, "dst_blocks", tag)
+        _capi.lldd_push_kv_blocks(self._engine(), src, dst, src_ptr, n_src, dst_ptr, n_dst, ext, tag)
+        del keep, src_arr, dst_arr
+
+    def copy_kv_cache(self, src_cache: Cache, dst_cache: Cache, src_batch_index: int = 0,
+                      dst_batch_index: int = 0, offset: int = 0, size: int = -1) -> None:
+        """``CopyKvCache``: a local copy between two caches by id (PR-9).
+
+        Raises:
+            LLMException: ``LLM_FEATURE_NOT_ENABLED`` without a pool (always on the
+                ascend backend), ``LLM_KV_CACHE_NOT_EXIST``, ``LLM_PARAM_INVALID``.
+        """
+        tag = "LlmDataDist.copy_kv_cache"
+        _require(src_cache, Cache, "src_cache")
+        _require(dst_cache, Cache, "dst_cache")
+        src, keep_src = src_cache._to_c("src_cache")
+        dst, keep_dst = dst_cache._to_c("dst_cache")
+        sb = _int(src_batch_index, "src_batch_index", _U32, "uint32")
+        db = _int(dst_batch_index, "dst_batch_index", _U32, "uint32")
+        off = _int(offset, "offset", _U64, "uint64")
+        nbytes = _int(size, "size", _I64, "int64")
+        _capi.lldd_copy_kv_cache(self._engine(), src, dst, sb, db, off, nbytes, tag)
+        del keep_src, keep_dst
+
+    def copy_kv_blocks(self, src_cache: Cache, dst_cache: Cache, src_blocks: BlockList,
+                       dst_blocks_list: Sequence[BlockList]) -> None:
+        """``CopyKvBlocks``: for each list in ``dst_blocks_list``, block ``src_blocks[k]``
+        into block ``list[k]`` of every tensor (PR-9).
+
+        Raises:
+            LLMException: as :meth:`copy_kv_cache`.
+        """
+        tag = "LlmDataDist.copy_kv_blocks"
+        _require(src_cache, Cache, "src_cache")
+        _require(dst_cache, Cache, "dst_cache")
+        src, keep_src = src_cache._to_c("src_cache")
+        dst, keep_dst = dst_cache._to_c("dst_cache")
+        src_ptr, n_src, src_arr = _blocks(src_blocks, "src_blocks")
+        if not isinstance(dst_blocks_list, (list, tuple)):
+            raise TypeError(f"dst_blocks_list must be a list of block lists, not {type(dst_blocks_list).__name__}")
+        arrays = [_blocks(lst, f"dst_blocks_list[{i}]")[2] for i, lst in enumerate(dst_blocks_list)]
+        flat = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint64)
+        if self._initialized:
+            _check_distinct(flat, "dst_blocks_list", tag)
+        lens = ffi.new("size_t[]", [int(a.size) for a in arrays]) if arrays else ffi.NULL
+        flat_ptr = ffi.from_buffer("uint64_t[]", flat) if flat.size else ffi.NULL
+        _capi.lldd_copy_kv_blocks(self._engine(), src, dst, src_ptr, n_src, flat_ptr, lens, len(arrays), tag)
+        del keep_src, keep_dst, src_arr, flat
+
+    def __repr__(self) -> str:
+        state = "closed" if self._handle is None else ("initialized" if self._initialized else "created")
+        return f"LlmDataDist(cluster_id={self._cluster_id}, role={self.role!r}, {state})"
+
+
+def capabilities() -> dict[str, bool]:
+    """The live backend's capability flags by name (``LLDD_CAP_*`` without the prefix)."""
+    bits = _capi.lldd_capabilities()
+    names = ("REGISTER", "ALLOCATE", "COPY", "CROSS_PROCESS", "MOCK_CONTROL", "EXT_KEYS")
+    return {name.lower(): bool(bits & int(ffi.integer_const("LLDD_CAP_" + name))) for name in names}
+

@@ -1,0 +1,57 @@
+"""Build hooks: compile the native parts while the package is built.
+
+``pip install .`` runs ``build_py``, which here also
+  1. copies ``include/`` into the package as ``_include/`` (the cdef source the
+     loader reads at run time: the same text the C compilers read);
+  2. compiles the mock backend ``mock_libs/*.c`` into ``_lib/libllm_datadist_mock.so``;
+  3. on a host with the Ascend toolkit (``ASCEND_HOME_PATH``/``ASCEND_TOOLKIT_HOME``,
+     or ``LLM_DATADIST_FFI_ASCEND_HOME``), compiles the C-ABI shim against it into
+     ``_lib/libllm_datadist_ffi_shim.so``; elsewhere this step is skipped silently.
+The wheel is marked as platform-specific because it carries shared objects.
+"""
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.dist import Distribution
+
+ROOT = Path(__file__).resolve().parent
+
+
+def _load_script(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+class BuildPyWithNative(build_py):
+    def run(self) -> None:
+        super().run()
+        package_dir = Path(self.build_lib) / "llm_datadist_ffi"
+        shutil.copytree(ROOT / "include", package_dir / "_include", dirs_exist_ok=True)
+        lib_dir = package_dir / "_lib"
+        build_mock = _load_script(ROOT / "mock_libs" / "build_mock.py")
+        build_mock.build(lib_dir)
+        shim_script = ROOT / "llm_datadist_ffi" / "_shim" / "build_shim.py"
+        if shim_script.is_file():
+            build_shim = _load_script(shim_script)
+            toolkit = build_shim.find_toolkit_root()
+            if toolkit is not None:
+                build_shim.build(toolkit, lib_dir)
+
+
+class BinaryDistribution(Distribution):
+    def has_ext_modules(self) -> bool:
+        return True
+
+
+setup(cmdclass={"build_py": BuildPyWithNative}, distclass=BinaryDistribution)
