@@ -1,0 +1,72 @@
+"""Command line: ``python -m llm_datadist_ffi {info,errors,demo,bench}``.
+
+- ``info``: the live backend, every library loaded and its path, ABI version,
+  capabilities, and the ACL runtime's version.
+- ``errors [CODE] [--markdown]``: the status-code reference, or one code explained.
+- ``demo``: a Prompt process and a Decoder process on 127.0.0.1 move paged KV cache
+  and verify every byte (non-zero exit on any mismatch).
+- ``bench``: transfer throughput as a ratio of memcpy bandwidth measured in the
+  same run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Sequence
+
+
+def _info(args: argparse.Namespace) -> int:
+    from . import __version__, acl
+    from ._loader import BACKEND_ENV, loaded
+    from .native import capabilities
+    from . import _capi
+
+    data = {
+        "version": __version__,
+        "backend": loaded.name,
+        "backend_env": __import__("os").environ.get(BACKEND_ENV, "(unset: auto)"),
+        "llm_datadist_library": loaded.lldd_path,
+        "acl_library": loaded.acl_path,
+        "abi_version": _capi.lldd_abi_version(),
+        "backend_name": _capi.lldd_backend_name(),
+        "capabilities": capabilities(),
+        "acl_version": ".".join(map(str, acl.get_version())),
+        "soc_name": acl.get_soc_name(),
+    }
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    width = max(map(len, data))
+    for key, value in data.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={'yes' if v else 'no'}" for k, v in value.items())
+        print(f"{key:<{width}}  {value}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="python -m llm_datadist_ffi", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    info = sub.add_parser("info", help="backend, libraries, ABI version, capabilities")
+    info.add_argument("--json", action="store_true", help="print JSON")
+    sub.add_parser("errors", help="status-code reference (see `errors --help`)", add_help=False)
+    sub.add_parser("demo", help="Prompt -> Decoder transfer across two processes", add_help=False)
+    sub.add_parser("bench", help="throughput against memcpy", add_help=False)
+    if argv and argv[0] in ("errors", "demo", "bench"):
+        command, rest = argv[0], argv[1:]
+        if command == "errors":
+            from ._errors_cli import main as errors_main
+            return errors_main(rest)
+        if command == "demo":
+            from ._demo import main as demo_main
+            return demo_main(rest)
+        from ._bench import main as bench_main
+        return bench_main(rest)
+    args = parser.parse_args(argv)
+    return _info(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

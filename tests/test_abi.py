@@ -1,0 +1,151 @@
+"""ABI guards: what cffi declares is what the C side compiles and exports.
+
+The declarations come from the header fragments (one source); these tests make sure
+that the libraries really export every declared function, and that the C compiler
+and cffi agree on every struct's size and field offsets and on every constant.
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import llm_datadist_ffi
+from llm_datadist_ffi import _cdef, mock_control
+from llm_datadist_ffi._loader import ffi, loaded
+
+INCLUDE = _cdef.include_dir()
+
+
+def declared_functions(fragment: str) -> list[str]:
+    text = (INCLUDE / fragment).read_text()
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    names = []
+    for statement in text.split(";"):
+        statement = " ".join(statement.split())
+        if "(" not in statement or statement.startswith(("typedef", "enum", "struct")) or "{" in statement:
+            continue
+        names.append(re.search(r"(\w+)\s*\(", statement).group(1))  # type: ignore[union-attr]
+    return names
+
+
+def test_fragments_declare_the_expected_number_of_functions() -> None:
+    # A parser that silently found nothing would make the export test vacuous.
+    assert len(declared_functions("lldd/api.h")) == 24
+    assert len(declared_functions("acl/api.h")) == 24
+    assert len(declared_functions("lldd/mock.h")) == 8
+
+
+@pytest.mark.parametrize("fragment", ["lldd/api.h", "lldd/mock.h", "acl/api.h"])
+def test_every_declared_function_is_exported(fragment: str) -> None:
+    if llm_datadist_ffi.backend != "mock" and fragment != "lldd/api.h":
+        lib_path = loaded.acl_path if fragment == "acl/api.h" else None
+        if lib_path is None:
+            pytest.skip("the ascend shim does not export the mock control interface (by design)")
+    else:
+        lib_path = loaded.lldd_path
+    lib = ctypes.CDLL(lib_path)
+    missing = [name for name in declared_functions(fragment) if not hasattr(lib, name)]
+    assert missing == []
+
+
+def _struct_fields(name: str) -> list[str]:
+    return [field for field, _ in ffi.typeof(name).fields]
+
+
+STRUCTS = ["lldd_option", "lldd_ip_info", "lldd_cluster_info", "lldd_cache_desc", "lldd_cache",
+           "lldd_cache_index", "lldd_ext_param"]
+
+
+@pytest.fixture(scope="module")
+def c_layout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
+    """sizeof/offsetof/constant values as the C compiler sees them."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    assert cc is not None, "a C compiler is needed for the ABI layout test"
+    lines = ['#include <stdio.h>', '#include <stddef.h>', '#include "llm_datadist_ffi_mock.h"',
+             '#include "acl_subset.h"', "int main(void) {"]
+    for struct in STRUCTS:
+        lines.append(f'printf("sizeof {struct} %zu\\n", sizeof({struct}));')
+        for field in _struct_fields(struct):
+            lines.append(f'printf("offsetof {struct}.{field} %zu\\n", offsetof({struct}, {field}));')
+    for const in _integer_constants():
+        lines.append(f'printf("const {const} %lld\\n", (long long)({const}));')
+    lines += ["return 0;", "}"]
+    work = tmp_path_factory.mktemp("abi")
+    source = work / "layout.c"
+    source.write_text("\n".join(lines))
+    exe = work / "layout"
+    subprocess.run([cc, "-std=c11", "-Wall", "-Werror", f"-I{INCLUDE}", str(source), "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    return {key: int(value) for key, value in (line.rsplit(" ", 1) for line in out.splitlines())}
+
+
+def _integer_constants() -> list[str]:
+    names = []
+    for fragment in _cdef.LLDD_FRAGMENTS + _cdef.ACL_FRAGMENTS:
+        text = re.sub(r"/\*.*?\*/", "", (INCLUDE / fragment).read_text(), flags=re.S)
+        for body in re.findall(r"enum\s*\w*\s*\{(.*?)\}", text, flags=re.S):
+            names += re.findall(r"(\w+)\s*=", body)
+    return names
+
+
+def test_constants_are_found() -> None:
+    names = _integer_constants()
+    assert "LLM_PARAM_INVALID" in names and "ACL_ERROR_RT_DEVICE_MEM_ERROR" in names
+    assert len(names) > 150
+
+
+def test_struct_sizes_agree_between_cffi_and_c(c_layout: dict[str, int]) -> None:
+    for struct in STRUCTS:
+        assert ffi.sizeof(struct) == c_layout[f"sizeof {struct}"], struct
+
+
+def test_struct_field_offsets_agree_between_cffi_and_c(c_layout: dict[str, int]) -> None:
+    for struct in STRUCTS:
+        for field in _struct_fields(struct):
+            assert ffi.offsetof(struct, field) == c_layout[f"offsetof {struct}.{field}"], f"{struct}.{field}"
+
+
+def test_constants_agree_between_cffi_and_c(c_layout: dict[str, int]) -> None:
+    for const in _integer_constants():
+        c_value = c_layout[f"const {const}"]
+        py_value = ffi.integer_const(const)
+        # C prints through long long: an unsigned 0xFFFFFFFF enumerator stays positive.
+        assert py_value == c_value, const
+
+
+def test_status_values_are_the_vendor_values() -> None:
+    # Literal values from status-codes.md §2, as an independent check of the header.
+    assert ffi.integer_const("LLM_FAILED") == 0xFFFFFFFF
+    assert ffi.integer_const("LLM_PARAM_INVALID") == 0x5010B005
+    assert ffi.integer_const("LLM_OUT_OF_MEMORY") == 0x5010B01C
+
+
+def test_abi_version_of_library_matches_headers() -> None:
+    from llm_datadist_ffi import _capi
+    assert _capi.lldd_abi_version() == ffi.integer_const("LLDD_ABI_VERSION") == 1
+
+
+@pytest.mark.mock_only(reason="fault injection is part of the mock's control interface")
+def test_every_failing_function_can_be_given_an_injected_fault() -> None:
+    failing = [n for n in declared_functions("lldd/api.h") + declared_functions("acl/api.h")
+               if n not in ("lldd_abi_version", "lldd_capabilities", "lldd_backend_name", "lldd_last_error",
+                            "lldd_destroy", "lldd_finalize", "aclGetRecentErrMsg", "aclrtGetSocName")]
+    assert len(failing) == 15 + 22
+    try:
+        for name in failing:
+            mock_control.inject_fault(name, 0x5010B005, count=0)
+    finally:
+        mock_control.clear_faults()
+
+
+@pytest.mark.mock_only(reason="fault injection is part of the mock's control interface")
+def test_injecting_a_fault_into_an_unknown_function_is_rejected() -> None:
+    with pytest.raises(llm_datadist_ffi.LLMException) as info:
+        mock_control.inject_fault("lldd_no_such_function", 0x5010B005)
+    assert info.value.status_code == llm_datadist_ffi.LLMStatusCode.LLM_PARAM_INVALID
+    assert "lldd_no_such_function" in str(info.value)
