@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._loader import ffi, lldd_lib
+from ._loader import const, ffi, lldd_lib
 from .status import LLMException, exception_for, map_status
 
 CData = Any
 
-__all__ = ["ffi", "check", "last_error"]
+__all__ = ["ffi", "const", "check", "last_error", "error"]
 
 
 def last_error() -> str:
@@ -154,9 +154,9 @@ def mock_function(name: str) -> Any:
         LLMException: ``LLM_FEATURE_NOT_ENABLED`` on a backend without the mock's
             control interface.
     """
-    if not lldd_capabilities() & int(ffi.integer_const("LLDD_CAP_MOCK_CONTROL")):
+    if not lldd_capabilities() & const("LLDD_CAP_MOCK_CONTROL"):
         raise exception_for(
-            int(ffi.integer_const("LLM_FEATURE_NOT_ENABLED")),
+            const("LLM_FEATURE_NOT_ENABLED"),
             f"[{name}] is part of the mock backend's control interface, which the "
             f"{lldd_backend_name()} backend does not have",
         )

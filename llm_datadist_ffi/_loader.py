@@ -147,7 +147,7 @@ def _load() -> tuple[cffi.FFI, Any, Any, LoadedBackend]:
     chosen = _choose(_requested_backend())
     loader = _load_mock if chosen == "mock" else _load_ascend
     lldd, acl, loaded = loader(ffi)
-    expected = ffi.integer_const("LLDD_ABI_VERSION")
+    expected = int(lldd.LLDD_ABI_VERSION)
     found = lldd.lldd_abi_version()
     if found != expected:
         raise ImportError(
@@ -163,4 +163,10 @@ ffi, lldd_lib, acl_lib, loaded = _load()
 #: ``"mock"`` or ``"ascend"``: the live backend.
 backend: str = loaded.name
 
-__all__ = ["ffi", "lldd_lib", "acl_lib", "loaded", "backend", "include_dir"]
+
+def const(name: str) -> int:
+    """The value of an integer constant (enumerator) of the header fragments."""
+    return int(getattr(lldd_lib, name))
+
+
+__all__ = ["ffi", "lldd_lib", "acl_lib", "loaded", "backend", "include_dir", "const"]

@@ -693,5 +693,5 @@ def capabilities() -> dict[str, bool]:
     """The live backend's capability flags by name (``LLDD_CAP_*`` without the prefix)."""
     bits = _capi.lldd_capabilities()
     names = ("REGISTER", "ALLOCATE", "COPY", "CROSS_PROCESS", "MOCK_CONTROL", "EXT_KEYS")
-    return {name.lower(): bool(bits & int(ffi.integer_const("LLDD_CAP_" + name))) for name in names}
+    return {name.lower(): bool(bits & _capi.const("LLDD_CAP_" + name)) for name in names}
 

@@ -16,7 +16,7 @@ import pytest
 
 import llm_datadist_ffi
 from llm_datadist_ffi import _cdef, mock_control
-from llm_datadist_ffi._loader import ffi, loaded
+from llm_datadist_ffi._loader import const, ffi, loaded
 
 INCLUDE = _cdef.include_dir()
 
@@ -113,21 +113,21 @@ def test_struct_field_offsets_agree_between_cffi_and_c(c_layout: dict[str, int])
 def test_constants_agree_between_cffi_and_c(c_layout: dict[str, int]) -> None:
     for const in _integer_constants():
         c_value = c_layout[f"const {const}"]
-        py_value = ffi.integer_const(const)
+        py_value = const(const)
         # C prints through long long: an unsigned 0xFFFFFFFF enumerator stays positive.
         assert py_value == c_value, const
 
 
 def test_status_values_are_the_vendor_values() -> None:
     # Literal values from status-codes.md §2, as an independent check of the header.
-    assert ffi.integer_const("LLM_FAILED") == 0xFFFFFFFF
-    assert ffi.integer_const("LLM_PARAM_INVALID") == 0x5010B005
-    assert ffi.integer_const("LLM_OUT_OF_MEMORY") == 0x5010B01C
+    assert const("LLM_FAILED") == 0xFFFFFFFF
+    assert const("LLM_PARAM_INVALID") == 0x5010B005
+    assert const("LLM_OUT_OF_MEMORY") == 0x5010B01C
 
 
 def test_abi_version_of_library_matches_headers() -> None:
     from llm_datadist_ffi import _capi
-    assert _capi.lldd_abi_version() == ffi.integer_const("LLDD_ABI_VERSION") == 1
+    assert _capi.lldd_abi_version() == const("LLDD_ABI_VERSION") == 1
 
 
 @pytest.mark.mock_only(reason="fault injection is part of the mock's control interface")
