@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Callable, ClassVar, Final, Generic, NoReturn, TypeVar
+from types import MappingProxyType
+from typing import Callable, ClassVar, Final, Generic, Mapping, NoReturn, TypeVar
 
 __all__ = [
     "AlreadyLinkError",
@@ -37,11 +38,13 @@ __all__ = [
     "DeviceMemError",
     "DeviceOutOfMemoryError",
     "Documented",
+    "EXCEPTION_CLASSES",
     "EngineFinalizedError",
     "ExistLinkError",
     "FailedError",
     "FeatureNotEnabledError",
     "KvCacheNotExistError",
+    "LLM_CODE_BASE",
     "LLMException",
     "LLMMemoryError",
     "LLMStatusCode",
@@ -903,7 +906,7 @@ STATUS_TABLE: Final[tuple[StatusInfo, ...]] = (
         ),
         v2_producers=(
             Producer(
-                "pull and push calls (pull_cache, pull_blocks, push_*, transfer_cache_async)",
+                "pull and push calls (pull_cache, pull_blocks, push_cache, push_blocks, transfer_cache_async)",
                 "the transfer does not complete within sync_kv_timeout "
                 "(llm.SyncKvCacheWaitTime, default 1000 ms): a stream-sync timeout (ACL "
                 "507046 is mapped to this code), response-flag polling past the "
@@ -1516,6 +1519,12 @@ class PrefixNotExistError(PrefixError):
     """``LLM_PREFIX_NOT_EXIST``: no prefix with this id is loaded."""
 
     code = LLMStatusCode.LLM_PREFIX_NOT_EXIST
+
+
+EXCEPTION_CLASSES: Final[Mapping[LLMStatusCode, type[LLMException]]] = MappingProxyType(
+    _EXCEPTION_BY_CODE
+)
+"""The class that stands for each member: every member except ``LLM_SUCCESS``."""
 
 
 def exception_class_for(code: int) -> type[LLMException]:
