@@ -1,0 +1,63 @@
+/* Vendor double: the part of metadef's graph/types.h that llm_datadist.h needs
+ * (spec/cpp-api.md §2.3, §2.4). Written from the specification for the shim's CI
+ * build; on an Ascend host the toolkit's own header is used instead. */
+#ifndef LLDD_VENDOR_DOUBLE_GRAPH_TYPES_H
+#define LLDD_VENDOR_DOUBLE_GRAPH_TYPES_H
+
+namespace ge {
+
+typedef char char_t;
+
+/* Plain (unscoped) enum without a fixed underlying type, as metadef declares it:
+ * the values a ge::DataType can hold are therefore only 0 .. 63 (the smallest bit
+ * field that holds every enumerator). Value 5 is reserved and has no name. */
+enum DataType {
+  DT_FLOAT = 0,
+  DT_FLOAT16 = 1,
+  DT_INT8 = 2,
+  DT_INT32 = 3,
+  DT_UINT8 = 4,
+  DT_INT16 = 6,
+  DT_UINT16 = 7,
+  DT_UINT32 = 8,
+  DT_INT64 = 9,
+  DT_UINT64 = 10,
+  DT_DOUBLE = 11,
+  DT_BOOL = 12,
+  DT_STRING = 13,
+  DT_DUAL_SUB_INT8 = 14,
+  DT_DUAL_SUB_UINT8 = 15,
+  DT_COMPLEX64 = 16,
+  DT_COMPLEX128 = 17,
+  DT_QINT8 = 18,
+  DT_QINT16 = 19,
+  DT_QINT32 = 20,
+  DT_QUINT8 = 21,
+  DT_QUINT16 = 22,
+  DT_RESOURCE = 23,
+  DT_STRING_REF = 24,
+  DT_DUAL = 25,
+  DT_VARIANT = 26,
+  DT_BF16 = 27,
+  DT_UNDEFINED = 28,
+  DT_INT4 = 29,
+  DT_UINT1 = 30,
+  DT_INT2 = 31,
+  DT_UINT2 = 32,
+  DT_COMPLEX32 = 33,
+  DT_HIFLOAT8 = 34,
+  DT_FLOAT8_E5M2 = 35,
+  DT_FLOAT8_E4M3FN = 36,
+  DT_FLOAT8_E8M0 = 37,
+  DT_FLOAT6_E3M2 = 38,
+  DT_FLOAT6_E2M3 = 39,
+  DT_FLOAT4_E2M1 = 40,
+  DT_FLOAT4_E1M2 = 41,
+  DT_HIFLOAT4 = 42,
+  DT_HIFLOAT4_SCALE = 43,
+  DT_MAX = 44
+};
+
+}  // namespace ge
+
+#endif  // LLDD_VENDOR_DOUBLE_GRAPH_TYPES_H
