@@ -1286,8 +1286,9 @@ class LLMException(RuntimeError):
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
+        # Only this module's classes claim codes; client subclasses just inherit.
         code = cls.__dict__.get("code")
-        if code is not None:
+        if code is not None and cls.__module__ == __name__:
             if code in _EXCEPTION_BY_CODE:
                 raise TypeError(
                     f"{cls.__name__} and {_EXCEPTION_BY_CODE[code].__name__} both "
@@ -1553,7 +1554,7 @@ def exception_for(raw: int, message: str) -> LLMException:
     """
     status_code = map_status(raw)
     cls = _EXCEPTION_BY_CODE.get(status_code, LLMException)
-    return cls(message, status_code=status_code, raw_status=raw)
+    return cls(message, status_code=status_code, raw_status=int(raw))
 
 
 # ---------------------------------------------------------------------------
@@ -1577,7 +1578,11 @@ class Status:
         return self._status_code  # type: ignore[return-value]
 
     def is_ok(self) -> bool:
-        """True when the status equals ``LLMStatusCode.LLM_SUCCESS``."""
+        """True when the status equals ``LLMStatusCode.LLM_SUCCESS``.
+
+        Raises:
+            whatever the stored object's ``__eq__`` raises (never for an int).
+        """
         return bool(self._status_code == LLMStatusCode.LLM_SUCCESS)
 
     def __repr__(self) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import pydoc
 import re
 import subprocess
 import sys
@@ -517,6 +518,19 @@ def test_family_classes_have_no_class_level_recoverable() -> None:
             family.recoverable  # noqa: B018 - the read itself is the test
 
 
+def test_help_renders_for_root_family_and_leaf_classes() -> None:
+    for cls in (LLMException, status.LinkError, status.ParamInvalidError):
+        assert cls.__name__ in pydoc.render_doc(cls)
+
+
+def test_a_client_subclass_naming_a_code_does_not_take_over_exception_for() -> None:
+    class ClientError(status.ParamInvalidError):
+        code = LLMStatusCode.LLM_PARAM_INVALID
+
+    assert type(exception_for(0x5010B005, "p")) is status.ParamInvalidError
+    assert ClientError("c").status_code is LLMStatusCode.LLM_PARAM_INVALID
+
+
 def test_a_family_catches_all_its_members() -> None:
     with pytest.raises(status.LinkError):
         raise exception_for(0x5010B01B, "busy")
@@ -599,7 +613,7 @@ def test_status_returns_its_status_code_as_passed() -> None:
     assert Status(LLMStatusCode.LLM_TIMEOUT).status_code is LLMStatusCode.LLM_TIMEOUT
     assert Status(100).status_code == 100
     with pytest.raises(AttributeError):
-        Status(0).status_code = 1  # type: ignore[misc]
+        Status(0).status_code = 1  # type: ignore[misc,assignment]
 
 
 # --- info_for -----------------------------------------------------------------------
