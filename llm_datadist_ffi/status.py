@@ -970,9 +970,10 @@ STATUS_TABLE: Final[tuple[StatusInfo, ...]] = (
             "system memory)."
         ),
         v2_producers=(
+            Producer("allocate_cache, allocate_blocks_cache", "the memory pool is exhausted"),
             Producer(
-                "allocate_cache, allocate_blocks_cache",
-                "the memory pool is exhausted, or the capacity check fails",
+                "the core's capacity check",
+                "the requested size does not fit the pool (no public call uses this check)",
             ),
             Producer("LLMDataDist.init", "allocating the memory pool fails"),
             Producer(
