@@ -1099,8 +1099,9 @@ class LLMStatusCode(enum.IntEnum):
         return f"{type(self).__name__}.{self.name}"
 
     def __format__(self, format_spec: str) -> str:
-        # The vendor overrides __str__, which makes Enum.__format__ (before Python
-        # 3.12) format the str() rather than the int: f"{code}" gives the name.
+        # The vendor documents f"{code}" as the name (its __str__ override did that
+        # on older Pythons); since Python 3.11 an IntEnum formats as its int unless
+        # __format__ is overridden too.
         return format(str(self), format_spec)
 
 
