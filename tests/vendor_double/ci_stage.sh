@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# .ci/run stage: the ascend backend, i.e. the C-ABI shim compiled against the vendor
+# double exactly as on an Ascend host, then driven by the package's own test suite.
+#
+#   bash tests/vendor_double/ci_stage.sh OUT_DIR
+#
+# 1. a fake toolkit in OUT_DIR/toolkit (build_toolkit.py) and the shim built against
+#    it by the same function setup.py calls (build_shim.build);
+# 2. the raw-cffi smoke run (smoke.py) in the toolkit's environment (set_env.sh);
+# 3. the whole test suite with LLM_DATADIST_FFI_BACKEND=ascend: the same tests as on
+#    the mock, same results; tests marked mock_only are skipped with their reason
+#    (tests/test_shim.py is left out: it builds its own toolkits and ran already);
+# 4. the shim, the double and the mock rebuilt with ASan + UBSan, and the smoke run
+#    and the native tests repeated under the sanitizers.
+# Runs in the caller's Python environment (.ci/run's virtual environment).
+set -euo pipefail
+out=${1:?usage: ci_stage.sh OUT_DIR}
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+rm -rf "$out"
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+
+build() {   # build DIR [--sanitize]: toolkit in DIR/toolkit, shim in DIR/shim
+    local dir=$1; shift
+    python "$here/build_toolkit.py" "$dir/toolkit" "$@" >/dev/null
+    python "$root/llm_datadist_ffi/_shim/build_shim.py" "$dir/shim" --toolkit "$dir/toolkit" "$@" >/dev/null
+}
+
+run_stage() {   # run_stage DIR [pytest args...]: smoke + suite in DIR's toolkit environment
+    local dir=$1; shift
+    (
+        # shellcheck disable=SC1091
+        . "$dir/toolkit/set_env.sh"
+        python "$here/smoke.py" "$dir/shim/libllm_datadist_ffi_shim.so" \
+            --mock-lib "$(readlink -f "$dir/toolkit/lib64/libacl_rt.so")"
+        cd "$root"
+        LLM_DATADIST_FFI_BACKEND=ascend \
+        LLM_DATADIST_FFI_SHIM_LIB="$dir/shim/libllm_datadist_ffi_shim.so" \
+            pytest -p no:cacheprovider -q --ignore=tests/test_shim.py "$@"
+    )
+}
+
+echo "-- shim + vendor double"
+build "$out/plain"
+run_stage "$out/plain"
+
+echo "-- shim + vendor double under AddressSanitizer + UndefinedBehaviorSanitizer"
+build "$out/asan" --sanitize
+cxx=${CXX:-g++}
+LD_PRELOAD="$($cxx -print-file-name=libasan.so) $($cxx -print-file-name=libubsan.so)" \
+ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1:abort_on_error=1:halt_on_error=1" \
+UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+    run_stage "$out/asan"
