@@ -8,6 +8,12 @@
  * size (A-4) and comes from the C allocator, so that AddressSanitizer sees any
  * access past its end.
  *
+ * Each allocation is followed by a guard zone of GUARD_BYTES that belongs to
+ * the mock: a copy that starts at or just past the end of an allocation (the
+ * classic off-by-one) is then recognised as an overrun of that allocation, and can
+ * never land in another buffer of the heap. Under AddressSanitizer the guard zone
+ * is poisoned, so direct access to it is reported as well.
+ *
  * Freed allocations stay in the tree, marked not live, so that a later copy into
  * one is reported as a use after free rather than as "unknown memory". Their memory
  * is held back from the C allocator while the record exists: otherwise the C
@@ -59,6 +65,7 @@ enum {
     MAX_DEVICE_COUNT = 1024,          /* the largest count lldd_mock_set_device_count accepts */
     FREED_MAX_RECORDS = 4096,         /* freed allocations remembered for use-after-free reports */
     ALLOC_ALIGNMENT = 64,             /* so that aclrtMemcpyAsync's 64-byte rule can be met */
+    GUARD_BYTES = 64,                 /* owned by the mock after each allocation */
     ASYNC_D2D_ALIGNMENT = 64,         /* acl.md §6, aclrtMemcpyAsync */
     MEM_ATTR_LAST = ACL_MEM_P2P_HUGE1G
 };
@@ -78,7 +85,7 @@ static const char k_soc_name[] = "Ascend910B4-mock";
 
 typedef struct alloc_node {
     uintptr_t base;
-    size_t size;
+    size_t size;                     /* as requested; the guard zone follows */
     int live;
     int kind;                        /* MOCK_MEM_DEVICE or MOCK_MEM_HOST */
     int32_t device;
@@ -235,7 +242,8 @@ static alloc_node *tree_remove(alloc_node *root, uintptr_t base)
     return rebalance(root);
 }
 
-/* The tracked allocation (live or freed) that contains addr, or NULL. */
+/* The tracked allocation (live or freed) whose memory or guard zone contains addr,
+ * or NULL. */
 static alloc_node *tree_containing(uintptr_t addr)
 {
     alloc_node *n = g_root, *floor = NULL;
@@ -247,7 +255,7 @@ static alloc_node *tree_containing(uintptr_t addr)
             n = n->left;
         }
     }
-    return (floor != NULL && addr - floor->base < floor->size) ? floor : NULL;
+    return (floor != NULL && addr - floor->base < floor->size + GUARD_BYTES) ? floor : NULL;
 }
 
 /* The tracked allocation with the lowest base above addr, or NULL. */
@@ -328,12 +336,14 @@ static aclError track_allocation(const char *fn, int kind, int32_t device, size_
     }
     alloc_node *node = calloc(1, sizeof *node);
     void *mem = NULL;
-    if (node == NULL || posix_memalign(&mem, ALLOC_ALIGNMENT, size) != 0) {
+    if (node == NULL || size > SIZE_MAX - GUARD_BYTES ||
+        posix_memalign(&mem, ALLOC_ALIGNMENT, size + GUARD_BYTES) != 0) {
         free(node);
         mock_set_error("%s: the host cannot provide %zu bytes for the mock allocation", fn, size);
         rc = ACL_ERROR_RT_MEMORY_ALLOCATION;
         goto done;
     }
+    HELD_POISON((char *)mem + size, GUARD_BYTES);
     node->base = (uintptr_t)mem;
     node->size = size;
     node->live = 1;
@@ -354,7 +364,7 @@ static void drop_record_locked(alloc_node *node)
 {
     g_root = tree_remove(g_root, node->base);
     void *mem = (void *)node->base;
-    HELD_UNPOISON(mem, node->size);
+    HELD_UNPOISON(mem, node->size + GUARD_BYTES);
     free(mem);
     free(node);
 }
@@ -366,7 +376,7 @@ static void hold_freed_locked(alloc_node *node)
         drop_record_locked(node);
         return;
     }
-    HELD_POISON((void *)node->base, node->size);
+    HELD_POISON((void *)node->base, node->size + GUARD_BYTES);
     node->newer = NULL;
     if (g_freed_newest != NULL)
         g_freed_newest->newer = node;
@@ -400,6 +410,11 @@ static aclError release_allocation(const char *fn, const char *param, void *ptr,
     if (node == NULL) {
         mock_set_error("%s: %s %p is not an allocation of %s (unknown pointer; acl.md A-6)", fn, param, ptr,
                        kind_name(kind));
+    } else if (addr - node->base >= node->size) {
+        mock_set_error("%s: %s %p lies %zu bytes past the end of the %s allocation [%p, +%zu), not at its "
+                       "start (acl.md A-6)",
+                       fn, param, ptr, (size_t)(addr - node->base - node->size), kind_name(node->kind),
+                       (void *)node->base, node->size);
     } else if (!node->live) {
         mock_set_error("%s: %s %p lies in the %s allocation [%p, +%zu) that was already freed "
                        "(double free; acl.md A-6)",
@@ -429,8 +444,9 @@ static aclError release_allocation(const char *fn, const char *param, void *ptr,
 enum placement { PLACE_ANY, PLACE_DEVICE, PLACE_HOST };
 
 /* Checks that [ptr, ptr + len) may be touched with the given placement rule.
- * Beyond A-5's wording, a range that starts outside every tracked allocation
- * must not run into one: that is an overrun of the caller's own buffer.
+ * Beyond A-5's wording, a range that starts in an allocation's guard zone is an
+ * overrun of that allocation, and a range that starts outside every tracked
+ * allocation must not run into one (an overrun of the caller's own buffer).
  * Lock held (shared). Returns ACL_SUCCESS or ACL_ERROR_RT_PARAM_INVALID with the
  * message set; *found receives the allocation that holds the range, if any. */
 static aclError check_range(const char *fn, const char *param, const void *ptr, size_t len, enum placement rule,
@@ -444,6 +460,13 @@ static aclError check_range(const char *fn, const char *param, const void *ptr, 
     }
     const alloc_node *node = tree_containing(addr);
     if (node != NULL) {
+        if (addr - node->base >= node->size) {
+            mock_set_error("%s: %s %p lies %zu bytes past the end of the %s allocation [%p, +%zu) (acl.md A-4, "
+                           "A-5)",
+                           fn, param, ptr, (size_t)(addr - node->base - node->size), kind_name(node->kind),
+                           (void *)node->base, node->size);
+            return ACL_ERROR_RT_PARAM_INVALID;
+        }
         if (!node->live) {
             mock_set_error("%s: %s %p lies in the %s allocation [%p, +%zu) that was freed (use after free; "
                            "acl.md A-5)",
@@ -1050,6 +1073,8 @@ int mock_acl_lookup(uintptr_t addr, mock_alloc_info *out)
 {
     pthread_rwlock_rdlock(&g_lock);
     const alloc_node *node = tree_containing(addr);
+    if (node != NULL && addr - node->base >= node->size)
+        node = NULL;      /* the guard zone is not part of the allocation */
     if (node != NULL && out != NULL) {
         out->base = node->base;
         out->size = node->size;
