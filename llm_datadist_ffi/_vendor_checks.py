@@ -1,0 +1,180 @@
+"""The vendor Python layer's argument checks, as one small set of helpers.
+
+python-api.md §0 describes the vendor's three kinds of check, and their behaviour is
+part of the contract that client code sees:
+
+* a *type check* is ``isinstance`` against the listed classes (``bool`` passes where
+  ``int`` does, subclasses pass) and lets ``None`` through unless the row says
+  otherwise; for "list of int" every element is checked too;
+* a *range check* (``uint16``, ``uint32``, ``uint64``, ``int32``, ``int64``) first
+  rejects ``None`` and non-ints with ``TypeError``, then an int outside the C type
+  with ``ValueError``;
+* a *rule check* raises ``LLMException`` with ``LLM_PARAM_INVALID`` and a message
+  naming the rule.
+
+The vendor lets a ``None`` through a type check and fails later with whatever the
+first use of it raises. The project rule (python-api.md §0) keeps that exception
+type but raises it before any native call with a message naming the parameter;
+``none_error`` builds those messages so that they read alike everywhere.
+
+Every message names the parameter and the rule. Vendor texts that clients may match
+are kept verbatim where python-api.md quotes them.
+
+This module is pure Python and imports only ``status`` from the package.
+"""
+from __future__ import annotations
+
+import socket
+from typing import Any, Final, NoReturn, Tuple, Type, Union
+
+from .status import LLMException, LLMStatusCode, ParamInvalidError
+
+__all__ = [
+    "INT32", "INT64", "UINT16", "UINT32", "UINT64", "INVALID_ID",
+    "IntRange", "check_int", "check_type", "check_int_list", "check_layer_range",
+    "int_to_ip", "ip_to_int", "param_invalid", "raise_param_invalid", "type_name", "none_error",
+]
+
+IntRange = Tuple[str, int, int]
+"""A C integer type as (name, lowest, highest)."""
+
+UINT16: Final[IntRange] = ("uint16", 0, 2**16 - 1)
+UINT32: Final[IntRange] = ("uint32", 0, 2**32 - 1)
+UINT64: Final[IntRange] = ("uint64", 0, 2**64 - 1)
+INT32: Final[IntRange] = ("int32", -(2**31), 2**31 - 1)
+INT64: Final[IntRange] = ("int64", -(2**63), 2**63 - 1)
+
+#: The id the vendor uses for "no request / no prefix": ``2**64 - 1``.
+INVALID_ID: Final = 2**64 - 1
+
+TypeSpec = Union[Type[Any], Tuple[Type[Any], ...]]
+
+
+def type_name(value: object) -> str:
+    """The class name of ``value`` as messages show it (``None`` for ``None``)."""
+    return "None" if value is None else type(value).__name__
+
+
+def _expected(types: TypeSpec) -> str:
+    if isinstance(types, tuple):
+        return " | ".join(t.__name__ for t in types)
+    return types.__name__
+
+
+def param_invalid(message: str) -> LLMException:
+    """The vendor's rule-check error: ``LLMException`` with ``LLM_PARAM_INVALID``.
+
+    The instance is of the package's ``ParamInvalidError``, a subclass of
+    ``LLMException`` and nothing else, so that it is caught exactly where the vendor's
+    ``LLMException(message, status_code=LLM_PARAM_INVALID)`` is caught, and alike with
+    the core's ``LLM_PARAM_INVALID`` failures.
+    """
+    return ParamInvalidError(message, status_code=LLMStatusCode.LLM_PARAM_INVALID)
+
+
+def raise_param_invalid(message: str) -> NoReturn:
+    """Raise ``param_invalid(message)``."""
+    raise param_invalid(message)
+
+
+def none_error(name: str, expected: str, exc_type: Type[Exception] = TypeError) -> Exception:
+    """The project rule's error for a ``None`` the vendor would fail on later.
+
+    ``exc_type`` is the type the vendor's first use of the ``None`` raises
+    (``TypeError`` for ``len()``, iteration, comparison or a native conversion;
+    ``AttributeError`` for attribute access).
+    """
+    return exc_type(f"{name} must be {expected}, not None")
+
+
+def check_type(value: object, types: TypeSpec, name: str, *, allow_none: bool = True) -> None:
+    """The vendor's type check: ``isinstance(value, types)``.
+
+    Raises:
+        TypeError: ``value`` is not an instance of ``types`` (``None`` only when
+            ``allow_none`` is False).
+    """
+    if value is None and allow_none:
+        return
+    if not isinstance(value, types):
+        raise TypeError(f"{name} must be {_expected(types)}, not {type_name(value)}")
+
+
+def check_int_list(value: object, name: str, *, containers: TypeSpec = (list, tuple),
+                   allow_none: bool = True) -> None:
+    """The vendor's type check for "a ``containers`` of ``int``": the container, then
+    every element.
+
+    Raises:
+        TypeError: not one of ``containers`` (``None`` only when ``allow_none`` is
+            False), or an element that is not an ``int``.
+    """
+    check_type(value, containers, name, allow_none=allow_none)
+    if value is None:
+        return
+    items: Any = value
+    for index, item in enumerate(items):
+        if not isinstance(item, int):
+            raise TypeError(f"{name}[{index}] must be int, not {type_name(item)}")
+
+
+def check_int(value: object, name: str, int_range: IntRange) -> int:
+    """The vendor's range check for a C integer type; returns the value as an int.
+
+    Raises:
+        TypeError: ``value`` is ``None`` or not an ``int`` (``bool`` is an int).
+        ValueError: ``value`` lies outside the C type's range.
+    """
+    kind, low, high = int_range
+    if not isinstance(value, int):
+        raise TypeError(f"{name} must be an int ({kind}), not {type_name(value)}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} is {value}, outside the {kind} range [{low}, {high}]")
+    return int(value)
+
+
+def check_layer_range(value: object, name: str, *, allow_none: bool = True) -> None:
+    """The layer-range check of pushes and async transfers (python-api.md §9.1).
+
+    ``None`` passes unless ``allow_none`` is False; otherwise the value must be a
+    ``range`` with step 1 and ``0 <= start < stop``.
+
+    Raises:
+        TypeError: not a ``range`` (``None`` when ``allow_none`` is False).
+        LLMException: ``LLM_PARAM_INVALID`` for a step other than 1, or a range that
+            is empty, descending or starts below 0.
+    """
+    if value is None and allow_none:
+        return
+    if not isinstance(value, range):
+        raise TypeError(f"{name} must be a range, not {type_name(value)}")
+    if value.step != 1:
+        raise_param_invalid(f"{name} step must be 1, got {value!r}")
+    if not 0 <= value.start < value.stop:
+        raise_param_invalid(f"{name} must satisfy 0 <= start < stop, got {value!r}")
+
+
+def ip_to_int(ip: str) -> int:
+    """The vendor's IPv4 conversion (python-api.md §5): ``inet_aton``, little-endian.
+
+    ``"a.b.c.d"`` becomes ``a | b << 8 | c << 16 | d << 24``; the C library's shorthand
+    forms (``"127.1"``) are accepted.
+
+    Raises:
+        RuntimeError: ``"Can not parse ip str:<ip>"`` (a plain ``RuntimeError``, not
+            an ``LLMException``) when the C library cannot parse ``ip``.
+    """
+    try:
+        packed = socket.inet_aton(ip)
+    except (OSError, ValueError):  # OSError: unparsable; ValueError: embedded NUL
+        raise RuntimeError(f"Can not parse ip str:{ip}") from None
+    return int.from_bytes(packed, "little")
+
+
+def int_to_ip(ip: int) -> str:
+    """The inverse of ``ip_to_int``: the dotted text of a vendor ip integer.
+
+    Raises:
+        OverflowError: ``ip`` does not fit 32 bits (callers check the range first).
+    """
+    return socket.inet_ntoa(ip.to_bytes(4, "little"))
