@@ -604,6 +604,27 @@ def test_free_only_frees_malloc_memory_and_free_host_only_malloc_host_memory(
     acl.free_host(host_ptr)
 
 
+@mock_only(reason="A-6 and docs/semantics.md ACL-7")
+def test_freeing_a_pointer_just_past_an_allocation_is_reported(allocations: Callable[..., int]) -> None:
+    ptr = allocations(40)
+    exc = raises_acl(RT_PARAM_INVALID, acl.free, ptr + 40)
+    assert exc.message is not None and "0 bytes past the end" in exc.message
+
+
+@mock_only(reason="docs/semantics.md ACL-8: remembered freed memory is not handed out again")
+def test_freed_memory_is_not_reused_while_it_is_remembered(device: int) -> None:
+    freed = set()
+    for _ in range(50):
+        ptr = acl.malloc(48)
+        acl.free(ptr)
+        freed.add(ptr)
+    assert len(freed) == 50
+    live = [acl.malloc(48) for _ in range(50)]
+    assert freed.isdisjoint(live)
+    for ptr in live:
+        acl.free(ptr)
+
+
 @mock_only(reason="lldd_mock_live_allocations is the mock's leak accounting")
 def test_live_allocations_count_every_allocation_until_it_is_freed(device: int) -> None:
     before = mock_control.live_allocations()
@@ -727,7 +748,7 @@ def test_a_copy_past_the_end_of_an_allocation_is_reported(allocations: Callable[
     assert exc.message is not None and "runs 4 bytes past the end" in exc.message and hex(ptr) in exc.message
 
 
-@mock_only(reason="A-5, a mock-only strictness listed in docs/semantics.md")
+@mock_only(reason="docs/semantics.md ACL-7")
 @COPIES
 def test_a_copy_that_starts_outside_and_runs_into_an_allocation_is_reported(
         allocations: Callable[..., int], copy: Callable[..., None]) -> None:
@@ -735,6 +756,19 @@ def test_a_copy_that_starts_outside_and_runs_into_an_allocation_is_reported(
     host = np.zeros(64, dtype=np.uint8)
     exc = raises_acl(RT_PARAM_INVALID, copy, host.ctypes.data, 64, ptr - 16, 32, acl.ACL_MEMCPY_DEFAULT)
     assert exc.message is not None and "runs into" in exc.message
+
+
+@mock_only(reason="docs/semantics.md ACL-7: the guard zone after each allocation")
+@COPIES
+@pytest.mark.parametrize("past_end", [0, 1, 63])
+def test_a_copy_that_starts_at_or_just_past_the_end_of_an_allocation_is_reported(
+        allocations: Callable[..., int], copy: Callable[..., None], past_end: int) -> None:
+    ptr = allocations(100)
+    host = np.zeros(8, dtype=np.uint8)
+    exc = raises_acl(RT_PARAM_INVALID, copy, ptr + 100 + past_end, 8, host.ctypes.data, 8, acl.ACL_MEMCPY_DEFAULT)
+    assert exc.message is not None and f"lies {past_end} bytes past the end" in exc.message
+    exc = raises_acl(RT_PARAM_INVALID, acl.memset, ptr + 100 + past_end, 8, 0, 1)
+    assert exc.message is not None and hex(ptr) in exc.message
 
 
 @mock_only(reason="A-5: device-side pointers must be aclrtMalloc memory")
@@ -790,7 +824,7 @@ def test_an_async_copy_on_a_destroyed_stream_is_rejected(allocations: Callable[.
     assert exc.message is not None and hex(stream) in exc.message
 
 
-@mock_only(reason="the mock checks that a stream belongs to the current device (docs/semantics.md)")
+@mock_only(reason="docs/semantics.md ACL-5")
 def test_an_async_copy_on_a_stream_of_another_device_is_stream_context(allocations: Callable[..., int]) -> None:
     stream = acl.create_stream()
     a, b = allocations(64), allocations(64)
@@ -953,12 +987,12 @@ def test_an_unknown_stream_handle_is_rejected(device: int) -> None:
     raises_acl(RT_PARAM_INVALID, acl.destroy_stream, array.ctypes.data)
 
 
-@mock_only(reason="the mock rejects timeouts below -1 (docs/semantics.md)")
+@mock_only(reason="docs/semantics.md ACL-5")
 def test_a_timeout_below_minus_one_is_invalid_param(device: int) -> None:
     raises_acl(INVALID_PARAM, acl.synchronize_stream, None, -2)
 
 
-@mock_only(reason="the mock needs a current device to create a stream (docs/semantics.md)")
+@mock_only(reason="docs/semantics.md ACL-4")
 def test_create_stream_needs_a_current_device() -> None:
     raises_acl(RT_CONTEXT_NULL, lambda: in_thread(acl.create_stream))
 
@@ -1083,6 +1117,18 @@ def test_the_device_count_can_be_set_before_the_first_acl_call_only() -> None:
     """)
     assert result == [LLM_PARAM_INVALID, LLM_PARAM_INVALID, SUCCESS, 2, SUCCESS, RT_INVALID_DEVICEID,
                       LLM_PARAM_INVALID, 2]
+
+
+@mock_only(reason="docs/semantics.md ACL-2")
+def test_version_soc_name_and_error_text_do_not_freeze_the_device_settings() -> None:
+    result = fresh_process("""
+        result = [acl.get_version(), acl.get_soc_name(), acl.recent_error_message()]
+        mock_control.set_device_count(3)
+        mock_control.set_device_capacity(4096)
+        acl.set_device(2)
+        result += [acl.get_device_count(), list(acl.get_mem_info())]
+    """)
+    assert result == [[1, 17, 0], "Ascend910B4-mock", None, 3, [4096, 4096]]
 
 
 @mock_only(reason="A-3: lldd_mock_set_device_capacity")
