@@ -18,10 +18,13 @@
  * one is reported as a use after free rather than as "unknown memory". Their memory
  * is held back from the C allocator while the record exists: otherwise the C
  * allocator could hand the same addresses to a numpy array or a Python bytes object,
- * and a legitimate copy from it would be reported as a use after free. Held memory
- * is bounded (FREED_MAX_RECORDS records, FREED_MAX_BYTES bytes, oldest released
- * first); under AddressSanitizer it is poisoned, so that direct access to it faults
- * too. Because held memory belongs to nobody else, tracked ranges never overlap.
+ * and a legitimate copy from it would be reported as a use after free; and a copy
+ * into a large freed buffer would fault on unmapped memory instead of being
+ * reported. Held memory keeps its addresses but gives its whole pages back to the
+ * system (madvise), so it costs address space rather than memory. It is bounded
+ * (FREED_MAX_RECORDS records, FREED_MAX_BYTES bytes, oldest released first); under
+ * AddressSanitizer it is poisoned, so that direct access to it faults too. Because
+ * held memory belongs to nobody else, tracked ranges never overlap.
  *
  * The current device is per thread (acl.md §6). A thread's current device lapses
  * when the device's last reference is released: each device has a generation that
@@ -40,6 +43,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "mock_internal.h"
 
@@ -53,11 +58,11 @@
 
 #ifdef MOCK_ASAN
 #include <sanitizer/asan_interface.h>
-#define HELD_POISON(p, n) __asan_poison_memory_region((p), (n))
-#define HELD_UNPOISON(p, n) __asan_unpoison_memory_region((p), (n))
+#define MOCK_POISON(p, n) __asan_poison_memory_region((p), (n))
+#define MOCK_UNPOISON(p, n) __asan_unpoison_memory_region((p), (n))
 #else
-#define HELD_POISON(p, n) ((void)(p), (void)(n))
-#define HELD_UNPOISON(p, n) ((void)(p), (void)(n))
+#define MOCK_POISON(p, n) ((void)(p), (void)(n))
+#define MOCK_UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
 enum {
@@ -70,7 +75,11 @@ enum {
     MEM_ATTR_LAST = ACL_MEM_P2P_HUGE1G
 };
 #define DEFAULT_CAPACITY ((uint64_t)64 << 30)   /* 64 GiB per device */
-#define FREED_MAX_BYTES ((size_t)64 << 20)      /* bytes of freed memory held back */
+#if SIZE_MAX > 0xFFFFFFFFu
+#define FREED_MAX_BYTES ((size_t)256 << 30)     /* address space of freed memory held back */
+#else
+#define FREED_MAX_BYTES ((size_t)256 << 20)
+#endif
 #define POLICY_FLAGS \
     ((unsigned)ACL_MEM_TYPE_LOW_BAND_WIDTH | (unsigned)ACL_MEM_TYPE_HIGH_BAND_WIDTH | \
      (unsigned)ACL_MEM_ACCESS_USER_SPACE_READONLY)
@@ -343,7 +352,7 @@ static aclError track_allocation(const char *fn, int kind, int32_t device, size_
         rc = ACL_ERROR_RT_MEMORY_ALLOCATION;
         goto done;
     }
-    HELD_POISON((char *)mem + size, GUARD_BYTES);
+    MOCK_POISON((char *)mem + size, GUARD_BYTES);
     node->base = (uintptr_t)mem;
     node->size = size;
     node->live = 1;
@@ -364,9 +373,23 @@ static void drop_record_locked(alloc_node *node)
 {
     g_root = tree_remove(g_root, node->base);
     void *mem = (void *)node->base;
-    HELD_UNPOISON(mem, node->size + GUARD_BYTES);
+    MOCK_UNPOISON(mem, node->size + GUARD_BYTES);
     free(mem);
     free(node);
+}
+
+/* Gives the whole pages inside [base, base + size) back to the system; the addresses
+ * stay ours and read as zeros if touched. */
+static void release_pages(uintptr_t base, size_t size)
+{
+    long page_size = sysconf(_SC_PAGESIZE);
+    if (page_size <= 0)
+        return;
+    uintptr_t page = (uintptr_t)page_size;
+    uintptr_t first = base + (page - base % page) % page;
+    uintptr_t end = (base + size) - (base + size) % page;
+    if (end > first)
+        (void)madvise((void *)first, end - first, MADV_DONTNEED);   /* advice: failure is harmless */
 }
 
 /* Keeps a just-freed allocation as a record (see the top of this file). Lock held. */
@@ -376,7 +399,8 @@ static void hold_freed_locked(alloc_node *node)
         drop_record_locked(node);
         return;
     }
-    HELD_POISON((void *)node->base, node->size + GUARD_BYTES);
+    release_pages(node->base, node->size);
+    MOCK_POISON((void *)node->base, node->size + GUARD_BYTES);
     node->newer = NULL;
     if (g_freed_newest != NULL)
         g_freed_newest->newer = node;

@@ -625,6 +625,18 @@ def test_freed_memory_is_not_reused_while_it_is_remembered(device: int) -> None:
         acl.free(ptr)
 
 
+@mock_only(reason="docs/semantics.md ACL-8: large freed buffers are remembered too")
+def test_a_copy_into_a_large_freed_buffer_is_reported_rather_than_faulting(device: int) -> None:
+    size = 128 << 20
+    ptr = acl.malloc(size)
+    acl.memset(ptr, size, 0x5A, size)
+    acl.free(ptr)
+    host = np.ones(4096, dtype=np.uint8)
+    exc = raises_acl(RT_PARAM_INVALID, acl.memcpy, ptr + size - 4096, 4096, host.ctypes.data, 4096,
+                     acl.ACL_MEMCPY_HOST_TO_DEVICE)
+    assert exc.message is not None and "use after free" in exc.message and f"+{size})" in exc.message
+
+
 @mock_only(reason="lldd_mock_live_allocations is the mock's leak accounting")
 def test_live_allocations_count_every_allocation_until_it_is_freed(device: int) -> None:
     before = mock_control.live_allocations()
