@@ -114,7 +114,13 @@ typedef struct stream_entry {
     int32_t device;
 } stream_entry;
 
+#ifdef PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP
+/* Writers first, so that copies running back to back in many threads cannot starve
+ * aclrtFree; no path takes the lock recursively, which this kind requires. */
+static pthread_rwlock_t g_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+#else
 static pthread_rwlock_t g_lock = PTHREAD_RWLOCK_INITIALIZER;
+#endif
 static atomic_int g_started;        /* an ACL call has been made: settings are frozen */
 static uint32_t g_device_count = DEFAULT_DEVICE_COUNT;
 static uint64_t g_capacity = DEFAULT_CAPACITY;

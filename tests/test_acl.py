@@ -934,20 +934,21 @@ def test_get_mem_info_rejects_an_attribute_outside_the_enum(device: int) -> None
 
 @mock_only(reason="A-3: capacity minus the requested sizes of live allocations, for every attribute")
 def test_get_mem_info_accounts_the_exact_requested_sizes_for_every_attribute(own_device: int) -> None:
-    def account() -> list[list[tuple[int, int]]]:
+    attrs = sorted(ffi.typeof("aclrtMemAttr").relements.values())
+
+    def account() -> list[list[acl.MemInfo]]:
         acl.set_device(own_device)
-        attrs = sorted(ffi.typeof("aclrtMemAttr").relements.values())
-        snapshots = [[tuple(acl.get_mem_info(a)) for a in attrs]]   # type: ignore[misc]
-        a, b = acl.malloc(1000), acl.malloc(33)
+        snapshots = [[acl.get_mem_info(attr) for attr in attrs]]
+        first, second = acl.malloc(1000), acl.malloc(33)
         pinned = acl.malloc_host(5000)          # host memory is not device memory
-        snapshots.append([tuple(acl.get_mem_info(a)) for a in attrs])  # type: ignore[misc]
-        acl.free(a)
-        snapshots.append([tuple(acl.get_mem_info(a)) for a in attrs])  # type: ignore[misc]
-        acl.free(b)
+        snapshots.append([acl.get_mem_info(attr) for attr in attrs])
+        acl.free(first)
+        snapshots.append([acl.get_mem_info(attr) for attr in attrs])
+        acl.free(second)
         acl.free_host(pinned)
-        snapshots.append([tuple(acl.get_mem_info(a)) for a in attrs])  # type: ignore[misc]
+        snapshots.append([acl.get_mem_info(attr) for attr in attrs])
         acl.reset_device(own_device)
-        return snapshots  # type: ignore[return-value]
+        return snapshots
 
     total = 64 * GiB
     snapshots = in_thread(account)
@@ -1333,4 +1334,4 @@ class AllocationMachine(RuleBasedStateMachine):
 
 @mock_only(reason="A-4, A-5, A-6 against a model of the mock's allocation table")
 def test_the_allocation_table_agrees_with_a_model() -> None:
-    run_state_machine_as_test(AllocationMachine)
+    run_state_machine_as_test(AllocationMachine)  # type: ignore[no-untyped-call]
