@@ -1,0 +1,795 @@
+/* Engine life cycle of the mock LLM-DataDist: create, Initialize, SetRole,
+ * Finalize, destroy, and the process-wide registry of engines.
+ *
+ * An engine is UNINIT until Initialize succeeds, then READY; Finalize first moves
+ * it to FINALIZING, so that calls starting from then on fail with LLM_FAILED, waits
+ * for the calls already running (PR-37), and then tears everything down in the
+ * reverse order of Initialize: listener and handshakes, links, caches and pools,
+ * the device reference. A fresh Initialize starts again from cache id 1.
+ *
+ * The registry lets two engines of one process find each other by serial, so that
+ * a transfer between them is a memcpy under a pin instead of a trip through the
+ * socket (engine_xfer.c). destroy waits until no peer holds the engine.
+ */
+#include "engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "json.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * registry
+ * ------------------------------------------------------------------------------------------ */
+
+static pthread_mutex_t g_reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_reg_cv = PTHREAD_COND_INITIALIZER;
+static engine *g_engines;
+static uint64_t g_next_serial = 1;
+static uint64_t g_live_engines;
+
+/* A process_vm_readv probe of a peer reads this word at the address the peer sent
+ * in its handshake: success and the right value prove the data path works. */
+static volatile uint64_t g_probe_word = 0x4C4C44446D6F636Bull;
+
+uint64_t engine_probe_value(void)
+{
+    return g_probe_word;
+}
+
+uint64_t engine_probe_addr(void)
+{
+    return (uint64_t)(uintptr_t)&g_probe_word;
+}
+
+engine *registry_acquire(uint64_t serial)
+{
+    engine *found = NULL;
+    pthread_mutex_lock(&g_reg_mu);
+    for (engine *e = g_engines; e != NULL; e = e->reg_next) {
+        if (e->serial == serial) {
+            e->reg_refs++;
+            found = e;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&g_reg_mu);
+    return found;
+}
+
+void registry_release(engine *e)
+{
+    pthread_mutex_lock(&g_reg_mu);
+    if (--e->reg_refs == 0)
+        pthread_cond_broadcast(&g_reg_cv);
+    pthread_mutex_unlock(&g_reg_mu);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * threads
+ * ------------------------------------------------------------------------------------------ */
+
+int thread_start(engine *e, eng_thread *t, void *(*fn)(void *), void *arg)
+{
+    t->e = e;
+    return pthread_create(&t->tid, NULL, fn, arg);
+}
+
+void thread_join_free(eng_thread *t)
+{
+    if (t == NULL)
+        return;
+    pthread_join(t->tid, NULL);
+    tp_close(&t->fd);
+    free(t);
+}
+
+/* Joins the finished connection threads (all of them when `all`; the caller has
+ * made them finish by shutting their sockets down). */
+void engine_reap_conns(engine *e, int all)
+{
+    eng_thread *done = NULL;
+    pthread_mutex_lock(&e->mu);
+    eng_thread **pp = &e->conns;
+    while (*pp != NULL) {
+        eng_thread *t = *pp;
+        if (all || atomic_load(&t->done)) {
+            *pp = t->next;
+            t->next = done;
+            done = t;
+        } else {
+            pp = &t->next;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    while (done != NULL) {
+        eng_thread *t = done;
+        done = t->next;
+        thread_join_free(t);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * calls (PR-37)
+ * ------------------------------------------------------------------------------------------ */
+
+lldd_status engine_enter(engine *e, const char *fn)
+{
+    pthread_mutex_lock(&e->mu);
+    if (e->state != ENGINE_READY) {
+        int finalizing = e->state == ENGINE_FINALIZING;
+        pthread_mutex_unlock(&e->mu);
+        mock_set_error("%s: LlmDataDist is not initialized%s", fn,
+                       finalizing ? " (Finalize is running)" : "");
+        return LLM_FAILED;
+    }
+    e->active++;
+    pthread_mutex_unlock(&e->mu);
+    return LLM_SUCCESS;
+}
+
+void engine_leave(engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    if (--e->active == 0)
+        pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * listener
+ * ------------------------------------------------------------------------------------------ */
+
+static void *listener_main(void *arg)
+{
+    engine *e = arg;
+    for (;;) {
+        struct pollfd p[2] = {{e->listen_fd, POLLIN, 0}, {e->wake_pipe[0], POLLIN, 0}};
+        int r = poll(p, 2, 500);
+        if (r < 0 && errno != EINTR)
+            break;
+        if (p[1].revents)
+            break;
+        engine_reap_conns(e, 0);
+        if (r <= 0 || !(p[0].revents & POLLIN))
+            continue;
+        int fd = accept4(e->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
+                tp_sleep_ms(50, &e->stopping);
+            continue;
+        }
+        eng_thread *t = calloc(1, sizeof *t);
+        if (t == NULL) {
+            close(fd);
+            continue;
+        }
+        t->fd = fd;
+        pthread_mutex_lock(&e->mu);
+        t->next = e->conns;
+        e->conns = t;
+        int err = thread_start(e, t, conn_thread_main, t);
+        if (err != 0) {
+            e->conns = t->next;
+            pthread_mutex_unlock(&e->mu);
+            close(fd);
+            free(t);
+            continue;
+        }
+        pthread_mutex_unlock(&e->mu);
+    }
+    return NULL;
+}
+
+/* Starts the listener thread on an already bound socket. listen_mu held. */
+static int listener_run(engine *e, int fd, const tp_addr *addr)
+{
+    if (pipe2(e->wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+        return errno;
+    e->listen_fd = fd;
+    e->listen_addr = *addr;
+    int err = pthread_create(&e->listen_tid, NULL, listener_main, e);
+    if (err != 0) {
+        close(e->wake_pipe[0]);
+        close(e->wake_pipe[1]);
+        e->listen_fd = -1;
+        return err;
+    }
+    e->listening = 1;
+    return 0;
+}
+
+/* listen_mu held. */
+static void listener_stop(engine *e)
+{
+    if (!e->listening)
+        return;
+    ssize_t w;
+    do {
+        w = write(e->wake_pipe[1], "x", 1);
+    } while (w < 0 && errno == EINTR);
+    pthread_join(e->listen_tid, NULL);
+    close(e->wake_pipe[0]);
+    close(e->wake_pipe[1]);
+    tp_close(&e->listen_fd);
+    e->listening = 0;
+}
+
+/* Binds and starts a listener. listen_mu held. */
+static lldd_status listener_start(engine *e, const tp_addr *addr, const char *fn)
+{
+    int fd;
+    int err = tp_listen(addr, &fd);
+    if (err == 0) {
+        err = listener_run(e, fd, addr);
+        if (err != 0)
+            close(fd);
+    }
+    if (err != 0) {
+        mock_set_error("%s: cannot listen on %s%s%s:%u (llm.ListenIpInfo): %s", fn,
+                       addr->family == AF_INET6 ? "[" : "", addr->ip, addr->family == AF_INET6 ? "]" : "",
+                       (unsigned)addr->port, strerror(err));
+        return LLM_FAILED;
+    }
+    return LLM_SUCCESS;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * options
+ * ------------------------------------------------------------------------------------------ */
+
+/* The value of the last option named key (a repeated key keeps its last value);
+ * NULL when absent. A NULL key or value counts as "" (AscendString(nullptr)). */
+static const char *opt_get(const lldd_option *options, size_t count, const char *key)
+{
+    const char *value = NULL;
+    for (size_t i = 0; i < count; i++) {
+        const char *k = options[i].key ? options[i].key : "";
+        if (strcmp(k, key) == 0)
+            value = options[i].value ? options[i].value : "";
+    }
+    return value;
+}
+
+/* Parses a decimal string of digits only into *out (<= max). */
+static int parse_digits(const char *s, uint64_t max, uint64_t *out)
+{
+    if (s == NULL || *s == '\0')
+        return -1;
+    uint64_t v = 0;
+    for (const char *c = s; *c; c++) {
+        if (*c < '0' || *c > '9')
+            return -1;
+        if (__builtin_mul_overflow(v, 10u, &v) || __builtin_add_overflow(v, (uint64_t)(*c - '0'), &v))
+            return -1;
+        if (v > max)
+            return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+typedef struct pool_cfg {
+    int present;
+    uint64_t memory_size;
+    uint32_t page_shift;
+} pool_cfg;
+
+static lldd_status parse_pool_cfg(const char *fn, const char *key, const char *text, pool_cfg *out)
+{
+    memset(out, 0, sizeof *out);
+    if (text == NULL)
+        return LLM_SUCCESS;
+    json_value doc;
+    char why[96];
+    if (json_parse(text, strlen(text), &doc, why, sizeof why) != 0) {
+        mock_set_error("%s: option %s is not valid JSON (%s)", fn, key, why);
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = LLM_SUCCESS;
+    const json_value *size = json_member(&doc, "memory_size");
+    const json_value *shift = json_member(&doc, "page_shift");
+    out->page_shift = 16;
+    if (doc.type != JSON_OBJECT) {
+        mock_set_error("%s: option %s must be a JSON object {\"memory_size\": N, \"page_shift\": S}", fn, key);
+        st = LLM_PARAM_INVALID;
+    } else if (size == NULL || size->type != JSON_NUMBER || !size->is_uint) {
+        mock_set_error("%s: option %s needs \"memory_size\" as an unsigned integer number of bytes", fn, key);
+        st = LLM_PARAM_INVALID;
+    } else if (shift != NULL && (shift->type != JSON_NUMBER || !shift->is_uint)) {
+        mock_set_error("%s: option %s: \"page_shift\" must be an unsigned integer in [10, 31)", fn, key);
+        st = LLM_PARAM_INVALID;
+    } else if (shift != NULL && (shift->uint_value < 10 || shift->uint_value >= 31)) {
+        mock_set_error("%s: option %s: \"page_shift\" %llu is outside [10, 31)", fn, key,
+                       (unsigned long long)shift->uint_value);
+        st = LLM_PARAM_INVALID;
+    } else {
+        if (shift != NULL)
+            out->page_shift = (uint32_t)shift->uint_value;
+        out->memory_size = size->uint_value;
+        if (out->memory_size == 0) {
+            mock_set_error("%s: option %s: \"memory_size\" must be greater than 0", fn, key);
+            st = LLM_PARAM_INVALID;
+        } else if ((out->memory_size >> out->page_shift) >= 0xFFFFFFFFull) {
+            mock_set_error("%s: option %s: memory_size >> page_shift (%llu) must be < 2^32 - 1", fn, key,
+                           (unsigned long long)(out->memory_size >> out->page_shift));
+            st = LLM_PARAM_INVALID;
+        } else {
+            out->present = 1;
+        }
+    }
+    json_free(&doc);
+    return st;
+}
+
+typedef struct init_cfg {
+    int32_t device;
+    int has_listen;
+    tp_addr listen;
+    uint32_t sync_timeout_ms;
+    int hixl;
+    pool_cfg dev_pool, host_pool;
+    const char *local_comm_res;
+} init_cfg;
+
+/* Checks the options in the order of cpp-api.md §6.4 steps 2-6. */
+static lldd_status parse_init_options(engine *e, const char *fn, const lldd_option *opts, size_t n, init_cfg *c)
+{
+    memset(c, 0, sizeof *c);
+    int role = atomic_load(&e->role);
+    if (role < LLDD_ROLE_PROMPT || role > LLDD_ROLE_MIX) {
+        mock_set_error("%s: role %d is invalid; expected PROMPT (1), DECODER (2) or MIX (3)", fn, role);
+        return LLM_PARAM_INVALID;
+    }
+
+    const char *dev = opt_get(opts, n, "llm.DeviceId");
+    if (dev == NULL || dev[0] == '\0') {
+        mock_set_error("%s: option llm.DeviceId is %s; it is required (one device id >= 0)", fn,
+                       dev == NULL ? "missing" : "empty");
+        return LLM_PARAM_INVALID;
+    }
+    {
+        size_t items = 0;
+        int64_t first = -1;
+        const char *p = dev;
+        for (;;) {
+            const char *semi = strchr(p, ';');
+            size_t len = semi ? (size_t)(semi - p) : strlen(p);
+            char item[32];
+            uint64_t v;
+            if (len == 0 || len >= sizeof item) {
+                mock_set_error("%s: option llm.DeviceId \"%s\": item %zu is not an int32 >= 0", fn, dev, items);
+                return LLM_PARAM_INVALID;
+            }
+            memcpy(item, p, len);
+            item[len] = '\0';
+            if (parse_digits(item, INT32_MAX, &v) != 0) {
+                mock_set_error("%s: option llm.DeviceId \"%s\": \"%s\" is not an int32 >= 0", fn, dev, item);
+                return LLM_PARAM_INVALID;
+            }
+            if (items == 0)
+                first = (int64_t)v;
+            items++;
+            if (semi == NULL)
+                break;
+            p = semi + 1;
+        }
+        if (items != 1) {
+            mock_set_error("%s: option llm.DeviceId \"%s\" lists %zu devices; this engine uses exactly one", fn,
+                           dev, items);
+            return LLM_PARAM_INVALID;
+        }
+        c->device = (int32_t)first;
+    }
+
+    const char *listen = opt_get(opts, n, "llm.ListenIpInfo");
+    if (listen != NULL) {
+        char why[160];
+        if (tp_parse_addr(listen, &c->listen, why, sizeof why) != 0) {
+            mock_set_error("%s: option llm.ListenIpInfo %s", fn, why);
+            return LLM_PARAM_INVALID;
+        }
+        c->has_listen = 1;
+    }
+
+    const char *backend = opt_get(opts, n, "llm.TransferBackend");
+    if (backend != NULL) {
+        if (strcmp(backend, "hixl") != 0) {
+            mock_set_error("%s: option llm.TransferBackend \"%s\" is not supported; only \"hixl\" is", fn, backend);
+            return LLM_PARAM_INVALID;
+        }
+        c->hixl = 1;
+    }
+
+    const char *wait = opt_get(opts, n, "llm.SyncKvCacheWaitTime");
+    c->sync_timeout_ms = 1000;
+    if (wait != NULL) {
+        uint64_t v;
+        if (parse_digits(wait, UINT64_MAX, &v) != 0) {
+            mock_set_error("%s: option llm.SyncKvCacheWaitTime \"%s\" is not a decimal number of milliseconds", fn,
+                           wait);
+            return LLM_PARAM_INVALID;
+        }
+        if (v < 1 || v > INT32_MAX) {
+            mock_set_error("%s: option llm.SyncKvCacheWaitTime %s is outside [1, 2^31 - 1] ms (PR-26)", fn, wait);
+            return LLM_PARAM_INVALID;
+        }
+        c->sync_timeout_ms = (uint32_t)v;
+    }
+
+    lldd_status st = parse_pool_cfg(fn, "llm.MemPoolConfig", opt_get(opts, n, "llm.MemPoolConfig"), &c->dev_pool);
+    if (st != LLM_SUCCESS)
+        return st;
+    st = parse_pool_cfg(fn, "llm.HostMemPoolConfig", opt_get(opts, n, "llm.HostMemPoolConfig"), &c->host_pool);
+    if (st != LLM_SUCCESS)
+        return st;
+
+    const char *retry = opt_get(opts, n, "llm.LinkRetryCount");
+    if (retry != NULL) {
+        uint64_t v;
+        if (parse_digits(retry, UINT64_MAX, &v) != 0 || v < 1 || v > 100) {
+            mock_set_error("%s: option llm.LinkRetryCount \"%s\" is not an integer in [1, 100]", fn, retry);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    static const char *const numeric[] = {"llm.RdmaTrafficClass", "llm.RdmaServiceLevel"};
+    for (size_t i = 0; i < 2; i++) {
+        const char *v = opt_get(opts, n, numeric[i]);
+        uint64_t x;
+        if (v != NULL && parse_digits(v, UINT32_MAX, &x) != 0) {
+            mock_set_error("%s: option %s \"%s\" is not an unsigned 32-bit number", fn, numeric[i], v);
+            return LLM_PARAM_INVALID;
+        }
+    }
+
+    const char *comm = opt_get(opts, n, "llm.LocalCommRes");
+    c->local_comm_res = (comm != NULL && comm[0] != '\0') ? comm : NULL;
+    return LLM_SUCCESS;
+}
+
+static lldd_status do_initialize(engine *e, const lldd_option *opts, size_t n)
+{
+    static const char fn[] = "lldd_initialize";
+    init_cfg c;
+    lldd_status st = parse_init_options(e, fn, opts, n, &c);
+    if (st != LLM_SUCCESS)
+        return st;
+
+    char *comm = NULL;
+    if (c.local_comm_res != NULL && (comm = strdup(c.local_comm_res)) == NULL) {
+        mock_set_error("%s: out of host memory", fn);
+        return LLM_FAILED;
+    }
+
+    aclError acl = aclrtSetDevice(c.device);
+    if (acl != ACL_SUCCESS) {
+        if (!mock_acl_device_valid(c.device))
+            mock_set_error("%s: aclrtSetDevice(%d) failed with ACL error %d: device %d does not exist "
+                           "(llm.DeviceId)", fn, (int)c.device, (int)acl, (int)c.device);
+        else
+            mock_set_error("%s: aclrtSetDevice(%d) failed with ACL error %d", fn, (int)c.device, (int)acl);
+        free(comm);
+        return LLM_FAILED;
+    }
+
+    if (c.dev_pool.present &&
+        pool_create(&e->dev_pool, LLDD_PLACEMENT_DEVICE, c.device, c.dev_pool.memory_size, c.dev_pool.page_shift) != 0) {
+        mock_set_error("%s: cannot allocate the device memory pool of %llu bytes (llm.MemPoolConfig)", fn,
+                       (unsigned long long)c.dev_pool.memory_size);
+        st = LLM_OUT_OF_MEMORY;
+        goto undo;
+    }
+    if (c.host_pool.present &&
+        pool_create(&e->host_pool, LLDD_PLACEMENT_HOST, c.device, c.host_pool.memory_size, c.host_pool.page_shift) != 0) {
+        mock_set_error("%s: cannot allocate the host memory pool of %llu bytes (llm.HostMemPoolConfig)", fn,
+                       (unsigned long long)c.host_pool.memory_size);
+        st = LLM_OUT_OF_MEMORY;
+        goto undo;
+    }
+
+    pthread_mutex_lock(&e->mu);
+    e->device = c.device;
+    e->sync_timeout_ms = c.sync_timeout_ms;
+    e->hixl = c.hixl;
+    e->local_comm_res = comm;
+    e->comm_res_generated = 0;
+    e->mode = MODE_DIRECT;
+    e->next_id = 1;
+    e->table_bytes = 24;
+    pthread_mutex_unlock(&e->mu);
+
+    if (c.has_listen) {
+        pthread_mutex_lock(&e->listen_mu);
+        st = listener_start(e, &c.listen, fn);
+        pthread_mutex_unlock(&e->listen_mu);
+        if (st != LLM_SUCCESS) {
+            pthread_mutex_lock(&e->mu);
+            e->local_comm_res = NULL;
+            pthread_mutex_unlock(&e->mu);
+            goto undo;
+        }
+    }
+
+    pthread_mutex_lock(&e->mu);
+    e->state = ENGINE_READY;
+    pthread_mutex_unlock(&e->mu);
+    return LLM_SUCCESS;
+
+undo:
+    pool_destroy(&e->dev_pool);
+    pool_destroy(&e->host_pool);
+    aclrtResetDevice(c.device);
+    free(comm);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * exported: version, create, destroy, initialize, finalize, set_role
+ * ------------------------------------------------------------------------------------------ */
+
+MOCK_EXPORT uint32_t lldd_abi_version(void)
+{
+    return LLDD_ABI_VERSION;
+}
+
+MOCK_EXPORT uint64_t lldd_capabilities(void)
+{
+    return LLDD_CAP_REGISTER | LLDD_CAP_ALLOCATE | LLDD_CAP_COPY | LLDD_CAP_CROSS_PROCESS | LLDD_CAP_MOCK_CONTROL;
+}
+
+MOCK_EXPORT const char *lldd_backend_name(void)
+{
+    return "mock";
+}
+
+MOCK_EXPORT lldd_status lldd_create(uint64_t cluster_id, int32_t role, lldd_engine **out)
+{
+    uint32_t code;
+    if (mock_fault_take("lldd_create", &code))
+        return code;
+    if (out == NULL) {
+        mock_set_error("lldd_create: out must not be NULL");
+        return LLM_PARAM_INVALID;
+    }
+    *out = NULL;
+    engine *e = calloc(1, sizeof *e);
+    if (e == NULL) {
+        mock_set_error("lldd_create: out of host memory");
+        return LLM_FAILED;
+    }
+    e->cluster_id = cluster_id;
+    atomic_init(&e->role, role);
+    e->listen_fd = -1;
+    e->wake_pipe[0] = e->wake_pipe[1] = -1;
+    e->next_id = 1;
+    e->table_bytes = 24;
+    e->mode = MODE_DIRECT;
+    pthread_mutex_init(&e->life_mu, NULL);
+    pthread_mutex_init(&e->listen_mu, NULL);
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    pthread_mutex_lock(&g_reg_mu);
+    e->serial = g_next_serial++;
+    e->reg_next = g_engines;
+    g_engines = e;
+    g_live_engines++;
+    pthread_mutex_unlock(&g_reg_mu);
+    *out = e;
+    return LLM_SUCCESS;
+}
+
+MOCK_EXPORT lldd_status lldd_initialize(lldd_engine *e, const lldd_option *options, size_t num_options)
+{
+    uint32_t code;
+    if (mock_fault_take("lldd_initialize", &code))
+        return code;
+    if (e == NULL) {
+        mock_set_error("lldd_initialize: engine must not be NULL");
+        return LLM_PARAM_INVALID;
+    }
+    if (options == NULL && num_options > 0) {
+        mock_set_error("lldd_initialize: options is NULL but num_options is %zu", num_options);
+        return LLM_PARAM_INVALID;
+    }
+    pthread_mutex_lock(&e->life_mu);
+    pthread_mutex_lock(&e->mu);
+    int ready = e->state == ENGINE_READY;
+    pthread_mutex_unlock(&e->mu);
+    lldd_status st = ready ? LLM_SUCCESS : do_initialize(e, options, num_options);
+    pthread_mutex_unlock(&e->life_mu);
+    return st;
+}
+
+MOCK_EXPORT void lldd_finalize(lldd_engine *e)
+{
+    if (e == NULL)
+        return;
+    pthread_mutex_lock(&e->life_mu);
+    pthread_mutex_lock(&e->mu);
+    if (e->state != ENGINE_READY) {
+        pthread_mutex_unlock(&e->mu);
+        pthread_mutex_unlock(&e->life_mu);
+        return;
+    }
+    e->state = ENGINE_FINALIZING;
+    atomic_store(&e->stopping, 1);
+    while (e->active > 0)
+        pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+
+    pthread_mutex_lock(&e->listen_mu);
+    listener_stop(e);
+    pthread_mutex_unlock(&e->listen_mu);
+
+    /* handshakes and disconnects in progress: wake them, then join them */
+    pending_abort_all(e);
+    pthread_mutex_lock(&e->mu);
+    for (eng_thread *t = e->conns; t != NULL; t = t->next)
+        tp_shutdown(t->fd);
+    pthread_mutex_unlock(&e->mu);
+    engine_reap_conns(e, 1);
+
+    links_teardown(e);
+    caches_teardown(e);
+    aclrtResetDevice(e->device);
+
+    pthread_mutex_lock(&e->mu);
+    free(e->local_comm_res);
+    e->local_comm_res = NULL;
+    e->comm_res_generated = 0;
+    e->next_id = 1;
+    e->table_bytes = 24;
+    e->state = ENGINE_UNINIT;
+    atomic_store(&e->stopping, 0);
+    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_unlock(&e->life_mu);
+}
+
+MOCK_EXPORT void lldd_destroy(lldd_engine *e)
+{
+    if (e == NULL)
+        return;
+    lldd_finalize(e);
+    pthread_mutex_lock(&g_reg_mu);
+    for (engine **pp = &g_engines; *pp != NULL; pp = &(*pp)->reg_next) {
+        if (*pp == e) {
+            *pp = e->reg_next;
+            break;
+        }
+    }
+    g_live_engines--;
+    while (e->reg_refs > 0)
+        pthread_cond_wait(&g_reg_cv, &g_reg_mu);
+    pthread_mutex_unlock(&g_reg_mu);
+    free(e->caches);
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+    pthread_mutex_destroy(&e->listen_mu);
+    pthread_mutex_destroy(&e->life_mu);
+    free(e);
+}
+
+MOCK_EXPORT lldd_status lldd_set_role(lldd_engine *e, int32_t role, const lldd_option *options, size_t num_options)
+{
+    static const char fn[] = "lldd_set_role";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL) {
+        mock_set_error("%s: engine must not be NULL", fn);
+        return LLM_PARAM_INVALID;
+    }
+    if (options == NULL && num_options > 0) {
+        mock_set_error("%s: options is NULL but num_options is %zu", fn, num_options);
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = engine_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    if (role < LLDD_ROLE_PROMPT || role > LLDD_ROLE_MIX) {
+        mock_set_error("%s: role %d is invalid; expected PROMPT (1), DECODER (2) or MIX (3)", fn, (int)role);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    tp_addr addr;
+    const char *listen = opt_get(options, num_options, "llm.ListenIpInfo");
+    if (listen != NULL) {
+        char why[160];
+        if (tp_parse_addr(listen, &addr, why, sizeof why) != 0) {
+            mock_set_error("%s: option llm.ListenIpInfo %s", fn, why);
+            st = LLM_PARAM_INVALID;
+            goto out;
+        }
+    }
+    pthread_mutex_lock(&e->mu);
+    size_t links = 0;
+    for (mlink *l = e->links; l != NULL; l = l->next)
+        links++;
+    pthread_mutex_unlock(&e->mu);
+    if (links > 0) {
+        mock_set_error("%s: %zu link(s) still exist; unlink every cluster before switching roles", fn, links);
+        st = LLM_EXIST_LINK;
+        goto out;
+    }
+
+    pthread_mutex_lock(&e->listen_mu);
+    int change = listen != NULL ? !(e->listening && e->listen_addr.port == addr.port) : e->listening;
+    if (change && e->hixl) {
+        mock_set_error("%s: the listen address cannot change with llm.TransferBackend \"hixl\"", fn);
+        st = LLM_FEATURE_NOT_ENABLED;
+    } else if (change && listen != NULL) {
+        /* bind the new address first: on failure the old listener stays */
+        int fd;
+        int err = tp_listen(&addr, &fd);
+        if (err == 0) {
+            listener_stop(e);
+            err = listener_run(e, fd, &addr);
+            if (err != 0)
+                close(fd);
+        }
+        if (err != 0) {
+            mock_set_error("%s: cannot listen on %s:%u (llm.ListenIpInfo): %s", fn, addr.ip, (unsigned)addr.port,
+                           strerror(err));
+            st = LLM_FAILED;
+        }
+    } else if (change) {
+        listener_stop(e);
+    }
+    pthread_mutex_unlock(&e->listen_mu);
+    if (st == LLM_SUCCESS)
+        atomic_store(&e->role, role);
+out:
+    engine_leave(e);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * mock control
+ * ------------------------------------------------------------------------------------------ */
+
+MOCK_EXPORT lldd_status lldd_mock_set_serve_delay(lldd_engine *e, uint32_t delay_ms)
+{
+    if (e == NULL) {
+        mock_set_error("lldd_mock_set_serve_delay: engine must not be NULL");
+        return LLM_PARAM_INVALID;
+    }
+    atomic_store(&e->serve_delay_ms, delay_ms);
+    return LLM_SUCCESS;
+}
+
+MOCK_EXPORT lldd_status lldd_mock_drop_connections(lldd_engine *e)
+{
+    static const char fn[] = "lldd_mock_drop_connections";
+    if (e == NULL) {
+        mock_set_error("%s: engine must not be NULL", fn);
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = engine_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    pthread_mutex_lock(&e->mu);
+    for (mlink *l = e->links; l != NULL; l = l->next) {
+        if (!l->ready)
+            continue;
+        atomic_store(&l->dropped, 1);
+        tp_shutdown(l->req_fd);
+        tp_shutdown(l->srv_fd);
+    }
+    pthread_mutex_unlock(&e->mu);
+    engine_leave(e);
+    return LLM_SUCCESS;
+}
+
+MOCK_EXPORT uint64_t lldd_mock_live_engines(void)
+{
+    pthread_mutex_lock(&g_reg_mu);
+    uint64_t n = g_live_engines;
+    pthread_mutex_unlock(&g_reg_mu);
+    return n;
+}

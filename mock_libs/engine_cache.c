@@ -1,0 +1,805 @@
+/* The cache table of an engine: RegisterKvCache / UnregisterKvCache, the memory
+ * pools and the PR-9 calls AllocateCache / DeallocateCache / CopyKvCache /
+ * CopyKvBlocks (semantics §2, §3, §6.6, §8.8, §8.9).
+ *
+ * Cache ids come from one per-engine counter starting at 1; an id is consumed by
+ * every call that passes the checks before it (§3.1), also when a later check
+ * fails. Every cache is MIX: shape[0] batches and shape[0] blocks of one stride.
+ * The published-table size of §15 is tracked as caches come and go.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+enum { TABLE_LIMIT = 1024 * 1024, TABLE_ENTRY = 64 };
+
+/* ---------------------------------------------------------------------------------------------
+ * pools (PR-34)
+ * ------------------------------------------------------------------------------------------ */
+
+int pool_create(mpool *p, uint32_t placement, int32_t device, uint64_t memory_size, uint32_t page_shift)
+{
+    memset(p, 0, sizeof *p);
+    void *mem = NULL;
+    if (memory_size > SIZE_MAX)
+        return -1;
+    if (placement == LLDD_PLACEMENT_DEVICE) {
+        if (mock_acl_alloc_device(device, (size_t)memory_size, &mem) != ACL_SUCCESS)
+            return -1;
+    } else if (posix_memalign(&mem, 4096, (size_t)memory_size) != 0) {
+        return -1;
+    }
+    p->free = malloc(4 * sizeof *p->free);
+    if (p->free == NULL) {
+        if (placement == LLDD_PLACEMENT_DEVICE)
+            mock_acl_free_device(mem);
+        else
+            free(mem);
+        return -1;
+    }
+    p->free_cap = 4;
+    p->base = mem;
+    p->placement = placement;
+    p->memory_size = memory_size;
+    p->page_shift = page_shift;
+    p->pages = memory_size >> page_shift;
+    if (p->pages > 0) {
+        p->free[0].first = 0;
+        p->free[0].count = p->pages;
+        p->free_count = 1;
+    }
+    p->present = 1;
+    return 0;
+}
+
+void pool_destroy(mpool *p)
+{
+    if (!p->present)
+        return;
+    if (p->placement == LLDD_PLACEMENT_DEVICE)
+        mock_acl_free_device(p->base);
+    else
+        free(p->base);
+    free(p->free);
+    memset(p, 0, sizeof *p);
+}
+
+/* First fit: the lowest free run of `count` pages. */
+static int pool_take(mpool *p, uint64_t count, uint64_t *first)
+{
+    for (size_t i = 0; i < p->free_count; i++) {
+        pool_extent *x = &p->free[i];
+        if (x->count < count)
+            continue;
+        *first = x->first;
+        x->first += count;
+        x->count -= count;
+        if (x->count == 0) {
+            memmove(x, x + 1, (p->free_count - i - 1) * sizeof *x);
+            p->free_count--;
+        }
+        return 0;
+    }
+    return -1;
+}
+
+static void pool_give(mpool *p, uint64_t first, uint64_t count)
+{
+    size_t i = 0;
+    while (i < p->free_count && p->free[i].first < first)
+        i++;
+    int join_prev = i > 0 && p->free[i - 1].first + p->free[i - 1].count == first;
+    int join_next = i < p->free_count && first + count == p->free[i].first;
+    if (join_prev && join_next) {
+        p->free[i - 1].count += count + p->free[i].count;
+        memmove(&p->free[i], &p->free[i + 1], (p->free_count - i - 1) * sizeof p->free[0]);
+        p->free_count--;
+        return;
+    }
+    if (join_prev) {
+        p->free[i - 1].count += count;
+        return;
+    }
+    if (join_next) {
+        p->free[i].first = first;
+        p->free[i].count += count;
+        return;
+    }
+    if (p->free_count == p->free_cap) {
+        pool_extent *n = realloc(p->free, p->free_cap * 2 * sizeof *n);
+        if (n == NULL)
+            return; /* the pages stay lost until the pool goes; nothing unsafe */
+        p->free = n;
+        p->free_cap *= 2;
+    }
+    memmove(&p->free[i + 1], &p->free[i], (p->free_count - i) * sizeof p->free[0]);
+    p->free[i].first = first;
+    p->free[i].count = count;
+    p->free_count++;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * the table
+ * ------------------------------------------------------------------------------------------ */
+
+static size_t table_index(engine *e, int64_t id, int *found)
+{
+    size_t lo = 0, hi = e->cache_count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (e->caches[mid]->w.id < id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = lo < e->cache_count && e->caches[lo]->w.id == id;
+    return lo;
+}
+
+mcache *cache_find_locked(engine *e, int64_t id)
+{
+    int found;
+    size_t i = table_index(e, id, &found);
+    return found ? e->caches[i] : NULL;
+}
+
+mcache *cache_pin(engine *e, int64_t id)
+{
+    pthread_mutex_lock(&e->mu);
+    mcache *c = cache_find_locked(e, id);
+    if (c != NULL)
+        c->pins++;
+    pthread_mutex_unlock(&e->mu);
+    return c;
+}
+
+void cache_unpin_locked(engine *e, mcache *c)
+{
+    if (--c->pins == 0)
+        pthread_cond_broadcast(&e->cv);
+}
+
+void cache_unpin(engine *e, mcache *c)
+{
+    pthread_mutex_lock(&e->mu);
+    cache_unpin_locked(e, c);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static uint64_t entry_bytes(uint32_t num_tensors)
+{
+    return TABLE_ENTRY + 8ull * num_tensors;
+}
+
+/* Inserts a new cache (its id is above every id in the table). mu held. */
+static int table_insert_locked(engine *e, mcache *c)
+{
+    if (e->cache_count == e->cache_cap) {
+        size_t cap = e->cache_cap ? e->cache_cap * 2 : 16;
+        mcache **n = realloc(e->caches, cap * sizeof *n);
+        if (n == NULL)
+            return -1;
+        e->caches = n;
+        e->cache_cap = cap;
+    }
+    e->caches[e->cache_count++] = c;
+    e->table_bytes += entry_bytes(c->w.num_tensors);
+    return 0;
+}
+
+/* Takes a cache out of the table and waits until nobody uses it. mu held. */
+static void table_remove_locked(engine *e, mcache *c)
+{
+    int found;
+    size_t i = table_index(e, c->w.id, &found);
+    if (found) {
+        memmove(&e->caches[i], &e->caches[i + 1], (e->cache_count - i - 1) * sizeof e->caches[0]);
+        e->cache_count--;
+        e->table_bytes -= entry_bytes(c->w.num_tensors);
+    }
+    c->removed = 1;
+    while (c->pins > 0)
+        pthread_cond_wait(&e->cv, &e->mu);
+    if (c->pool != NULL)
+        for (uint32_t t = 0; t < c->w.num_tensors; t++)
+            pool_give(c->pool, c->page_first[t], c->pages_per_tensor);
+}
+
+static void cache_free(mcache *c)
+{
+    if (c == NULL)
+        return;
+    free(c->addrs);
+    free(c->page_first);
+    free(c);
+}
+
+void caches_teardown(engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    while (e->cache_count > 0) {
+        mcache *c = e->caches[e->cache_count - 1];
+        table_remove_locked(e, c);
+        cache_free(c);
+    }
+    free(e->caches);
+    e->caches = NULL;
+    e->cache_cap = 0;
+    e->table_bytes = 24;
+    pool_destroy(&e->dev_pool);
+    pool_destroy(&e->host_pool);
+    pthread_mutex_unlock(&e->mu);
+}
+
+static int64_t take_id(engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    int64_t id = e->next_id++;
+    pthread_mutex_unlock(&e->mu);
+    return id;
+}
+
+/* Shape, data type and tensor size (semantics §2.3, PR-17); not the rank. */
+lldd_status cache_layout(const char *fn, const lldd_cache_desc *d, cache_wire *w)
+{
+    memset(w, 0, sizeof *w);
+    int64_t elements = 1;
+    for (size_t i = 0; i < d->shape_len; i++) {
+        if (d->shape[i] <= 0) {
+            mock_set_error("%s: cache_desc.shape[%zu] = %lld; every dim must be > 0", fn, i, (long long)d->shape[i]);
+            return LLM_PARAM_INVALID;
+        }
+        if (__builtin_mul_overflow(elements, d->shape[i], &elements)) {
+            mock_set_error("%s: cache_desc.shape: the element count overflows int64", fn);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    uint32_t bits = dtype_bits(d->data_type);
+    if (bits == 0) {
+        mock_set_error("%s: cache_desc.data_type %d is not supported", fn, (int)d->data_type);
+        return LLM_PARAM_INVALID;
+    }
+    int64_t ts;
+    if (dtype_is_sub_byte(d->data_type)) {
+        int64_t total_bits;
+        if (__builtin_mul_overflow(elements, (int64_t)bits, &total_bits) || total_bits > INT32_MAX) {
+            mock_set_error("%s: cache_desc: %lld elements of %u bits exceed 2^31 - 1 bits (PR-17)", fn,
+                           (long long)elements, bits);
+            return LLM_PARAM_INVALID;
+        }
+        ts = (total_bits + 7) / 8;
+    } else if (__builtin_mul_overflow(elements, (int64_t)(bits / 8), &ts)) {
+        mock_set_error("%s: cache_desc: the tensor byte size overflows int64", fn);
+        return LLM_PARAM_INVALID;
+    }
+    int64_t dim0 = d->shape[0];
+    if (ts % dim0 != 0) {
+        mock_set_error("%s: cache_desc: tensor size %lld bytes is not a multiple of shape[0] = %lld, so batches "
+                       "and blocks would not tile the tensor (PR-17)", fn, (long long)ts, (long long)dim0);
+        return LLM_PARAM_INVALID;
+    }
+    if (d->placement != LLDD_PLACEMENT_HOST && d->placement != LLDD_PLACEMENT_DEVICE) {
+        mock_set_error("%s: cache_desc.placement %u is neither HOST (0) nor DEVICE (1)", fn, (unsigned)d->placement);
+        return LLM_PARAM_INVALID;
+    }
+    w->kind = KIND_MIX;
+    w->placement = d->placement;
+    w->num_tensors = d->num_tensors;
+    w->remote_accessible = 1;
+    w->batches = (uint64_t)dim0;
+    w->blocks = (uint64_t)dim0;
+    w->tensor_size = (uint64_t)ts;
+    w->stride = (uint64_t)(ts / dim0);
+    return LLM_SUCCESS;
+}
+
+static lldd_status check_rank(const char *fn, const lldd_cache_desc *d)
+{
+    if (d->shape_len == 0 || d->shape_len >= 32) {
+        mock_set_error("%s: cache_desc.shape has %zu dims; it must have 1 to 31", fn, d->shape_len);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * RegisterKvCache / UnregisterKvCache
+ * ------------------------------------------------------------------------------------------ */
+
+MOCK_EXPORT lldd_status lldd_register_kv_cache(lldd_engine *e, const lldd_cache_desc *desc, const uint64_t *addrs,
+                                               size_t num_addrs, int64_t *cache_id)
+{
+    static const char fn[] = "lldd_register_kv_cache";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL || desc == NULL || cache_id == NULL || (addrs == NULL && num_addrs > 0) ||
+        (desc->shape == NULL && desc->shape_len > 0)) {
+        mock_set_error("%s: %s must not be NULL", fn,
+                       e == NULL ? "engine" : desc == NULL ? "cache_desc" : cache_id == NULL ? "cache_id"
+                       : addrs == NULL && num_addrs > 0 ? "addrs (num_addrs > 0)" : "cache_desc.shape (shape_len > 0)");
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = engine_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    mcache *c = NULL;
+    if (num_addrs == 0) {
+        mock_set_error("%s: addrs is empty", fn);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if (num_addrs != desc->num_tensors) {
+        mock_set_error("%s: %zu addrs given for cache_desc.num_tensors = %u", fn, num_addrs,
+                       (unsigned)desc->num_tensors);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    for (size_t i = 0; i < num_addrs; i++) {
+        if (addrs[i] == 0) {
+            mock_set_error("%s: addrs[%zu] is 0", fn, i);
+            st = LLM_PARAM_INVALID;
+            goto out;
+        }
+    }
+    if ((st = check_rank(fn, desc)) != LLM_SUCCESS)
+        goto out;
+    int64_t id = take_id(e);
+    cache_wire w;
+    if ((st = cache_layout(fn, desc, &w)) != LLM_SUCCESS)
+        goto out;
+    w.id = id;
+    /* PR-30: a range starting in a live mock-ACL allocation must stay inside it */
+    for (size_t i = 0; i < num_addrs; i++) {
+        mock_alloc_info a;
+        if (mock_acl_lookup((uintptr_t)addrs[i], &a) && a.live) {
+            uint64_t off = addrs[i] - (uint64_t)a.base;
+            if (off > a.size || w.tensor_size > a.size - off) {
+                mock_set_error("%s: tensor %zu: [0x%llx, +%llu) runs past the end of its aclrtMalloc%s allocation "
+                               "[0x%llx, +%zu) (PR-30)", fn, i, (unsigned long long)addrs[i],
+                               (unsigned long long)w.tensor_size, a.kind == MOCK_MEM_HOST ? "Host" : "",
+                               (unsigned long long)a.base, a.size);
+                st = LLM_PARAM_INVALID;
+                goto out;
+            }
+        }
+    }
+    c = calloc(1, sizeof *c);
+    if (c == NULL || (c->addrs = malloc(num_addrs * sizeof *c->addrs)) == NULL) {
+        mock_set_error("%s: out of host memory", fn);
+        st = LLM_FAILED;
+        goto out;
+    }
+    memcpy(c->addrs, addrs, num_addrs * sizeof *c->addrs);
+    c->w = w;
+    pthread_mutex_lock(&e->mu);
+    if (e->table_bytes + entry_bytes(w.num_tensors) > TABLE_LIMIT) {
+        pthread_mutex_unlock(&e->mu);
+        mock_set_error("%s: the published cache table would grow to %llu bytes, over its 1 MiB limit "
+                       "(24 + sum(64 + 8 * num_tensors))", fn,
+                       (unsigned long long)(e->table_bytes + entry_bytes(w.num_tensors)));
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if (table_insert_locked(e, c) != 0) {
+        pthread_mutex_unlock(&e->mu);
+        mock_set_error("%s: out of host memory", fn);
+        st = LLM_FAILED;
+        goto out;
+    }
+    pthread_mutex_unlock(&e->mu);
+    *cache_id = id;
+    c = NULL;
+out:
+    cache_free(c);
+    engine_leave(e);
+    return st;
+}
+
+MOCK_EXPORT lldd_status lldd_unregister_kv_cache(lldd_engine *e, int64_t cache_id)
+{
+    static const char fn[] = "lldd_unregister_kv_cache";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL) {
+        mock_set_error("%s: engine must not be NULL", fn);
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = engine_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    pthread_mutex_lock(&e->mu);
+    mcache *c = cache_find_locked(e, cache_id);
+    if (c != NULL && c->w.owned) {
+        pthread_mutex_unlock(&e->mu);
+        mock_set_error("%s: cache %lld was allocated by AllocateCache; use lldd_deallocate_cache (PR-23)", fn,
+                       (long long)cache_id);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if (c != NULL)
+        table_remove_locked(e, c);
+    pthread_mutex_unlock(&e->mu);
+    cache_free(c);
+out:
+    engine_leave(e);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * PR-9: AllocateCache, DeallocateCache, CopyKvCache, CopyKvBlocks
+ * ------------------------------------------------------------------------------------------ */
+
+/* FEATURE_NOT_ENABLED without a pool (also before Initialize and after Finalize,
+ * §3.6); FAILED once Finalize has begun (PR-37). */
+static lldd_status pool_call_enter(engine *e, const char *fn)
+{
+    pthread_mutex_lock(&e->mu);
+    lldd_status st = LLM_SUCCESS;
+    if (e->state == ENGINE_FINALIZING) {
+        mock_set_error("%s: LlmDataDist is not initialized (Finalize is running)", fn);
+        st = LLM_FAILED;
+    } else if (e->state != ENGINE_READY || (!e->dev_pool.present && !e->host_pool.present)) {
+        mock_set_error("%s: no memory pool is configured (llm.MemPoolConfig / llm.HostMemPoolConfig at "
+                       "Initialize); this call needs one (PR-9)", fn);
+        st = LLM_FEATURE_NOT_ENABLED;
+    } else {
+        e->active++;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
+MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_desc *desc, int64_t *cache_id,
+                                            uint64_t *tensor_addrs, size_t addrs_capacity)
+{
+    static const char fn[] = "lldd_allocate_cache";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL || desc == NULL || cache_id == NULL || (desc->shape == NULL && desc->shape_len > 0)) {
+        mock_set_error("%s: %s must not be NULL", fn,
+                       e == NULL ? "engine" : desc == NULL ? "cache_desc" : cache_id == NULL ? "cache_id"
+                       : "cache_desc.shape (shape_len > 0)");
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = pool_call_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    mcache *c = NULL;
+    if (desc->num_tensors == 0) {
+        mock_set_error("%s: cache_desc.num_tensors is 0", fn);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if (tensor_addrs == NULL || addrs_capacity < desc->num_tensors) {
+        mock_set_error("%s: tensor_addrs has room for %zu addresses, %u needed", fn,
+                       tensor_addrs == NULL ? (size_t)0 : addrs_capacity, (unsigned)desc->num_tensors);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    mpool *pool = desc->placement == LLDD_PLACEMENT_DEVICE ? &e->dev_pool
+                  : desc->placement == LLDD_PLACEMENT_HOST ? &e->host_pool : NULL;
+    if (pool == NULL || !pool->present) {
+        mock_set_error("%s: cache_desc.placement %u has no memory pool (%s)", fn, (unsigned)desc->placement,
+                       desc->placement == LLDD_PLACEMENT_DEVICE ? "llm.MemPoolConfig was not given"
+                       : desc->placement == LLDD_PLACEMENT_HOST ? "llm.HostMemPoolConfig was not given"
+                       : "not HOST or DEVICE");
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if ((st = check_rank(fn, desc)) != LLM_SUCCESS)
+        goto out;
+    int64_t id = take_id(e);
+    cache_wire w;
+    if ((st = cache_layout(fn, desc, &w)) != LLM_SUCCESS)
+        goto out;
+    w.id = id;
+    w.owned = 1;
+    uint64_t page = 1ull << pool->page_shift;
+    uint64_t pages = w.tensor_size / page + (w.tensor_size % page != 0);
+    c = calloc(1, sizeof *c);
+    if (c == NULL || (c->addrs = calloc(w.num_tensors, sizeof *c->addrs)) == NULL ||
+        (c->page_first = calloc(w.num_tensors, sizeof *c->page_first)) == NULL) {
+        mock_set_error("%s: out of host memory", fn);
+        st = LLM_FAILED;
+        goto out;
+    }
+    c->w = w;
+    c->pages_per_tensor = pages;
+    pthread_mutex_lock(&e->mu);
+    if (e->table_bytes + entry_bytes(w.num_tensors) > TABLE_LIMIT) {
+        pthread_mutex_unlock(&e->mu);
+        mock_set_error("%s: the published cache table would exceed its 1 MiB limit", fn);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    uint32_t got = 0;
+    for (; got < w.num_tensors; got++)
+        if (pool_take(pool, pages, &c->page_first[got]) != 0)
+            break;
+    if (got < w.num_tensors) {
+        for (uint32_t t = 0; t < got; t++)
+            pool_give(pool, c->page_first[t], pages);
+        pthread_mutex_unlock(&e->mu);
+        mock_set_error("%s: the %s memory pool has no room for %u tensors of %llu pages (%llu bytes each)", fn,
+                       pool->placement == LLDD_PLACEMENT_DEVICE ? "device" : "host", (unsigned)w.num_tensors,
+                       (unsigned long long)pages, (unsigned long long)w.tensor_size);
+        st = LLM_OUT_OF_MEMORY;
+        goto out;
+    }
+    for (uint32_t t = 0; t < w.num_tensors; t++)
+        c->addrs[t] = (uint64_t)(uintptr_t)(pool->base + (c->page_first[t] << pool->page_shift));
+    c->pool = pool;
+    if (table_insert_locked(e, c) != 0) {
+        for (uint32_t t = 0; t < w.num_tensors; t++)
+            pool_give(pool, c->page_first[t], pages);
+        pthread_mutex_unlock(&e->mu);
+        mock_set_error("%s: out of host memory", fn);
+        st = LLM_FAILED;
+        c->pool = NULL;
+        goto out;
+    }
+    memcpy(tensor_addrs, c->addrs, w.num_tensors * sizeof *tensor_addrs);
+    pthread_mutex_unlock(&e->mu);
+    *cache_id = id;
+    c = NULL;
+out:
+    cache_free(c);
+    engine_leave(e);
+    return st;
+}
+
+MOCK_EXPORT lldd_status lldd_deallocate_cache(lldd_engine *e, int64_t cache_id)
+{
+    static const char fn[] = "lldd_deallocate_cache";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL) {
+        mock_set_error("%s: engine must not be NULL", fn);
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = pool_call_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    pthread_mutex_lock(&e->mu);
+    mcache *c = cache_find_locked(e, cache_id);
+    if (c != NULL && c->w.owned)
+        table_remove_locked(e, c);
+    else
+        c = NULL; /* unknown or registered: success, nothing happens (§3.6) */
+    pthread_mutex_unlock(&e->mu);
+    cache_free(c);
+    engine_leave(e);
+    return LLM_SUCCESS;
+}
+
+static int has_batches(const cache_wire *w)
+{
+    return w->kind == KIND_CACHE || w->kind == KIND_MIX;
+}
+
+static int has_blocks(const cache_wire *w)
+{
+    return w->kind == KIND_BLOCKS || w->kind == KIND_MIX;
+}
+
+MOCK_EXPORT lldd_status lldd_copy_kv_cache(lldd_engine *e, const lldd_cache *src_cache, const lldd_cache *dst_cache,
+                                           uint32_t src_batch_index, uint32_t dst_batch_index, uint64_t offset,
+                                           int64_t size)
+{
+    static const char fn[] = "lldd_copy_kv_cache";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL || src_cache == NULL || dst_cache == NULL) {
+        mock_set_error("%s: %s must not be NULL", fn, e == NULL ? "engine" : src_cache == NULL ? "src_cache" : "dst_cache");
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = pool_call_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    mcache *s = NULL, *d = NULL;
+    if (size != -1 && size <= 0) {
+        mock_set_error("%s: size %lld must be -1 or > 0", fn, (long long)size);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if ((s = cache_pin(e, src_cache->cache_id)) == NULL) {
+        mock_set_error("%s: src_cache.cache_id %lld does not exist", fn, (long long)src_cache->cache_id);
+        st = LLM_KV_CACHE_NOT_EXIST;
+        goto out;
+    }
+    if ((d = cache_pin(e, dst_cache->cache_id)) == NULL) {
+        mock_set_error("%s: dst_cache.cache_id %lld does not exist", fn, (long long)dst_cache->cache_id);
+        st = LLM_KV_CACHE_NOT_EXIST;
+        goto out;
+    }
+    const cache_wire *sw = &s->w, *dw = &d->w;
+    if (!has_batches(sw) || !has_batches(dw)) {
+        mock_set_error("%s: %s cache %lld is a blocks-only cache; copies need contiguous caches", fn,
+                       !has_batches(sw) ? "source" : "destination", (long long)(!has_batches(sw) ? sw->id : dw->id));
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if (sw->num_tensors != dw->num_tensors) {
+        mock_set_error("%s: the source has %u tensors and the destination %u", fn, (unsigned)sw->num_tensors,
+                       (unsigned)dw->num_tensors);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if (src_batch_index >= sw->batches || dst_batch_index >= dw->batches) {
+        int src_bad = src_batch_index >= sw->batches;
+        mock_set_error("%s: %s %u is out of range [0, %llu)", fn, src_bad ? "src_batch_index" : "dst_batch_index",
+                       src_bad ? (unsigned)src_batch_index : (unsigned)dst_batch_index,
+                       (unsigned long long)(src_bad ? sw->batches : dw->batches));
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if (offset > 0 && (offset >= sw->stride || offset >= dw->stride)) {
+        mock_set_error("%s: offset %llu must be below both strides (source %llu, destination %llu)", fn,
+                       (unsigned long long)offset, (unsigned long long)sw->stride, (unsigned long long)dw->stride);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    uint64_t len = size > 0 ? (uint64_t)size : sw->stride - offset;
+    if (len > sw->stride - offset || len > dw->stride - offset) {
+        mock_set_error("%s: %llu bytes from offset %llu do not fit the source stride %llu and the destination "
+                       "stride %llu", fn, (unsigned long long)len, (unsigned long long)offset,
+                       (unsigned long long)sw->stride, (unsigned long long)dw->stride);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    uint64_t soff = src_batch_index * sw->stride + offset, doff = dst_batch_index * dw->stride + offset;
+    if (s == d && soff < doff + len && doff < soff + len) {
+        mock_set_error("%s: source bytes [%llu, +%llu) and destination bytes [%llu, +%llu) overlap in cache %lld "
+                       "(PR-24)", fn, (unsigned long long)soff, (unsigned long long)len, (unsigned long long)doff,
+                       (unsigned long long)len, (long long)sw->id);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    for (uint32_t t = 0; t < sw->num_tensors; t++)
+        memmove((char *)(uintptr_t)d->addrs[t] + doff, (const char *)(uintptr_t)s->addrs[t] + soff, (size_t)len);
+out:
+    if (s != NULL)
+        cache_unpin(e, s);
+    if (d != NULL)
+        cache_unpin(e, d);
+    engine_leave(e);
+    return st;
+}
+
+MOCK_EXPORT lldd_status lldd_copy_kv_blocks(lldd_engine *e, const lldd_cache *src_cache, const lldd_cache *dst_cache,
+                                            const uint64_t *src_blocks, size_t num_src_blocks,
+                                            const uint64_t *dst_blocks_flat, const size_t *dst_list_lens,
+                                            size_t num_dst_lists)
+{
+    static const char fn[] = "lldd_copy_kv_blocks";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    size_t total = 0;
+    int lens_ok = 1;
+    if (dst_list_lens != NULL)
+        for (size_t k = 0; k < num_dst_lists && lens_ok; k++)
+            lens_ok = !__builtin_add_overflow(total, dst_list_lens[k], &total);
+    if (e == NULL || src_cache == NULL || dst_cache == NULL || (src_blocks == NULL && num_src_blocks > 0) ||
+        (dst_list_lens == NULL && num_dst_lists > 0) || !lens_ok || (dst_blocks_flat == NULL && total > 0)) {
+        mock_set_error("%s: %s", fn,
+                       e == NULL ? "engine must not be NULL" : src_cache == NULL ? "src_cache must not be NULL"
+                       : dst_cache == NULL ? "dst_cache must not be NULL"
+                       : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks is NULL but num_src_blocks > 0"
+                       : dst_list_lens == NULL && num_dst_lists > 0 ? "dst_list_lens is NULL but num_dst_lists > 0"
+                       : !lens_ok ? "dst_list_lens overflow" : "dst_blocks_flat is NULL but the lists are not empty");
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = pool_call_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    mcache *s = NULL, *d = NULL;
+    u64set set;
+    memset(&set, 0, sizeof set);
+    if (num_src_blocks == 0 || num_dst_lists == 0) {
+        mock_set_error("%s: %s is empty", fn, num_src_blocks == 0 ? "src_blocks" : "dst_blocks_list");
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    for (size_t k = 0; k < num_dst_lists; k++) {
+        if (dst_list_lens[k] != num_src_blocks) {
+            mock_set_error("%s: dst_blocks_list[%zu] has %zu entries, src_blocks has %zu", fn, k, dst_list_lens[k],
+                           num_src_blocks);
+            st = LLM_PARAM_INVALID;
+            goto out;
+        }
+    }
+    if ((s = cache_pin(e, src_cache->cache_id)) == NULL) {
+        mock_set_error("%s: src_cache.cache_id %lld does not exist", fn, (long long)src_cache->cache_id);
+        st = LLM_KV_CACHE_NOT_EXIST;
+        goto out;
+    }
+    if ((d = cache_pin(e, dst_cache->cache_id)) == NULL) {
+        mock_set_error("%s: dst_cache.cache_id %lld does not exist", fn, (long long)dst_cache->cache_id);
+        st = LLM_KV_CACHE_NOT_EXIST;
+        goto out;
+    }
+    const cache_wire *sw = &s->w, *dw = &d->w;
+    if (sw->num_tensors != dw->num_tensors) {
+        mock_set_error("%s: the source has %u tensors and the destination %u", fn, (unsigned)sw->num_tensors,
+                       (unsigned)dw->num_tensors);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if (!has_blocks(sw) || !has_blocks(dw)) {
+        mock_set_error("%s: the %s cache has no blocks", fn, !has_blocks(sw) ? "source" : "destination");
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if (sw->stride != dw->stride) {
+        mock_set_error("%s: block sizes differ: source %llu bytes, destination %llu bytes", fn,
+                       (unsigned long long)sw->stride, (unsigned long long)dw->stride);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    for (size_t k = 0; k < num_src_blocks; k++) {
+        if (src_blocks[k] >= sw->blocks) {
+            mock_set_error("%s: src_blocks[%zu] = %llu is out of range [0, %llu)", fn, k,
+                           (unsigned long long)src_blocks[k], (unsigned long long)sw->blocks);
+            st = LLM_PARAM_INVALID;
+            goto out;
+        }
+    }
+    for (size_t k = 0; k < total; k++) {
+        if (dst_blocks_flat[k] >= dw->blocks) {
+            mock_set_error("%s: dst_blocks_list[%zu][%zu] = %llu is out of range [0, %llu)", fn, k / num_src_blocks,
+                           k % num_src_blocks, (unsigned long long)dst_blocks_flat[k], (unsigned long long)dw->blocks);
+            st = LLM_PARAM_INVALID;
+            goto out;
+        }
+    }
+    if (u64set_init(&set, total > num_src_blocks ? total : num_src_blocks,
+                    dw->blocks > sw->blocks ? dw->blocks - 1 : sw->blocks - 1) != 0) {
+        mock_set_error("%s: out of host memory", fn);
+        st = LLM_FAILED;
+        goto out;
+    }
+    for (size_t k = 0; k < total; k++) {
+        if (!u64set_add(&set, dst_blocks_flat[k])) {
+            mock_set_error("%s: destination block %llu (dst_blocks_list[%zu][%zu]) appears more than once (PR-5)",
+                           fn, (unsigned long long)dst_blocks_flat[k], k / num_src_blocks, k % num_src_blocks);
+            st = LLM_PARAM_INVALID;
+            goto out;
+        }
+    }
+    if (s == d) {
+        for (size_t k = 0; k < num_src_blocks; k++) {
+            if (u64set_has(&set, src_blocks[k])) {
+                mock_set_error("%s: block %llu of cache %lld is both a source and a destination (PR-24)", fn,
+                               (unsigned long long)src_blocks[k], (long long)sw->id);
+                st = LLM_PARAM_INVALID;
+                goto out;
+            }
+        }
+    }
+    uint64_t S = sw->stride;
+    for (size_t list = 0; list < num_dst_lists; list++) {
+        run_iter it;
+        uint64_t s0, d0, len;
+        run_iter_init(&it, src_blocks, dst_blocks_flat + list * num_src_blocks, num_src_blocks);
+        while (run_next(&it, &s0, &d0, &len))
+            for (uint32_t t = 0; t < sw->num_tensors; t++)
+                memmove((char *)(uintptr_t)d->addrs[t] + d0 * S, (const char *)(uintptr_t)s->addrs[t] + s0 * S,
+                        (size_t)(len * S));
+    }
+out:
+    u64set_free(&set);
+    if (s != NULL)
+        cache_unpin(e, s);
+    if (d != NULL)
+        cache_unpin(e, d);
+    engine_leave(e);
+    return st;
+}

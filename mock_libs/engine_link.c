@@ -1,0 +1,893 @@
+/* Links between engines: LinkLlmClusters, UnlinkLlmClusters and the listener side
+ * of their handshakes (cpp-api.md §6.7, §6.8; semantics §10).
+ *
+ * A link is made by the client alone, over two TCP connections to the server's
+ * listener:
+ *   1. c1: HELLO {mode, client id, expected server id, pid, serial, id counter,
+ *      token, probe address}. The server checks the id (PR-28) and the transfer
+ *      mode (§1.4), answers with its own HELLO, and parks c1 as a pending link.
+ *   2. c2: REVERSE {token}. The server drops any stale link it still holds to the
+ *      client (the client had force-unlinked or finalized, §10.4), installs the
+ *      link with c1 as the connection it serves and c2 as the one it asks on, and
+ *      answers. Only then does the client install its side, serving on c2 and
+ *      asking on c1. Both sides have the link before LinkLlmClusters returns.
+ * Each side runs one server thread per link (engine_serve.c) that answers the
+ * peer's requests; EOF on that connection means the peer's side is gone (PR-31).
+ *
+ * A non-forced unlink opens a fresh connection and sends DISCONNECT; the peer drops
+ * its side and answers. Dropping a side takes the link's transfer lock (waits for
+ * transfers in flight), shuts both sockets down, joins the server thread.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "json.h"
+
+enum { LINK_WORKERS = 16, FIRST_MESSAGE_WAIT_MS = 10000, MSG_LEN = 256 };
+
+/* ---------------------------------------------------------------------------------------------
+ * link records
+ * ------------------------------------------------------------------------------------------ */
+
+mlink *link_find_locked(engine *e, uint64_t peer_cluster)
+{
+    for (mlink *l = e->links; l != NULL; l = l->next)
+        if (l->peer_cluster == peer_cluster)
+            return l;
+    return NULL;
+}
+
+void link_ref(mlink *l)
+{
+    atomic_fetch_add(&l->refs, 1);
+}
+
+void link_unref(mlink *l)
+{
+    if (atomic_fetch_sub(&l->refs, 1) != 1)
+        return;
+    tp_close(&l->req_fd);
+    tp_close(&l->srv_fd);
+    pthread_mutex_destroy(&l->xfer_mu);
+    free(l);
+}
+
+static mlink *link_new(engine *e, uint64_t peer_cluster, uint64_t token)
+{
+    mlink *l = calloc(1, sizeof *l);
+    if (l == NULL)
+        return NULL;
+    l->e = e;
+    atomic_init(&l->refs, 1);
+    l->peer_cluster = peer_cluster;
+    l->token = token;
+    l->req_fd = -1;
+    l->srv_fd = -1;
+    pthread_mutex_init(&l->xfer_mu, NULL);
+    return l;
+}
+
+static void table_unlink_locked(engine *e, mlink *l)
+{
+    for (mlink **pp = &e->links; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == l) {
+            *pp = l->next;
+            return;
+        }
+    }
+}
+
+void link_drop(engine *e, mlink *l)
+{
+    pthread_mutex_lock(&e->mu);
+    if (l->removed) {
+        pthread_mutex_unlock(&e->mu);
+        return;
+    }
+    l->removed = 1;
+    table_unlink_locked(e, l);
+    pthread_mutex_unlock(&e->mu);
+    /* transfers in flight hold xfer_mu; later ones see `removed` */
+    pthread_mutex_lock(&l->xfer_mu);
+    pthread_mutex_unlock(&l->xfer_mu);
+    atomic_store(&l->stopping, 1);
+    tp_shutdown(l->req_fd);
+    tp_shutdown(l->srv_fd);
+    thread_join_free(l->server);
+    l->server = NULL;
+    link_unref(l);
+}
+
+void links_teardown(engine *e)
+{
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        mlink *l = e->links;
+        if (l != NULL)
+            link_ref(l);
+        pthread_mutex_unlock(&e->mu);
+        if (l == NULL)
+            return;
+        link_drop(e, l);
+        link_unref(l);
+    }
+}
+
+/* Whether process_vm_readv reaches the peer (probe of a known word). */
+static int probe_vm(const hello_body *peer)
+{
+    const char *off = getenv("LLDD_MOCK_NO_PROCESS_VM");
+    if (off != NULL && off[0] != '\0' && strcmp(off, "0") != 0)
+        return 0;
+    uint64_t value = 0;
+    struct iovec local = {&value, sizeof value};
+    struct iovec remote = {(void *)(uintptr_t)peer->probe_addr, sizeof value};
+    ssize_t n = process_vm_readv((pid_t)peer->pid, &local, 1, &remote, 1, 0);
+    return n == (ssize_t)sizeof value && value == peer->probe_value;
+}
+
+static uint64_t new_token(engine *e)
+{
+    static atomic_ulong counter;
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
+        r = (uint64_t)tp_now_ms() * 0x9E3779B97F4A7C15ull;
+    return r ^ (e->serial << 48) ^ ((uint64_t)getpid() << 24) ^ atomic_fetch_add(&counter, 1);
+}
+
+static void fill_hello(engine *e, hello_body *h, uint64_t expected, uint64_t token, uint32_t timeout_ms)
+{
+    memset(h, 0, sizeof *h);
+    h->mode = e->mode;
+    h->timeout_ms = timeout_ms;
+    h->cluster_id = e->cluster_id;
+    h->expected_cluster_id = expected;
+    h->pid = (uint64_t)getpid();
+    h->serial = e->serial;
+    pthread_mutex_lock(&e->mu);
+    h->next_cache_id = e->next_id;
+    pthread_mutex_unlock(&e->mu);
+    h->token = token;
+    h->probe_addr = engine_probe_addr();
+    h->probe_value = engine_probe_value();
+}
+
+static void reply_status(int fd, uint16_t type, lldd_status status, const hello_body *hello, const char *text)
+{
+    msg_hdr h;
+    msg_init(&h, type);
+    h.status = status;
+    struct {
+        hello_body hello;
+        reply_text text;
+    } body;
+    memset(&body, 0, sizeof body);
+    if (hello != NULL)
+        body.hello = *hello;
+    snprintf(body.text.text, sizeof body.text.text, "%s", text ? text : "");
+    if (type == MSG_HELLO_REPLY) {
+        h.payload_len = sizeof body;
+        msg_send(fd, &h, &body, sizeof body, tp_deadline(1000));
+    } else {
+        h.payload_len = sizeof body.text;
+        msg_send(fd, &h, &body.text, sizeof body.text, tp_deadline(1000));
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * server side: connection threads
+ * ------------------------------------------------------------------------------------------ */
+
+static void serve_delay(engine *e)
+{
+    uint32_t d = atomic_load(&e->serve_delay_ms);
+    if (d > 0)
+        tp_sleep_ms(d, &e->stopping);
+}
+
+/* HELLO on c1. On success the thread waits for REVERSE, then serves the link. */
+static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h)
+{
+    hello_body peer;
+    char text[MSG_LEN];
+    if (h->payload_len != sizeof peer || tp_recv_all(fd, &peer, sizeof peer, tp_deadline(FIRST_MESSAGE_WAIT_MS)) != TP_OK)
+        return;
+    serve_delay(e);
+    hello_body mine;
+    fill_hello(e, &mine, peer.cluster_id, peer.token, 0);
+    lldd_status st = LLM_SUCCESS;
+    text[0] = '\0';
+    pending_link *p = NULL;
+    pthread_mutex_lock(&e->mu);
+    mlink *existing = link_find_locked(e, peer.cluster_id);
+    if (e->state != ENGINE_READY) {
+        st = LLM_LINK_FAILED;
+        snprintf(text, sizeof text, "cluster %llu is finalizing", (unsigned long long)e->cluster_id);
+    } else if (peer.expected_cluster_id != e->cluster_id) {
+        st = LLM_PARAM_INVALID;
+        snprintf(text, sizeof text, "remote cluster id mismatch: the listener's cluster id is %llu, not %llu (PR-28)",
+                 (unsigned long long)e->cluster_id, (unsigned long long)peer.expected_cluster_id);
+    } else if (peer.cluster_id == e->cluster_id) {
+        st = LLM_PARAM_INVALID;
+        snprintf(text, sizeof text, "the client has the same cluster id %llu as the listener",
+                 (unsigned long long)e->cluster_id);
+    } else if (peer.mode != e->mode) {
+        st = LLM_PARAM_INVALID;
+        snprintf(text, sizeof text, "transfer modes differ: cluster %llu is in %s mode, the client in %s mode "
+                 "(semantics §1.4)", (unsigned long long)e->cluster_id,
+                 e->mode == MODE_DIRECT ? "direct" : "server-assisted",
+                 peer.mode == MODE_DIRECT ? "direct" : "server-assisted");
+    } else if (existing != NULL && !existing->ready) {
+        st = LLM_ALREADY_LINK;
+        snprintf(text, sizeof text, "cluster %llu is itself linking to cluster %llu right now",
+                 (unsigned long long)e->cluster_id, (unsigned long long)peer.cluster_id);
+    } else if ((p = calloc(1, sizeof *p)) == NULL) {
+        st = LLM_LINK_FAILED;
+        snprintf(text, sizeof text, "out of host memory");
+    } else {
+        p->peer = peer;
+        p->c1_fd = fd;
+        p->c1_thread = self;
+        p->next = e->pending;
+        e->pending = p;
+    }
+    pthread_mutex_unlock(&e->mu);
+    reply_status(fd, MSG_HELLO_REPLY, st, &mine, text);
+    if (p == NULL)
+        return;
+
+    /* wait for REVERSE: a little longer than the client will */
+    int64_t deadline = tp_deadline((int64_t)peer.timeout_ms + 1000);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t wait_ms = deadline - tp_now_ms();
+    ts.tv_sec += wait_ms / 1000;
+    ts.tv_nsec += (wait_ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    mlink *l = NULL;
+    pthread_mutex_lock(&e->mu);
+    while (p->state == 0 && e->state == ENGINE_READY)
+        if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) == ETIMEDOUT)
+            break;
+    if (p->state == 1)
+        l = p->link;
+    else
+        p->state = 2;
+    for (pending_link **pp = &e->pending; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == p) {
+            *pp = p->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    free(p);
+    if (l != NULL)
+        link_serve(l); /* this thread now belongs to the link, which joins it */
+}
+
+/* REVERSE on c2: installs the server side of the link. */
+static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
+{
+    char text[MSG_LEN];
+    text[0] = '\0';
+    if (h->payload_len != 0)
+        return;
+    serve_delay(e);
+    uint64_t token = h->a, client = h->b;
+    lldd_status st = LLM_SUCCESS;
+    mlink *stale = NULL;
+    hello_body peer;
+    pthread_mutex_lock(&e->mu);
+    pending_link *p = e->pending;
+    while (p != NULL && !(p->state == 0 && p->peer.token == token && p->peer.cluster_id == client))
+        p = p->next;
+    if (p == NULL || e->state != ENGINE_READY) {
+        st = LLM_LINK_FAILED;
+        snprintf(text, sizeof text, "no handshake in progress for this link (it timed out)");
+    } else {
+        peer = p->peer;
+        stale = link_find_locked(e, client);
+        if (stale != NULL && !stale->ready) {
+            st = LLM_ALREADY_LINK;
+            snprintf(text, sizeof text, "cluster %llu is itself linking to cluster %llu right now",
+                     (unsigned long long)e->cluster_id, (unsigned long long)client);
+            stale = NULL;
+        } else if (stale != NULL) {
+            link_ref(stale);
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (st != LLM_SUCCESS) {
+        reply_status(fd, MSG_REVERSE_REPLY, st, NULL, text);
+        return;
+    }
+    if (stale != NULL) {
+        /* the client no longer has this link (§10.4): replace ours */
+        link_drop(e, stale);
+        link_unref(stale);
+    }
+    mlink *l = link_new(e, client, token);
+    if (l == NULL) {
+        reply_status(fd, MSG_REVERSE_REPLY, LLM_LINK_FAILED, NULL, "out of host memory");
+        return;
+    }
+    l->peer_pid = (pid_t)peer.pid;
+    l->peer_serial = peer.serial;
+    l->same_process = peer.pid == (uint64_t)getpid();
+    l->peer_next_at_link = peer.next_cache_id;
+    atomic_store(&l->vm_ok, l->same_process ? 0 : probe_vm(&peer));
+    /* Our transfers ask on c2, where the reply below still has to go: the link is
+     * usable once that reply is sent, so hold its transfer lock until then. */
+    pthread_mutex_lock(&l->xfer_mu);
+    pthread_mutex_lock(&e->mu);
+    if (p->state != 0 || e->state != ENGINE_READY || link_find_locked(e, client) != NULL) {
+        st = LLM_LINK_FAILED;
+        snprintf(text, sizeof text, "the handshake was abandoned");
+    } else {
+        l->srv_fd = p->c1_fd;
+        l->req_fd = fd;
+        l->own_next_at_link = e->next_id;
+        l->ready = 1;
+        /* c1's thread becomes the link's server thread; c2 belongs to the link */
+        for (eng_thread **pp = &e->conns; *pp != NULL; pp = &(*pp)->next) {
+            if (*pp == p->c1_thread) {
+                *pp = p->c1_thread->next;
+                break;
+            }
+        }
+        p->c1_thread->next = NULL;
+        p->c1_thread->fd = -1;
+        l->server = p->c1_thread;
+        self->fd = -1;
+        link_ref(l); /* held by the server thread */
+        l->next = e->links;
+        e->links = l;
+        p->link = l;
+        p->state = 1;
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    reply_status(fd, MSG_REVERSE_REPLY, st, NULL, text);
+    pthread_mutex_unlock(&l->xfer_mu);
+    if (st != LLM_SUCCESS)
+        link_unref(l);
+}
+
+/* DISCONNECT on a fresh connection: drop our side of the link to the client. */
+static void on_disconnect(engine *e, int fd, const msg_hdr *h)
+{
+    char text[MSG_LEN];
+    text[0] = '\0';
+    if (h->payload_len != 0)
+        return;
+    serve_delay(e);
+    lldd_status st = LLM_SUCCESS;
+    mlink *l = NULL;
+    pthread_mutex_lock(&e->mu);
+    if (e->state != ENGINE_READY) {
+        st = LLM_UNLINK_FAILED;
+        snprintf(text, sizeof text, "cluster %llu is finalizing", (unsigned long long)e->cluster_id);
+    } else if (h->b != e->cluster_id) {
+        st = LLM_PARAM_INVALID;
+        snprintf(text, sizeof text, "remote cluster id mismatch: the listener's cluster id is %llu, not %llu",
+                 (unsigned long long)e->cluster_id, (unsigned long long)h->b);
+    } else {
+        l = link_find_locked(e, h->a);
+        if (l != NULL && l->ready)
+            link_ref(l);
+        else
+            l = NULL;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (l != NULL) {
+        link_drop(e, l);
+        link_unref(l);
+    }
+    reply_status(fd, MSG_DISCONNECT_REPLY, st, NULL, text);
+}
+
+void *conn_thread_main(void *arg)
+{
+    eng_thread *self = arg;
+    engine *e = self->e;
+    int fd = self->fd;
+    msg_hdr h;
+    if (msg_recv_hdr(fd, &h, tp_deadline(FIRST_MESSAGE_WAIT_MS)) == TP_OK) {
+        switch (h.type) {
+        case MSG_HELLO:
+            on_hello(e, self, fd, &h);
+            break;
+        case MSG_REVERSE:
+            on_reverse(e, self, fd, &h);
+            break;
+        case MSG_DISCONNECT:
+            on_disconnect(e, fd, &h);
+            break;
+        default:
+            break;
+        }
+    }
+    atomic_store(&self->done, 1);
+    return NULL;
+}
+
+void pending_abort_all(engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    for (pending_link *p = e->pending; p != NULL; p = p->next)
+        if (p->state == 0)
+            p->state = 2;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * client side
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct cluster_job {
+    engine *e;
+    const lldd_cluster_info *ci;
+    int32_t timeout_ms;
+    int force;
+    lldd_status status;
+    char msg[MSG_LEN];
+} cluster_job;
+
+static lldd_status connect_status(int r, int err, int unlink, char *msg, const char *ip, uint16_t port)
+{
+    if (r == TP_TIMEOUT) {
+        snprintf(msg, MSG_LEN, "connecting to %s:%u did not complete in time", ip, (unsigned)port);
+        return LLM_TIMEOUT;
+    }
+    snprintf(msg, MSG_LEN, "cannot connect to %s:%u: %s", ip, (unsigned)port,
+             r == TP_REFUSED ? "connection refused (nobody listens there)" : strerror(err));
+    return unlink ? LLM_UNLINK_FAILED : LLM_LINK_FAILED;
+}
+
+/* Receives a reply of `type` with a reply_text (and a hello_body first if hello). */
+static lldd_status recv_reply(int fd, uint16_t type, int64_t deadline, hello_body *hello, char *msg, int unlink,
+                              const char *what)
+{
+    msg_hdr h;
+    int r = msg_recv_hdr(fd, &h, deadline);
+    struct {
+        hello_body hello;
+        reply_text text;
+    } body;
+    size_t want = hello != NULL ? sizeof body : sizeof body.text;
+    if (r == TP_OK && (h.type != type || h.payload_len != want))
+        r = TP_CLOSED;
+    if (r == TP_OK)
+        r = tp_recv_all(fd, hello != NULL ? (void *)&body : (void *)&body.text, want, deadline);
+    if (r == TP_TIMEOUT) {
+        snprintf(msg, MSG_LEN, "the peer did not answer the %s in time", what);
+        return LLM_TIMEOUT;
+    }
+    if (r != TP_OK) {
+        snprintf(msg, MSG_LEN, "the peer closed the connection during the %s", what);
+        return unlink ? LLM_UNLINK_FAILED : LLM_LINK_FAILED;
+    }
+    body.text.text[sizeof body.text.text - 1] = '\0';
+    if (hello != NULL)
+        *hello = body.hello;
+    if (h.status != LLM_SUCCESS) {
+        snprintf(msg, MSG_LEN, "the peer refused the %s: %.200s", what, body.text.text);
+        return h.status;
+    }
+    return LLM_SUCCESS;
+}
+
+/* The local communication resource rule of §10.2 and llm.LocalCommRes. */
+static lldd_status check_comm_res(engine *e, const lldd_cluster_info *ci, char *msg)
+{
+    pthread_mutex_lock(&e->mu);
+    char *res = e->local_comm_res ? strdup(e->local_comm_res) : NULL;
+    int have = e->local_comm_res != NULL || e->comm_res_generated;
+    int absent = e->local_comm_res == NULL;
+    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&e->listen_mu);
+    have = have || e->listening;
+    pthread_mutex_unlock(&e->listen_mu);
+    if (!have && ci->num_local_ip_infos != 1) {
+        snprintf(msg, MSG_LEN, "local_ip_infos has %zu entries; without llm.LocalCommRes or a listen address "
+                 "exactly one is needed", ci->num_local_ip_infos);
+        free(res);
+        return LLM_PARAM_INVALID;
+    }
+    if (absent && !have) {
+        pthread_mutex_lock(&e->mu);
+        e->comm_res_generated = 1;
+        pthread_mutex_unlock(&e->mu);
+    }
+    if (res == NULL)
+        return LLM_SUCCESS;
+    json_value doc;
+    char why[96];
+    lldd_status st = LLM_SUCCESS;
+    if (json_parse(res, strlen(res), &doc, why, sizeof why) != 0) {
+        snprintf(msg, MSG_LEN, "option llm.LocalCommRes is not valid JSON (%s)", why);
+        st = LLM_PARAM_INVALID;
+    } else {
+        const json_value *v = json_member(&doc, "version");
+        if (doc.type != JSON_OBJECT || v == NULL || v->type != JSON_STRING ||
+            (strcmp(v->str, "1.0") != 0 && strcmp(v->str, "1.2") != 0 && strcmp(v->str, "1.3") != 0)) {
+            snprintf(msg, MSG_LEN, "option llm.LocalCommRes must be a JSON object with \"version\" \"1.0\", "
+                     "\"1.2\" or \"1.3\"");
+            st = LLM_PARAM_INVALID;
+        }
+        json_free(&doc);
+    }
+    free(res);
+    return st;
+}
+
+static lldd_status link_one(cluster_job *job)
+{
+    engine *e = job->e;
+    const lldd_cluster_info *ci = job->ci;
+    char *msg = job->msg;
+    if (ci->num_remote_ip_infos != 1) {
+        snprintf(msg, MSG_LEN, "remote_ip_infos has %zu entries; exactly one is needed", ci->num_remote_ip_infos);
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = check_comm_res(e, ci, msg);
+    if (st != LLM_SUCCESS)
+        return st;
+    uint64_t peer_id = ci->remote_cluster_id;
+    if (peer_id == e->cluster_id) {
+        snprintf(msg, MSG_LEN, "remote_cluster_id %llu is this engine's own cluster id",
+                 (unsigned long long)peer_id);
+        return LLM_PARAM_INVALID;
+    }
+    uint64_t token = new_token(e);
+    pthread_mutex_lock(&e->mu);
+    mlink *l = link_find_locked(e, peer_id);
+    if (l != NULL) {
+        pthread_mutex_unlock(&e->mu);
+        snprintf(msg, MSG_LEN, "cluster %llu is already linked%s", (unsigned long long)peer_id,
+                 l->ready ? "" : " (a link to it is being made)");
+        return LLM_ALREADY_LINK;
+    }
+    l = link_new(e, peer_id, token);
+    if (l == NULL) {
+        pthread_mutex_unlock(&e->mu);
+        snprintf(msg, MSG_LEN, "out of host memory");
+        return LLM_FAILED;
+    }
+    l->next = e->links;
+    e->links = l;
+    pthread_mutex_unlock(&e->mu);
+
+    const char *ip = ci->remote_ip_infos[0].ip;
+    uint16_t port = ci->remote_ip_infos[0].port;
+    int64_t deadline = tp_deadline(job->timeout_ms);
+    int c1 = -1, c2 = -1, err;
+    hello_body mine, peer;
+    eng_thread *server = NULL;
+    int r = tp_connect(ip, port, deadline, &c1, &err);
+    if (r != TP_OK) {
+        st = connect_status(r, err, 0, msg, ip, port);
+        goto fail;
+    }
+    fill_hello(e, &mine, peer_id, token, (uint32_t)job->timeout_ms);
+    msg_hdr h;
+    msg_init(&h, MSG_HELLO);
+    h.payload_len = sizeof mine;
+    r = msg_send(c1, &h, &mine, sizeof mine, deadline);
+    if (r != TP_OK) {
+        st = r == TP_TIMEOUT ? LLM_TIMEOUT : LLM_LINK_FAILED;
+        snprintf(msg, MSG_LEN, "sending the handshake to %s:%u failed", ip, (unsigned)port);
+        goto fail;
+    }
+    if ((st = recv_reply(c1, MSG_HELLO_REPLY, deadline, &peer, msg, 0, "link handshake")) != LLM_SUCCESS)
+        goto fail;
+    r = tp_connect(ip, port, deadline, &c2, &err);
+    if (r != TP_OK) {
+        st = connect_status(r, err, 0, msg, ip, port);
+        goto fail;
+    }
+    msg_init(&h, MSG_REVERSE);
+    h.a = token;
+    h.b = e->cluster_id;
+    r = msg_send(c2, &h, NULL, 0, deadline);
+    if (r != TP_OK) {
+        st = r == TP_TIMEOUT ? LLM_TIMEOUT : LLM_LINK_FAILED;
+        snprintf(msg, MSG_LEN, "sending the handshake to %s:%u failed", ip, (unsigned)port);
+        goto fail;
+    }
+    if ((st = recv_reply(c2, MSG_REVERSE_REPLY, deadline, NULL, msg, 0, "link handshake")) != LLM_SUCCESS)
+        goto fail;
+
+    server = calloc(1, sizeof *server);
+    if (server == NULL) {
+        st = LLM_FAILED;
+        snprintf(msg, MSG_LEN, "out of host memory");
+        goto fail;
+    }
+    server->fd = -1;
+    l->req_fd = c1;
+    l->srv_fd = c2;
+    c1 = c2 = -1;
+    l->peer_pid = (pid_t)peer.pid;
+    l->peer_serial = peer.serial;
+    l->same_process = peer.pid == (uint64_t)getpid();
+    l->own_next_at_link = mine.next_cache_id;
+    l->peer_next_at_link = peer.next_cache_id;
+    atomic_store(&l->vm_ok, l->same_process ? 0 : probe_vm(&peer));
+    link_ref(l); /* held by the server thread */
+    l->server = server;
+    if (thread_start(e, server, link_server_main, l) != 0) {
+        l->server = NULL;
+        free(server);
+        link_unref(l);
+        st = LLM_FAILED;
+        snprintf(msg, MSG_LEN, "cannot start a thread");
+        goto fail;
+    }
+    pthread_mutex_lock(&e->mu);
+    l->ready = 1;
+    pthread_mutex_unlock(&e->mu);
+    return LLM_SUCCESS;
+
+fail:
+    tp_close(&c1);
+    tp_close(&c2);
+    link_drop(e, l); /* not ready: nobody else uses it */
+    return st;
+}
+
+static lldd_status unlink_one(cluster_job *job)
+{
+    engine *e = job->e;
+    const lldd_cluster_info *ci = job->ci;
+    char *msg = job->msg;
+    uint64_t peer_id = ci->remote_cluster_id;
+    if (!job->force) {
+        if (ci->num_remote_ip_infos != 1) {
+            snprintf(msg, MSG_LEN, "remote_ip_infos has %zu entries; exactly one is needed",
+                     ci->num_remote_ip_infos);
+            return LLM_PARAM_INVALID;
+        }
+        const char *ip = ci->remote_ip_infos[0].ip;
+        uint16_t port = ci->remote_ip_infos[0].port;
+        int64_t deadline = tp_deadline(job->timeout_ms);
+        int fd = -1, err;
+        int r = tp_connect(ip, port, deadline, &fd, &err);
+        if (r != TP_OK)
+            return connect_status(r, err, 1, msg, ip, port);
+        msg_hdr h;
+        msg_init(&h, MSG_DISCONNECT);
+        h.a = e->cluster_id;
+        h.b = peer_id;
+        r = msg_send(fd, &h, NULL, 0, deadline);
+        lldd_status st;
+        if (r != TP_OK) {
+            st = r == TP_TIMEOUT ? LLM_TIMEOUT : LLM_UNLINK_FAILED;
+            snprintf(msg, MSG_LEN, "sending the disconnect to %s:%u failed", ip, (unsigned)port);
+        } else {
+            st = recv_reply(fd, MSG_DISCONNECT_REPLY, deadline, NULL, msg, 1, "disconnect");
+        }
+        tp_close(&fd);
+        if (st != LLM_SUCCESS)
+            return st; /* the local link is kept */
+    }
+    pthread_mutex_lock(&e->mu);
+    mlink *l = link_find_locked(e, peer_id);
+    if (l != NULL && l->ready)
+        link_ref(l);
+    else
+        l = NULL;
+    pthread_mutex_unlock(&e->mu);
+    if (l != NULL) {
+        link_drop(e, l);
+        link_unref(l);
+    }
+    return LLM_SUCCESS;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * the per-cluster stage: groups of the same cluster id in input order (PR-29),
+ * different groups concurrently, at most 16 at a time
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct batch {
+    cluster_job *jobs;
+    size_t *order;           /* job indexes sorted by (cluster id, input position) */
+    size_t *group_start;     /* group g is order[group_start[g] .. group_start[g + 1]) */
+    size_t groups;
+    atomic_size_t next_group;
+    int unlink;
+} batch;
+
+static void run_group(batch *b, size_t g)
+{
+    for (size_t i = b->group_start[g]; i < b->group_start[g + 1]; i++) {
+        cluster_job *job = &b->jobs[b->order[i]];
+        job->msg[0] = '\0';
+        job->status = b->unlink ? unlink_one(job) : link_one(job);
+    }
+}
+
+static void *batch_worker(void *arg)
+{
+    batch *b = arg;
+    for (;;) {
+        size_t g = atomic_fetch_add(&b->next_group, 1);
+        if (g >= b->groups)
+            return NULL;
+        run_group(b, g);
+    }
+}
+
+static int cmp_order(const void *a, const void *b, void *ctx)
+{
+    const cluster_job *jobs = ctx;
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    uint64_t cx = jobs[x].ci->remote_cluster_id, cy = jobs[y].ci->remote_cluster_id;
+    if (cx != cy)
+        return cx < cy ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static lldd_status run_clusters(engine *e, const char *fn, const lldd_cluster_info *clusters, size_t n,
+                                int32_t timeout_ms, int unlink, int force, lldd_status *rets, size_t *num_rets)
+{
+    batch b;
+    memset(&b, 0, sizeof b);
+    b.unlink = unlink;
+    b.jobs = calloc(n, sizeof *b.jobs);
+    b.order = calloc(n, sizeof *b.order);
+    b.group_start = calloc(n + 1, sizeof *b.group_start);
+    if (b.jobs == NULL || b.order == NULL || b.group_start == NULL) {
+        free(b.jobs);
+        free(b.order);
+        free(b.group_start);
+        mock_set_error("%s: out of host memory", fn);
+        return LLM_FAILED;
+    }
+    for (size_t i = 0; i < n; i++) {
+        b.jobs[i].e = e;
+        b.jobs[i].ci = &clusters[i];
+        b.jobs[i].timeout_ms = timeout_ms;
+        b.jobs[i].force = force;
+        b.order[i] = i;
+    }
+    qsort_r(b.order, n, sizeof *b.order, cmp_order, b.jobs);
+    for (size_t i = 0; i < n; i++)
+        if (i == 0 || clusters[b.order[i]].remote_cluster_id != clusters[b.order[i - 1]].remote_cluster_id)
+            b.group_start[b.groups++] = i;
+    b.group_start[b.groups] = n;
+
+    size_t workers = b.groups < LINK_WORKERS ? b.groups : LINK_WORKERS;
+    pthread_t tids[LINK_WORKERS];
+    size_t started = 0;
+    for (size_t w = 1; w < workers; w++) {
+        if (pthread_create(&tids[started], NULL, batch_worker, &b) != 0)
+            break;
+        started++;
+    }
+    batch_worker(&b);
+    for (size_t w = 0; w < started; w++)
+        pthread_join(tids[w], NULL);
+
+    lldd_status result = LLM_SUCCESS;
+    size_t last_bad = n;
+    for (size_t i = 0; i < n; i++) {
+        rets[i] = b.jobs[i].status;
+        if (b.jobs[i].status != LLM_SUCCESS) {
+            result = b.jobs[i].status;
+            last_bad = i;
+        }
+    }
+    *num_rets = n;
+    if (last_bad < n)
+        mock_set_error("%s: cluster %zu (remote_cluster_id %llu): %s", fn, last_bad,
+                       (unsigned long long)clusters[last_bad].remote_cluster_id, b.jobs[last_bad].msg);
+    free(b.jobs);
+    free(b.order);
+    free(b.group_start);
+    return result;
+}
+
+/* cpp-api.md §6.7 steps 1-4 (shared by link and unlink). */
+static lldd_status check_clusters(engine *e, const char *fn, const lldd_cluster_info *clusters, size_t n,
+                                  const lldd_status *rets, const size_t *num_rets)
+{
+    if (e == NULL || (clusters == NULL && n > 0) || (rets == NULL && n > 0) || num_rets == NULL) {
+        mock_set_error("%s: %s must not be NULL", fn,
+                       e == NULL ? "engine" : clusters == NULL && n > 0 ? "clusters (num_clusters > 0)"
+                       : num_rets == NULL ? "num_rets" : "rets (num_clusters > 0)");
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+static lldd_status check_ips(const char *fn, const lldd_cluster_info *clusters, size_t n, int32_t timeout_ms)
+{
+    if (timeout_ms <= 0) {
+        mock_set_error("%s: timeout_in_millis %d must be > 0", fn, (int)timeout_ms);
+        return LLM_PARAM_INVALID;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const lldd_cluster_info *ci = &clusters[i];
+        for (int side = 0; side < 2; side++) {
+            const lldd_ip_info *infos = side == 0 ? ci->remote_ip_infos : ci->local_ip_infos;
+            size_t count = side == 0 ? ci->num_remote_ip_infos : ci->num_local_ip_infos;
+            const char *name = side == 0 ? "remote_ip_infos" : "local_ip_infos";
+            if (infos == NULL && count > 0) {
+                mock_set_error("%s: clusters[%zu].%s is NULL but its count is %zu", fn, i, name, count);
+                return LLM_PARAM_INVALID;
+            }
+            for (size_t k = 0; k < count; k++) {
+                const char *ip = infos[k].ip;
+                if (ip == NULL || ip[0] == '\0') {
+                    mock_set_error("%s: clusters[%zu].%s[%zu].ip is empty", fn, i, name, k);
+                    return LLM_PARAM_INVALID;
+                }
+                if (!tp_is_ipv4(ip)) {
+                    mock_set_error("%s: clusters[%zu].%s[%zu].ip \"%s\" is not an IPv4 address", fn, i, name, k, ip);
+                    return LLM_PARAM_INVALID;
+                }
+            }
+        }
+    }
+    if (n == 0) {
+        mock_set_error("%s: clusters is empty", fn);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+MOCK_EXPORT lldd_status lldd_link_clusters(lldd_engine *e, const lldd_cluster_info *clusters, size_t num_clusters,
+                                           int32_t timeout_in_millis, lldd_status *rets, size_t *num_rets)
+{
+    static const char fn[] = "lldd_link_clusters";
+    uint32_t code;
+    if (num_rets != NULL)
+        *num_rets = 0;
+    if (mock_fault_take(fn, &code))
+        return code;
+    lldd_status st = check_clusters(e, fn, clusters, num_clusters, rets, num_rets);
+    if (st != LLM_SUCCESS)
+        return st;
+    if ((st = engine_enter(e, fn)) != LLM_SUCCESS)
+        return st;
+    st = check_ips(fn, clusters, num_clusters, timeout_in_millis);
+    if (st == LLM_SUCCESS)
+        st = run_clusters(e, fn, clusters, num_clusters, timeout_in_millis, 0, 0, rets, num_rets);
+    engine_leave(e);
+    return st;
+}
+
+MOCK_EXPORT lldd_status lldd_unlink_clusters(lldd_engine *e, const lldd_cluster_info *clusters, size_t num_clusters,
+                                             int32_t timeout_in_millis, int32_t force_flag, lldd_status *rets,
+                                             size_t *num_rets)
+{
+    static const char fn[] = "lldd_unlink_clusters";
+    uint32_t code;
+    if (num_rets != NULL)
+        *num_rets = 0;
+    if (mock_fault_take(fn, &code))
+        return code;
+    lldd_status st = check_clusters(e, fn, clusters, num_clusters, rets, num_rets);
+    if (st != LLM_SUCCESS)
+        return st;
+    if ((st = engine_enter(e, fn)) != LLM_SUCCESS)
+        return st;
+    st = check_ips(fn, clusters, num_clusters, timeout_in_millis);
+    if (st == LLM_SUCCESS)
+        st = run_clusters(e, fn, clusters, num_clusters, timeout_in_millis, 1, force_flag != 0, rets, num_rets);
+    engine_leave(e);
+    return st;
+}

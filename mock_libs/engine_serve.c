@@ -1,0 +1,221 @@
+/* The server thread of a link: answers the peer's requests on l->srv_fd.
+ *
+ * A peer in another process reaches our caches in two steps. PIN looks a cache up
+ * in our live table, against the table copy the peer took on its first transfer
+ * (the watermark: ids below it existed then, §9.7), pins it, and answers with its
+ * description and tensor addresses; the peer then moves the bytes itself with
+ * process_vm_readv/writev, or, when the kernel does not allow that, asks us with
+ * READ/WRITE to move them over this socket. Every range of a READ or WRITE is
+ * checked against a tensor of a cache this connection has pinned. UNPIN releases
+ * the pin; a closed connection releases every pin it holds, so a peer that dies or
+ * gives up never keeps our caches from being freed.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+enum { SERVE_IDLE_MS = 60000 };
+
+typedef struct pin_list {
+    mcache **items;
+    size_t count, cap;
+} pin_list;
+
+static mcache *pins_find(pin_list *p, int64_t id, size_t *index)
+{
+    for (size_t i = p->count; i-- > 0;) {
+        if (p->items[i]->w.id == id) {
+            *index = i;
+            return p->items[i];
+        }
+    }
+    return NULL;
+}
+
+static int pins_reserve(pin_list *p)
+{
+    if (p->count < p->cap)
+        return 0;
+    size_t cap = p->cap ? p->cap * 2 : 8;
+    mcache **n = realloc(p->items, cap * sizeof *n);
+    if (n == NULL)
+        return -1;
+    p->items = n;
+    p->cap = cap;
+    return 0;
+}
+
+static int send_status(int fd, uint16_t type, uint32_t status, uint64_t a)
+{
+    msg_hdr h;
+    msg_init(&h, type);
+    h.status = status;
+    h.a = a;
+    return msg_send(fd, &h, NULL, 0, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
+}
+
+static int serve_pin(engine *e, int fd, const msg_hdr *h, pin_list *pins)
+{
+    int64_t id = (int64_t)h->a;
+    pthread_mutex_lock(&e->mu);
+    if (e->state != ENGINE_READY) {
+        pthread_mutex_unlock(&e->mu);
+        return -1;
+    }
+    int64_t watermark = h->b != 0 ? (int64_t)h->b : e->next_id;
+    mcache *c = (id > 0 && id < watermark) ? cache_find_locked(e, id) : NULL;
+    if (c == NULL) {
+        pthread_mutex_unlock(&e->mu);
+        return send_status(fd, MSG_PIN_REPLY, LLM_KV_CACHE_NOT_EXIST, (uint64_t)watermark);
+    }
+    size_t addr_bytes = (size_t)c->w.num_tensors * sizeof(uint64_t);
+    char *body = malloc(sizeof(cache_wire) + addr_bytes);
+    if (body == NULL || pins_reserve(pins) != 0) {
+        pthread_mutex_unlock(&e->mu);
+        free(body);
+        return -1;
+    }
+    c->pins++;
+    pins->items[pins->count++] = c;
+    memcpy(body, &c->w, sizeof c->w);
+    memcpy(body + sizeof c->w, c->addrs, addr_bytes);
+    pthread_mutex_unlock(&e->mu);
+    msg_hdr r;
+    msg_init(&r, MSG_PIN_REPLY);
+    r.a = (uint64_t)watermark;
+    r.payload_len = sizeof(cache_wire) + addr_bytes;
+    int rc = msg_send(fd, &r, body, (size_t)r.payload_len, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
+    free(body);
+    return rc;
+}
+
+static void serve_unpin(engine *e, const msg_hdr *h, pin_list *pins)
+{
+    size_t i;
+    pthread_mutex_lock(&e->mu);
+    mcache *c = pins_find(pins, (int64_t)h->a, &i);
+    if (c != NULL) {
+        cache_unpin_locked(e, c);
+        pins->items[i] = pins->items[--pins->count];
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Receives the region list of a READ/WRITE and turns it into iovecs over the
+ * pinned cache; -1 (and the connection is closed) if anything is off. */
+static int regions_to_iov(int fd, const msg_hdr *h, pin_list *pins, uint64_t data_len_extra, struct iovec *iov,
+                          wire_region *wr, uint64_t *total)
+{
+    if (h->count == 0 || h->count > WIRE_MAX_REGIONS)
+        return -1;
+    uint64_t list_bytes = (uint64_t)h->count * sizeof *wr;
+    if (h->payload_len < list_bytes || h->payload_len - list_bytes != data_len_extra)
+        return -1;
+    if (tp_recv_all(fd, wr, (size_t)list_bytes, tp_deadline(SERVE_IDLE_MS)) != TP_OK)
+        return -1;
+    size_t idx;
+    mcache *c = pins_find(pins, (int64_t)h->a, &idx);
+    if (c == NULL)
+        return -1;
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < h->count; i++) {
+        uint64_t end;
+        if (wr[i].tensor >= c->w.num_tensors || __builtin_add_overflow(wr[i].offset, wr[i].len, &end) ||
+            end > c->w.tensor_size || __builtin_add_overflow(sum, wr[i].len, &sum))
+            return -1;
+        iov[i].iov_base = (char *)(uintptr_t)c->addrs[wr[i].tensor] + wr[i].offset;
+        iov[i].iov_len = (size_t)wr[i].len;
+    }
+    *total = sum;
+    return 0;
+}
+
+static int serve_read(int fd, const msg_hdr *h, pin_list *pins, struct iovec *iov, wire_region *wr)
+{
+    uint64_t total;
+    if (regions_to_iov(fd, h, pins, 0, iov, wr, &total) != 0) {
+        send_status(fd, MSG_READ_REPLY, LLM_PARAM_INVALID, 0);
+        return -1;
+    }
+    msg_hdr r;
+    msg_init(&r, MSG_READ_REPLY);
+    r.payload_len = total;
+    if (msg_send(fd, &r, NULL, 0, tp_deadline(SERVE_IDLE_MS)) != TP_OK)
+        return -1;
+    return tp_sendv(fd, iov, h->count, tp_deadline(SERVE_IDLE_MS), SERVE_IDLE_MS) == TP_OK ? 0 : -1;
+}
+
+static int serve_write(int fd, const msg_hdr *h, pin_list *pins, struct iovec *iov, wire_region *wr)
+{
+    uint64_t total = 0;
+    /* the data length is what remains of the payload after the list */
+    uint64_t list_bytes = (uint64_t)h->count * sizeof *wr;
+    uint64_t data = h->payload_len >= list_bytes ? h->payload_len - list_bytes : 0;
+    if (regions_to_iov(fd, h, pins, data, iov, wr, &total) != 0 || total != data) {
+        send_status(fd, MSG_WRITE_REPLY, LLM_PARAM_INVALID, 0);
+        return -1;
+    }
+    if (tp_recvv(fd, iov, h->count, tp_deadline(SERVE_IDLE_MS), SERVE_IDLE_MS) != TP_OK)
+        return -1;
+    return send_status(fd, MSG_WRITE_REPLY, LLM_SUCCESS, 0);
+}
+
+void link_serve(mlink *l)
+{
+    engine *e = l->e;
+    int fd = l->srv_fd;
+    pin_list pins = {NULL, 0, 0};
+    struct iovec *iov = malloc(WIRE_MAX_REGIONS * sizeof *iov);
+    wire_region *wr = malloc(WIRE_MAX_REGIONS * sizeof *wr);
+    while (iov != NULL && wr != NULL) {
+        msg_hdr h;
+        if (msg_recv_hdr(fd, &h, TP_NO_DEADLINE) != TP_OK)
+            break;
+        uint32_t delay = atomic_load(&e->serve_delay_ms);
+        if (delay > 0 && h.type != MSG_UNPIN) {
+            tp_sleep_ms(delay, &l->stopping);
+            if (atomic_load(&l->stopping))
+                break;
+        }
+        int rc;
+        switch (h.type) {
+        case MSG_PIN:
+            rc = h.payload_len == 0 ? serve_pin(e, fd, &h, &pins) : -1;
+            break;
+        case MSG_UNPIN:
+            serve_unpin(e, &h, &pins);
+            rc = 0;
+            break;
+        case MSG_READ:
+            rc = serve_read(fd, &h, &pins, iov, wr);
+            break;
+        case MSG_WRITE:
+            rc = serve_write(fd, &h, &pins, iov, wr);
+            break;
+        default:
+            rc = -1;
+            break;
+        }
+        if (rc != 0)
+            break;
+    }
+    /* EOF or a broken request: the peer's side of the link is gone (PR-31). The
+     * requests we make on req_fd would fail the same way; make sure they do. */
+    atomic_store(&l->peer_gone, 1);
+    tp_shutdown(fd);
+    pthread_mutex_lock(&e->mu);
+    for (size_t i = 0; i < pins.count; i++)
+        cache_unpin_locked(e, pins.items[i]);
+    pthread_mutex_unlock(&e->mu);
+    free(pins.items);
+    free(iov);
+    free(wr);
+    link_unref(l);
+}
+
+void *link_server_main(void *arg)
+{
+    link_serve(arg);
+    return NULL;
+}

@@ -1,0 +1,1108 @@
+/* PullKvCache, PullKvBlocks, PushKvCache, PushKvBlocks: argument checks in the
+ * order of cpp-api.md §6.10-6.11 and semantics §8.0, then the data plane.
+ *
+ * A transfer holds, in this order: a pin on its local cache, the link's transfer
+ * lock (transfers over one link are serialized; unlink waits for them), and a pin
+ * on the peer's cache, taken live for every transfer against the table copy of
+ * §9.7. With everything pinned, the plan (tensor pairs x runs, semantics §8) is
+ * walked region by region without copying the block lists:
+ *   same process      memmove between the two engines' memory;
+ *   another process   process_vm_readv/writev, up to IOV_MAX regions per call;
+ *   neither allowed   READ/WRITE requests on the link's socket (engine_serve.c).
+ * Every check finishes before the first byte moves, so a failed check changes
+ * nothing (§8.12). A multi-layer push moves the layers before the first failing
+ * one and then reports that layer's failure, as the vendor's layer loop does.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "engine.h"
+
+enum { DIRECT_REQUEST_ENTRIES = 131064, VM_BATCH = 1024 };
+
+/* ---------------------------------------------------------------------------------------------
+ * KvCacheExtParam (semantics §4.4, §5)
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct ext_norm {
+    int has_range;       /* both pairs given (both first >= 0) */
+    int64_t sf, ss, df, ds;
+    uint32_t n;
+} ext_norm;
+
+static lldd_status check_ext(const char *fn, const lldd_ext_param *p, int push, uint32_t caller_tensors,
+                             ext_norm *x)
+{
+    lldd_ext_param def = {-1, -1, -1, -1, 2, 0};
+    if (p == NULL)
+        p = &def;
+    x->sf = p->src_layer_first;
+    x->ss = p->src_layer_second;
+    x->df = p->dst_layer_first;
+    x->ds = p->dst_layer_second;
+    x->n = p->tensor_num_per_layer;
+    for (int side = 0; side < 2; side++) {
+        int64_t f = side ? x->df : x->sf, s = side ? x->ds : x->ss;
+        const char *name = side ? "dst_layer_range" : "src_layer_range";
+        if (f < -1 || s < -1 || f > s) {
+            mock_set_error("%s: ext_param.%s {%lld, %lld} is invalid: both members must be >= -1 and first <= second",
+                           fn, name, (long long)f, (long long)s);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    if (x->n == 0 || x->n > 255) {
+        mock_set_error("%s: ext_param.tensor_num_per_layer %u is invalid; it must be in [1, 255] (a uint8_t in C++)",
+                       fn, (unsigned)x->n);
+        return LLM_PARAM_INVALID;
+    }
+    if (push && x->ss - x->sf != x->ds - x->df) {
+        mock_set_error("%s: ext_param: src_layer_range {%lld, %lld} and dst_layer_range {%lld, %lld} span different "
+                       "numbers of layers", fn, (long long)x->sf, (long long)x->ss, (long long)x->df, (long long)x->ds);
+        return LLM_PARAM_INVALID;
+    }
+    if (push && x->sf == -1 && caller_tensors == 0) {
+        mock_set_error("%s: src_cache.cache_desc.num_tensors is 0, so the default src_layer_range {-1, -1} selects no "
+                       "layer; give the number of tensors or an explicit range", fn);
+        return LLM_PARAM_INVALID;
+    }
+    for (int side = 0; side < 2; side++) {
+        int64_t f = side ? x->df : x->sf, s = side ? x->ds : x->ss;
+        if (f == -1 && s >= 0) {
+            mock_set_error("%s: ext_param.%s {-1, %lld} is neither a range nor the default {-1, -1} (PR-11)", fn,
+                           side ? "dst_layer_range" : "src_layer_range", (long long)s);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    if ((x->sf == -1) != (x->df == -1)) {
+        mock_set_error("%s: src_layer_range and dst_layer_range must both be given or both be {-1,-1} (PR-1)", fn);
+        return LLM_PARAM_INVALID;
+    }
+    x->has_range = x->sf >= 0;
+    return LLM_SUCCESS;
+}
+
+static int has_batches(const cache_wire *w)
+{
+    return w->kind == KIND_CACHE || w->kind == KIND_MIX;
+}
+
+static int has_blocks(const cache_wire *w)
+{
+    return w->kind == KIND_BLOCKS || w->kind == KIND_MIX;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * the link and the peer's cache
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct xlink {
+    engine *e;
+    mlink *l;
+    engine *peer;        /* same process: the peer engine, held through the registry */
+    int locked;
+} xlink;
+
+typedef struct peer_cache {
+    cache_wire w;
+    const uint64_t *addrs;
+    uint64_t *owned_addrs;   /* another process: our copy of its addresses */
+    mcache *pc;              /* same process: the pinned cache */
+    int pinned;
+} peer_cache;
+
+static lldd_status link_timeout(xlink *x, const char *fn, const char *fmt, ...) MOCK_PRINTF(3, 4);
+
+/* TIMEOUT ends the link's usefulness (PR-35): poison it, and close the connection
+ * we ask on so that the peer releases whatever it still holds for us. */
+static lldd_status link_timeout(xlink *x, const char *fn, const char *fmt, ...)
+{
+    char why[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    atomic_store(&x->l->poisoned, 1);
+    tp_shutdown(x->l->req_fd);
+    mock_set_error("%s: link to cluster %llu: %s", fn, (unsigned long long)x->l->peer_cluster, why);
+    return LLM_TIMEOUT;
+}
+
+/* 1 if the peer engine (same process) still holds its side of this link. peer->mu held. */
+static int peer_side_alive_locked(engine *peer, engine *self, const mlink *l)
+{
+    if (peer->state != ENGINE_READY)
+        return 0;
+    mlink *pl = link_find_locked(peer, self->cluster_id);
+    return pl != NULL && pl->ready && !pl->removed && pl->token == l->token && !atomic_load(&pl->dropped) &&
+           !atomic_load(&pl->peer_gone);
+}
+
+static void link_release(xlink *x)
+{
+    if (x->l == NULL)
+        return;
+    if (x->locked)
+        pthread_mutex_unlock(&x->l->xfer_mu);
+    if (x->peer != NULL)
+        registry_release(x->peer);
+    link_unref(x->l);
+    memset(x, 0, sizeof *x);
+}
+
+/* Step 5 of §8.0: the link to `cluster`, locked for this transfer. */
+static lldd_status link_acquire(engine *e, const char *fn, uint64_t cluster, xlink *x)
+{
+    memset(x, 0, sizeof *x);
+    x->e = e;
+    pthread_mutex_lock(&e->mu);
+    mlink *l = link_find_locked(e, cluster);
+    int ready = l != NULL && l->ready;
+    if (ready)
+        link_ref(l);
+    pthread_mutex_unlock(&e->mu);
+    if (!ready) {
+        mock_set_error("%s: cluster %llu is not linked%s", fn, (unsigned long long)cluster,
+                       l != NULL ? " yet (the link is being made)" : "");
+        return LLM_NOT_YET_LINK;
+    }
+    x->l = l;
+    pthread_mutex_lock(&l->xfer_mu);
+    x->locked = 1;
+    pthread_mutex_lock(&e->mu);
+    int removed = l->removed;
+    pthread_mutex_unlock(&e->mu);
+    if (removed) {
+        link_release(x);
+        mock_set_error("%s: the link to cluster %llu is being torn down", fn, (unsigned long long)cluster);
+        return LLM_NOT_YET_LINK;
+    }
+    if (atomic_load(&l->poisoned)) {
+        mock_set_error("%s: link to cluster %llu: an earlier transfer timed out; unlink and link again (PR-35)", fn,
+                       (unsigned long long)cluster);
+        return LLM_TIMEOUT;
+    }
+    if (atomic_load(&l->dropped) || atomic_load(&l->peer_gone) || tp_peer_closed(l->req_fd))
+        return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
+    if (l->same_process) {
+        x->peer = registry_acquire(l->peer_serial);
+        if (x->peer == NULL)
+            return link_timeout(x, fn, "the peer engine no longer exists (PR-31)");
+        pthread_mutex_lock(&x->peer->mu);
+        int alive = peer_side_alive_locked(x->peer, e, l);
+        pthread_mutex_unlock(&x->peer->mu);
+        if (!alive)
+            return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
+    }
+    return LLM_SUCCESS;
+}
+
+static lldd_status not_exist(const char *fn, uint64_t cluster, int64_t id, int64_t watermark)
+{
+    if (id >= watermark)
+        mock_set_error("%s: cache %lld does not exist on cluster %llu: it is not in this link's copy of the peer's "
+                       "cache table, taken at the link's first transfer (semantics §9.7)", fn, (long long)id,
+                       (unsigned long long)cluster);
+    else
+        mock_set_error("%s: cache %lld does not exist on cluster %llu (never registered, or freed: PR-7)", fn,
+                       (long long)id, (unsigned long long)cluster);
+    return LLM_KV_CACHE_NOT_EXIST;
+}
+
+/* Step 7: resolves and pins the peer's cache `id` (live, every transfer). */
+static lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc)
+{
+    engine *e = x->e;
+    mlink *l = x->l;
+    memset(pc, 0, sizeof *pc);
+    if (id <= 0) {
+        mock_set_error("%s: cache id %lld never names a cache (ids start at 1, PR-20)", fn, (long long)id);
+        return LLM_KV_CACHE_NOT_EXIST;
+    }
+    uint32_t timeout = e->sync_timeout_ms;
+    if (l->same_process) {
+        engine *peer = x->peer;
+        uint32_t delay = atomic_load(&peer->serve_delay_ms);
+        if (delay > 0) {
+            tp_sleep_ms(delay < timeout ? delay : timeout, NULL);
+            if (delay >= timeout)
+                return link_timeout(x, fn, "the peer did not answer within llm.SyncKvCacheWaitTime = %u ms", timeout);
+        }
+        pthread_mutex_lock(&peer->mu);
+        if (!peer_side_alive_locked(peer, e, l)) {
+            pthread_mutex_unlock(&peer->mu);
+            return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
+        }
+        if (l->watermark == 0)
+            l->watermark = peer->next_id;
+        mcache *c = id < l->watermark ? cache_find_locked(peer, id) : NULL;
+        if (c == NULL) {
+            pthread_mutex_unlock(&peer->mu);
+            return not_exist(fn, l->peer_cluster, id, l->watermark);
+        }
+        c->pins++;
+        pc->w = c->w;
+        pc->addrs = c->addrs;
+        pc->pc = c;
+        pc->pinned = 1;
+        pthread_mutex_unlock(&peer->mu);
+        return LLM_SUCCESS;
+    }
+    msg_hdr h;
+    msg_init(&h, MSG_PIN);
+    h.a = (uint64_t)id;
+    h.b = (uint64_t)l->watermark;
+    int64_t deadline = tp_deadline(timeout);
+    int r = msg_send(l->req_fd, &h, NULL, 0, deadline);
+    if (r == TP_OK)
+        r = msg_recv_hdr(l->req_fd, &h, deadline);
+    if (r == TP_OK && h.type != MSG_PIN_REPLY)
+        r = TP_CLOSED;
+    if (r == TP_TIMEOUT)
+        return link_timeout(x, fn, "the peer did not answer within llm.SyncKvCacheWaitTime = %u ms", timeout);
+    if (r != TP_OK)
+        return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
+    if (l->watermark == 0)
+        l->watermark = (int64_t)h.a;
+    if (h.status == LLM_KV_CACHE_NOT_EXIST)
+        return not_exist(fn, l->peer_cluster, id, (int64_t)h.a);
+    if (h.status != LLM_SUCCESS || h.payload_len < sizeof pc->w)
+        return link_timeout(x, fn, "the peer answered a lookup with status 0x%08X", (unsigned)h.status);
+    r = tp_recv_all(l->req_fd, &pc->w, sizeof pc->w, deadline);
+    uint64_t addr_bytes = (uint64_t)pc->w.num_tensors * sizeof(uint64_t);
+    if (r == TP_OK && h.payload_len - sizeof pc->w != addr_bytes)
+        r = TP_CLOSED;
+    if (r == TP_OK) {
+        pc->owned_addrs = malloc(addr_bytes ? (size_t)addr_bytes : 1);
+        r = pc->owned_addrs == NULL ? TP_CLOSED : tp_recv_all(l->req_fd, pc->owned_addrs, (size_t)addr_bytes, deadline);
+    }
+    if (r != TP_OK) {
+        free(pc->owned_addrs);
+        pc->owned_addrs = NULL;
+        return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
+    }
+    pc->addrs = pc->owned_addrs;
+    pc->pinned = 1;
+    return LLM_SUCCESS;
+}
+
+static void peer_unpin(xlink *x, peer_cache *pc)
+{
+    if (!pc->pinned)
+        return;
+    if (x->l->same_process) {
+        pthread_mutex_lock(&x->peer->mu);
+        cache_unpin_locked(x->peer, pc->pc);
+        pthread_mutex_unlock(&x->peer->mu);
+    } else {
+        msg_hdr h;
+        msg_init(&h, MSG_UNPIN);
+        h.a = (uint64_t)pc->w.id;
+        msg_send(x->l->req_fd, &h, NULL, 0, tp_deadline(x->e->sync_timeout_ms));
+    }
+    free(pc->owned_addrs);
+    memset(pc, 0, sizeof *pc);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * plans and regions (semantics §8.2, §8.3, §8.5, §8.6)
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct plan {
+    int b2b;
+    uint32_t s_base, d_base, pairs;   /* tensor s_base + i -> d_base + i, i < pairs */
+    const uint64_t *src_addrs, *dst_addrs;
+    uint64_t soff, doff, len;         /* C2C */
+    const uint64_t *sblk, *dblk;      /* B2B */
+    size_t nblk;
+    uint64_t block;
+} plan;
+
+typedef struct region {
+    uint32_t st, dt;
+    uint64_t soff, doff, len;
+} region;
+
+typedef struct region_iter {
+    const plan *p;
+    uint32_t i;
+    run_iter runs;
+    uint64_t s0, d0, rlen;
+    int have_run;
+} region_iter;
+
+static void region_iter_init(region_iter *it, const plan *p)
+{
+    memset(it, 0, sizeof *it);
+    it->p = p;
+    if (p->b2b)
+        run_iter_init(&it->runs, p->sblk, p->dblk, p->nblk);
+}
+
+/* Runs outside, tensors inside: each run is found once. */
+static int region_next(region_iter *it, region *r)
+{
+    const plan *p = it->p;
+    if (!p->b2b) {
+        if (it->i >= p->pairs)
+            return 0;
+        r->st = p->s_base + it->i;
+        r->dt = p->d_base + it->i;
+        r->soff = p->soff;
+        r->doff = p->doff;
+        r->len = p->len;
+        it->i++;
+        return 1;
+    }
+    if (!it->have_run || it->i >= p->pairs) {
+        if (!run_next(&it->runs, &it->s0, &it->d0, &it->rlen))
+            return 0;
+        it->have_run = 1;
+        it->i = 0;
+    }
+    r->st = p->s_base + it->i;
+    r->dt = p->d_base + it->i;
+    r->soff = it->s0 * p->block;
+    r->doff = it->d0 * p->block;
+    r->len = it->rlen * p->block;
+    it->i++;
+    return 1;
+}
+
+static void *src_ptr(const plan *p, const region *r)
+{
+    return (char *)(uintptr_t)p->src_addrs[r->st] + r->soff;
+}
+
+static void *dst_ptr(const plan *p, const region *r)
+{
+    return (char *)(uintptr_t)p->dst_addrs[r->dt] + r->doff;
+}
+
+static void move_local(const plan *p)
+{
+    region_iter it;
+    region r;
+    region_iter_init(&it, p);
+    while (region_next(&it, &r))
+        memmove(dst_ptr(p, &r), src_ptr(p, &r), (size_t)r.len);
+}
+
+/* process_vm_readv (pull) / process_vm_writev (push); 0 or -errno. */
+static int move_vm(pid_t pid, const plan *p, int pull, struct iovec *liov, struct iovec *riov)
+{
+    region_iter it;
+    region r;
+    region_iter_init(&it, p);
+    for (;;) {
+        size_t n = 0;
+        while (n < VM_BATCH && region_next(&it, &r)) {
+            void *s = src_ptr(p, &r), *d = dst_ptr(p, &r);
+            liov[n].iov_base = pull ? d : s;
+            riov[n].iov_base = pull ? s : d;
+            liov[n].iov_len = riov[n].iov_len = (size_t)r.len;
+            n++;
+        }
+        if (n == 0)
+            return 0;
+        size_t k = 0;
+        while (k < n) {
+            ssize_t got = pull ? process_vm_readv(pid, liov + k, n - k, riov + k, n - k, 0)
+                               : process_vm_writev(pid, liov + k, n - k, riov + k, n - k, 0);
+            if (got < 0) {
+                if (errno == EINTR)
+                    continue;
+                return -errno;
+            }
+            if (got == 0)
+                return -EFAULT;
+            size_t g = (size_t)got;
+            while (g > 0) {
+                if (g >= liov[k].iov_len) {
+                    g -= liov[k].iov_len;
+                    k++;
+                } else {
+                    liov[k].iov_base = (char *)liov[k].iov_base + g;
+                    riov[k].iov_base = (char *)riov[k].iov_base + g;
+                    liov[k].iov_len -= g;
+                    riov[k].iov_len -= g;
+                    g = 0;
+                }
+            }
+        }
+    }
+}
+
+/* The socket path: READ (pull) or WRITE (push) requests of up to WIRE_MAX_REGIONS
+ * ranges of the pinned peer cache. */
+static lldd_status move_socket(xlink *x, const char *fn, const plan *p, int pull, int64_t peer_cache_id,
+                               struct iovec *liov, wire_region *wr)
+{
+    mlink *l = x->l;
+    uint32_t timeout = x->e->sync_timeout_ms;
+    region_iter it;
+    region r;
+    region_iter_init(&it, p);
+    for (;;) {
+        size_t n = 0;
+        uint64_t total = 0;
+        while (n < WIRE_MAX_REGIONS && region_next(&it, &r)) {
+            memset(&wr[n], 0, sizeof wr[n]);
+            wr[n].tensor = pull ? r.st : r.dt;
+            wr[n].offset = pull ? r.soff : r.doff;
+            wr[n].len = r.len;
+            liov[n + 2].iov_base = pull ? dst_ptr(p, &r) : src_ptr(p, &r);
+            liov[n + 2].iov_len = (size_t)r.len;
+            total += r.len;
+            n++;
+        }
+        if (n == 0)
+            return LLM_SUCCESS;
+        msg_hdr h;
+        msg_init(&h, pull ? MSG_READ : MSG_WRITE);
+        h.a = (uint64_t)peer_cache_id;
+        h.count = (uint32_t)n;
+        h.payload_len = n * sizeof *wr + (pull ? 0 : total);
+        liov[0].iov_base = &h;
+        liov[0].iov_len = sizeof h;
+        liov[1].iov_base = wr;
+        liov[1].iov_len = n * sizeof *wr;
+        int64_t deadline = tp_deadline(timeout);
+        int rc;
+        if (pull) {
+            struct iovec head[2] = {liov[0], liov[1]};
+            rc = tp_sendv(l->req_fd, head, 2, deadline, 0);
+            if (rc == TP_OK)
+                rc = msg_recv_hdr(l->req_fd, &h, deadline);
+            if (rc == TP_OK && (h.type != MSG_READ_REPLY || (h.status == 0 && h.payload_len != total)))
+                rc = TP_CLOSED;
+            if (rc == TP_OK && h.status == 0)
+                rc = tp_recvv(l->req_fd, liov + 2, n, deadline, timeout);
+        } else {
+            rc = tp_sendv(l->req_fd, liov, n + 2, deadline, timeout);
+            if (rc == TP_OK)
+                rc = msg_recv_hdr(l->req_fd, &h, tp_deadline(timeout));
+            if (rc == TP_OK && h.type != MSG_WRITE_REPLY)
+                rc = TP_CLOSED;
+        }
+        if (rc == TP_TIMEOUT)
+            return link_timeout(x, fn, "the transfer did not finish within llm.SyncKvCacheWaitTime = %u ms", timeout);
+        if (rc != TP_OK)
+            return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
+        if (h.status != LLM_SUCCESS)
+            return link_timeout(x, fn, "the peer refused a data request (status 0x%08X)", (unsigned)h.status);
+    }
+}
+
+static lldd_status move_bytes(xlink *x, const char *fn, const plan *p, int pull, int64_t peer_cache_id)
+{
+    mlink *l = x->l;
+    if (p->pairs == 0)
+        return LLM_SUCCESS;
+    if (l->same_process) {
+        move_local(p);
+        return LLM_SUCCESS;
+    }
+    struct iovec *liov = malloc((WIRE_MAX_REGIONS + 2) * sizeof *liov);
+    struct iovec *riov = malloc(VM_BATCH * sizeof *riov);
+    wire_region *wr = malloc(WIRE_MAX_REGIONS * sizeof *wr);
+    lldd_status st = LLM_SUCCESS;
+    if (liov == NULL || riov == NULL || wr == NULL) {
+        mock_set_error("%s: out of host memory", fn);
+        st = LLM_FAILED;
+        goto out;
+    }
+    if (atomic_load(&l->vm_ok)) {
+        int rc = move_vm(l->peer_pid, p, pull, liov, riov);
+        if (rc == 0)
+            goto out;
+        if (rc == -ESRCH) {
+            st = link_timeout(x, fn, "the peer process is gone (PR-31)");
+            goto out;
+        }
+        if (rc != -EPERM && rc != -ENOSYS && rc != -EACCES) {
+            mock_set_error("%s: %s failed: %s (a registered address is not mapped in its process)", fn,
+                           pull ? "process_vm_readv" : "process_vm_writev", strerror(-rc));
+            st = LLM_FAILED;
+            goto out;
+        }
+        atomic_store(&l->vm_ok, 0); /* not allowed after all: move the bytes over the socket */
+    }
+    st = move_socket(x, fn, p, pull, peer_cache_id, liov, wr);
+out:
+    free(liov);
+    free(riov);
+    free(wr);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * pulls
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct pull_args {
+    const lldd_cache_index *src;
+    int64_t dst_id;
+    int b2b;
+    uint32_t batch_index;
+    int64_t size;
+    const uint64_t *sblk, *dblk;
+    size_t nblk;
+    ext_norm x;
+} pull_args;
+
+static lldd_status check_blocks(const char *fn, const char *name, const uint64_t *blk, size_t n, uint64_t limit,
+                                const char *whose)
+{
+    for (size_t k = 0; k < n; k++) {
+        if (blk[k] >= limit) {
+            mock_set_error("%s: %s[%zu] = %llu is out of range: the %s cache has %llu blocks (PR-4)", fn, name, k,
+                           (unsigned long long)blk[k], whose, (unsigned long long)limit);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    return LLM_SUCCESS;
+}
+
+static lldd_status check_repeats(const char *fn, const uint64_t *dblk, size_t n)
+{
+    size_t pos, earlier;
+    if (find_repeat(dblk, n, &pos, &earlier) != 0) {
+        mock_set_error("%s: out of host memory", fn);
+        return LLM_FAILED;
+    }
+    if (pos != SIZE_MAX) {
+        mock_set_error("%s: dst_blocks[%zu] = %llu repeats dst_blocks[%zu]; a destination block may appear only "
+                       "once (PR-5)", fn, pos, (unsigned long long)dblk[pos], earlier);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, mcache *lc, xlink *xl, peer_cache *pc)
+{
+    const cache_wire *lw = &lc->w;
+    const ext_norm *x = &a->x;
+    lldd_status st;
+    /* step 4: local checks */
+    if (!a->b2b) {
+        if (a->batch_index >= lw->batches) {
+            mock_set_error("%s: batch_index %u is out of range: cache %lld has %llu batches", fn,
+                           (unsigned)a->batch_index, (long long)lw->id, (unsigned long long)lw->batches);
+            return LLM_PARAM_INVALID;
+        }
+        if (!has_batches(lw)) {
+            mock_set_error("%s: request expect local cache is non-blocks: cache %lld is a blocks cache", fn,
+                           (long long)lw->id);
+            return LLM_PARAM_INVALID;
+        }
+        if (a->size > 0 && (uint64_t)a->size > lw->stride) {
+            mock_set_error("%s: size %lld is larger than the destination stride %llu", fn, (long long)a->size,
+                           (unsigned long long)lw->stride);
+            return LLM_PARAM_INVALID;
+        }
+    } else if (!has_blocks(lw)) {
+        mock_set_error("%s: request expect local cache is blocks: cache %lld has no blocks", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (x->n > lw->num_tensors) {
+        mock_set_error("%s: tensor_num_per_layer %u is larger than the local cache's %u tensors (PR-3)", fn,
+                       (unsigned)x->n, (unsigned)lw->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    if (x->has_range && lw->num_tensors % x->n != 0) {
+        mock_set_error("%s: with a layer range, tensor_num_per_layer %u must divide the local cache's %u tensors", fn,
+                       (unsigned)x->n, (unsigned)lw->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    uint64_t pairs = lw->num_tensors, s_base = 0, d_base = 0;
+    if (x->has_range) {
+        uint64_t dcount = (uint64_t)(x->ds - x->df + 1) * x->n, scount = (uint64_t)(x->ss - x->sf + 1) * x->n;
+        if ((uint64_t)(x->ds + 1) * x->n > lw->num_tensors) {
+            mock_set_error("%s: dst_layer_range {%lld, %lld} selects tensors up to %llu, but the local cache has %u",
+                           fn, (long long)x->df, (long long)x->ds, (unsigned long long)((x->ds + 1) * x->n - 1),
+                           (unsigned)lw->num_tensors);
+            return LLM_PARAM_INVALID;
+        }
+        if (scount != dcount) {
+            mock_set_error("%s: src_layer_range selects %llu tensors and dst_layer_range %llu", fn,
+                           (unsigned long long)scount, (unsigned long long)dcount);
+            return LLM_PARAM_INVALID;
+        }
+        pairs = dcount;
+        s_base = (uint64_t)x->sf * x->n;
+        d_base = (uint64_t)x->df * x->n;
+    }
+    /* step 5: the link */
+    if ((st = link_acquire(e, fn, a->src->cluster_id, xl)) != LLM_SUCCESS)
+        return st;
+    /* step 6: the request */
+    uint64_t runs = 1;
+    if (a->b2b) {
+        if ((st = check_repeats(fn, a->dblk, a->nblk)) != LLM_SUCCESS)
+            return st;
+        if ((st = check_blocks(fn, "dst_blocks", a->dblk, a->nblk, lw->blocks, "local")) != LLM_SUCCESS)
+            return st;
+        runs = count_runs(a->sblk, a->dblk, a->nblk);
+    }
+    if (pairs + 2 * runs > DIRECT_REQUEST_ENTRIES) {
+        mock_set_error("%s: the request has %llu entries (%llu tensors + 2 x %llu runs), over the direct-mode limit "
+                       "of %d", fn, (unsigned long long)(pairs + 2 * runs), (unsigned long long)pairs,
+                       (unsigned long long)runs, DIRECT_REQUEST_ENTRIES);
+        return LLM_PARAM_INVALID;
+    }
+    /* step 7: the source */
+    if ((st = peer_pin(xl, fn, a->src->cache_id, pc)) != LLM_SUCCESS)
+        return st;
+    const cache_wire *rw = &pc->w;
+    if (!a->b2b && a->src->batch_index >= rw->batches) {
+        mock_set_error("%s: src_cache_index.batch_index %u is out of range: cache %lld on cluster %llu has %llu "
+                       "batches (PR-6)", fn, (unsigned)a->src->batch_index, (long long)rw->id,
+                       (unsigned long long)a->src->cluster_id, (unsigned long long)rw->batches);
+        return LLM_KV_CACHE_NOT_EXIST;
+    }
+    /* step 8: remote access */
+    if (!rw->remote_accessible || !lw->remote_accessible) {
+        mock_set_error("%s: the %s cache is not remote accessible", fn, !rw->remote_accessible ? "remote" : "local");
+        return LLM_PARAM_INVALID;
+    }
+    if (!lw->owned && lw->id >= xl->l->own_next_at_link) {
+        mock_set_error("%s: cache registered after link is not remote accessible through this link: local cache %lld "
+                       "(PR-32)", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (!rw->owned && rw->id >= xl->l->peer_next_at_link) {
+        mock_set_error("%s: cache registered after link is not remote accessible through this link: cache %lld on "
+                       "cluster %llu (PR-32)", fn, (long long)rw->id, (unsigned long long)a->src->cluster_id);
+        return LLM_PARAM_INVALID;
+    }
+    /* step 9: source checks */
+    if (!a->b2b && !has_batches(rw)) {
+        mock_set_error("%s: the source cache %lld is a blocks cache; a contiguous pull needs batches (PR-15)", fn,
+                       (long long)rw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->b2b && !has_blocks(rw)) {
+        mock_set_error("%s: the source cache %lld has no blocks (PR-15)", fn, (long long)rw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (x->has_range && (uint64_t)(x->ss + 1) * x->n > rw->num_tensors) {
+        mock_set_error("%s: src_layer_range {%lld, %lld} selects tensors up to %llu, but the source cache has %u "
+                       "(PR-12)", fn, (long long)x->sf, (long long)x->ss, (unsigned long long)((x->ss + 1) * x->n - 1),
+                       (unsigned)rw->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    if (!x->has_range && rw->num_tensors != lw->num_tensors) {
+        mock_set_error("%s: the source cache has %u tensors and the destination %u; without layer ranges they must "
+                       "be equal", fn, (unsigned)rw->num_tensors, (unsigned)lw->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    uint64_t len = a->size > 0 ? (uint64_t)a->size : lw->stride;
+    if (!a->b2b && len > rw->stride) {
+        mock_set_error("%s: %llu bytes per tensor are more than the source stride %llu", fn, (unsigned long long)len,
+                       (unsigned long long)rw->stride);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->b2b) {
+        if ((st = check_blocks(fn, "src_blocks", a->sblk, a->nblk, rw->blocks, "source")) != LLM_SUCCESS)
+            return st;
+        if (rw->stride != lw->stride) {
+            mock_set_error("%s: block sizes differ: source %llu bytes, destination %llu bytes (PR-13)", fn,
+                           (unsigned long long)rw->stride, (unsigned long long)lw->stride);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    /* step 10: the bytes */
+    plan p;
+    memset(&p, 0, sizeof p);
+    p.b2b = a->b2b;
+    p.s_base = (uint32_t)s_base;
+    p.d_base = (uint32_t)d_base;
+    p.pairs = (uint32_t)pairs;
+    p.src_addrs = pc->addrs;
+    p.dst_addrs = lc->addrs;
+    p.soff = (uint64_t)a->src->batch_index * rw->stride;
+    p.doff = (uint64_t)a->batch_index * lw->stride;
+    p.len = len;
+    p.sblk = a->sblk;
+    p.dblk = a->dblk;
+    p.nblk = a->nblk;
+    p.block = lw->stride;
+    return move_bytes(xl, fn, &p, 1, rw->id);
+}
+
+static lldd_status do_pull(engine *e, const char *fn, const pull_args *a)
+{
+    if (a->src->cluster_id == e->cluster_id) {
+        mock_set_error("%s: src_cache_index.cluster_id %llu is this engine's own cluster; pull from a peer", fn,
+                       (unsigned long long)a->src->cluster_id);
+        return LLM_PARAM_INVALID;
+    }
+    mcache *lc = cache_pin(e, a->dst_id);
+    if (lc == NULL) {
+        mock_set_error("%s: dst_cache.cache_id %lld does not exist", fn, (long long)a->dst_id);
+        return LLM_KV_CACHE_NOT_EXIST;
+    }
+    xlink xl;
+    peer_cache pc;
+    memset(&xl, 0, sizeof xl);
+    memset(&pc, 0, sizeof pc);
+    lldd_status st = pull_checked(e, fn, a, lc, &xl, &pc);
+    if (xl.l != NULL)
+        peer_unpin(&xl, &pc);
+    link_release(&xl);
+    cache_unpin(e, lc);
+    return st;
+}
+
+MOCK_EXPORT lldd_status lldd_pull_kv_cache(lldd_engine *e, const lldd_cache_index *src_cache_index,
+                                           const lldd_cache *dst_cache, uint32_t batch_index, int64_t size,
+                                           const lldd_ext_param *ext_param)
+{
+    static const char fn[] = "lldd_pull_kv_cache";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL || src_cache_index == NULL || dst_cache == NULL) {
+        mock_set_error("%s: %s must not be NULL", fn,
+                       e == NULL ? "engine" : src_cache_index == NULL ? "src_cache_index" : "dst_cache");
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = engine_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    pull_args a;
+    memset(&a, 0, sizeof a);
+    if (size != -1 && size <= 0) {
+        mock_set_error("%s: size %lld must be -1 or > 0", fn, (long long)size);
+        st = LLM_PARAM_INVALID;
+    } else if ((st = check_ext(fn, ext_param, 0, 0, &a.x)) == LLM_SUCCESS) {
+        a.src = src_cache_index;
+        a.dst_id = dst_cache->cache_id;
+        a.batch_index = batch_index;
+        a.size = size;
+        st = do_pull(e, fn, &a);
+    }
+    engine_leave(e);
+    return st;
+}
+
+MOCK_EXPORT lldd_status lldd_pull_kv_blocks(lldd_engine *e, const lldd_cache_index *src_cache_index,
+                                            const lldd_cache *dst_cache, const uint64_t *src_blocks,
+                                            size_t num_src_blocks, const uint64_t *dst_blocks, size_t num_dst_blocks,
+                                            const lldd_ext_param *ext_param)
+{
+    static const char fn[] = "lldd_pull_kv_blocks";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL || src_cache_index == NULL || dst_cache == NULL || (src_blocks == NULL && num_src_blocks > 0) ||
+        (dst_blocks == NULL && num_dst_blocks > 0)) {
+        mock_set_error("%s: %s must not be NULL", fn,
+                       e == NULL ? "engine" : src_cache_index == NULL ? "src_cache_index"
+                       : dst_cache == NULL ? "dst_cache"
+                       : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
+                       : "dst_blocks (num_dst_blocks > 0)");
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = engine_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    pull_args a;
+    memset(&a, 0, sizeof a);
+    if (src_cache_index->batch_index != 0) {
+        mock_set_error("%s: src_cache_index.batch_index %u must be 0 for a block pull", fn,
+                       (unsigned)src_cache_index->batch_index);
+        st = LLM_PARAM_INVALID;
+    } else if ((st = check_ext(fn, ext_param, 0, 0, &a.x)) != LLM_SUCCESS) {
+        /* message set */
+    } else if (num_src_blocks == 0) {
+        mock_set_error("%s: src_blocks is empty: pull from non-block cache is not supported yet", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (num_src_blocks != num_dst_blocks) {
+        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, num_src_blocks, num_dst_blocks);
+        st = LLM_PARAM_INVALID;
+    } else {
+        a.src = src_cache_index;
+        a.dst_id = dst_cache->cache_id;
+        a.b2b = 1;
+        a.size = -1;
+        a.sblk = src_blocks;
+        a.dblk = dst_blocks;
+        a.nblk = num_src_blocks;
+        st = do_pull(e, fn, &a);
+    }
+    engine_leave(e);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * pushes
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct push_args {
+    const lldd_cache *src;
+    const lldd_cache_index *dst;
+    int b2b;
+    uint32_t src_batch;
+    const uint64_t *sblk, *dblk;
+    size_t nblk;
+    ext_norm x;
+} push_args;
+
+/* Steps 6 and 7 of the push order for one layer pair; `first` runs the checks that
+ * do not depend on the layer (they give the same answer for every layer). */
+static lldd_status push_layer_checks(const char *fn, const push_args *a, const cache_wire *lw, const cache_wire *rw,
+                                     const mlink *l, uint64_t ls, uint64_t ld, int first)
+{
+    const ext_norm *x = &a->x;
+    lldd_status st;
+    if (first) {
+        if (!rw->remote_accessible) {
+            mock_set_error("%s: the remote cache %lld is not remote accessible", fn, (long long)rw->id);
+            return LLM_PARAM_INVALID;
+        }
+        if (!rw->owned && rw->id >= l->peer_next_at_link) {
+            mock_set_error("%s: cache registered after link is not remote accessible through this link: cache %lld "
+                           "on cluster %llu (PR-32)", fn, (long long)rw->id, (unsigned long long)a->dst->cluster_id);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    if (ld >= rw->num_tensors / x->n) {
+        mock_set_error("%s: destination layer %llu is out of range: the remote cache has %u tensors, %u per layer", fn,
+                       (unsigned long long)ld, (unsigned)rw->num_tensors, (unsigned)x->n);
+        return LLM_PARAM_INVALID;
+    }
+    if (first) {
+        if (!a->b2b && a->dst->batch_index >= rw->batches) {
+            mock_set_error("%s: dst_cache_index.batch_index %u is out of range: the remote cache has %llu batches", fn,
+                           (unsigned)a->dst->batch_index, (unsigned long long)rw->batches);
+            return LLM_PARAM_INVALID;
+        }
+        if (a->b2b && (st = check_blocks(fn, "dst_blocks", a->dblk, a->nblk, rw->blocks, "remote")) != LLM_SUCCESS)
+            return st;
+        if (!a->b2b && !has_batches(rw)) {
+            mock_set_error("%s: the destination cache %lld is a blocks cache; a contiguous push needs batches (PR-15)",
+                           fn, (long long)rw->id);
+            return LLM_PARAM_INVALID;
+        }
+        if (a->b2b && !has_blocks(rw)) {
+            mock_set_error("%s: the destination cache %lld has no blocks (PR-15)", fn, (long long)rw->id);
+            return LLM_PARAM_INVALID;
+        }
+        if (!a->b2b && lw->stride > rw->stride) {
+            mock_set_error("%s: source batch larger than destination batch: %llu > %llu bytes (PR-14)", fn,
+                           (unsigned long long)lw->stride, (unsigned long long)rw->stride);
+            return LLM_PARAM_INVALID;
+        }
+        if (a->b2b && lw->stride != rw->stride) {
+            mock_set_error("%s: block sizes differ: source %llu bytes, destination %llu bytes (PR-13)", fn,
+                           (unsigned long long)lw->stride, (unsigned long long)rw->stride);
+            return LLM_PARAM_INVALID;
+        }
+        if (a->b2b && (st = check_repeats(fn, a->dblk, a->nblk)) != LLM_SUCCESS)
+            return st;
+    }
+    if (ls >= lw->num_tensors / x->n) {
+        mock_set_error("%s: source layer %llu is out of range: the local cache has %u tensors, %u per layer", fn,
+                       (unsigned long long)ls, (unsigned)lw->num_tensors, (unsigned)x->n);
+        return LLM_PARAM_INVALID;
+    }
+    if (first) {
+        if (lw->num_tensors % x->n != 0) {
+            mock_set_error("%s: tensor_num_per_layer %u must divide the local cache's %u tensors (PR-3)", fn,
+                           (unsigned)x->n, (unsigned)lw->num_tensors);
+            return LLM_PARAM_INVALID;
+        }
+        if (!a->b2b && a->src_batch >= lw->batches) {
+            mock_set_error("%s: src_batch_index %u is out of range: cache %lld has %llu batches", fn,
+                           (unsigned)a->src_batch, (long long)lw->id, (unsigned long long)lw->batches);
+            return LLM_PARAM_INVALID;
+        }
+        if (a->b2b && !has_blocks(lw)) {
+            mock_set_error("%s: the local cache %lld has no blocks", fn, (long long)lw->id);
+            return LLM_PARAM_INVALID;
+        }
+        if (a->b2b && (st = check_blocks(fn, "src_blocks", a->sblk, a->nblk, lw->blocks, "local")) != LLM_SUCCESS)
+            return st;
+    }
+    return LLM_SUCCESS;
+}
+
+static lldd_status push_checked(engine *e, const char *fn, const push_args *a, mcache *lc, xlink *xl, peer_cache *pc)
+{
+    const cache_wire *lw = &lc->w;
+    const ext_norm *x = &a->x;
+    uint32_t caller_tensors = a->src->cache_desc.num_tensors;
+    lldd_status st;
+    if (caller_tensors != 0 && caller_tensors != lw->num_tensors) {
+        mock_set_error("%s: src_cache.cache_desc.num_tensors %u differs from the %u tensors of cache %lld (PR-33)", fn,
+                       (unsigned)caller_tensors, (unsigned)lw->num_tensors, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (lw->placement != LLDD_PLACEMENT_DEVICE) {
+        mock_set_error("%s: cache %lld is registered with placement HOST; pushes need a DEVICE cache (PR-33)", fn,
+                       (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    /* the layer pairs of cpp-api.md §6.11 step 6 */
+    uint64_t ls0, ld0, layers;
+    if (x->sf < 0) {
+        uint64_t nt = caller_tensors;
+        uint64_t m = nt < x->n ? 0 : (nt % x->n == 0 ? nt / x->n - 1 : nt / x->n);
+        ls0 = ld0 = 0;
+        layers = m + 1;
+    } else {
+        ls0 = (uint64_t)x->sf;
+        ld0 = (uint64_t)x->df;
+        layers = (uint64_t)(x->ss - x->sf + 1);
+    }
+    /* step 3: the link; step 4: the local cache's remote access */
+    if ((st = link_acquire(e, fn, a->dst->cluster_id, xl)) != LLM_SUCCESS)
+        return st;
+    if (!lw->remote_accessible) {
+        mock_set_error("%s: the local cache %lld is not remote accessible", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (!lw->owned && lw->id >= xl->l->own_next_at_link) {
+        mock_set_error("%s: cache registered after link is not remote accessible through this link: local cache %lld "
+                       "(PR-32)", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    /* step 5: the destination */
+    if ((st = peer_pin(xl, fn, a->dst->cache_id, pc)) != LLM_SUCCESS)
+        return st;
+    /* steps 6, 7 per layer; the layers before the first failing one are moved */
+    uint64_t ok = 0;
+    lldd_status layer_st = LLM_SUCCESS;
+    for (; ok < layers; ok++) {
+        layer_st = push_layer_checks(fn, a, lw, &pc->w, xl->l, ls0 + ok, ld0 + ok, ok == 0);
+        if (layer_st != LLM_SUCCESS)
+            break;
+    }
+    if (ok > 0) {
+        plan p;
+        memset(&p, 0, sizeof p);
+        p.b2b = a->b2b;
+        p.s_base = (uint32_t)(ls0 * x->n);
+        p.d_base = (uint32_t)(ld0 * x->n);
+        p.pairs = (uint32_t)(ok * x->n);
+        p.src_addrs = lc->addrs;
+        p.dst_addrs = pc->addrs;
+        p.soff = (uint64_t)a->src_batch * lw->stride;
+        p.doff = (uint64_t)a->dst->batch_index * pc->w.stride;
+        p.len = lw->stride;
+        p.sblk = a->sblk;
+        p.dblk = a->dblk;
+        p.nblk = a->nblk;
+        p.block = lw->stride;
+        if ((st = move_bytes(xl, fn, &p, 0, pc->w.id)) != LLM_SUCCESS)
+            return st;
+    }
+    return layer_st;
+}
+
+static lldd_status do_push(engine *e, const char *fn, const push_args *a)
+{
+    mcache *lc = cache_pin(e, a->src->cache_id);
+    if (lc == NULL) {
+        mock_set_error("%s: src_cache.cache_id %lld does not exist", fn, (long long)a->src->cache_id);
+        return LLM_KV_CACHE_NOT_EXIST;
+    }
+    xlink xl;
+    peer_cache pc;
+    memset(&xl, 0, sizeof xl);
+    memset(&pc, 0, sizeof pc);
+    lldd_status st = push_checked(e, fn, a, lc, &xl, &pc);
+    if (xl.l != NULL)
+        peer_unpin(&xl, &pc);
+    link_release(&xl);
+    cache_unpin(e, lc);
+    return st;
+}
+
+MOCK_EXPORT lldd_status lldd_push_kv_cache(lldd_engine *e, const lldd_cache *src_cache,
+                                           const lldd_cache_index *dst_cache_index, uint32_t src_batch_index,
+                                           int64_t size, const lldd_ext_param *ext_param)
+{
+    static const char fn[] = "lldd_push_kv_cache";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL || src_cache == NULL || dst_cache_index == NULL) {
+        mock_set_error("%s: %s must not be NULL", fn,
+                       e == NULL ? "engine" : src_cache == NULL ? "src_cache" : "dst_cache_index");
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = engine_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    push_args a;
+    memset(&a, 0, sizeof a);
+    if (src_cache->cache_desc.placement != LLDD_PLACEMENT_DEVICE) {
+        mock_set_error("%s: src_cache.cache_desc.placement must be DEVICE", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (size != -1) {
+        mock_set_error("%s: size %lld: size only support -1", fn, (long long)size);
+        st = LLM_PARAM_INVALID;
+    } else if ((st = check_ext(fn, ext_param, 1, src_cache->cache_desc.num_tensors, &a.x)) == LLM_SUCCESS) {
+        a.src = src_cache;
+        a.dst = dst_cache_index;
+        a.src_batch = src_batch_index;
+        st = do_push(e, fn, &a);
+    }
+    engine_leave(e);
+    return st;
+}
+
+MOCK_EXPORT lldd_status lldd_push_kv_blocks(lldd_engine *e, const lldd_cache *src_cache,
+                                            const lldd_cache_index *dst_cache_index, const uint64_t *src_blocks,
+                                            size_t num_src_blocks, const uint64_t *dst_blocks, size_t num_dst_blocks,
+                                            const lldd_ext_param *ext_param)
+{
+    static const char fn[] = "lldd_push_kv_blocks";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL || src_cache == NULL || dst_cache_index == NULL || (src_blocks == NULL && num_src_blocks > 0) ||
+        (dst_blocks == NULL && num_dst_blocks > 0)) {
+        mock_set_error("%s: %s must not be NULL", fn,
+                       e == NULL ? "engine" : src_cache == NULL ? "src_cache"
+                       : dst_cache_index == NULL ? "dst_cache_index"
+                       : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
+                       : "dst_blocks (num_dst_blocks > 0)");
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = engine_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    push_args a;
+    memset(&a, 0, sizeof a);
+    if (src_cache->cache_desc.placement != LLDD_PLACEMENT_DEVICE) {
+        mock_set_error("%s: src_cache.cache_desc.placement must be DEVICE", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (num_src_blocks == 0) {
+        mock_set_error("%s: src_blocks is empty", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (num_src_blocks != num_dst_blocks) {
+        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, num_src_blocks, num_dst_blocks);
+        st = LLM_PARAM_INVALID;
+    } else if (dst_cache_index->batch_index != 0) {
+        mock_set_error("%s: dst_cache_index.batch_index %u must be 0 for a block push", fn,
+                       (unsigned)dst_cache_index->batch_index);
+        st = LLM_PARAM_INVALID;
+    } else if ((st = check_ext(fn, ext_param, 1, src_cache->cache_desc.num_tensors, &a.x)) == LLM_SUCCESS) {
+        a.src = src_cache;
+        a.dst = dst_cache_index;
+        a.b2b = 1;
+        a.sblk = src_blocks;
+        a.dblk = dst_blocks;
+        a.nblk = num_src_blocks;
+        st = do_push(e, fn, &a);
+    }
+    engine_leave(e);
+    return st;
+}

@@ -1,0 +1,142 @@
+/* Loopback TCP transport of the mock engine: deadlines, sockets, framed messages.
+ *
+ * The wire format is host-endian and host-aligned on purpose: both ends of a mock
+ * link always run on the same machine (loopback), usually from the same build.
+ * Every message starts with a msg_hdr whose magic and version are checked; a peer
+ * that speaks anything else is treated as a broken connection.
+ *
+ * Connections of one link (engine_link.c tells the whole story):
+ *   c1  client -> server listener: HELLO; then the client's requests to the server
+ *   c2  client -> server listener: REVERSE; then the server's requests to the client
+ *   cN  a fresh connection for a non-forced unlink: DISCONNECT
+ * On c1 and c2 one side only asks and the other only answers, one request at a
+ * time (transfers over one link are serialized), so no request ids are needed.
+ */
+#ifndef LLDD_MOCK_TRANSPORT_H
+#define LLDD_MOCK_TRANSPORT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+/* Results of the I/O helpers. */
+enum {
+    TP_OK = 0,
+    TP_TIMEOUT = 1,   /* the deadline passed */
+    TP_CLOSED = 2,    /* EOF, reset, or any other broken-connection error */
+    TP_REFUSED = 3,   /* connect: nobody listens */
+    TP_ERROR = 4      /* local failure (socket creation, bad address) */
+};
+
+/* Milliseconds of CLOCK_MONOTONIC. A deadline of TP_NO_DEADLINE never passes. */
+#define TP_NO_DEADLINE INT64_MAX
+int64_t tp_now_ms(void);
+int64_t tp_deadline(int64_t timeout_ms);
+
+/* A listen address: "a.b.c.d:port" or "[v6]:port". */
+typedef struct tp_addr {
+    int family;           /* AF_INET or AF_INET6 */
+    char ip[64];          /* the literal, without brackets */
+    uint16_t port;
+} tp_addr;
+
+/* Parses a listen address with the project's port rule (1 .. 65535, PR-27).
+ * Returns 0, or -1 with the reason in why. */
+int tp_parse_addr(const char *text, tp_addr *out, char *why, size_t why_len);
+/* 1 if ip is a dotted IPv4 literal. */
+int tp_is_ipv4(const char *ip);
+
+/* A listening socket bound to addr (SO_REUSEADDR, close-on-exec). Returns 0, or an
+ * errno value. */
+int tp_listen(const tp_addr *addr, int *fd_out);
+/* Connects to an IPv4 address before the deadline. Returns a TP_ result; *err_out
+ * receives the errno of a failure. */
+int tp_connect(const char *ip, uint16_t port, int64_t deadline, int *fd_out, int *err_out);
+
+/* All-or-error I/O before the deadline. The iovec variants consume the array.
+ * With idle_ms > 0 the deadline is pushed to now + idle_ms after every bit of
+ * progress (bulk data may take longer than one timeout; a stalled peer may not). */
+int tp_send_all(int fd, const void *buf, size_t len, int64_t deadline);
+int tp_recv_all(int fd, void *buf, size_t len, int64_t deadline);
+int tp_sendv(int fd, struct iovec *iov, size_t count, int64_t deadline, int64_t idle_ms);
+int tp_recvv(int fd, struct iovec *iov, size_t count, int64_t deadline, int64_t idle_ms);
+/* Reads and drops len bytes. */
+int tp_discard(int fd, uint64_t len, int64_t deadline);
+
+/* 1 if the peer has closed or reset the connection (checked without blocking). */
+int tp_peer_closed(int fd);
+/* shutdown(SHUT_RDWR), which wakes every thread blocked on fd. */
+void tp_shutdown(int fd);
+void tp_close(int *fd);
+/* Sleeps ms milliseconds, returning early once *stop becomes non-zero. */
+void tp_sleep_ms(uint32_t ms, const atomic_int *stop);
+
+/* ---- messages ---- */
+#define PROTO_MAGIC 0x4C4C4444u   /* "LLDD" */
+#define PROTO_VERSION 1u
+
+enum msg_type {
+    MSG_HELLO = 1,          /* body hello_body                         -> MSG_HELLO_REPLY   */
+    MSG_HELLO_REPLY,        /* status; body hello_body + reply_text                          */
+    MSG_REVERSE,            /* a = token, b = client cluster id       -> MSG_REVERSE_REPLY */
+    MSG_REVERSE_REPLY,      /* status; body reply_text                                       */
+    MSG_DISCONNECT,         /* a = client cluster id, b = expected server cluster id         */
+    MSG_DISCONNECT_REPLY,   /* status; body reply_text                                       */
+    MSG_PIN,                /* a = cache id, b = table watermark (0: take it now)           */
+    MSG_PIN_REPLY,          /* status; a = watermark; body cache_wire + addrs, or reply_text */
+    MSG_UNPIN,              /* a = cache id; no reply                                        */
+    MSG_READ,               /* a = cache id, count regions; body wire_region[count]          */
+    MSG_READ_REPLY,         /* status; then payload_len bytes of data                        */
+    MSG_WRITE,              /* a = cache id, count regions; body regions then the data       */
+    MSG_WRITE_REPLY         /* status                                                        */
+};
+
+typedef struct msg_hdr {
+    uint32_t magic;
+    uint16_t type;
+    uint16_t version;
+    uint32_t status;
+    uint32_t count;
+    uint64_t a;
+    uint64_t b;
+    uint64_t payload_len;
+} msg_hdr;
+
+/* Transfer modes (semantics §1.3, §1.4): both ends of a link must agree. */
+enum { MODE_DIRECT = 1, MODE_SERVER_ASSISTED = 2 };
+
+typedef struct hello_body {
+    uint32_t mode;
+    uint32_t timeout_ms;           /* how long the client waits for the handshake */
+    uint64_t cluster_id;           /* the sender's cluster id */
+    uint64_t expected_cluster_id;  /* client: the remote_cluster_id it asked for */
+    uint64_t pid;
+    uint64_t serial;               /* the sender engine's process-unique serial */
+    int64_t next_cache_id;         /* the sender's id counter at link time (PR-32) */
+    uint64_t token;                /* names the link on both sides */
+    uint64_t probe_addr;           /* where a process_vm_readv probe finds probe_value */
+    uint64_t probe_value;
+} hello_body;
+
+typedef struct reply_text {
+    char text[240];
+} reply_text;
+
+/* One byte range of one tensor of a pinned cache (socket data path). */
+typedef struct wire_region {
+    uint32_t tensor;
+    uint32_t reserved;
+    uint64_t offset;
+    uint64_t len;
+} wire_region;
+
+enum { WIRE_MAX_REGIONS = 1024 };
+
+void msg_init(msg_hdr *h, uint16_t type);
+/* Sends a header and an optional body in one go. */
+int msg_send(int fd, const msg_hdr *h, const void *body, size_t body_len, int64_t deadline);
+/* Receives a header and checks magic and version (TP_CLOSED if they are wrong). */
+int msg_recv_hdr(int fd, msg_hdr *h, int64_t deadline);
+
+#endif /* LLDD_MOCK_TRANSPORT_H */
