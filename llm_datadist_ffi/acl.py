@@ -148,6 +148,8 @@ ACL_ERROR_RT_DEVICE_MEM_ERROR: Final[int] = acl_lib.ACL_ERROR_RT_DEVICE_MEM_ERRO
 ACL_ERROR_RT_SUSPECT_REMOTE_ERROR: Final[int] = acl_lib.ACL_ERROR_RT_SUSPECT_REMOTE_ERROR
 ACL_ERROR_RT_DRV_INTERNAL_ERROR: Final[int] = acl_lib.ACL_ERROR_RT_DRV_INTERNAL_ERROR
 
+__all__ += sorted(name for name in dir() if name.startswith("ACL_"))
+
 _SIZE_MAX: Final[int] = 2 ** (8 * ffi.sizeof("size_t")) - 1
 _INT32 = (-(2 ** 31), 2 ** 31 - 1)
 _ENUM = (0, 2 ** (8 * ffi.sizeof("aclrtMemcpyKind")) - 1)   # cffi gives these enums an unsigned type
