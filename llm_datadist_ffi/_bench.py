@@ -105,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
             src_engine.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{port}"})
             remote = _tensors(args.tensors, args.blocks, args.block_bytes, fill=7)
             remote_id = src_engine.register_kv_cache(desc, [t.ctypes.data for t in remote])
-            cluster = native.ClusterInfo(SRC_CLUSTER, 0, [], [native.IpInfo("127.0.0.1", port)])
+            cluster = native.ClusterInfo(SRC_CLUSTER, 0, [native.IpInfo("127.0.0.1", 0)], [native.IpInfo("127.0.0.1", port)])
             status, per = dst_engine.link_llm_clusters([cluster], 5000)
             if status != 0:
                 raise SystemExit(f"bench: link failed {status} {per}")
@@ -123,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
             line = child.stdout.readline().split()
             if len(line) != 2 or line[0] != "READY":
                 raise SystemExit(f"bench: the source process did not start ({line!r})")
-            cluster = native.ClusterInfo(SRC_CLUSTER, 0, [], [native.IpInfo("127.0.0.1", port)])
+            cluster = native.ClusterInfo(SRC_CLUSTER, 0, [native.IpInfo("127.0.0.1", 0)], [native.IpInfo("127.0.0.1", port)])
             status, per = dst_engine.link_llm_clusters([cluster], 5000)
             if status != 0:
                 raise SystemExit(f"bench: link failed {status} {per}")
