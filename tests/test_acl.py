@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import sys
 import textwrap
 import threading
@@ -112,7 +113,8 @@ def fresh_process(body: str, tmp_path: Path | None = None) -> Any:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
     script = PREAMBLE + textwrap.dedent(body) + "\nprint('RESULT=' + json.dumps(result))\n"
     proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
-                          cwd=str(tmp_path) if tmp_path else None, timeout=120)
+                          # never the source tree: '' on sys.path would shadow the installed package
+                          cwd=str(tmp_path) if tmp_path else tempfile.gettempdir(), timeout=120)
     assert proc.returncode == 0, proc.stderr
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT=")][-1]
     return json.loads(line[len("RESULT="):])
