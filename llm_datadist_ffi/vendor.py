@@ -17,8 +17,8 @@ from typing import Any
 
 os.environ.setdefault("AUTO_USE_UC_MEMORY", "0")
 
-# The submodules are attributes of the vendor package too (llm_datadist.status ...).
-from . import configs, data_type, status, v2  # noqa: E402
+# The vendor's submodules are attributes of its package (llm_datadist.status, ...).
+from . import configs, data_type, status, v2  # noqa: E402,F401
 from .configs import LLMClusterInfo, LLMConfig, LLMRole, LlmConfig  # noqa: E402
 from .data_type import DataType  # noqa: E402
 from .status import LLMException, LLMStatusCode, Status  # noqa: E402
@@ -43,10 +43,6 @@ _LAZY = {
     "Tensor": ("llm_datadist_ffi.tensor", "Tensor"),
     "KvCacheManager": ("llm_datadist_ffi.v2.cache_manager", "KvCacheManager"),
 }
-
-# Referenced so that linters see the submodule imports as used.
-_SUBMODULES = (configs, data_type, status, v2)
-
 
 def __getattr__(name: str) -> Any:
     """Resolve the lazy v1 names; any other unknown name raises the vendor's error.

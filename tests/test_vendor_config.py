@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from llm_datadist_ffi.configs import LLMClusterInfo, LLMConfig, LLMRole, LlmConfig, cluster_ip_infos
+from llm_datadist_ffi.configs import ROLE_OPTION_TEXT, LLMClusterInfo, LLMConfig, LLMRole, LlmConfig, cluster_ip_infos
 from llm_datadist_ffi.status import LLMException, LLMStatusCode
 
 PARAM_INVALID = 0x5010B005
@@ -66,6 +66,10 @@ def test_llm_role_str_gives_the_qualified_name() -> None:
     assert LLMRole.PROMPT.name == "PROMPT"
 
 
+def test_role_text_for_the_core_is_prompt_decoder_mix() -> None:
+    assert ROLE_OPTION_TEXT == {LLMRole.PROMPT: "Prompt", LLMRole.DECODER: "Decoder", LLMRole.MIX: "Mix"}
+
+
 # ---------------------------------------------------------------------------
 # §4 LLMConfig: the object
 # ---------------------------------------------------------------------------
@@ -77,7 +81,7 @@ def test_llm_config_is_the_same_class_as_llm_config_lower() -> None:
 
 def test_llm_config_takes_no_arguments() -> None:
     assert list(inspect.signature(LLMConfig).parameters) == []
-    raises(TypeError, lambda: LLMConfig(1))  # type: ignore[call-arg]
+    raises(TypeError, lambda: LLMConfig(1))
 
 
 def test_fresh_config_emits_only_mem_utilization() -> None:
@@ -560,7 +564,7 @@ def test_remote_role_type_accepts_role_int_or_none() -> None:
     assert info.remote_role_type is LLMRole.PROMPT
     info.remote_role_type = 7
     assert info.remote_role_type == 7
-    info.remote_role_type = None  # type: ignore[assignment]
+    info.remote_role_type = None
     assert info.remote_role_type is None
     raises(TypeError, setter(info, "remote_role_type", "PROMPT"), "remote_role_type")
 
@@ -583,7 +587,7 @@ def test_append_ip_info_keeps_an_int_ip_unchanged() -> None:
 
 def test_append_ip_info_stores_a_none_ip() -> None:
     info = LLMClusterInfo()
-    info.append_remote_ip_info(None, 1)  # type: ignore[arg-type]
+    info.append_remote_ip_info(None, 1)
     assert info.remote_ip_info_list == [(None, 1)]
 
 
@@ -609,7 +613,7 @@ def test_append_ip_info_checks(method: str) -> None:
 
 def test_append_ip_info_checks_ip_type_then_port_then_parses_the_ip() -> None:
     info = LLMClusterInfo()
-    raises(TypeError, lambda: info.append_local_ip_info(1.5, -1), "ip")  # type: ignore[arg-type]
+    raises(TypeError, lambda: info.append_local_ip_info(1.5, -1), "ip")
     raises(ValueError, lambda: info.append_local_ip_info("bad", -1), "port")
 
 
@@ -638,7 +642,7 @@ def test_cluster_ip_infos_gives_dotted_text_for_the_c_abi() -> None:
 
 def test_cluster_ip_infos_rejects_a_none_or_too_large_ip_with_type_error() -> None:
     info = LLMClusterInfo()
-    info.append_local_ip_info(None, 1)  # type: ignore[arg-type]
+    info.append_local_ip_info(None, 1)
     raises(TypeError, lambda: cluster_ip_infos(info, "local"), r"local_ip_info_list\[0\]")
     other = LLMClusterInfo()
     other.append_remote_ip_info(2**32, 1)

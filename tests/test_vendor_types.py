@@ -593,7 +593,7 @@ def test_core_key_of_a_blocks_key_that_does_not_fit_uint64_raises_type_error(key
 
 
 def test_core_key_of_something_else_raises_type_error() -> None:
-    raises(TypeError, lambda: core_key((1, 2)))  # type: ignore[arg-type]
+    raises(TypeError, lambda: core_key((1, 2)))
 
 
 @pytest.mark.parametrize("req_id, prefix_id", [(0, U64_MAX), (5, U64_MAX), (U64_MAX, 0), (U64_MAX, 9)])
@@ -661,7 +661,7 @@ def test_create_cpu_cache_returns_an_unregistered_host_blocks_cache() -> None:
 
 
 def test_create_cpu_cache_rejects_a_non_cache_desc() -> None:
-    raises(TypeError, lambda: Cache.create_cpu_cache("desc", [1, 2]), "cache_desc")  # type: ignore[arg-type]
+    raises(TypeError, lambda: Cache.create_cpu_cache("desc", [1, 2]), "cache_desc")
 
 
 @pytest.mark.parametrize("addrs, name", [((1, 2), "addrs"), ([1, "2"], r"addrs\[1\]")])
@@ -678,18 +678,18 @@ def test_create_cpu_cache_needs_one_address_per_tensor() -> None:
 
 
 def test_create_cpu_cache_check_order() -> None:
-    raises(TypeError, lambda: Cache.create_cpu_cache(1, (1,)), "cache_desc")  # type: ignore[arg-type]
+    raises(TypeError, lambda: Cache.create_cpu_cache(1, (1,)), "cache_desc")
     raises(TypeError, lambda: Cache.create_cpu_cache(desc(), (1, 2)), "addrs")
     raises_lx(lambda: Cache.create_cpu_cache(desc(), [1]), "HOST")
 
 
 def test_create_cpu_cache_with_none_desc_raises_attribute_error_naming_it() -> None:
-    raises(AttributeError, lambda: Cache.create_cpu_cache(None, [1]), "cache_desc")  # type: ignore[arg-type]
+    raises(AttributeError, lambda: Cache.create_cpu_cache(None, [1]), "cache_desc")
 
 
 def test_create_cpu_cache_with_none_addrs_raises_type_error_after_the_placement_rule() -> None:
-    raises(TypeError, lambda: Cache.create_cpu_cache(desc(placement=Placement.HOST), None), "addrs")  # type: ignore[arg-type]
-    raises_lx(lambda: Cache.create_cpu_cache(desc(), None), "HOST")  # type: ignore[arg-type]
+    raises(TypeError, lambda: Cache.create_cpu_cache(desc(placement=Placement.HOST), None), "addrs")
+    raises_lx(lambda: Cache.create_cpu_cache(desc(), None), "HOST")
 
 
 def test_allocate_cpu_cache_owns_one_zeroed_buffer_per_tensor() -> None:
@@ -712,7 +712,7 @@ def test_allocate_cpu_cache_close_releases_the_buffers() -> None:
 
 
 def test_allocate_cpu_cache_checks_its_desc() -> None:
-    raises(TypeError, lambda: Cache.allocate_cpu_cache(None), "cache_desc")  # type: ignore[arg-type]
+    raises(TypeError, lambda: Cache.allocate_cpu_cache(None), "cache_desc")
     raises_lx(lambda: Cache.allocate_cpu_cache(desc()), "HOST")
     raises_lx(lambda: Cache.allocate_cpu_cache(desc(placement=Placement.HOST, num_tensors=0)), "num_tensors")
     raises_lx(lambda: Cache.allocate_cpu_cache(desc(placement=Placement.HOST, shape=[4, 0])), "size")
@@ -826,21 +826,21 @@ def test_kv_cache_create_cpu_cache_checks(cache_desc_arg: str, addrs: Any, exc: 
 
 
 def test_kv_cache_create_cpu_cache_checks_placement_before_addrs() -> None:
-    raises_lx(lambda: KvCache.create_cpu_cache(desc(), (1, 2)), "HOST")  # type: ignore[arg-type]
+    raises_lx(lambda: KvCache.create_cpu_cache(desc(), (1, 2)), "HOST")
 
 
 def test_kv_cache_create_cpu_cache_checks_element_kinds_before_inner_lists() -> None:
-    raises(TypeError, lambda: KvCache.create_cpu_cache(desc(placement=Placement.HOST), [[1], "x"]),  # type: ignore[list-item]
+    raises(TypeError, lambda: KvCache.create_cpu_cache(desc(placement=Placement.HOST), [[1], "x"]),
            r"addrs\[1\]")
 
 
 def test_kv_cache_create_cpu_cache_checks_inner_lengths_before_mixed_kinds() -> None:
-    raises_lx(lambda: KvCache.create_cpu_cache(desc(placement=Placement.HOST), [5, [1]]),  # type: ignore[list-item]
+    raises_lx(lambda: KvCache.create_cpu_cache(desc(placement=Placement.HOST), [5, [1]]),
               r"len\(addrs\[1\]\)")
 
 
 def test_kv_cache_create_cpu_cache_with_none_desc_raises_attribute_error() -> None:
-    raises(AttributeError, lambda: KvCache.create_cpu_cache(None, [1]), "cache_desc")  # type: ignore[arg-type]
+    raises(AttributeError, lambda: KvCache.create_cpu_cache(None, [1]), "cache_desc")
 
 
 # ---------------------------------------------------------------------------
@@ -904,10 +904,10 @@ def test_transfer_config_src_layer_range_rules_are_param_invalid() -> None:
 
 
 def test_transfer_config_check_order() -> None:
-    raises(ValueError, lambda: TransferConfig(-1, None), "dst_cluster_id")  # type: ignore[arg-type]
-    raises(TypeError, lambda: TransferConfig(1, [-1, "a"]), r"dst_addrs\[1\]")  # type: ignore[list-item]
-    raises(ValueError, lambda: TransferConfig(1, [-1], [0]), r"dst_addrs\[0\]")  # type: ignore[arg-type]
-    raises_lx(lambda: TransferConfig(1, [1], range(0, 0), "x"), "src_layer_range")  # type: ignore[arg-type]
+    raises(ValueError, lambda: TransferConfig(-1, None), "dst_cluster_id")
+    raises(TypeError, lambda: TransferConfig(1, [-1, "a"]), r"dst_addrs\[1\]")
+    raises(ValueError, lambda: TransferConfig(1, [-1], [0]), r"dst_addrs\[0\]")
+    raises_lx(lambda: TransferConfig(1, [1], range(0, 0), "x"), "src_layer_range")
 
 
 def test_transfer_config_setters_repeat_the_checks() -> None:
@@ -967,7 +967,7 @@ def test_transfer_with_cache_key_config_ranges_must_have_equal_lengths() -> None
 
 def test_transfer_with_cache_key_config_src_batch_index_is_uint32() -> None:
     key = CacheKeyByIdAndIndex(1, 2)
-    raises(TypeError, lambda: TransferWithCacheKeyConfig(key, range(0, 1), range(0, 1), None), "src_batch_index")  # type: ignore[arg-type]
+    raises(TypeError, lambda: TransferWithCacheKeyConfig(key, range(0, 1), range(0, 1), None), "src_batch_index")
     raises(ValueError, lambda: TransferWithCacheKeyConfig(key, range(0, 1), range(0, 1), 2**32), "src_batch_index")
 
 
@@ -977,9 +977,9 @@ def test_transfer_with_cache_key_config_blocks_key_needs_batch_index_0() -> None
 
 
 def test_transfer_with_cache_key_config_check_order() -> None:
-    raises(TypeError, lambda: TransferWithCacheKeyConfig(None, None, None), "cache_key")  # type: ignore[arg-type]
+    raises(TypeError, lambda: TransferWithCacheKeyConfig(None, None, None), "cache_key")
     raises_lx(lambda: TransferWithCacheKeyConfig(BlocksCacheKey(1), range(0, 2, 2), None), "src_layer_range")
-    raises_lx(lambda: TransferWithCacheKeyConfig(BlocksCacheKey(1), range(0, 2), range(0, 1), "x"),  # type: ignore[arg-type]
+    raises_lx(lambda: TransferWithCacheKeyConfig(BlocksCacheKey(1), range(0, 2), range(0, 1), "x"),
               "same length")
     # The uint32 check comes before the blocks-key rule in the constructor.
     raises(ValueError, lambda: TransferWithCacheKeyConfig(BlocksCacheKey(1), range(0, 1), range(0, 1), -1),
@@ -1018,7 +1018,7 @@ def test_transfer_with_cache_key_config_batch_setter_checks_the_blocks_rule_firs
 
 
 def test_layer_synchronizer_is_abstract() -> None:
-    raises(TypeError, lambda: LayerSynchronizer())  # type: ignore[abstract]
+    raises(TypeError, lambda: LayerSynchronizer())
     params = inspect.signature(LayerSynchronizer.synchronize_layer).parameters
     assert list(params) == ["self", "layer_index", "timeout_in_millis"]
 
@@ -1051,7 +1051,7 @@ def test_mem_info_type_checks(args: tuple, name: str) -> None:
 
 
 def test_mem_info_lets_none_through_like_the_vendor() -> None:
-    info = MemInfo(None, None, None)  # type: ignore[arg-type]
+    info = MemInfo(None, None, None)
     assert (info.mem_type, info.addr, info.size) == (None, None, None)
 
 
@@ -1065,9 +1065,9 @@ def test_tensor_desc_type_checks_and_returns_a_new_shape_list() -> None:
     assert td.dtype is DataType.DT_INT32
     assert td.shape == [2, 3]
     assert td.shape is not td.shape
-    raises(TypeError, lambda: TensorDesc(3, [2]), "dtype")  # type: ignore[arg-type]
-    raises(TypeError, lambda: TensorDesc(DataType.DT_INT32, "23"), "shape")  # type: ignore[arg-type]
-    raises(TypeError, lambda: TensorDesc(DataType.DT_INT32, None), "shape")  # type: ignore[arg-type]
+    raises(TypeError, lambda: TensorDesc(3, [2]), "dtype")
+    raises(TypeError, lambda: TensorDesc(DataType.DT_INT32, "23"), "shape")
+    raises(TypeError, lambda: TensorDesc(DataType.DT_INT32, None), "shape")
 
 
 @pytest.mark.parametrize("np_dtype, data_type", [
@@ -1113,7 +1113,7 @@ def test_tensor_bf16_is_widened_to_float32() -> None:
 
 
 def test_tensor_numpy_copy_must_be_a_bool() -> None:
-    raises(TypeError, lambda: Tensor(np.zeros(2, dtype=np.float32)).numpy(copy=1), "copy")  # type: ignore[arg-type]
+    raises(TypeError, lambda: Tensor(np.zeros(2, dtype=np.float32)).numpy(copy=1), "copy")
 
 
 def test_tensor_numpy_copy_returns_a_new_array() -> None:
@@ -1130,8 +1130,8 @@ def test_tensor_clone_copies_the_data() -> None:
 
 
 def test_tensor_rejects_other_data_and_desc_types() -> None:
-    raises(TypeError, lambda: Tensor("data"), "data")  # type: ignore[arg-type]
-    raises(TypeError, lambda: Tensor(np.zeros(2, dtype=np.float32), "desc"), "tensor_desc")  # type: ignore[arg-type]
+    raises(TypeError, lambda: Tensor("data"), "data")
+    raises(TypeError, lambda: Tensor(np.zeros(2, dtype=np.float32), "desc"), "tensor_desc")
 
 
 def test_tensor_from_tensor_tuple_builds_a_handle_tensor() -> None:

@@ -757,8 +757,8 @@ class TransferConfig:
     """One destination of a v1-style ``transfer_cache_async``: raw destination
     addresses, two per layer."""
 
-    def __init__(self, dst_cluster_id: int, dst_addrs: List[int], src_layer_range: Optional[range] = None,
-                 src_batch_index: int = 0) -> None:
+    def __init__(self, dst_cluster_id: int, dst_addrs: Union[List[int], Tuple[int, ...]],
+                 src_layer_range: Optional[range] = None, src_batch_index: int = 0) -> None:
         """Check the arguments in the vendor's order (the property setters repeat them).
 
         Raises:
