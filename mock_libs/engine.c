@@ -165,6 +165,7 @@ static void *listener_main(void *arg)
                 tp_sleep_ms(50, &e->stopping);
             continue;
         }
+        tp_tune(fd);
         eng_thread *t = calloc(1, sizeof *t);
         if (t == NULL) {
             close(fd);

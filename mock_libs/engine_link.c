@@ -330,9 +330,14 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
      * usable once that reply is sent, so hold its transfer lock until then. */
     pthread_mutex_lock(&l->xfer_mu);
     pthread_mutex_lock(&e->mu);
-    if (p->state != 0 || e->state != ENGINE_READY || link_find_locked(e, client) != NULL) {
+    if (link_find_locked(e, client) != NULL) {
+        /* this engine started linking to the client meanwhile */
+        st = LLM_ALREADY_LINK;
+        snprintf(text, sizeof text, "cluster %llu is itself linking to cluster %llu right now",
+                 (unsigned long long)e->cluster_id, (unsigned long long)client);
+    } else if (p->state != 0 || e->state != ENGINE_READY) {
         st = LLM_LINK_FAILED;
-        snprintf(text, sizeof text, "the handshake was abandoned");
+        snprintf(text, sizeof text, "the handshake was abandoned (timed out or finalized)");
     } else {
         l->srv_fd = p->c1_fd;
         l->req_fd = fd;
@@ -554,9 +559,10 @@ static lldd_status link_one(cluster_job *job)
     pthread_mutex_lock(&e->mu);
     mlink *l = link_find_locked(e, peer_id);
     if (l != NULL) {
+        int ready = l->ready;
         pthread_mutex_unlock(&e->mu);
         snprintf(msg, MSG_LEN, "cluster %llu is already linked%s", (unsigned long long)peer_id,
-                 l->ready ? "" : " (a link to it is being made)");
+                 ready ? "" : " (a link to it is being made)");
         return LLM_ALREADY_LINK;
     }
     l = link_new(e, peer_id, token);

@@ -141,9 +141,10 @@ static int serve_read(int fd, const msg_hdr *h, pin_list *pins, struct iovec *io
     msg_hdr r;
     msg_init(&r, MSG_READ_REPLY);
     r.payload_len = total;
-    if (msg_send(fd, &r, NULL, 0, tp_deadline(SERVE_IDLE_MS)) != TP_OK)
-        return -1;
-    return tp_sendv(fd, iov, h->count, tp_deadline(SERVE_IDLE_MS), SERVE_IDLE_MS) == TP_OK ? 0 : -1;
+    /* iov has room for one more entry in front (link_serve allocates it so) */
+    iov[-1].iov_base = &r;
+    iov[-1].iov_len = sizeof r;
+    return tp_sendv(fd, iov - 1, (size_t)h->count + 1, tp_deadline(SERVE_IDLE_MS), SERVE_IDLE_MS) == TP_OK ? 0 : -1;
 }
 
 static int serve_write(int fd, const msg_hdr *h, pin_list *pins, struct iovec *iov, wire_region *wr)
@@ -166,7 +167,8 @@ void link_serve(mlink *l)
     engine *e = l->e;
     int fd = l->srv_fd;
     pin_list pins = {NULL, 0, 0};
-    struct iovec *iov = malloc(WIRE_MAX_REGIONS * sizeof *iov);
+    struct iovec *iov_mem = malloc((WIRE_MAX_REGIONS + 1) * sizeof *iov_mem);
+    struct iovec *iov = iov_mem != NULL ? iov_mem + 1 : NULL;
     wire_region *wr = malloc(WIRE_MAX_REGIONS * sizeof *wr);
     while (iov != NULL && wr != NULL) {
         msg_hdr h;
@@ -209,7 +211,7 @@ void link_serve(mlink *l)
         cache_unpin_locked(e, pins.items[i]);
     pthread_mutex_unlock(&e->mu);
     free(pins.items);
-    free(iov);
+    free(iov_mem);
     free(wr);
     link_unref(l);
 }

@@ -382,13 +382,71 @@ static void *dst_ptr(const plan *p, const region *r)
     return (char *)(uintptr_t)p->dst_addrs[r->dt] + r->doff;
 }
 
+/* Large transfers are mostly many mid-sized regions (one per block run and tensor),
+ * each below the size at which memcpy itself switches to non-temporal stores; the
+ * destination is not read back soon, so streaming stores save the read-for-ownership
+ * traffic (about a third more bandwidth for scattered 16 KiB blocks). Small
+ * transfers keep the destination in cache. */
+enum { STREAM_MIN_TOTAL = 4 << 20, STREAM_MIN_REGION = 4096 };
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+
+static void stream_copy(char *d, const char *s, size_t n)
+{
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    memcpy(d, s, head);
+    d += head;
+    s += head;
+    n -= head;
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
+        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 32));
+        __m128i e = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 48));
+        _mm_stream_si128((__m128i *)(void *)(d + i), a);
+        _mm_stream_si128((__m128i *)(void *)(d + i + 16), b);
+        _mm_stream_si128((__m128i *)(void *)(d + i + 32), c);
+        _mm_stream_si128((__m128i *)(void *)(d + i + 48), e);
+    }
+    memcpy(d + i, s + i, n - i);
+}
+#define HAVE_STREAM_COPY 1
+#else
+#define HAVE_STREAM_COPY 0
+#endif
+
+static uint64_t plan_bytes(const plan *p)
+{
+    if (!p->b2b)
+        return (uint64_t)p->pairs * p->len;
+    return (uint64_t)p->pairs * p->nblk * p->block; /* every pair moves one block */
+}
+
 static void move_local(const plan *p)
 {
     region_iter it;
     region r;
     region_iter_init(&it, p);
-    while (region_next(&it, &r))
-        memmove(dst_ptr(p, &r), src_ptr(p, &r), (size_t)r.len);
+    int stream = HAVE_STREAM_COPY && plan_bytes(p) >= STREAM_MIN_TOTAL;
+    while (region_next(&it, &r)) {
+        char *d = dst_ptr(p, &r);
+        const char *s = src_ptr(p, &r);
+        size_t n = (size_t)r.len;
+#if HAVE_STREAM_COPY
+        /* streaming copies run forwards: only for regions that do not overlap */
+        if (stream && n >= STREAM_MIN_REGION && (d + n <= s || s + n <= d)) {
+            stream_copy(d, s, n);
+            continue;
+        }
+#endif
+        memmove(d, s, n);
+    }
+#if HAVE_STREAM_COPY
+    if (stream)
+        _mm_sfence();
+#endif
 }
 
 /* process_vm_readv (pull) / process_vm_writev (push); 0 or -errno. */

@@ -175,7 +175,7 @@ int tp_listen(const tp_addr *addr, int *fd_out)
     return 0;
 }
 
-static void tune(int fd)
+void tp_tune(int fd)
 {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -198,7 +198,7 @@ int tp_connect(const char *ip, uint16_t port, int64_t deadline, int *fd_out, int
         *err_out = errno;
         return TP_ERROR;
     }
-    tune(fd);
+    tp_tune(fd);
     int r = connect(fd, (struct sockaddr *)&sa, sizeof sa);
     if (r != 0 && errno != EINPROGRESS && errno != EINTR) {
         int err = errno;

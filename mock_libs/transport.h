@@ -54,6 +54,9 @@ int tp_listen(const tp_addr *addr, int *fd_out);
  * receives the errno of a failure. */
 int tp_connect(const char *ip, uint16_t port, int64_t deadline, int *fd_out, int *err_out);
 
+/* TCP_NODELAY: requests and answers are small and must not wait for delayed ACKs. */
+void tp_tune(int fd);
+
 /* All-or-error I/O before the deadline. The iovec variants consume the array.
  * With idle_ms > 0 the deadline is pushed to now + idle_ms after every bit of
  * progress (bulk data may take longer than one timeout; a stalled peer may not). */
