@@ -1,0 +1,456 @@
+"""Engine life cycle of the mock (semantics §12, cpp-api.md §6.2-6.6, PR-26, PR-27,
+PR-37): creation, Initialize and its options, Finalize, destroy, SetRole, NULL
+arguments and the control functions."""
+from __future__ import annotations
+
+import importlib.util
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+import numpy as np
+import pytest
+
+from llm_datadist_ffi import LLMStatusCode as S
+from llm_datadist_ffi import acl, mock_control, native
+
+
+def _support() -> ModuleType:
+    if "engine_support" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("engine_support", Path(__file__).with_name("engine_support.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["engine_support"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["engine_support"]
+
+
+sup = _support()
+raw = sup.Raw()
+pytestmark = pytest.mark.mock_only(reason="mock engine behaviour, control functions and project rules")
+
+Engines = Callable[..., native.LlmDataDist]
+POOL = '{"memory_size": 65536, "page_shift": 10}'
+
+
+def test_version_capabilities_and_backend_name_describe_the_mock() -> None:
+    lib = raw.lib
+    from llm_datadist_ffi._loader import const
+    assert lib.lldd_abi_version() == const("LLDD_ABI_VERSION") == 1
+    caps = lib.lldd_capabilities()
+    assert caps == 0x01 | 0x02 | 0x04 | 0x08 | 0x10
+    assert raw.ffi.string(lib.lldd_backend_name()) == b"mock"
+
+
+def test_live_engine_count_follows_create_and_destroy() -> None:
+    before = mock_control.live_engines()
+    a, b = native.LlmDataDist(1, 1), native.LlmDataDist(2, 2)
+    assert mock_control.live_engines() == before + 2
+    a.close()
+    assert mock_control.live_engines() == before + 1
+    b.close()
+    assert mock_control.live_engines() == before
+
+
+def test_calls_before_initialize_fail_except_the_pool_calls(engines: Engines) -> None:
+    e = engines(1)
+    assert sup.status_of(e.register_kv_cache, sup.desc(1, [1, 8]), [64]) == S.LLM_FAILED
+    assert sup.status_of(e.unregister_kv_cache, 1) == S.LLM_FAILED
+    assert sup.status_of(e.set_role, native.LlmRole.DECODER) == S.LLM_FAILED
+    assert e.link_llm_clusters([sup.cluster(2, 1)])[0] == S.LLM_FAILED
+    assert e.unlink_llm_clusters([sup.cluster(2, 1)])[0] == S.LLM_FAILED
+    assert raw.pull_cache(e, 2, 1, 1) == S.LLM_FAILED
+    assert raw.pull_blocks(e, 2, 1, 1, [0], [0]) == S.LLM_FAILED
+    assert raw.push_cache(e, 2, 1, 1, 2) == S.LLM_FAILED
+    assert raw.push_blocks(e, 2, 1, 1, 2, [0], [0]) == S.LLM_FAILED
+    assert "not initialized" in raw.last_error()
+    # PR-9: without a pool the four pool calls answer FEATURE_NOT_ENABLED in every state
+    assert sup.status_of(e.allocate_cache, sup.desc(1, [1, 8])) == S.LLM_FEATURE_NOT_ENABLED
+    assert sup.status_of(e.deallocate_cache, 1) == S.LLM_FEATURE_NOT_ENABLED
+    assert sup.status_of(e.copy_kv_cache, native.Cache(1), native.Cache(2)) == S.LLM_FEATURE_NOT_ENABLED
+    assert sup.status_of(e.copy_kv_blocks, native.Cache(1), native.Cache(2), [0], [[1]]) == S.LLM_FEATURE_NOT_ENABLED
+
+
+def test_pool_calls_need_a_configured_pool(engines: Engines) -> None:
+    e = engines(1, options={})
+    assert sup.status_of(e.allocate_cache, sup.desc(1, [1, 8])) == S.LLM_FEATURE_NOT_ENABLED
+    assert sup.status_of(e.deallocate_cache, 5) == S.LLM_FEATURE_NOT_ENABLED
+    assert "PR-9" in raw.last_error()
+
+
+def test_initialize_again_succeeds_and_ignores_the_new_options(engines: Engines) -> None:
+    e = engines(1, options={})
+    assert raw.initialize(e, [("llm.DeviceId", "not a device")]) == S.LLM_SUCCESS
+    assert sup.register(e, [np.zeros((2, 4), np.uint8)]) == 1
+
+
+@pytest.mark.parametrize("role", [0, 4, -1])
+def test_initialize_rejects_an_invalid_role(role: int) -> None:
+    with native.LlmDataDist(1, role) as e:
+        assert raw.initialize(e, [("llm.DeviceId", "0")]) == S.LLM_PARAM_INVALID
+        assert "role" in raw.last_error()
+
+
+@pytest.mark.parametrize("value", [None, "", "x", "-1", "0;1", "1;", " 0", "2147483648", "0x1"])
+def test_initialize_requires_exactly_one_device_id(value: str | None) -> None:
+    with native.LlmDataDist(1, 1) as e:
+        pairs = [] if value is None else [("llm.DeviceId", value)]
+        assert raw.initialize(e, pairs) == S.LLM_PARAM_INVALID
+        assert "llm.DeviceId" in raw.last_error()
+        assert raw.initialize(e, [("llm.DeviceId", "0")]) == S.LLM_SUCCESS
+
+
+@pytest.mark.parametrize("value", ["127.0.0.1", "127.0.0.1:", "1.2.3:80", "localhost:80", "::1:80", "[::1]80",
+                                   "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:4294967296", "127.0.0.1:8a", ""])
+def test_initialize_rejects_listen_addresses_that_do_not_parse(value: str) -> None:
+    with native.LlmDataDist(1, 1) as e:
+        assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.ListenIpInfo", value)]) == S.LLM_PARAM_INVALID
+        assert "llm.ListenIpInfo" in raw.last_error()
+
+
+def test_initialize_listens_on_an_ipv6_address(engines: Engines) -> None:
+    port = sup.free_port()
+    e = engines(1)
+    assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.ListenIpInfo", f"[::1]:{port}")]) == S.LLM_SUCCESS
+    with socket.create_connection(("::1", port), timeout=2):
+        pass
+
+
+@pytest.mark.parametrize("value,status", [("0", S.LLM_PARAM_INVALID), ("2147483648", S.LLM_PARAM_INVALID),
+                                          ("", S.LLM_PARAM_INVALID), ("10ms", S.LLM_PARAM_INVALID),
+                                          ("-5", S.LLM_PARAM_INVALID), ("1", S.LLM_SUCCESS),
+                                          ("2147483647", S.LLM_SUCCESS)])
+def test_initialize_takes_a_sync_wait_time_of_1_to_2_31_minus_1_ms(value: str, status: int) -> None:
+    with native.LlmDataDist(1, 1) as e:
+        assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.SyncKvCacheWaitTime", value)]) == status
+
+
+@pytest.mark.parametrize("key,value,status", [
+    ("llm.TransferBackend", "hixl", S.LLM_SUCCESS),
+    ("llm.TransferBackend", "hccl", S.LLM_PARAM_INVALID),
+    ("llm.TransferBackend", "", S.LLM_PARAM_INVALID),
+    ("llm.LinkRetryCount", "1", S.LLM_SUCCESS),
+    ("llm.LinkRetryCount", "100", S.LLM_SUCCESS),
+    ("llm.LinkRetryCount", "0", S.LLM_PARAM_INVALID),
+    ("llm.LinkRetryCount", "101", S.LLM_PARAM_INVALID),
+    ("llm.LinkRetryCount", "three", S.LLM_PARAM_INVALID),
+    ("llm.RdmaTrafficClass", "132", S.LLM_SUCCESS),
+    ("llm.RdmaTrafficClass", "high", S.LLM_PARAM_INVALID),
+    ("llm.RdmaServiceLevel", "4", S.LLM_SUCCESS),
+    ("llm.RdmaServiceLevel", "-4", S.LLM_PARAM_INVALID),
+    ("llm.SomethingElse", "anything", S.LLM_SUCCESS),
+    ("llm.LocalCommRes", "not json at all", S.LLM_SUCCESS),   # checked by the first link
+])
+def test_initialize_checks_each_known_option(key: str, value: str, status: int) -> None:
+    with native.LlmDataDist(1, 1) as e:
+        assert raw.initialize(e, [("llm.DeviceId", "0"), (key, value)]) == status
+
+
+@pytest.mark.parametrize("value", [
+    "", "{", "[]", '"65536"', '{"page_shift": 16}', '{"memory_size": "65536"}', '{"memory_size": -1}',
+    '{"memory_size": 65536.0}', '{"memory_size": 0}', '{"memory_size": 65536, "page_shift": 9}',
+    '{"memory_size": 65536, "page_shift": 31}', '{"memory_size": 65536, "page_shift": "16"}',
+    '{"memory_size": 281474976645120}', '{"memory_size": 65536} x',
+])
+@pytest.mark.parametrize("key", ["llm.MemPoolConfig", "llm.HostMemPoolConfig"])
+def test_initialize_rejects_malformed_pool_configurations(key: str, value: str) -> None:
+    with native.LlmDataDist(1, 1) as e:
+        assert raw.initialize(e, [("llm.DeviceId", "0"), (key, value)]) == S.LLM_PARAM_INVALID
+        assert key in raw.last_error()
+
+
+def test_initialize_accepts_a_pool_just_below_the_page_limit() -> None:
+    # memory_size >> page_shift must stay below 2^32 - 1: with page_shift 30, 2^32 - 2 pages
+    # would be 4 EiB, so check the boundary arithmetic with the smallest pages instead
+    with native.LlmDataDist(1, 1) as e:
+        ok = '{"memory_size": %d, "page_shift": 10}' % ((2**32 - 2) << 10)
+        too_big = '{"memory_size": %d, "page_shift": 10}' % ((2**32 - 1) << 10)
+        assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.MemPoolConfig", too_big)]) == S.LLM_PARAM_INVALID
+        # 4 TiB is more than the mock device holds: accepted by the parser, then out of memory
+        assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.MemPoolConfig", ok)]) == S.LLM_OUT_OF_MEMORY
+
+
+def test_repeated_option_keys_keep_the_last_value() -> None:
+    with native.LlmDataDist(1, 1) as e:
+        assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.DeviceId", "bad")]) == S.LLM_PARAM_INVALID
+        assert raw.initialize(e, [("llm.DeviceId", "bad"), ("llm.DeviceId", "0")]) == S.LLM_SUCCESS
+
+
+def test_initialize_with_an_unknown_device_fails_and_may_be_retried() -> None:
+    with native.LlmDataDist(1, 1) as e:
+        assert raw.initialize(e, [("llm.DeviceId", "4096")]) == S.LLM_FAILED
+        assert "aclrtSetDevice(4096)" in raw.last_error() and "does not exist" in raw.last_error()
+        assert raw.initialize(e, [("llm.DeviceId", "3")]) == S.LLM_SUCCESS
+
+
+def test_initialize_fails_when_the_listen_port_is_taken_and_undoes_everything() -> None:
+    allocations = mock_control.live_allocations()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with native.LlmDataDist(1, 1) as e:
+            pairs = [("llm.DeviceId", "0"), ("llm.ListenIpInfo", f"127.0.0.1:{port}"), ("llm.MemPoolConfig", POOL)]
+            assert raw.initialize(e, pairs) == S.LLM_FAILED
+            assert "cannot listen" in raw.last_error()
+            assert mock_control.live_allocations() == allocations        # the pool went again
+            assert sup.status_of(e.allocate_cache, sup.desc(1, [1, 8])) == S.LLM_FEATURE_NOT_ENABLED
+            free = sup.free_port()
+            assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.ListenIpInfo", f"127.0.0.1:{free}")]) == 0
+
+
+def test_a_pool_larger_than_the_device_is_out_of_memory() -> None:
+    allocations = mock_control.live_allocations()
+    with native.LlmDataDist(1, 1) as e:
+        huge = '{"memory_size": %d, "page_shift": 30}' % (1 << 47)
+        assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.MemPoolConfig", huge)]) == S.LLM_OUT_OF_MEMORY
+        assert mock_control.live_allocations() == allocations
+        assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.MemPoolConfig", POOL)]) == S.LLM_SUCCESS
+        assert mock_control.live_allocations() == allocations + 1       # the device pool
+    assert mock_control.live_allocations() == allocations
+
+
+def test_finalize_forgets_everything_and_ids_restart_at_one(engines: Engines) -> None:
+    e = engines(1, options={native.OPTION_MEM_POOL_CONFIG: POOL})
+    arrays = [np.zeros((2, 4), np.uint8)]
+    assert sup.register(e, arrays) == 1
+    assert e.allocate_cache(sup.desc(1, [2, 4])).cache_id == 2
+    e.finalize()
+    assert sup.status_of(e.unregister_kv_cache, 1) == S.LLM_FAILED
+    e.finalize()                                         # twice: a no-op
+    e.initialize({native.OPTION_DEVICE_ID: "0"})
+    assert sup.register(e, arrays) == 1
+    assert sup.status_of(e.allocate_cache, sup.desc(1, [2, 4])) == S.LLM_FEATURE_NOT_ENABLED
+
+
+def test_finalize_before_initialize_is_a_no_op() -> None:
+    with native.LlmDataDist(1, 1) as e:
+        e.finalize()
+        e.initialize({native.OPTION_DEVICE_ID: "0"})
+        assert sup.register(e, [np.zeros((1, 1), np.uint8)]) == 1
+
+
+def test_finalize_resets_the_device_it_set() -> None:
+    # device 7 is used by no other test of this file; the engine holds the only reference
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        with native.LlmDataDist(1, 1) as e:
+            e.initialize({native.OPTION_DEVICE_ID: "7"})
+            result["current"] = acl.aclrtGetDevice()
+            e.finalize()
+            try:
+                acl.aclrtGetDevice()
+                result["after"] = "still current"
+            except acl.AclError as exc:
+                result["after"] = exc.code
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join()
+    assert result == {"current": 7, "after": 107002}     # ACL_ERROR_RT_CONTEXT_NULL
+
+
+def test_finalize_waits_for_running_calls_and_calls_after_it_began_fail(engines: Engines) -> None:
+    server = engines(1, listen=True)
+    client = engines(2, options={native.OPTION_SYNC_CACHE_WAIT_TIME: "5000"})
+    src = sup.random_arrays(2, (2, 8), 1)
+    dst = [np.zeros((2, 8), np.uint8) for _ in range(2)]
+    sid, did = sup.register(server, src), sup.register(client, dst)
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    mock_control.set_serve_delay(server, 400)
+    results: dict[str, Any] = {}
+
+    def pull() -> None:
+        results["pull"] = sup.status_of(client.pull_kv_cache, native.CacheIndex(1, sid), native.Cache(did))
+        results["pull_done"] = time.monotonic()
+
+    puller = threading.Thread(target=pull)
+    puller.start()
+    time.sleep(0.1)
+    finalizer = threading.Thread(target=client.finalize)
+    finalizer.start()
+    time.sleep(0.05)
+    results["late"] = raw.pull_cache(client, 1, sid, did)          # starts after Finalize began
+    late_done = time.monotonic()
+    finalizer.join()
+    finalize_done = time.monotonic()
+    puller.join()
+    assert results["pull"] == S.LLM_SUCCESS
+    assert all((d[0] == s[0]).all() for d, s in zip(dst, src))
+    assert results["late"] == S.LLM_FAILED
+    assert late_done < results["pull_done"] <= finalize_done
+
+
+def test_destroy_finalizes_an_initialised_engine() -> None:
+    before = mock_control.live_allocations()
+    e = native.LlmDataDist(1, 1)
+    e.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_MEM_POOL_CONFIG: POOL})
+    e.allocate_cache(sup.desc(2, [4, 4]))
+    assert mock_control.live_allocations() == before + 1
+    e.close()
+    assert mock_control.live_allocations() == before
+
+
+def test_engines_of_one_process_are_independent(engines: Engines) -> None:
+    a, b = engines(1, options={}), engines(2, options={}, device_id=1)
+    arrays = [np.zeros((1, 4), np.uint8)]
+    assert sup.register(a, arrays) == 1
+    assert sup.register(b, arrays) == 1
+    b.finalize()
+    assert sup.register(a, arrays) == 2
+
+
+# ---- SetRole ----------------------------------------------------------------------------------
+
+def test_set_role_checks_role_and_listen_address(engines: Engines) -> None:
+    e = engines(1, options={})
+    assert raw.set_role(e, 4, []) == S.LLM_PARAM_INVALID
+    assert raw.set_role(e, 0, []) == S.LLM_PARAM_INVALID
+    assert raw.set_role(e, 2, [("llm.ListenIpInfo", "127.0.0.1:0")]) == S.LLM_PARAM_INVALID
+    assert raw.set_role(e, 2, [("llm.ListenIpInfo", "nowhere")]) == S.LLM_PARAM_INVALID
+    e.set_role(native.LlmRole.MIX)
+    assert e.role == native.LlmRole.MIX
+
+
+def test_set_role_is_refused_while_a_link_exists(engines: Engines) -> None:
+    server = engines(1, listen=True)
+    client = engines(2, options={})
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    assert sup.status_of(client.set_role, native.LlmRole.PROMPT) == S.LLM_EXIST_LINK
+    assert sup.status_of(server.set_role, native.LlmRole.DECODER) == S.LLM_EXIST_LINK
+    assert client.unlink_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    server.set_role(native.LlmRole.DECODER, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"})
+    client.set_role(native.LlmRole.PROMPT)
+
+
+def test_set_role_starts_moves_and_stops_the_listener(engines: Engines) -> None:
+    server = engines(1, options={})
+    client = engines(2, options={})
+    port = sup.free_port()
+    assert client.link_llm_clusters([sup.cluster(1, port)])[1] == [S.LLM_LINK_FAILED]
+    server.set_role(native.LlmRole.PROMPT, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{port}"})
+    assert client.link_llm_clusters([sup.cluster(1, port)])[1] == [S.LLM_SUCCESS]
+    assert client.unlink_llm_clusters([sup.cluster(1, port)])[1] == [S.LLM_SUCCESS]
+    other = sup.free_port()
+    server.set_role(native.LlmRole.PROMPT, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{other}"})
+    assert client.link_llm_clusters([sup.cluster(1, port)])[1] == [S.LLM_LINK_FAILED]
+    assert client.link_llm_clusters([sup.cluster(1, other)])[1] == [S.LLM_SUCCESS]
+    assert client.unlink_llm_clusters([sup.cluster(1, other)], force_flag=True)[1] == [S.LLM_SUCCESS]
+    # the server still holds its side: drop it, then stop listening
+    assert server.unlink_llm_clusters([sup.cluster(2, 1)], force_flag=True)[1] == [S.LLM_SUCCESS]
+    server.set_role(native.LlmRole.DECODER)
+    assert client.link_llm_clusters([sup.cluster(1, other)])[1] == [S.LLM_LINK_FAILED]
+
+
+def test_set_role_on_the_same_port_keeps_the_listener(engines: Engines) -> None:
+    server = engines(1, listen=True)
+    client = engines(2, options={})
+    server.set_role(native.LlmRole.DECODER, {native.OPTION_LISTEN_IP_INFO: f"0.0.0.0:{server.listen_port}"})
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[1] == [S.LLM_SUCCESS]
+
+
+def test_set_role_keeps_the_old_listener_when_the_new_port_is_taken(engines: Engines) -> None:
+    server = engines(1, listen=True)
+    client = engines(2, options={})
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        status = raw.set_role(server, 2, [("llm.ListenIpInfo", f"127.0.0.1:{busy}")])
+        assert status == S.LLM_FAILED
+    assert server.role == native.LlmRole.PROMPT
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[1] == [S.LLM_SUCCESS]
+
+
+def test_set_role_cannot_change_the_listen_address_with_hixl(engines: Engines) -> None:
+    server = engines(1, options={native.OPTION_TRANSFER_BACKEND: "hixl"}, listen=True)
+    port = server.listen_port
+    assert raw.set_role(server, 2, [("llm.ListenIpInfo", f"127.0.0.1:{sup.free_port()}")]) == \
+        S.LLM_FEATURE_NOT_ENABLED
+    assert raw.set_role(server, 2, []) == S.LLM_FEATURE_NOT_ENABLED
+    assert raw.set_role(server, 2, [("llm.ListenIpInfo", f"127.0.0.1:{port}")]) == S.LLM_SUCCESS
+
+
+# ---- NULL arguments and injected faults -------------------------------------------------------
+
+def test_null_engines_and_pointers_are_param_invalid(engines: Engines) -> None:
+    lib, ffi, NULL = raw.lib, raw.ffi, raw.ffi.NULL
+    P = S.LLM_PARAM_INVALID
+    e = engines(1, options={native.OPTION_MEM_POOL_CONFIG: POOL})._engine()
+    cache, index, shape = raw.cache(1), raw.index(2, 1), ffi.new("int64_t[]", [1, 4])
+    d = ffi.new("lldd_cache_desc *")
+    d.placement, d.num_tensors, d.data_type, d.shape, d.shape_len = 1, 1, 4, shape, 2
+    rets, num = ffi.new("lldd_status[]", 1), ffi.new("size_t *")
+    cid, addrs = ffi.new("int64_t *"), ffi.new("uint64_t[]", 1)
+    assert lib.lldd_create(1, 1, NULL) == P
+    assert lib.lldd_initialize(NULL, NULL, 0) == P
+    assert lib.lldd_initialize(e, NULL, 1) == P
+    assert lib.lldd_set_role(NULL, 1, NULL, 0) == P
+    assert lib.lldd_set_role(e, 1, NULL, 2) == P
+    assert lib.lldd_link_clusters(NULL, NULL, 0, 1000, rets, num) == P
+    assert lib.lldd_link_clusters(e, NULL, 1, 1000, rets, num) == P
+    assert lib.lldd_unlink_clusters(e, NULL, 1, 1000, 0, rets, num) == P
+    assert lib.lldd_register_kv_cache(NULL, d, addrs, 1, cid) == P
+    assert lib.lldd_register_kv_cache(e, NULL, addrs, 1, cid) == P
+    assert lib.lldd_register_kv_cache(e, d, NULL, 1, cid) == P
+    assert lib.lldd_register_kv_cache(e, d, addrs, 1, NULL) == P
+    assert lib.lldd_unregister_kv_cache(NULL, 1) == P
+    assert lib.lldd_allocate_cache(NULL, d, cid, addrs, 1) == P
+    assert lib.lldd_allocate_cache(e, NULL, cid, addrs, 1) == P
+    assert lib.lldd_allocate_cache(e, d, NULL, addrs, 1) == P
+    assert lib.lldd_allocate_cache(e, d, cid, NULL, 1) == P
+    assert lib.lldd_allocate_cache(e, d, cid, addrs, 0) == P          # no room for the address
+    assert lib.lldd_deallocate_cache(NULL, 1) == P
+    assert lib.lldd_pull_kv_cache(NULL, index, cache, 0, -1, NULL) == P
+    assert lib.lldd_pull_kv_cache(e, NULL, cache, 0, -1, NULL) == P
+    assert lib.lldd_pull_kv_cache(e, index, NULL, 0, -1, NULL) == P
+    assert lib.lldd_pull_kv_blocks(e, index, cache, NULL, 3, addrs, 1, NULL) == P
+    assert lib.lldd_pull_kv_blocks(e, index, cache, addrs, 1, NULL, 3, NULL) == P
+    assert lib.lldd_push_kv_cache(e, NULL, index, 0, -1, NULL) == P
+    assert lib.lldd_push_kv_cache(e, cache, NULL, 0, -1, NULL) == P
+    assert lib.lldd_push_kv_blocks(e, cache, index, NULL, 2, addrs, 1, NULL) == P
+    assert lib.lldd_copy_kv_cache(e, NULL, cache, 0, 0, 0, -1) == P
+    assert lib.lldd_copy_kv_cache(e, cache, NULL, 0, 0, 0, -1) == P
+    lens = ffi.new("size_t[]", [1])
+    assert lib.lldd_copy_kv_blocks(e, cache, cache, addrs, 1, NULL, lens, 1) == P
+    assert lib.lldd_copy_kv_blocks(e, cache, cache, addrs, 1, addrs, NULL, 1) == P
+    assert lib.lldd_mock_set_serve_delay(NULL, 1) == P
+    assert lib.lldd_mock_drop_connections(NULL) == P
+    lib.lldd_finalize(NULL)
+    lib.lldd_destroy(NULL)
+    assert "NULL" in raw.last_error()
+
+
+def test_link_with_null_rets_count_reports_nothing(engines: Engines) -> None:
+    e = engines(1, options={})
+    num = raw.ffi.new("size_t *", 99)
+    assert raw.lib.lldd_link_clusters(e._engine(), raw.ffi.NULL, 0, 1000, raw.ffi.NULL, num) == S.LLM_PARAM_INVALID
+    assert num[0] == 0
+
+
+def test_an_injected_fault_is_returned_before_any_check(engines: Engines) -> None:
+    e = engines(1, options={})
+    with mock_control.fault("lldd_pull_kv_cache", S.LLM_TIMEOUT):
+        assert raw.pull_cache(e, 1, 1, 1) == S.LLM_TIMEOUT      # own cluster, unknown cache: not reached
+        assert "injected" in raw.last_error()
+        assert raw.pull_cache(e, 1, 1, 1) == S.LLM_PARAM_INVALID
+    with mock_control.fault("lldd_register_kv_cache", S.LLM_OUT_OF_MEMORY, count=1, skip=1):
+        assert sup.register(e, [np.zeros((1, 1), np.uint8)]) == 1
+        assert sup.status_of(sup.register, e, [np.zeros((1, 1), np.uint8)]) == S.LLM_OUT_OF_MEMORY
+        assert sup.register(e, [np.zeros((1, 1), np.uint8)]) == 2
+
+
+def test_an_acl_fault_in_initialize_is_llm_failed() -> None:
+    with native.LlmDataDist(1, 1) as e, mock_control.fault("aclrtSetDevice", 107001):
+        assert raw.initialize(e, [("llm.DeviceId", "0")]) == S.LLM_FAILED
+        assert "aclrtSetDevice" in raw.last_error()
+
+
+def test_drop_connections_needs_an_initialised_engine() -> None:
+    with native.LlmDataDist(1, 1) as e:
+        assert raw.lib.lldd_mock_drop_connections(e._engine()) == S.LLM_FAILED
+        assert raw.lib.lldd_mock_set_serve_delay(e._engine(), 5) == S.LLM_SUCCESS
