@@ -261,16 +261,17 @@ class PeerProcess:
         self.proc.wait()
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.close()            # the peer's loop ends and it closes its engine
+        except BrokenPipeError:
+            pass                               # it was killed
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
 
 
 class PeerError(Exception):

@@ -1,0 +1,352 @@
+"""Links of the mock engine (cpp-api.md §6.7-6.8, semantics §10, PR-28, PR-29, PR-31,
+PR-35, PR-42): argument checks, handshakes over loopback TCP in one process and
+between processes, unlink in both forms, peers that go away."""
+from __future__ import annotations
+
+import importlib.util
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pytest
+
+from llm_datadist_ffi import LLMStatusCode as S
+from llm_datadist_ffi import mock_control, native
+from llm_datadist_ffi.native import Cache, CacheIndex, ClusterInfo, IpInfo
+
+
+def _support() -> ModuleType:
+    if "engine_support" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("engine_support", Path(__file__).with_name("engine_support.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["engine_support"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["engine_support"]
+
+
+sup = _support()
+raw = sup.Raw()
+pytestmark = pytest.mark.mock_only(reason="links over the mock's loopback transport and mock project rules")
+
+Engines = Callable[..., native.LlmDataDist]
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port whose listener accepts connections (in the kernel) and never answers."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        yield s.getsockname()[1]
+
+
+@pytest.fixture
+def pair(engines: Engines) -> tuple[native.LlmDataDist, native.LlmDataDist]:
+    """(server, client): cluster 1 listens, cluster 2 does not."""
+    return engines(1, listen=True), engines(2, options={}, device_id=1)
+
+
+def pullable(client: native.LlmDataDist, server: native.LlmDataDist) -> tuple[int, int]:
+    """Registers one 2-tensor cache on each engine: (server cache id, client cache id)."""
+    keep: list[Any] = getattr(client, "_test_keep", [])
+    arrays_s = sup.random_arrays(2, (2, 4), 1)
+    arrays_c = [np.zeros((2, 4), np.uint8) for _ in range(2)]
+    keep += [arrays_s, arrays_c]
+    client._test_keep = keep  # type: ignore[attr-defined]
+    return sup.register(server, arrays_s), sup.register(client, arrays_c)
+
+
+def pull(engine: native.LlmDataDist, cluster_id: int, src: int, dst: int) -> int:
+    return int(sup.status_of(engine.pull_kv_cache, CacheIndex(cluster_id, src), Cache(dst)))
+
+
+# ---- argument checks ----------------------------------------------------------------------
+
+def test_link_checks_timeout_and_addresses_before_any_cluster(pair: Any) -> None:
+    server, client = pair
+    good = sup.cluster(1, server.listen_port)
+    assert client.link_llm_clusters([good], 0) == (S.LLM_PARAM_INVALID, [])
+    assert client.link_llm_clusters([good], -5) == (S.LLM_PARAM_INVALID, [])
+    bad_remote = ClusterInfo(1, 0, [IpInfo("127.0.0.1", 0)], [IpInfo("", 5)])
+    assert client.link_llm_clusters([good, bad_remote]) == (S.LLM_PARAM_INVALID, [])
+    assert "clusters[1].remote_ip_infos[0].ip is empty" in raw.last_error()
+    bad_local = ClusterInfo(1, 0, [IpInfo("::1", 0)], [IpInfo("127.0.0.1", 5)])
+    assert client.link_llm_clusters([bad_local]) == (S.LLM_PARAM_INVALID, [])
+    assert "local_ip_infos[0].ip \"::1\" is not an IPv4" in raw.last_error()
+    assert client.link_llm_clusters([ClusterInfo(1, 0, [], [IpInfo("host", 5)])]) == (S.LLM_PARAM_INVALID, [])
+    assert client.link_llm_clusters([]) == (S.LLM_PARAM_INVALID, [])
+    assert client.unlink_llm_clusters([]) == (S.LLM_PARAM_INVALID, [])
+    assert client.unlink_llm_clusters([good], 0) == (S.LLM_PARAM_INVALID, [])
+    # nothing was linked by the failed calls
+    client.set_role(native.LlmRole.MIX)
+
+
+def test_link_checks_each_cluster_and_returns_the_last_failure(pair: Any, silent_port: int) -> None:
+    server, client = pair
+    clusters = [
+        sup.cluster(1, server.listen_port),                                  # fine
+        ClusterInfo(3, 0, [IpInfo("127.0.0.1", 0)], []),                     # no remote address
+        ClusterInfo(4, 0, [], [IpInfo("127.0.0.1", server.listen_port)]),   # no local address, no listener
+        sup.cluster(5, sup.free_port()),                                     # nobody listens
+    ]
+    status, rets = client.link_llm_clusters(clusters)
+    assert rets == [S.LLM_SUCCESS, S.LLM_PARAM_INVALID, S.LLM_PARAM_INVALID, S.LLM_LINK_FAILED]
+    assert status == S.LLM_LINK_FAILED
+    assert "remote_cluster_id 5" in raw.last_error() and "refused" in raw.last_error()
+    assert client.link_llm_clusters([clusters[1], sup.cluster(6, server.listen_port)])[0] == S.LLM_PARAM_INVALID
+
+
+def test_a_listener_needs_no_local_address_and_a_first_link_generates_the_resource(pair: Any) -> None:
+    server, client = pair
+    other = client  # client has no listener: its first link needs exactly one local address
+    assert server.link_llm_clusters([ClusterInfo(9, 0, [], [IpInfo("127.0.0.1", sup.free_port())])])[1] == \
+        [S.LLM_LINK_FAILED]
+    two_locals = ClusterInfo(1, 0, [IpInfo("127.0.0.1", 0)] * 2, [IpInfo("127.0.0.1", server.listen_port)])
+    assert other.link_llm_clusters([two_locals])[1] == [S.LLM_PARAM_INVALID]
+    assert other.link_llm_clusters([sup.cluster(1, server.listen_port)])[1] == [S.LLM_SUCCESS]
+    third = ClusterInfo(1, 0, [], [IpInfo("127.0.0.1", server.listen_port)])
+    assert other.unlink_llm_clusters([third])[1] == [S.LLM_SUCCESS]
+    assert other.link_llm_clusters([third])[1] == [S.LLM_SUCCESS]       # resource generated earlier
+
+
+@pytest.mark.parametrize("res,status", [
+    ('{"version": "1.3"}', S.LLM_SUCCESS),
+    ('{"version": "1.0", "server_list": []}', S.LLM_SUCCESS),
+    ('{"version": "1.1"}', S.LLM_PARAM_INVALID),
+    ('{"version": 1.2}', S.LLM_PARAM_INVALID),
+    ('["version", "1.3"]', S.LLM_PARAM_INVALID),
+    ("rank table", S.LLM_PARAM_INVALID),
+])
+def test_local_comm_res_is_checked_by_each_link(engines: Engines, res: str, status: int) -> None:
+    server = engines(1, listen=True)
+    client = engines(2, options={native.OPTION_LOCAL_COMM_RES: res})
+    no_local = ClusterInfo(1, 0, [], [IpInfo("127.0.0.1", server.listen_port)])
+    assert client.link_llm_clusters([no_local])[1] == [status]
+    if status != S.LLM_SUCCESS:
+        assert "llm.LocalCommRes" in raw.last_error()
+
+
+def test_linking_to_a_silent_listener_times_out(pair: Any, silent_port: int) -> None:
+    _, client = pair
+    start = time.monotonic()
+    assert client.link_llm_clusters([sup.cluster(1, silent_port)], 200) == (S.LLM_TIMEOUT, [S.LLM_TIMEOUT])
+    assert 0.18 <= time.monotonic() - start < 2
+
+
+def test_clusters_of_one_call_are_linked_concurrently(engines: Engines) -> None:
+    client = engines(2, options={})
+    listeners = []
+    for _ in range(4):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(4)
+        listeners.append(s)
+    try:
+        start = time.monotonic()
+        status, rets = client.link_llm_clusters([sup.cluster(10 + i, s.getsockname()[1])
+                                                 for i, s in enumerate(listeners)], 300)
+        elapsed = time.monotonic() - start
+    finally:
+        for s in listeners:
+            s.close()
+    assert rets == [S.LLM_TIMEOUT] * 4 and status == S.LLM_TIMEOUT
+    assert elapsed < 0.9                                          # not 4 x 300 ms
+
+
+def test_a_serve_delay_makes_the_handshake_time_out(pair: Any) -> None:
+    server, client = pair
+    mock_control.set_serve_delay(server, 500)
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)], 100)[1] == [S.LLM_TIMEOUT]
+    mock_control.set_serve_delay(server, 0)
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)], 1000)[1] == [S.LLM_SUCCESS]
+
+
+def test_a_wrong_remote_cluster_id_links_nothing(pair: Any) -> None:
+    server, client = pair
+    status, rets = client.link_llm_clusters([sup.cluster(7, server.listen_port)])
+    assert (status, rets) == (S.LLM_PARAM_INVALID, [S.LLM_PARAM_INVALID])
+    assert "PR-28" in raw.last_error()
+    server.set_role(native.LlmRole.MIX, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"})
+    client.set_role(native.LlmRole.MIX)                                  # no link on either side
+
+
+def test_linking_to_the_own_cluster_id_is_param_invalid(pair: Any) -> None:
+    server, _ = pair
+    assert server.link_llm_clusters([sup.cluster(1, server.listen_port)])[1] == [S.LLM_PARAM_INVALID]
+
+
+# ---- links and their use -------------------------------------------------------------------
+
+def test_a_link_is_usable_in_both_directions(pair: Any) -> None:
+    server, client = pair
+    s_src, c_dst = pullable(client, server)
+    c_src, s_dst = pullable(server, client)
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(client, 1, s_src, c_dst) == 0
+    assert pull(server, 2, c_src, s_dst) == 0
+
+
+def test_linking_again_is_already_link_without_contacting_the_peer(pair: Any) -> None:
+    server, client = pair
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    mock_control.set_serve_delay(server, 3000)
+    start = time.monotonic()
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)], 2000)[1] == [S.LLM_ALREADY_LINK]
+    assert time.monotonic() - start < 0.5
+    mock_control.set_serve_delay(server, 0)
+
+
+def test_a_cluster_repeated_in_one_call_is_processed_in_order(pair: Any) -> None:
+    server, client = pair
+    info = sup.cluster(1, server.listen_port)
+    assert client.link_llm_clusters([info, info, info])[1] == [S.LLM_SUCCESS, S.LLM_ALREADY_LINK,
+                                                               S.LLM_ALREADY_LINK]
+    assert client.unlink_llm_clusters([info, info]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS, S.LLM_SUCCESS])
+    assert client.link_llm_clusters([info])[1] == [S.LLM_SUCCESS]
+
+
+def test_a_non_forced_unlink_drops_both_sides(pair: Any) -> None:
+    server, client = pair
+    s_src, c_dst = pullable(client, server)
+    c_src, s_dst = pullable(server, client)
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    assert client.unlink_llm_clusters([sup.cluster(1, server.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(client, 1, s_src, c_dst) == S.LLM_NOT_YET_LINK
+    assert pull(server, 2, c_src, s_dst) == S.LLM_NOT_YET_LINK
+    server.set_role(native.LlmRole.MIX, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"})
+
+
+def test_unlinking_a_cluster_never_linked_succeeds(pair: Any) -> None:
+    server, client = pair
+    assert client.unlink_llm_clusters([sup.cluster(1, server.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert client.unlink_llm_clusters([sup.cluster(8, 1)], force_flag=True) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+
+
+def test_a_non_forced_unlink_needs_the_peer_and_keeps_the_link_otherwise(pair: Any, silent_port: int) -> None:
+    server, client = pair
+    s_src, c_dst = pullable(client, server)
+    port = server.listen_port
+    assert client.link_llm_clusters([sup.cluster(1, port)])[0] == S.LLM_SUCCESS
+    assert client.unlink_llm_clusters([sup.cluster(1, silent_port)], 200)[1] == [S.LLM_TIMEOUT]
+    assert client.unlink_llm_clusters([ClusterInfo(1, 0, [], [])])[1] == [S.LLM_PARAM_INVALID]
+    server.finalize()
+    assert client.unlink_llm_clusters([sup.cluster(1, port)]) == (S.LLM_UNLINK_FAILED, [S.LLM_UNLINK_FAILED])
+    assert sup.status_of(client.set_role, native.LlmRole.MIX) == S.LLM_EXIST_LINK     # still linked
+    assert pull(client, 1, s_src, c_dst) == S.LLM_TIMEOUT                              # ... to a peer gone
+    assert client.unlink_llm_clusters([sup.cluster(1, port)], force_flag=True)[1] == [S.LLM_SUCCESS]
+    client.set_role(native.LlmRole.MIX)
+
+
+def test_the_peer_of_a_forced_unlink_sees_a_dead_link_until_it_unlinks(pair: Any) -> None:
+    server, client = pair
+    s_src, c_dst = pullable(client, server)
+    c_src, s_dst = pullable(server, client)
+    info = sup.cluster(1, server.listen_port)
+    assert client.link_llm_clusters([info])[0] == S.LLM_SUCCESS
+    assert client.unlink_llm_clusters([info], force_flag=True)[1] == [S.LLM_SUCCESS]
+    assert pull(server, 2, c_src, s_dst) == S.LLM_TIMEOUT                     # PR-31
+    assert "gone" in raw.last_error()
+    assert sup.status_of(server.set_role, native.LlmRole.MIX) == S.LLM_EXIST_LINK
+    # the side without a link links again: the peer replaces its stale link (§10.4)
+    assert client.link_llm_clusters([info])[1] == [S.LLM_SUCCESS]
+    assert pull(server, 2, c_src, s_dst) == S.LLM_SUCCESS
+    assert pull(client, 1, s_src, c_dst) == S.LLM_SUCCESS
+
+
+def test_the_side_still_holding_a_link_gets_already_link_until_it_force_unlinks(pair: Any) -> None:
+    server, client = pair
+    s_src, c_dst = pullable(client, server)
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    assert server.unlink_llm_clusters([sup.cluster(2, 1)], force_flag=True)[1] == [S.LLM_SUCCESS]
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[1] == [S.LLM_ALREADY_LINK]   # PR-42
+    assert pull(client, 1, s_src, c_dst) == S.LLM_TIMEOUT
+    assert client.unlink_llm_clusters([sup.cluster(1, server.listen_port)], force_flag=True)[1] == [S.LLM_SUCCESS]
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[1] == [S.LLM_SUCCESS]
+    assert pull(client, 1, s_src, c_dst) == S.LLM_SUCCESS
+
+
+def test_dropped_connections_leave_dead_links_on_both_sides(pair: Any) -> None:
+    server, client = pair
+    s_src, c_dst = pullable(client, server)
+    c_src, s_dst = pullable(server, client)
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    mock_control.drop_connections(server)
+    assert pull(client, 1, s_src, c_dst) == S.LLM_TIMEOUT
+    assert pull(server, 2, c_src, s_dst) == S.LLM_TIMEOUT
+    assert sup.status_of(server.set_role, native.LlmRole.MIX) == S.LLM_EXIST_LINK
+    assert sup.status_of(client.set_role, native.LlmRole.MIX) == S.LLM_EXIST_LINK
+    assert client.unlink_llm_clusters([sup.cluster(1, server.listen_port)])[1] == [S.LLM_SUCCESS]
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[1] == [S.LLM_SUCCESS]
+    assert pull(client, 1, s_src, c_dst) == S.LLM_SUCCESS
+
+
+def test_a_finalized_peer_makes_transfers_time_out(pair: Any) -> None:
+    server, client = pair
+    s_src, c_dst = pullable(client, server)
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    server.finalize()
+    assert pull(client, 1, s_src, c_dst) == S.LLM_TIMEOUT
+
+
+def test_unlink_waits_for_a_transfer_in_flight(pair: Any) -> None:
+    server, client = pair
+    s_src, c_dst = pullable(client, server)
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    mock_control.set_serve_delay(server, 300)
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        done["status"] = pull(client, 1, s_src, c_dst)
+        done["at"] = time.monotonic()
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(0.05)
+    assert client.unlink_llm_clusters([sup.cluster(1, 0)], force_flag=True)[1] == [S.LLM_SUCCESS]
+    unlinked_at = time.monotonic()
+    t.join()
+    assert done["status"] == S.LLM_SUCCESS
+    assert done["at"] <= unlinked_at
+
+
+# ---- between processes --------------------------------------------------------------------
+
+@pytest.fixture
+def peer() -> Iterator[Any]:
+    p = sup.PeerProcess()
+    yield p
+    p.close()
+
+
+def test_engines_of_two_processes_link_and_unlink(engines: Engines, peer: Any) -> None:
+    port = sup.free_port()
+    peer.call("init", cluster_id=1, role=1, options={"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{port}"})
+    client = engines(2, listen=True)
+    assert client.link_llm_clusters([sup.cluster(1, port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert client.link_llm_clusters([sup.cluster(1, port)])[1] == [S.LLM_ALREADY_LINK]
+    # the peer process holds its side: it cannot link back, and its unlink reaches us
+    assert peer.call("link", clusters=[[2, client.listen_port]]) == [S.LLM_ALREADY_LINK, S.LLM_ALREADY_LINK]
+    assert peer.call("unlink", clusters=[[2, client.listen_port]]) == [0, 0]
+    client.set_role(native.LlmRole.MIX, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{client.listen_port}"})
+
+
+def test_a_peer_process_that_dies_is_noticed(engines: Engines, peer: Any) -> None:
+    port = sup.free_port()
+    peer.call("init", cluster_id=1, role=1, options={"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{port}"})
+    src = peer.call("register", num_tensors=2, shape=[2, 8], seed=3)
+    client = engines(2, options={})
+    dst = [np.zeros((2, 8), np.uint8) for _ in range(2)]
+    did = sup.register(client, dst)
+    assert client.link_llm_clusters([sup.cluster(1, port)])[0] == S.LLM_SUCCESS
+    assert pull(client, 1, src, did) == S.LLM_SUCCESS
+    peer.kill()
+    assert pull(client, 1, src, did) == S.LLM_TIMEOUT
+    assert pull(client, 1, src, did) == S.LLM_TIMEOUT
+    assert client.unlink_llm_clusters([sup.cluster(1, port)])[1] == [S.LLM_UNLINK_FAILED]
+    assert client.unlink_llm_clusters([sup.cluster(1, port)], force_flag=True)[1] == [S.LLM_SUCCESS]
