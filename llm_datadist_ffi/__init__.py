@@ -1,16 +1,29 @@
 """llm_datadist_ffi: Huawei LLM-DataDist from Python, on Ascend hosts and anywhere else.
 
-Importing the package loads one backend (``LLM_DATADIST_FFI_BACKEND``:
-``mock``, ``ascend`` or ``auto``), checks its ABI version and exports its name as
-``llm_datadist_ffi.backend``. ``llm_datadist_ffi.native`` is the C++ class
-``llm_datadist::LlmDataDist`` in Python; ``llm_datadist_ffi.acl`` the ACL runtime
-subset; ``llm_datadist_ffi.status`` the status-code table and exceptions.
+``llm_datadist_ffi.native`` is the C++ class ``llm_datadist::LlmDataDist`` in Python;
+``llm_datadist_ffi.acl`` the ACL runtime subset; ``llm_datadist_ffi.status`` the
+status-code table and exceptions.
+
+The backend (``LLM_DATADIST_FFI_BACKEND``: ``mock``, ``ascend`` or ``auto``) is loaded,
+and its ABI version checked, when the first module that needs it is imported
+(``native``, ``acl``, the vendor-compatible API) or ``llm_datadist_ffi.backend`` is
+read; a bad value or a backend that cannot load is an ``ImportError`` there. The
+status table and ``python -m llm_datadist_ffi errors`` work without any backend.
 """
 from __future__ import annotations
 
-from ._loader import backend
+from typing import Any
+
 from .status import LLMException, LLMStatusCode, Status
 
 __version__ = "0.1.0"
 
 __all__ = ["backend", "LLMException", "LLMStatusCode", "Status", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "backend":
+        from ._loader import backend
+
+        return backend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
