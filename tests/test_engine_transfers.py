@@ -1,0 +1,601 @@
+"""Pulls and pushes of the mock engine (cpp-api.md §6.10-6.11, semantics §4-§9, §15):
+the check order of §8.0, exact bytes against numpy, the table copy of §9.7 with PR-7
+and PR-32, timeouts (PR-31, PR-35), in one process and between processes over both
+data paths (process_vm_readv/writev and the socket fall-back)."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pytest
+
+from llm_datadist_ffi import LLMStatusCode as S
+from llm_datadist_ffi import mock_control, native
+from llm_datadist_ffi.native import Cache, CacheDesc, CacheIndex, KvCacheExtParam
+
+
+def _support() -> ModuleType:
+    if "engine_support" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("engine_support", Path(__file__).with_name("engine_support.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["engine_support"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["engine_support"]
+
+
+sup = _support()
+raw = sup.Raw()
+pytestmark = pytest.mark.mock_only(reason="data plane and project rules of the mock engine")
+
+P, NX, NL, T = S.LLM_PARAM_INVALID, S.LLM_KV_CACHE_NOT_EXIST, S.LLM_NOT_YET_LINK, S.LLM_TIMEOUT
+Engines = Callable[..., native.LlmDataDist]
+
+
+@dataclass
+class World:
+    """Cluster 1 (server, listening) and cluster 2 (client), linked by the client, with
+    caches registered before the link: ``s[i]``/``c[i]`` are the arrays of cache
+    ``sid[i]``/``cid[i]``."""
+
+    server: native.LlmDataDist
+    client: native.LlmDataDist
+    s: list[list[np.ndarray]] = field(default_factory=list)
+    c: list[list[np.ndarray]] = field(default_factory=list)
+    sid: list[int] = field(default_factory=list)
+    cid: list[int] = field(default_factory=list)
+
+    def snapshot(self) -> list[np.ndarray]:
+        return [a.copy() for arrays in self.s + self.c for a in arrays]
+
+    def unchanged(self, snap: list[np.ndarray]) -> bool:
+        now = [a for arrays in self.s + self.c for a in arrays]
+        return all((a == b).all() for a, b in zip(now, snap))
+
+
+Shape = tuple[int, ...]
+
+
+@pytest.fixture
+def world(engines: Engines) -> Callable[..., World]:
+    def make(server: list[tuple[int, Shape]], client: list[tuple[int, Shape]], options: dict[str, str] | None = None,
+             link: bool = True) -> World:
+        w = World(engines(1, listen=True, options=options), engines(2, options=options or {}, device_id=1))
+        for k, (n, shape) in enumerate(server):
+            w.s.append(sup.random_arrays(n, shape, 100 + k))
+            w.sid.append(sup.register(w.server, w.s[-1]))
+        for k, (n, shape) in enumerate(client):
+            w.c.append([np.zeros(shape, np.uint8) for _ in range(n)])
+            w.cid.append(sup.register(w.client, w.c[-1]))
+        if link:
+            assert w.client.link_llm_clusters([sup.cluster(1, w.server.listen_port)])[0] == S.LLM_SUCCESS
+        return w
+    return make
+
+
+# ---- contiguous pulls -----------------------------------------------------------------------
+
+def test_pull_kv_cache_moves_one_destination_stride_per_tensor(world: Callable[..., World]) -> None:
+    w = world([(4, (5, 32))], [(4, (3, 32))])
+    w.client.pull_kv_cache(CacheIndex(1, w.sid[0], 4), Cache(w.cid[0]), batch_index=2)
+    for src, dst in zip(w.s[0], w.c[0]):
+        expected = np.zeros((3, 32), np.uint8)
+        expected[2] = src[4]
+        assert (dst == expected).all()
+
+
+def test_pull_kv_cache_with_a_size_moves_that_many_bytes(world: Callable[..., World]) -> None:
+    w = world([(2, (2, 16))], [(2, (2, 16))])
+    w.client.pull_kv_cache(CacheIndex(1, w.sid[0], 1), Cache(w.cid[0]), batch_index=0, size=5)
+    for src, dst in zip(w.s[0], w.c[0]):
+        assert (dst[0, :5] == src[1, :5]).all() and (dst[0, 5:] == 0).all() and (dst[1] == 0).all()
+
+
+def test_pull_kv_cache_addresses_the_source_batch_with_the_source_stride(world: Callable[..., World]) -> None:
+    w = world([(2, (4, 48))], [(2, (2, 16))])        # source stride 48, destination stride 16
+    w.client.pull_kv_cache(CacheIndex(1, w.sid[0], 3), Cache(w.cid[0]), batch_index=1)
+    for src, dst in zip(w.s[0], w.c[0]):
+        assert (dst[1] == src[3, :16]).all() and (dst[0] == 0).all()
+
+
+def test_pull_kv_cache_with_layer_ranges_pairs_the_selected_tensors(world: Callable[..., World]) -> None:
+    w = world([(6, (2, 8))], [(4, (2, 8))])
+    ext = KvCacheExtParam((1, 2), (0, 1), 2)            # source tensors 2..5 -> destination 0..3
+    w.client.pull_kv_cache(CacheIndex(1, w.sid[0], 1), Cache(w.cid[0]), 0, -1, ext)
+    for i in range(4):
+        assert (w.c[0][i][0] == w.s[0][i + 2][1]).all() and (w.c[0][i][1] == 0).all()
+    ext = KvCacheExtParam((0, 0), (1, 1), 1)            # tensor 0 -> tensor 1
+    w.client.pull_kv_cache(CacheIndex(1, w.sid[0], 0), Cache(w.cid[0]), 1, -1, ext)
+    assert (w.c[0][1][1] == w.s[0][0][0]).all()
+
+
+PULL_CACHE_CASES = [
+    # (label, kwargs of raw.pull_cache over the defaults below, status, words in the message)
+    ("own cluster", dict(cluster=2, dst=99), P, "own cluster"),
+    ("unknown local cache", dict(dst=99), NX, "dst_cache.cache_id 99"),
+    ("batch past the local cache", dict(batch=2, cluster=3), P, "batch_index 2"),
+    ("size larger than the local stride", dict(size=33), P, "size 33"),
+    ("size 0", dict(size=0), P, "size 0"),
+    ("n larger than the local tensor count", dict(ext=((-1, -1), (-1, -1), 5)), P, "PR-3"),
+    ("n not dividing the local tensor count with a range", dict(ext=((0, 0), (0, 0), 3)), P, "divide"),
+    ("destination range past the local cache", dict(ext=((0, 1), (1, 2), 2)), P, "dst_layer_range"),
+    ("ranges of different lengths", dict(ext=((0, 1), (0, 0), 2)), P, "selects"),
+    ("no link", dict(cluster=3), NL, "not linked"),
+    ("unknown remote cache", dict(src=99), NX, "cache 99"),
+    ("remote cache id 0", dict(src=0), NX, "PR-20"),
+    ("remote cache id -1", dict(src=-1), NX, "PR-20"),
+    ("source batch past the remote cache", dict(src_batch=5), NX, "PR-6"),
+    ("more bytes than the source stride", dict(src=2), P, "source stride"),
+    ("different tensor counts without ranges", dict(src=3), P, "tensors"),
+    ("source range past the remote cache", dict(ext=((1, 2), (0, 1), 2)), P, "PR-12"),
+    ("source first below -1", dict(ext=((-2, 1), (0, 1), 2)), P, "src_layer_range"),
+    ("source first above second", dict(ext=((2, 1), (0, 1), 2)), P, "src_layer_range"),
+    ("destination first above second", dict(ext=((0, 1), (1, 0), 2)), P, "dst_layer_range"),
+    ("n = 0", dict(ext=((-1, -1), (-1, -1), 0)), P, "tensor_num_per_layer"),
+    ("n = 256", dict(ext=((-1, -1), (-1, -1), 256)), P, "uint8_t"),
+    ("only one default pair", dict(ext=((0, 0), (-1, -1), 2)), P, "PR-1"),
+    ("pair {-1, s}", dict(ext=((-1, 1), (0, 1), 2)), P, "PR-11"),
+    # check order (semantics §8.0)
+    ("own cluster before the local cache", dict(cluster=2, dst=99, size=0), P, "size 0"),
+    ("local batch before the link", dict(cluster=3, batch=7), P, "batch_index 7"),
+    ("the link before the remote cache", dict(cluster=3, src=99), NL, "not linked"),
+    ("the remote cache before its batch", dict(src=99, src_batch=9), NX, "cache 99"),
+    ("the source batch before the source stride", dict(src=2, src_batch=9), NX, "PR-6"),
+]
+
+
+@pytest.mark.parametrize("label,args,status,words", PULL_CACHE_CASES, ids=[c[0] for c in PULL_CACHE_CASES])
+def test_pull_kv_cache_checks(world: Callable[..., World], label: str, args: dict[str, Any], status: int,
+                              words: str) -> None:
+    # remote 1: 4 x (5, 32); remote 2: 4 x (5, 16) (smaller stride); remote 3: 2 x (5, 32); local: 4 x (2, 32)
+    w = world([(4, (5, 32)), (4, (5, 16)), (2, (5, 32))], [(4, (2, 32))])
+    call = dict(cluster=1, src=w.sid[0], dst=w.cid[0], src_batch=0, batch=0, size=-1, ext=None)
+    call.update(args)
+    ext = call.pop("ext")
+    snap = w.snapshot()
+    src = {1: w.sid[0], 2: w.sid[1], 3: w.sid[2]}.get(call["src"], call["src"]) if "src" in args else call["src"]
+    got = raw.pull_cache(w.client, call["cluster"], src, call["dst"], call["src_batch"], call["batch"], call["size"],
+                         raw.ext(*ext) if ext else None)
+    assert got == status, raw.last_error()
+    assert words in raw.last_error()
+    assert w.unchanged(snap)
+
+
+# ---- block pulls -----------------------------------------------------------------------------
+
+def test_pull_kv_blocks_copies_each_pair_with_runs_coalesced(world: Callable[..., World]) -> None:
+    w = world([(4, (16, 24))], [(4, (10, 24))])
+    src_blocks = [3, 4, 5, 9, 9, 0, 15, 1, 2]
+    dst_blocks = [0, 1, 2, 3, 4, 9, 8, 6, 7]
+    w.client.pull_kv_blocks(CacheIndex(1, w.sid[0]), Cache(w.cid[0]), src_blocks, np.array(dst_blocks))
+    for src, dst in zip(w.s[0], w.c[0]):
+        expected = np.zeros((10, 24), np.uint8)
+        expected[dst_blocks] = src[src_blocks]
+        assert (dst == expected).all()
+
+
+def test_pull_kv_blocks_with_layer_ranges(world: Callable[..., World]) -> None:
+    w = world([(4, (8, 8))], [(6, (8, 8))])
+    ext = KvCacheExtParam((1, 1), (2, 2), 2)           # source tensors 2, 3 -> destination 4, 5
+    w.client.pull_kv_blocks(CacheIndex(1, w.sid[0]), Cache(w.cid[0]), [7, 6], [0, 1], ext)
+    for i in range(6):
+        expected = np.zeros((8, 8), np.uint8)
+        if i >= 4:
+            expected[[0, 1]] = w.s[0][i - 2][[7, 6]]
+        assert (w.c[0][i] == expected).all()
+
+
+PULL_BLOCKS_CASES = [
+    ("source batch index not 0", dict(src_batch=1), P, "batch_index 1"),
+    ("empty lists", dict(sblk=[], dblk=[]), P, "not supported"),
+    ("lists of different lengths", dict(sblk=[0, 1], dblk=[0]), P, "src_blocks has 2"),
+    ("repeated destination block", dict(sblk=[0, 1, 2], dblk=[3, 4, 3]), P, "PR-5"),
+    ("destination block past the local cache", dict(sblk=[0, 1], dblk=[6, 7]), P, "dst_blocks[1] = 7"),
+    ("source block past the remote cache", dict(sblk=[15, 16], dblk=[0, 1]), P, "src_blocks[1] = 16"),
+    ("different block sizes", dict(src=2), P, "PR-13"),
+    ("no link", dict(cluster=3), NL, "not linked"),
+    ("unknown remote cache", dict(src=99), NX, "cache 99"),
+    # check order (semantics §8.0)
+    ("the link before repeated destinations", dict(cluster=3, sblk=[0, 0], dblk=[1, 1]), NL, "not linked"),
+    ("repeated destinations before the remote cache", dict(src=99, sblk=[0, 0], dblk=[1, 1]), P, "PR-5"),
+    ("the remote cache before source blocks", dict(src=99, sblk=[99], dblk=[1]), NX, "cache 99"),
+    ("source blocks before block sizes", dict(src=2, sblk=[20], dblk=[1]), P, "src_blocks[0] = 20"),
+]
+
+
+@pytest.mark.parametrize("label,args,status,words", PULL_BLOCKS_CASES, ids=[c[0] for c in PULL_BLOCKS_CASES])
+def test_pull_kv_blocks_checks(world: Callable[..., World], label: str, args: dict[str, Any], status: int,
+                               words: str) -> None:
+    # remote 1: 2 x (16, 8); remote 2: 2 x (16, 4); local: 2 x (7, 8)
+    w = world([(2, (16, 8)), (2, (16, 4))], [(2, (7, 8))])
+    call = dict(cluster=1, src=1, sblk=[0, 1], dblk=[0, 1], src_batch=0)
+    call.update(args)
+    src = {1: w.sid[0], 2: w.sid[1]}.get(call["src"], call["src"])
+    snap = w.snapshot()
+    got = raw.pull_blocks(w.client, call["cluster"], src, w.cid[0], call["sblk"], call["dblk"],
+                          src_batch=call["src_batch"])
+    assert got == status, raw.last_error()
+    assert words in raw.last_error()
+    assert w.unchanged(snap)
+
+
+def test_pull_requests_are_limited_to_131064_entries(world: Callable[..., World]) -> None:
+    n = 65532
+    w = world([(2, (2 * n, 1))], [(2, (2 * n, 1))])
+    # E = tensors + 2 x runs: 2 + 2 x 65531 fits, 2 + 2 x 65532 does not
+    every_other = np.arange(0, 2 * n, 2, dtype=np.uint64)
+    w.client.pull_kv_blocks(CacheIndex(1, w.sid[0]), Cache(w.cid[0]), every_other[:-1], every_other[:-1])
+    for src, dst in zip(w.s[0], w.c[0]):
+        assert (dst[every_other[:-1].astype(np.int64)] == src[every_other[:-1].astype(np.int64)]).all()
+    assert raw.pull_blocks(w.client, 1, w.sid[0], w.cid[0], every_other.tolist(), every_other.tolist()) == P
+    assert "131064" in raw.last_error()
+
+
+def test_block_lists_of_100000_entries_work(world: Callable[..., World]) -> None:
+    n = 100_000
+    w = world([(2, (n, 4)), (2, (n, 4))], [(2, (n, 4)), (2, (n, 4))])
+    blocks = np.arange(n, dtype=np.uint64)
+    w.client.pull_kv_blocks(CacheIndex(1, w.sid[0]), Cache(w.cid[0]), blocks, blocks)
+    for src, dst in zip(w.s[0], w.c[0]):
+        assert (dst == src).all()
+    shuffled = np.random.default_rng(1).permutation(n).astype(np.uint64)
+    w.client.push_kv_blocks(Cache(w.cid[0], cache_desc=CacheDesc(2, 4, [1])), CacheIndex(1, w.sid[1]),
+                            blocks, shuffled)
+    for src, dst in zip(w.c[0], w.s[1]):
+        assert (dst[shuffled.astype(np.int64)] == src).all()
+
+
+# ---- the table copy (§9.7), PR-7, PR-32 --------------------------------------------------------
+
+def test_caches_registered_on_the_peer_after_the_link(world: Callable[..., World]) -> None:
+    w = world([(2, (2, 8))], [(2, (2, 8))])
+    late = sup.random_arrays(2, (2, 8), 5)
+    late_id = sup.register(w.server, late)
+    # the first transfer takes the table copy, which has the cache: it was registered after the link
+    assert sup.status_of(w.client.pull_kv_cache, CacheIndex(1, late_id), Cache(w.cid[0])) == P
+    assert "PR-32" in raw.last_error()
+    later = sup.random_arrays(2, (2, 8), 6)
+    later_id = sup.register(w.server, later)
+    assert sup.status_of(w.client.pull_kv_cache, CacheIndex(1, later_id), Cache(w.cid[0])) == NX
+    assert "§9.7" in raw.last_error()
+    w.client.pull_kv_cache(CacheIndex(1, w.sid[0]), Cache(w.cid[0]))          # the old cache still works
+    # a new link takes a new table copy: every cache registered before it is reachable
+    assert w.client.unlink_llm_clusters([sup.cluster(1, w.server.listen_port)])[0] == S.LLM_SUCCESS
+    assert w.client.link_llm_clusters([sup.cluster(1, w.server.listen_port)])[0] == S.LLM_SUCCESS
+    w.client.pull_kv_cache(CacheIndex(1, later_id, 1), Cache(w.cid[0]))
+    assert all((d[0] == s[1]).all() for d, s in zip(w.c[0], later))
+
+
+def test_a_local_cache_registered_after_the_link_is_not_reachable(world: Callable[..., World]) -> None:
+    w = world([(2, (2, 8))], [])
+    local = [np.zeros((2, 8), np.uint8) for _ in range(2)]
+    lid = sup.register(w.client, local)
+    assert sup.status_of(w.client.pull_kv_cache, CacheIndex(1, w.sid[0]), Cache(lid)) == P
+    assert "local cache" in raw.last_error() and "PR-32" in raw.last_error()
+    assert sup.status_of(w.client.push_kv_cache, Cache(lid, cache_desc=CacheDesc(2, 4, [1])),
+                         CacheIndex(1, w.sid[0])) == P
+    assert (local[0] == 0).all()
+
+
+def test_allocated_caches_are_reachable_whatever_their_age(world: Callable[..., World]) -> None:
+    pool = {native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 65536, "page_shift": 10}'}
+    w = world([], [(2, (2, 8))], options=pool)
+    fresh = w.server.allocate_cache(CacheDesc(2, 4, [2, 8]))
+    for i, addr in enumerate(fresh.tensor_addrs):
+        raw.ffi.memmove(raw.ffi.cast("char *", addr), bytes([i + 1]) * 16, 16)
+    w.client.pull_kv_cache(CacheIndex(1, fresh.cache_id, 1), Cache(w.cid[0]))
+    assert (w.c[0][0][0] == 1).all() and (w.c[0][1][0] == 2).all()
+    after_copy = w.server.allocate_cache(CacheDesc(2, 4, [2, 8]))
+    assert sup.status_of(w.client.pull_kv_cache, CacheIndex(1, after_copy.cache_id), Cache(w.cid[0])) == NX
+
+
+def test_a_peer_cache_that_is_gone_is_never_touched(world: Callable[..., World]) -> None:
+    w = world([(2, (2, 8)), (2, (2, 8))], [(2, (2, 8))])
+    w.client.pull_kv_cache(CacheIndex(1, w.sid[0]), Cache(w.cid[0]))            # table copy taken
+    w.server.unregister_kv_cache(w.sid[1])
+    snap = w.snapshot()
+    assert sup.status_of(w.client.pull_kv_cache, CacheIndex(1, w.sid[1]), Cache(w.cid[0])) == NX
+    assert "PR-7" in raw.last_error()
+    assert sup.status_of(w.client.push_kv_blocks, Cache(w.cid[0], cache_desc=CacheDesc(2, 4, [1])),
+                         CacheIndex(1, w.sid[1]), [0], [0]) == NX
+    assert w.unchanged(snap)
+
+
+def test_deallocation_during_transfers_is_safe(world: Callable[..., World]) -> None:
+    pool = {native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 1048576, "page_shift": 12}'}
+    w = world([], [(2, (4, 4096))], options=pool, link=False)
+    caches = [w.server.allocate_cache(CacheDesc(2, 4, [4, 4096])) for _ in range(4)]
+    assert w.client.link_llm_clusters([sup.cluster(1, w.server.listen_port)])[0] == S.LLM_SUCCESS
+    seen: set[int] = set()
+    stop = threading.Event()
+
+    def puller() -> None:
+        while not stop.is_set():
+            for cache in caches:
+                seen.add(sup.status_of(w.client.pull_kv_blocks, CacheIndex(1, cache.cache_id),
+                                       Cache(w.cid[0]), [0, 1, 2, 3], [0, 1, 2, 3]))
+
+    threads = [threading.Thread(target=puller) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for cache in caches:
+        w.server.deallocate_cache(cache.cache_id)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert seen <= {S.LLM_SUCCESS, NX}
+    for cache in caches:
+        assert sup.status_of(w.client.pull_kv_blocks, CacheIndex(1, cache.cache_id), Cache(w.cid[0]),
+                             [0], [0]) == NX
+
+
+# ---- pushes --------------------------------------------------------------------------------
+
+def push_src(cache_id: int, num_tensors: int) -> Cache:
+    return Cache(cache_id, cache_desc=CacheDesc(num_tensors, 4, [1]))
+
+
+def test_push_kv_cache_writes_every_layer_by_default(world: Callable[..., World]) -> None:
+    w = world([(4, (3, 16))], [(4, (2, 8))])
+    for i, a in enumerate(w.c[0]):
+        a[:] = i + 1
+    w.client.push_kv_cache(push_src(w.cid[0], 4), CacheIndex(1, w.sid[0], 2), src_batch_index=1)
+    original = sup.random_arrays(4, (3, 16), 100)
+    for i, dst in enumerate(w.s[0]):
+        expected = original[i].copy()
+        expected[2, :8] = i + 1                 # one source stride (8 bytes) into batch 2
+        assert (dst == expected).all()
+
+
+def test_push_kv_cache_with_layer_ranges(world: Callable[..., World]) -> None:
+    w = world([(6, (2, 8))], [(4, (2, 8))])
+    for i, a in enumerate(w.c[0]):
+        a[:] = 10 + i
+    w.client.push_kv_cache(push_src(w.cid[0], 0), CacheIndex(1, w.sid[0], 1), 0, -1,
+                           KvCacheExtParam((0, 1), (1, 2), 2))      # local tensors 0..3 -> remote 2..5
+    original = sup.random_arrays(6, (2, 8), 100)
+    for i, dst in enumerate(w.s[0]):
+        expected = original[i].copy()
+        if i >= 2:
+            expected[1] = 10 + i - 2
+        assert (dst == expected).all()
+
+
+def test_a_push_stops_at_the_first_failing_layer_and_keeps_the_earlier_ones(world: Callable[..., World]) -> None:
+    w = world([(8, (1, 4))], [(8, (1, 4))])
+    for i, a in enumerate(w.c[0]):
+        a[:] = 50 + i
+    status = sup.status_of(w.client.push_kv_cache, push_src(w.cid[0], 8), CacheIndex(1, w.sid[0]), 0, -1,
+                           KvCacheExtParam((0, 3), (1, 4), 2))       # destination layer 4 does not exist
+    assert status == P
+    assert "destination layer 4" in raw.last_error()
+    original = sup.random_arrays(8, (1, 4), 100)
+    for i, dst in enumerate(w.s[0]):
+        expected = original[i] if i < 2 else np.full((1, 4), 50 + i - 2, np.uint8)
+        assert (dst == expected).all()
+
+
+PUSH_CACHE_CASES = [
+    ("caller placement HOST", dict(placement=0), P, "placement"),
+    ("size not -1", dict(size=8), P, "size only support -1"),
+    ("spans differ", dict(ext=((0, 1), (0, 0), 2)), P, "span"),
+    ("default range with 0 tensors", dict(num_tensors=0), P, "num_tensors is 0"),
+    ("pair {-1, s}", dict(ext=((-1, 0), (0, 1), 2)), P, "src_layer_range"),
+    ("only one default pair", dict(ext=((0, 0), (-1, -1), 2)), P, "PR-1"),
+    ("n = 0", dict(ext=((-1, -1), (-1, -1), 0)), P, "tensor_num_per_layer"),
+    ("caller tensor count differs", dict(num_tensors=2), P, "PR-33"),
+    ("unknown local cache", dict(src=99), NX, "src_cache.cache_id 99"),
+    ("no link", dict(cluster=3), NL, "not linked"),
+    ("unknown remote cache", dict(dst=99), NX, "cache 99"),
+    ("remote id 0", dict(dst=0), NX, "PR-20"),
+    ("destination batch past the remote cache", dict(dst_batch=3), P, "dst_cache_index.batch_index 3"),
+    ("source stride larger than the destination's", dict(dst=2), P, "PR-14"),
+    ("source batch past the local cache", dict(src_batch=2), P, "src_batch_index 2"),
+    ("n not dividing the local tensor count", dict(ext=((0, 0), (0, 0), 3)), P, "PR-3"),
+    ("destination layer past the remote cache", dict(ext=((1, 1), (2, 2), 2)), P, "destination layer 2"),
+    ("source layer past the local cache", dict(ext=((2, 2), (0, 0), 2)), P, "source layer 2"),
+    # check order (semantics §8.0, push)
+    ("local cache before the link", dict(src=99, cluster=3), NX, "src_cache"),
+    ("the link before the remote cache", dict(cluster=3, dst=99), NL, "not linked"),
+    ("destination checks before source checks", dict(dst_batch=3, src_batch=2), P, "dst_cache_index"),
+]
+
+
+@pytest.mark.parametrize("label,args,status,words", PUSH_CACHE_CASES, ids=[c[0] for c in PUSH_CACHE_CASES])
+def test_push_kv_cache_checks(world: Callable[..., World], label: str, args: dict[str, Any], status: int,
+                              words: str) -> None:
+    # remote 1: 4 x (3, 16); remote 2: 4 x (3, 8) (smaller stride); local: 4 x (2, 16)
+    w = world([(4, (3, 16)), (4, (3, 8))], [(4, (2, 16))])
+    call = dict(cluster=1, src=w.cid[0], dst=1, num_tensors=4, src_batch=0, dst_batch=0, size=-1, ext=None,
+                placement=1)
+    call.update(args)
+    ext = call.pop("ext")
+    dst = {1: w.sid[0], 2: w.sid[1]}.get(call["dst"], call["dst"])
+    snap = w.snapshot()
+    got = raw.push_cache(w.client, call["cluster"], call["src"], dst, call["num_tensors"], call["src_batch"],
+                         call["dst_batch"], call["size"], raw.ext(*ext) if ext else None, call["placement"])
+    assert got == status, raw.last_error()
+    assert words in raw.last_error()
+    assert w.unchanged(snap)
+
+
+def test_pushes_need_a_device_cache(world: Callable[..., World]) -> None:
+    w = world([(2, (2, 8))], [], link=False)
+    host = [np.zeros((2, 8), np.uint8) for _ in range(2)]
+    hid = sup.register(w.client, host, placement=0)
+    assert w.client.link_llm_clusters([sup.cluster(1, w.server.listen_port)])[0] == S.LLM_SUCCESS
+    assert raw.push_cache(w.client, 1, hid, w.sid[0], 2) == P
+    assert "HOST" in raw.last_error() and "PR-33" in raw.last_error()
+
+
+def test_push_kv_blocks_copies_each_pair(world: Callable[..., World]) -> None:
+    w = world([(2, (12, 16))], [(2, (6, 16))])
+    for i, a in enumerate(w.c[0]):
+        a[:] = np.arange(6, dtype=np.uint8)[:, None] + 10 * i
+    src_blocks, dst_blocks = [0, 1, 2, 5, 5], [3, 4, 5, 0, 11]
+    w.client.push_kv_blocks(push_src(w.cid[0], 2), CacheIndex(1, w.sid[0]), src_blocks, dst_blocks)
+    original = sup.random_arrays(2, (12, 16), 100)
+    for i, dst in enumerate(w.s[0]):
+        expected = original[i].copy()
+        expected[dst_blocks] = w.c[0][i][src_blocks]
+        assert (dst == expected).all()
+
+
+PUSH_BLOCKS_CASES = [
+    ("empty lists", dict(sblk=[], dblk=[]), P, "src_blocks is empty"),
+    ("lists of different lengths", dict(sblk=[0], dblk=[0, 1]), P, "src_blocks has 1"),
+    ("destination batch index not 0", dict(dst_batch=1), P, "batch_index 1"),
+    ("repeated destination block", dict(sblk=[0, 1], dblk=[2, 2]), P, "PR-5"),
+    ("destination block past the remote cache", dict(sblk=[0, 1], dblk=[11, 12]), P, "dst_blocks[1] = 12"),
+    ("source block past the local cache", dict(sblk=[5, 6], dblk=[0, 1]), P, "src_blocks[1] = 6"),
+    ("different block sizes", dict(dst=2), P, "PR-13"),
+    ("no link", dict(cluster=3), NL, "not linked"),
+    ("unknown remote cache", dict(dst=99), NX, "cache 99"),
+]
+
+
+@pytest.mark.parametrize("label,args,status,words", PUSH_BLOCKS_CASES, ids=[c[0] for c in PUSH_BLOCKS_CASES])
+def test_push_kv_blocks_checks(world: Callable[..., World], label: str, args: dict[str, Any], status: int,
+                               words: str) -> None:
+    # remote 1: 2 x (12, 16); remote 2: 2 x (12, 8); local: 2 x (6, 16)
+    w = world([(2, (12, 16)), (2, (12, 8))], [(2, (6, 16))])
+    call = dict(cluster=1, dst=1, sblk=[0, 1], dblk=[0, 1], dst_batch=0)
+    call.update(args)
+    dst = {1: w.sid[0], 2: w.sid[1]}.get(call["dst"], call["dst"])
+    snap = w.snapshot()
+    got = raw.push_blocks(w.client, call["cluster"], w.cid[0], dst, 2, call["sblk"], call["dblk"],
+                          dst_batch=call["dst_batch"])
+    assert got == status, raw.last_error()
+    assert words in raw.last_error()
+    assert w.unchanged(snap)
+
+
+# ---- timeouts (PR-31, PR-35) ------------------------------------------------------------------
+
+def test_a_slow_peer_times_out_and_poisons_the_link(world: Callable[..., World]) -> None:
+    options = {native.OPTION_SYNC_CACHE_WAIT_TIME: "150"}
+    w = world([(2, (2, 8))], [(2, (2, 8))], options=options)
+    mock_control.set_serve_delay(w.server, 100)
+    w.client.pull_kv_cache(CacheIndex(1, w.sid[0]), Cache(w.cid[0]))            # 100 ms < 150 ms
+    mock_control.set_serve_delay(w.server, 400)
+    assert sup.status_of(w.client.pull_kv_cache, CacheIndex(1, w.sid[0]), Cache(w.cid[0])) == T
+    mock_control.set_serve_delay(w.server, 0)
+    assert sup.status_of(w.client.pull_kv_cache, CacheIndex(1, w.sid[0]), Cache(w.cid[0])) == T
+    assert "PR-35" in raw.last_error()
+    assert sup.status_of(w.client.push_kv_blocks, push_src(w.cid[0], 2), CacheIndex(1, w.sid[0]), [0], [0]) == T
+    assert w.client.unlink_llm_clusters([sup.cluster(1, w.server.listen_port)])[0] == S.LLM_SUCCESS
+    assert w.client.link_llm_clusters([sup.cluster(1, w.server.listen_port)])[0] == S.LLM_SUCCESS
+    w.client.pull_kv_cache(CacheIndex(1, w.sid[0], 1), Cache(w.cid[0]))
+    assert all((d[0] == s[1]).all() for d, s in zip(w.c[0], w.s[0]))
+
+
+def test_concurrent_transfers_over_one_and_several_links(engines: Engines) -> None:
+    servers = [engines(10 + k, listen=True) for k in range(2)]
+    client = engines(2, options={})
+    src = [sup.random_arrays(2, (32, 64), k) for k in range(2)]
+    sids = [sup.register(s, a) for s, a in zip(servers, src)]
+    dst = [[np.zeros((32, 64), np.uint8) for _ in range(2)] for _ in range(8)]
+    dids = [sup.register(client, a) for a in dst]
+    for k, s in enumerate(servers):
+        assert client.link_llm_clusters([sup.cluster(10 + k, s.listen_port)])[0] == S.LLM_SUCCESS
+    errors: list[int] = []
+
+    def run(j: int) -> None:
+        k = j % 2
+        for r in range(20):
+            blocks = [(j + r + b) % 32 for b in range(8)]
+            status = sup.status_of(client.pull_kv_blocks, CacheIndex(10 + k, sids[k]), Cache(dids[j]),
+                                   blocks, blocks)
+            if status:
+                errors.append(status)
+
+    threads = [threading.Thread(target=run, args=(j,)) for j in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for j in range(8):
+        touched = sorted({(j + r + b) % 32 for r in range(20) for b in range(8)})
+        for d, s in zip(dst[j], src[j % 2]):
+            assert (d[touched] == s[touched]).all()
+
+
+# ---- between processes ------------------------------------------------------------------------
+
+@pytest.fixture(params=["process_vm", "socket"])
+def remote(request: pytest.FixtureRequest, engines: Engines, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A server engine in another process with caches 1: 4 x (8, 32) (seed 1) and
+    2: 4 x (8, 32) zeros, linked from a client here with caches 1: 4 x (8, 32) zeros and
+    2: 4 x (8, 32) (seed 2). ``socket``: both sides move bytes over the link's socket."""
+    env = {}
+    if request.param == "socket":
+        env = {"LLDD_MOCK_NO_PROCESS_VM": "1"}
+        monkeypatch.setenv("LLDD_MOCK_NO_PROCESS_VM", "1")
+    peer = sup.PeerProcess(env)
+    try:
+        port = sup.free_port()
+        peer.call("init", cluster_id=1, role=1,
+                  options={"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{port}"})
+        assert peer.call("register", num_tensors=4, shape=[8, 32], seed=1) == 1
+        assert peer.call("register", num_tensors=4, shape=[8, 32], seed=-1) == 2
+        client = engines(2, listen=True, options={native.OPTION_SYNC_CACHE_WAIT_TIME: "300"})
+        zeros = [np.zeros((8, 32), np.uint8) for _ in range(4)]
+        ones = [a.reshape(8, 32) for a in sup.fill(4, [8, 32], 2)]
+        assert sup.register(client, zeros) == 1 and sup.register(client, ones) == 2
+        assert client.link_llm_clusters([sup.cluster(1, port)])[0] == S.LLM_SUCCESS
+        yield peer, client, zeros, ones, [a.reshape(8, 32) for a in sup.fill(4, [8, 32], 1)]
+    finally:
+        peer.close()
+
+
+def test_transfers_between_processes_move_exact_bytes(remote: Any) -> None:
+    peer, client, zeros, ones, theirs = remote
+    client.pull_kv_cache(CacheIndex(1, 1, 6), Cache(1), batch_index=2)
+    client.pull_kv_blocks(CacheIndex(1, 1), Cache(1), [0, 1, 2, 7], [4, 5, 6, 0])
+    for d, s in zip(zeros, theirs):
+        expected = np.zeros((8, 32), np.uint8)
+        expected[2] = s[6]
+        expected[[4, 5, 6, 0]] = s[[0, 1, 2, 7]]
+        assert (d == expected).all()
+    client.push_kv_cache(push_src(2, 4), CacheIndex(1, 2, 3), src_batch_index=5)
+    client.push_kv_blocks(push_src(2, 4), CacheIndex(1, 2), [1, 2, 3], [5, 6, 7])
+    got = np.frombuffer(peer.cache_bytes(2), np.uint8).reshape(4, 8, 32)
+    for i, s in enumerate(ones):
+        expected = np.zeros((8, 32), np.uint8)
+        expected[3] = s[5]
+        expected[[5, 6, 7]] = s[[1, 2, 3]]
+        assert (got[i] == expected).all()
+    # the peer pulls from this process over the same link
+    assert peer.call("pull_blocks", cluster=2, src=2, dst=1, src_blocks=[0, 1], dst_blocks=[0, 1]) is None
+    got = np.frombuffer(peer.cache_bytes(1), np.uint8).reshape(4, 8, 32)
+    for i, s in enumerate(ones):
+        assert (got[i][[0, 1]] == s[[0, 1]]).all() and (got[i][2:] == theirs[i][2:]).all()
+
+
+def test_peer_caches_between_processes_follow_the_table_copy(remote: Any) -> None:
+    peer, client, zeros, _, _ = remote
+    late = peer.call("register", num_tensors=4, shape=[8, 32], seed=3)
+    assert sup.status_of(client.pull_kv_cache, CacheIndex(1, late), Cache(1)) == P         # PR-32
+    later = peer.call("register", num_tensors=4, shape=[8, 32], seed=4)
+    assert sup.status_of(client.pull_kv_cache, CacheIndex(1, later), Cache(1)) == NX        # §9.7
+    peer.call("unregister", cache_id=1)
+    assert sup.status_of(client.pull_kv_cache, CacheIndex(1, 1), Cache(1)) == NX            # PR-7
+    assert all((a == 0).all() for a in zeros)
+
+
+def test_a_slow_peer_process_times_out(remote: Any) -> None:
+    peer, client, zeros, _, theirs = remote
+    client.pull_kv_cache(CacheIndex(1, 1), Cache(1))
+    peer.call("serve_delay", ms=600)
+    assert sup.status_of(client.pull_kv_blocks, CacheIndex(1, 1), Cache(1), [0], [0]) == T
+    peer.call("serve_delay", ms=0)
+    assert sup.status_of(client.pull_kv_blocks, CacheIndex(1, 1), Cache(1), [0], [0]) == T  # PR-35
+    # the peer can still deallocate what the timed-out transfer had pinned
+    assert peer.call("unregister", cache_id=1) is None
