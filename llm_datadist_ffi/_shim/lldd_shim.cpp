@@ -477,6 +477,9 @@ LLDD_SHIM_EXPORT lldd_status lldd_initialize(lldd_engine *engine, const lldd_opt
 }
 
 LLDD_SHIM_EXPORT void lldd_finalize(lldd_engine *engine) {
+  if (engine == nullptr) {
+    return;  // nothing to finalize, and no status to report a NULL with
+  }
   Guard("lldd_finalize", "Finalize", [&](Call &) -> uint32_t {
     Engine(engine).Finalize();
     return LLM_SUCCESS;

@@ -27,13 +27,13 @@ build() {   # build DIR [--sanitize]: toolkit in DIR/toolkit, shim in DIR/shim
     python "$root/llm_datadist_ffi/_shim/build_shim.py" "$dir/shim" --toolkit "$dir/toolkit" "$@" >/dev/null
 }
 
-run_stage() {   # run_stage DIR [pytest args...]: smoke + suite in DIR's toolkit environment
-    local dir=$1; shift
+run_stage() {   # run_stage DIR SMOKE_FLAGS [pytest args...]: smoke + suite in DIR's toolkit environment
+    local dir=$1 smoke_flags=$2; shift 2
     (
         # shellcheck disable=SC1091
         . "$dir/toolkit/set_env.sh"
         python "$here/smoke.py" "$dir/shim/libllm_datadist_ffi_shim.so" \
-            --mock-lib "$(readlink -f "$dir/toolkit/lib64/libacl_rt.so")"
+            --mock-lib "$(readlink -f "$dir/toolkit/lib64/libacl_rt.so")" $smoke_flags
         cd "$root"
         LLM_DATADIST_FFI_BACKEND=ascend \
         LLM_DATADIST_FFI_SHIM_LIB="$dir/shim/libllm_datadist_ffi_shim.so" \
@@ -43,12 +43,12 @@ run_stage() {   # run_stage DIR [pytest args...]: smoke + suite in DIR's toolkit
 
 echo "-- shim + vendor double"
 build "$out/plain"
-run_stage "$out/plain"
+run_stage "$out/plain" ""
 
 echo "-- shim + vendor double under AddressSanitizer + UndefinedBehaviorSanitizer"
 build "$out/asan" --sanitize
 cxx=${CXX:-g++}
 LD_PRELOAD="$($cxx -print-file-name=libasan.so) $($cxx -print-file-name=libubsan.so)" \
-ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1:abort_on_error=1:halt_on_error=1" \
+ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1" \
 UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-    run_stage "$out/asan"
+    run_stage "$out/asan" --no-bad-alloc   # ASan's operator new aborts rather than throw
