@@ -223,14 +223,23 @@ class Peer:
     def op_live(self) -> list[int]:
         return [mock_control.live_engines(), mock_control.live_allocations()]
 
+    def op_package(self) -> str:
+        import llm_datadist_ffi
+        return str(Path(llm_datadist_ffi.__file__).resolve())
+
 
 class PeerProcess:
     """The test side: ``peer.call("register", num_tensors=2, shape=[4, 8], seed=1)``
     returns the result or raises ``PeerError`` carrying the status code."""
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
+        # the peer imports the very package under test (not another installed copy)
+        import llm_datadist_ffi
+        package_root = str(Path(llm_datadist_ffi.__file__).resolve().parent.parent)
+        path = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve())], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+                                     stdout=subprocess.PIPE, text=True,
+                                     env={**os.environ, "PYTHONPATH": path, **(env or {})})
 
     def request(self, op: str, **args: Any) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None

@@ -350,3 +350,8 @@ def test_a_peer_process_that_dies_is_noticed(engines: Engines, peer: Any) -> Non
     assert pull(client, 1, src, did) == S.LLM_TIMEOUT
     assert client.unlink_llm_clusters([sup.cluster(1, port)])[1] == [S.LLM_UNLINK_FAILED]
     assert client.unlink_llm_clusters([sup.cluster(1, port)], force_flag=True)[1] == [S.LLM_SUCCESS]
+
+
+def test_the_peer_process_runs_the_package_under_test(peer: Any) -> None:
+    import llm_datadist_ffi
+    assert peer.call("package") == str(Path(llm_datadist_ffi.__file__).resolve())
