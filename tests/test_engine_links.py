@@ -4,7 +4,9 @@ between processes, unlink in both forms, peers that go away."""
 from __future__ import annotations
 
 import importlib.util
+import os
 import socket
+import struct
 import sys
 import threading
 import time
@@ -355,3 +357,73 @@ def test_a_peer_process_that_dies_is_noticed(engines: Engines, peer: Any) -> Non
 def test_the_peer_process_runs_the_package_under_test(peer: Any) -> None:
     import llm_datadist_ffi
     assert peer.call("package") == str(Path(llm_datadist_ffi.__file__).resolve())
+
+
+def test_a_non_forced_unlink_checks_the_peer_cluster_id(engines: Engines) -> None:
+    server, other = engines(1, listen=True), engines(6, listen=True)
+    client = engines(2, options={})
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    # cluster 6, not cluster 1, answers at that address: refused, and the link stays
+    status, rets = client.unlink_llm_clusters([sup.cluster(1, other.listen_port)])
+    assert (status, rets) == (S.LLM_PARAM_INVALID, [S.LLM_PARAM_INVALID])
+    assert "mismatch" in raw.last_error()
+    assert sup.status_of(client.set_role, native.LlmRole.MIX) == S.LLM_EXIST_LINK
+    assert client.unlink_llm_clusters([sup.cluster(1, server.listen_port)])[1] == [S.LLM_SUCCESS]
+    client.set_role(native.LlmRole.MIX)
+
+
+# ---- the handshake protocol (mock transport) -------------------------------------------------
+
+HDR = struct.Struct("=IHHIIQQQ")            # magic, type, version, status, count, a, b, payload_len
+HELLO = struct.Struct("=IIQQQQqQQQ")        # mode, timeout, cluster, expected, pid, serial, next id, token, probe
+MAGIC, VERSION, MSG_HELLO, MSG_HELLO_REPLY = 0x4C4C4444, 1, 1, 2
+
+
+def handshake(port: int, mode: int, cluster_id: int, expected: int) -> tuple[int, str]:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        body = HELLO.pack(mode, 1000, cluster_id, expected, 1, 1, 1, 42, 0, 0)
+        s.sendall(HDR.pack(MAGIC, MSG_HELLO, VERSION, 0, 0, 0, 0, len(body)) + body)
+        data = b""
+        while len(data) < HDR.size + HELLO.size + 240:
+            chunk = s.recv(4096)
+            assert chunk, "the listener closed the connection"
+            data += chunk
+    magic, kind, version, status, _, _, _, length = HDR.unpack_from(data)
+    assert (magic, kind, version, length) == (MAGIC, MSG_HELLO_REPLY, VERSION, HELLO.size + 240)
+    text = data[HDR.size + HELLO.size:].split(b"\0", 1)[0].decode()
+    return status, text
+
+
+def test_a_peer_in_another_transfer_mode_is_refused(pair: Any) -> None:
+    server, _ = pair
+    status, text = handshake(server.listen_port, 2, 9, 1)          # 2: server-assisted
+    assert status == S.LLM_PARAM_INVALID and "transfer modes differ" in text
+    status, text = handshake(server.listen_port, 1, 9, 4)
+    assert status == S.LLM_PARAM_INVALID and "PR-28" in text
+    status, text = handshake(server.listen_port, 1, 9, 1)          # accepted, then abandoned: no REVERSE
+    assert status == S.LLM_SUCCESS
+    server.set_role(native.LlmRole.MIX, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"})
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_finalize_leaves_no_socket_or_thread_behind() -> None:
+    fds, threads = _open_fds(), _threads()
+    server, client = native.LlmDataDist(1, 1), native.LlmDataDist(2, 2)
+    port = sup.free_port()
+    server.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{port}"})
+    client.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{sup.free_port()}"})
+    for _ in range(3):
+        assert client.link_llm_clusters([sup.cluster(1, port)])[0] == S.LLM_SUCCESS
+        assert client.unlink_llm_clusters([sup.cluster(1, port)])[0] == S.LLM_SUCCESS
+    assert client.link_llm_clusters([sup.cluster(1, port)])[0] == S.LLM_SUCCESS
+    assert _threads() > threads and _open_fds() > fds
+    client.close()
+    server.close()
+    assert (_open_fds(), _threads()) == (fds, threads)
