@@ -1,0 +1,388 @@
+"""The test driver: runs each call on the package and on the oracle, and compares.
+
+Not part of the oracle (it imports ``llm_datadist_ffi.native`` to make the calls);
+``tests/oracle/__init__`` does not import it. A ``Harness`` holds native engines in
+this process, their models in one ``World``, and the memory of every cache: for a
+registered cache a numpy buffer holding its tensors between random guard bytes, for
+an allocated cache the pool addresses the engine returned. Each call:
+
+1. asks the oracle for the outcome (which mutates the model as the call would);
+2. makes the call on the package and checks the exception type and ``status_code``
+   (or the result) against the outcome;
+3. applies the outcome's copies to the expected bytes and compares every byte of
+   every cache (guards included) with memory.
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+import numpy as np
+
+from llm_datadist_ffi import LLMException
+from llm_datadist_ffi import LLMStatusCode as S
+from llm_datadist_ffi import native
+
+from .dtypes import tensor_layout
+from .memory import apply_copies
+from .model import ClusterArg, Ext, World
+from .outcome import Outcome
+
+GUARD = 64                   # random bytes before, between and after the tensors of a buffer
+MAX_BACKED = 4 << 20         # larger valid caches are registered on a stand-in address, never moved
+
+
+class Mismatch(AssertionError):
+    pass
+
+
+def ext_param(ext: Optional[Ext]) -> Optional[native.KvCacheExtParam]:
+    if ext is None:
+        return None
+    return native.KvCacheExtParam(ext.src, ext.dst, ext.n)
+
+
+@dataclass
+class CacheMemory:
+    """The tensors of one cache as writable views, and the bytes they must hold."""
+
+    views: list[Any]                  # per tensor: a numpy view, or (address, size) for pool memory
+    expected: list[np.ndarray]
+    buffer: Optional[np.ndarray] = None
+    buffer_expected: Optional[np.ndarray] = None
+
+    @classmethod
+    def registered(cls, num_tensors: int, tensor_size: int, rng: np.random.Generator) -> "CacheMemory":
+        pitch = -(-tensor_size // 64) * 64 + GUARD
+        buffer = rng.integers(0, 256, size=GUARD + num_tensors * pitch, dtype=np.uint8)
+        expected = buffer.copy()
+        starts = [GUARD + i * pitch for i in range(num_tensors)]
+        return cls([buffer[s:s + tensor_size] for s in starts], [expected[s:s + tensor_size] for s in starts],
+                   buffer, expected)
+
+    @classmethod
+    def pooled(cls, addrs: Sequence[int], tensor_size: int, rng: np.random.Generator) -> "CacheMemory":
+        views, expected = [], []
+        for addr in addrs:
+            content = rng.integers(0, 256, size=tensor_size, dtype=np.uint8)
+            ctypes.memmove(addr, content.ctypes.data, tensor_size)
+            views.append((addr, tensor_size))
+            expected.append(content)
+        return cls(views, expected)
+
+    def addresses(self) -> list[int]:
+        return [int(v.ctypes.data) for v in self.views]
+
+    def actual(self, i: int) -> np.ndarray:
+        view = self.views[i]
+        if isinstance(view, tuple):
+            return np.frombuffer(ctypes.string_at(view[0], view[1]), dtype=np.uint8)
+        return view
+
+    def mismatch(self) -> Optional[str]:
+        if self.buffer is not None and self.buffer_expected is not None:
+            bad = np.flatnonzero(self.buffer != self.buffer_expected)
+            return None if bad.size == 0 else f"{bad.size} bytes differ, first at buffer offset {int(bad[0])}"
+        for i in range(len(self.views)):
+            bad = np.flatnonzero(self.actual(i) != self.expected[i])
+            if bad.size:
+                return f"tensor {i}: {bad.size} bytes differ, first at {int(bad[0])}"
+        return None
+
+
+@dataclass
+class Node:
+    """One engine of this process, the options it is initialised with, its caches' memory."""
+
+    engine: native.LlmDataDist
+    options: dict[str, str]
+    port: Optional[int]
+    memory: dict[int, CacheMemory] = field(default_factory=dict)
+    retired: list[CacheMemory] = field(default_factory=list)     # unregistered: must stay untouched
+
+    @property
+    def cluster_id(self) -> int:
+        return self.engine.cluster_id
+
+
+def observe(fn: Callable[[], Any]) -> tuple[str, Optional[S], Any, str]:
+    """(kind, status, result, message) of one package call."""
+    try:
+        result = fn()
+    except LLMException as exc:
+        return "LLMException", S(exc.status_code), None, str(exc)
+    except ValueError as exc:
+        return "ValueError", None, None, str(exc)
+    except TypeError as exc:
+        return "TypeError", None, None, str(exc)
+    return "ok", S.LLM_SUCCESS, result, ""
+
+
+def agree(call: str, expected: Outcome, fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` and check it against ``expected`` (raising calls only)."""
+    kind, status, result, message = observe(fn)
+    if expected.python_error is not None:
+        want: tuple[str, Optional[S]] = (expected.python_error.__name__, None)
+    elif expected.status == S.LLM_SUCCESS:
+        want = ("ok", S.LLM_SUCCESS)
+    else:
+        want = ("LLMException", expected.status)
+    if (kind, status) != want:
+        got = kind if status is None else f"{kind}({status.name})"
+        raise Mismatch(f"{call}: the oracle expects {expected.describe()}, the package gave {got}: {message}")
+    return result
+
+
+class Harness:
+    """Engines of this process under one oracle ``World``."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.world = World()
+        self.nodes: dict[int, Node] = {}
+        self.rng = np.random.default_rng(seed)
+        self.log: list[str] = []
+
+    # -- set-up --
+    def add(self, cluster_id: int, role: native.LlmRole, options: dict[str, str], port: Optional[int]) -> Node:
+        engine = native.LlmDataDist(cluster_id, role)
+        self.world.add_engine(cluster_id, role)
+        node = Node(engine, dict(options), port)
+        self.nodes[cluster_id] = node
+        return node
+
+    def close(self) -> None:
+        for node in self.nodes.values():
+            node.engine.close()
+
+    def initialize(self, cluster_id: int, options: Optional[dict[str, str]] = None) -> Outcome:
+        node = self.nodes[cluster_id]
+        opts = node.options if options is None else options
+        expected = self.world.initialize(cluster_id, opts)
+        agree(f"initialize({cluster_id})", expected, lambda: node.engine.initialize(opts))
+        return expected
+
+    def finalize(self, cluster_id: int) -> None:
+        node = self.nodes[cluster_id]
+        self.world.finalize(cluster_id)
+        node.engine.finalize()
+        self._retire_all(node)
+
+    def _retire_all(self, node: Node) -> None:
+        node.retired.extend(node.memory.values())
+        node.memory.clear()
+
+    def reset(self) -> None:
+        """Finalize and initialise every engine: no caches, no links, ids from 1."""
+        for cid in self.nodes:
+            self.finalize(cid)
+        for cid, node in self.nodes.items():
+            node.retired.clear()
+            self.initialize(cid)
+        self.log.clear()
+
+    # -- memory --
+    def check_memory(self) -> None:
+        for cid, node in self.nodes.items():
+            for cache_id, mem in node.memory.items():
+                problem = mem.mismatch()
+                if problem:
+                    raise Mismatch(f"cluster {cid} cache {cache_id}: {problem}; calls: {self.log}")
+            for mem in node.retired:
+                problem = mem.mismatch()
+                if problem:
+                    raise Mismatch(f"cluster {cid}, a released cache's buffer: {problem}; calls: {self.log}")
+
+    def _apply(self, outcome: Outcome) -> None:
+        if not outcome.copies:
+            return
+        assert outcome.src is not None and outcome.dst is not None
+        src = self.nodes[outcome.src[0]].memory.get(outcome.src[1])
+        dst = self.nodes[outcome.dst[0]].memory.get(outcome.dst[1])
+        if src is None or dst is None:
+            raise Mismatch(f"test error: bytes would move between {outcome.src} and {outcome.dst}, which are "
+                           "not backed by test memory")
+        apply_copies(outcome.copies, src.expected, dst.expected)
+
+    def transfer(self, call: str, expected: Outcome, fn: Callable[[], Any]) -> Outcome:
+        self.log.append(call)
+        agree(call, expected, fn)
+        self._apply(expected)
+        self.check_memory()
+        return expected
+
+    # -- caches --
+    def register(self, cluster_id: int, num_tensors: int, data_type: int, shape: Sequence[int],
+                 placement: int = native.CachePlacement.DEVICE, addrs: Optional[Sequence[int]] = None) -> Outcome:
+        """Registers ``num_tensors`` tensors of random bytes (or the given addresses)."""
+        node = self.nodes[cluster_id]
+        layout = tensor_layout(shape, data_type) if 1 <= len(shape) <= 31 else "rank"
+        mem: Optional[CacheMemory] = None
+        if addrs is None:
+            if not isinstance(layout, str) and layout.tensor_size <= MAX_BACKED and 0 < num_tensors <= 4096:
+                mem = CacheMemory.registered(num_tensors, layout.tensor_size, self.rng)
+                addrs = mem.addresses()
+            else:      # never moved: a rejected or oversized description
+                stand_in = self.rng.integers(1, 255, size=64, dtype=np.uint8)
+                node.retired.append(CacheMemory([stand_in], [stand_in.copy()]))
+                addrs = [int(stand_in.ctypes.data)] * min(num_tensors, 200_000)
+        expected = self.world.register(cluster_id, num_tensors, data_type, shape, addrs, placement)
+        call = f"register({cluster_id}, {num_tensors}, {int(data_type)}, {list(shape)}, {int(placement)})"
+        self.log.append(call)
+        desc = native.CacheDesc(num_tensors, data_type, list(shape), native.CachePlacement(placement))
+        cache_id = agree(call, expected, lambda: node.engine.register_kv_cache(desc, list(addrs)))
+        if expected.ok:
+            if cache_id != expected.value:
+                raise Mismatch(f"{call}: cache id {cache_id}, the oracle expects {expected.value}")
+            if mem is not None:
+                node.memory[cache_id] = mem
+            # else: registered on a stand-in address; tests never move such a cache
+        elif mem is not None:
+            node.retired.append(mem)
+        return expected
+
+    def allocate(self, cluster_id: int, num_tensors: int, data_type: int, shape: Sequence[int],
+                 placement: int = native.CachePlacement.DEVICE) -> Outcome:
+        node = self.nodes[cluster_id]
+        expected = self.world.allocate(cluster_id, num_tensors, data_type, shape, placement)
+        call = f"allocate({cluster_id}, {num_tensors}, {int(data_type)}, {list(shape)}, {int(placement)})"
+        self.log.append(call)
+        desc = native.CacheDesc(num_tensors, data_type, list(shape), native.CachePlacement(placement))
+        cache = agree(call, expected, lambda: node.engine.allocate_cache(desc))
+        if expected.ok:
+            if cache.cache_id != expected.value or len(cache.tensor_addrs) != num_tensors:
+                raise Mismatch(f"{call}: got cache {cache.cache_id} with {len(cache.tensor_addrs)} addresses, "
+                               f"the oracle expects id {expected.value}")
+            size = self.world.engines[cluster_id].caches[cache.cache_id].tensor_size
+            node.memory[cache.cache_id] = CacheMemory.pooled(cache.tensor_addrs, size, self.rng)
+        return expected
+
+    def unregister(self, cluster_id: int, cache_id: int) -> Outcome:
+        node = self.nodes[cluster_id]
+        expected = self.world.unregister(cluster_id, cache_id)
+        self.transfer(f"unregister({cluster_id}, {cache_id})", expected,
+                      lambda: node.engine.unregister_kv_cache(cache_id))
+        if expected.ok and cache_id in node.memory and cache_id not in self.world.engines[cluster_id].caches:
+            node.retired.append(node.memory.pop(cache_id))
+        return expected
+
+    def deallocate(self, cluster_id: int, cache_id: int) -> Outcome:
+        node = self.nodes[cluster_id]
+        expected = self.world.deallocate(cluster_id, cache_id)
+        call = f"deallocate({cluster_id}, {cache_id})"
+        self.log.append(call)
+        agree(call, expected, lambda: node.engine.deallocate_cache(cache_id))
+        if expected.ok and cache_id in node.memory and cache_id not in self.world.engines[cluster_id].caches:
+            node.memory.pop(cache_id)          # pool memory: gone, not checked any more
+        self.check_memory()
+        return expected
+
+    # -- links --
+    def cluster_info(self, remote_cluster_id: int, port: Optional[int] = None, num_local: int = 1) -> \
+            tuple[ClusterArg, native.ClusterInfo]:
+        peer = self.nodes.get(remote_cluster_id)
+        if port is None:
+            assert peer is not None and peer.port is not None
+            port = peer.port
+        info = native.ClusterInfo(remote_cluster_id, 0, [native.IpInfo("127.0.0.1", 0)] * num_local,
+                                  [native.IpInfo("127.0.0.1", port)])
+        return ClusterArg(remote_cluster_id, (port,), num_local), info
+
+    def link(self, cluster_id: int, remote_cluster_id: int, port: Optional[int] = None,
+             timeout: int = 1000) -> Outcome:
+        arg, info = self.cluster_info(remote_cluster_id, port)
+        expected = self.world.link(cluster_id, [arg], timeout)
+        call = f"link({cluster_id} -> {remote_cluster_id})"
+        self.log.append(call)
+        got = self.nodes[cluster_id].engine.link_llm_clusters([info], timeout)
+        if (got[0], list(got[1])) != (expected.status, expected.value):
+            raise Mismatch(f"{call}: got {got}, the oracle expects {(expected.status, expected.value)}")
+        return expected
+
+    def unlink(self, cluster_id: int, remote_cluster_id: int, force: bool = False, port: Optional[int] = None,
+               timeout: int = 1000) -> Outcome:
+        arg, info = self.cluster_info(remote_cluster_id, port, num_local=0)
+        expected = self.world.unlink(cluster_id, [arg], timeout, force)
+        call = f"unlink({cluster_id} -> {remote_cluster_id}, force={force})"
+        self.log.append(call)
+        got = self.nodes[cluster_id].engine.unlink_llm_clusters([info], timeout, force)
+        if (got[0], list(got[1])) != (expected.status, expected.value):
+            raise Mismatch(f"{call}: got {got}, the oracle expects {(expected.status, expected.value)}")
+        return expected
+
+    # -- transfers --
+    def pull_kv_cache(self, cluster_id: int, src: tuple[int, int, int], dst_id: int, batch_index: int = 0,
+                      size: int = -1, ext: Optional[Ext] = None) -> Outcome:
+        engine = self.nodes[cluster_id].engine
+        expected = self.world.pull_kv_cache(cluster_id, src, dst_id, batch_index, size, ext)
+        return self.transfer(
+            f"pull_kv_cache({cluster_id}, src={src}, dst={dst_id}, batch={batch_index}, size={size}, ext={ext})",
+            expected, lambda: engine.pull_kv_cache(native.CacheIndex(*src), native.Cache(dst_id), batch_index,
+                                                   size, ext_param(ext)))
+
+    def pull_kv_blocks(self, cluster_id: int, src: tuple[int, int, int], dst_id: int, src_blocks: Any,
+                       dst_blocks: Any, ext: Optional[Ext] = None) -> Outcome:
+        engine = self.nodes[cluster_id].engine
+        expected = self.world.pull_kv_blocks(cluster_id, src, dst_id, src_blocks, dst_blocks, ext)
+        return self.transfer(
+            f"pull_kv_blocks({cluster_id}, src={src}, dst={dst_id}, {_short(src_blocks)}, {_short(dst_blocks)}, "
+            f"ext={ext})",
+            expected, lambda: engine.pull_kv_blocks(native.CacheIndex(*src), native.Cache(dst_id), src_blocks,
+                                                    dst_blocks, ext_param(ext)))
+
+    @staticmethod
+    def _caller(src_id: int, caller: Optional[tuple[int, int]]) -> native.Cache:
+        if caller is None:
+            return native.Cache(src_id)
+        placement, num_tensors = caller
+        return native.Cache(src_id, [], native.CacheDesc(num_tensors, native.GeDataType.DT_UINT8, [1],
+                                                         native.CachePlacement(placement)))
+
+    def push_kv_cache(self, cluster_id: int, src_id: int, dst: tuple[int, int, int], src_batch: int = 0,
+                      size: int = -1, ext: Optional[Ext] = None, caller: Optional[tuple[int, int]] = None) -> Outcome:
+        engine = self.nodes[cluster_id].engine
+        expected = self.world.push_kv_cache(cluster_id, src_id, dst, src_batch, size, ext, caller)
+        return self.transfer(
+            f"push_kv_cache({cluster_id}, src={src_id}, dst={dst}, src_batch={src_batch}, size={size}, ext={ext}, "
+            f"caller={caller})",
+            expected, lambda: engine.push_kv_cache(self._caller(src_id, caller), native.CacheIndex(*dst), src_batch,
+                                                   size, ext_param(ext)))
+
+    def push_kv_blocks(self, cluster_id: int, src_id: int, dst: tuple[int, int, int], src_blocks: Any,
+                       dst_blocks: Any, ext: Optional[Ext] = None,
+                       caller: Optional[tuple[int, int]] = None) -> Outcome:
+        engine = self.nodes[cluster_id].engine
+        expected = self.world.push_kv_blocks(cluster_id, src_id, dst, src_blocks, dst_blocks, ext, caller)
+        return self.transfer(
+            f"push_kv_blocks({cluster_id}, src={src_id}, dst={dst}, {_short(src_blocks)}, {_short(dst_blocks)}, "
+            f"ext={ext}, caller={caller})",
+            expected, lambda: engine.push_kv_blocks(self._caller(src_id, caller), native.CacheIndex(*dst),
+                                                    src_blocks, dst_blocks, ext_param(ext)))
+
+    def copy_kv_cache(self, cluster_id: int, src_id: int, dst_id: int, src_batch: int = 0, dst_batch: int = 0,
+                      offset: int = 0, size: int = -1) -> Outcome:
+        engine = self.nodes[cluster_id].engine
+        expected = self.world.copy_kv_cache(cluster_id, src_id, dst_id, src_batch, dst_batch, offset, size)
+        return self.transfer(
+            f"copy_kv_cache({cluster_id}, {src_id} -> {dst_id}, batches {src_batch} -> {dst_batch}, "
+            f"offset={offset}, size={size})",
+            expected, lambda: engine.copy_kv_cache(native.Cache(src_id), native.Cache(dst_id), src_batch, dst_batch,
+                                                   offset, size))
+
+    def copy_kv_blocks(self, cluster_id: int, src_id: int, dst_id: int, src_blocks: Any,
+                       dst_blocks_list: Any) -> Outcome:
+        engine = self.nodes[cluster_id].engine
+        expected = self.world.copy_kv_blocks(cluster_id, src_id, dst_id, src_blocks, dst_blocks_list)
+        return self.transfer(
+            f"copy_kv_blocks({cluster_id}, {src_id} -> {dst_id}, {_short(src_blocks)}, "
+            f"{[_short(b) for b in dst_blocks_list]})",
+            expected, lambda: engine.copy_kv_blocks(native.Cache(src_id), native.Cache(dst_id), src_blocks,
+                                                    dst_blocks_list))
+
+
+def _short(blocks: Any) -> str:
+    items = [int(b) for b in blocks]
+    text = repr(items[:12])
+    if len(items) > 12:
+        text = text[:-1] + f", ... ({len(items)} entries)]"
+    return f"{type(blocks).__name__}{text}"
