@@ -417,11 +417,15 @@ static void stream_copy(char *d, const char *s, size_t n)
 #define HAVE_STREAM_COPY 0
 #endif
 
+/* Bytes the plan moves (saturated: only compared with a threshold). */
 static uint64_t plan_bytes(const plan *p)
 {
+    uint64_t per_pair, total;
     if (!p->b2b)
-        return (uint64_t)p->pairs * p->len;
-    return (uint64_t)p->pairs * p->nblk * p->block; /* every pair moves one block */
+        per_pair = p->len;
+    else if (__builtin_mul_overflow((uint64_t)p->nblk, p->block, &per_pair))
+        return UINT64_MAX;
+    return __builtin_mul_overflow(per_pair, (uint64_t)p->pairs, &total) ? UINT64_MAX : total;
 }
 
 static void move_local(const plan *p)

@@ -261,19 +261,25 @@ def test_finalize_waits_for_running_calls_and_calls_after_it_began_fail(engines:
     dst = [np.zeros((2, 8), np.uint8) for _ in range(2)]
     sid, did = sup.register(server, src), sup.register(client, dst)
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
-    mock_control.set_serve_delay(server, 400)
+    mock_control.set_serve_delay(server, 500)
     results: dict[str, Any] = {}
+    started = threading.Event()
 
     def pull() -> None:
+        started.set()
         results["pull"] = sup.status_of(client.pull_kv_cache, native.CacheIndex(1, sid), native.Cache(did))
         results["pull_done"] = time.monotonic()
 
     puller = threading.Thread(target=pull)
     puller.start()
-    time.sleep(0.1)
+    started.wait()
+    time.sleep(0.1)                                      # the pull is waiting for the slow peer
     finalizer = threading.Thread(target=client.finalize)
     finalizer.start()
-    time.sleep(0.05)
+    deadline = time.monotonic() + 5
+    # an unknown id unregisters successfully until Finalize has begun
+    while raw.lib.lldd_unregister_kv_cache(client._engine(), 999) == S.LLM_SUCCESS and time.monotonic() < deadline:
+        time.sleep(0.002)
     results["late"] = raw.pull_cache(client, 1, sid, did)          # starts after Finalize began
     late_done = time.monotonic()
     finalizer.join()
@@ -282,6 +288,7 @@ def test_finalize_waits_for_running_calls_and_calls_after_it_began_fail(engines:
     assert results["pull"] == S.LLM_SUCCESS
     assert all((d[0] == s[0]).all() for d, s in zip(dst, src))
     assert results["late"] == S.LLM_FAILED
+    assert "Finalize is running" in raw.last_error()
     assert late_done < results["pull_done"] <= finalize_done
 
 

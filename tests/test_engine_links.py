@@ -300,16 +300,19 @@ def test_unlink_waits_for_a_transfer_in_flight(pair: Any) -> None:
     server, client = pair
     s_src, c_dst = pullable(client, server)
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
-    mock_control.set_serve_delay(server, 300)
+    mock_control.set_serve_delay(server, 400)
     done: dict[str, Any] = {}
+    started = threading.Event()
 
     def run() -> None:
+        started.set()
         done["status"] = pull(client, 1, s_src, c_dst)
         done["at"] = time.monotonic()
 
     t = threading.Thread(target=run)
     t.start()
-    time.sleep(0.05)
+    started.wait()
+    time.sleep(0.15)                                     # the pull holds the link, waiting for the peer
     assert client.unlink_llm_clusters([sup.cluster(1, 0)], force_flag=True)[1] == [S.LLM_SUCCESS]
     unlinked_at = time.monotonic()
     t.join()
