@@ -395,6 +395,8 @@ enum { STREAM_MIN_TOTAL = 4 << 20, STREAM_MIN_REGION = 4096 };
 static void stream_copy(char *d, const char *s, size_t n)
 {
     size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (head > n)
+        head = n;
     memcpy(d, s, head);
     d += head;
     s += head;

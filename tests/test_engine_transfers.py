@@ -251,6 +251,23 @@ def test_block_lists_of_100000_entries_work(world: Callable[..., World]) -> None
         assert (dst[shuffled.astype(np.int64)] == src).all()
 
 
+def test_large_transfers_with_unaligned_odd_sized_blocks_move_exact_bytes(world: Callable[..., World]) -> None:
+    # over 4 MiB in one call: the in-process path streams the regions past the cache
+    block = 40003
+    w = world([(4, (64, block))], [(4, (64, block))])
+    src_blocks = list(range(1, 64, 2))
+    dst_blocks = list(range(0, 64, 2))
+    w.client.pull_kv_blocks(CacheIndex(1, w.sid[0]), Cache(w.cid[0]), src_blocks, dst_blocks)
+    for src, dst in zip(w.s[0], w.c[0]):
+        expected = np.zeros((64, block), np.uint8)
+        expected[dst_blocks] = src[src_blocks]
+        assert (dst == expected).all()
+    w.client.push_kv_blocks(Cache(w.cid[0], cache_desc=CacheDesc(4, 4, [1])), CacheIndex(1, w.sid[0]),
+                            list(range(64)), list(range(63, -1, -1)))
+    for src, dst in zip(w.c[0], w.s[0]):
+        assert (dst == src[::-1]).all()
+
+
 # ---- the table copy (§9.7), PR-7, PR-32 --------------------------------------------------------
 
 def test_caches_registered_on_the_peer_after_the_link(world: Callable[..., World]) -> None:
