@@ -197,7 +197,8 @@ static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h)
 {
     hello_body peer;
     char text[MSG_LEN];
-    if (h->payload_len != sizeof peer || tp_recv_all(fd, &peer, sizeof peer, tp_deadline(FIRST_MESSAGE_WAIT_MS)) != TP_OK)
+    if (h->payload_len != sizeof peer || (h->a != HELLO_LINK && h->a != HELLO_CHECK_ONLY) ||
+        tp_recv_all(fd, &peer, sizeof peer, tp_deadline(FIRST_MESSAGE_WAIT_MS)) != TP_OK)
         return;
     serve_delay(e);
     hello_body mine;
@@ -218,6 +219,8 @@ static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h)
         st = LLM_PARAM_INVALID;
         snprintf(text, sizeof text, "the client has the same cluster id %llu as the listener",
                  (unsigned long long)e->cluster_id);
+    } else if (h->a == HELLO_CHECK_ONLY) {
+        /* the client holds a link already: identity checked, nothing changes here */
     } else if (peer.mode != e->mode) {
         st = LLM_PARAM_INVALID;
         snprintf(text, sizeof text, "transfer modes differ: cluster %llu is in %s mode, the client in %s mode "
@@ -555,40 +558,41 @@ static lldd_status link_one(cluster_job *job)
                  (unsigned long long)peer_id);
         return LLM_PARAM_INVALID;
     }
-    uint64_t token = new_token(e);
-    pthread_mutex_lock(&e->mu);
-    mlink *l = link_find_locked(e, peer_id);
-    if (l != NULL) {
-        int ready = l->ready;
-        pthread_mutex_unlock(&e->mu);
-        snprintf(msg, MSG_LEN, "cluster %llu is already linked%s", (unsigned long long)peer_id,
-                 ready ? "" : " (a link to it is being made)");
-        return LLM_ALREADY_LINK;
-    }
-    l = link_new(e, peer_id, token);
-    if (l == NULL) {
-        pthread_mutex_unlock(&e->mu);
-        snprintf(msg, MSG_LEN, "out of host memory");
-        return LLM_FAILED;
-    }
-    l->next = e->links;
-    e->links = l;
-    pthread_mutex_unlock(&e->mu);
-
     const char *ip = ci->remote_ip_infos[0].ip;
     uint16_t port = ci->remote_ip_infos[0].port;
     int64_t deadline = tp_deadline(job->timeout_ms);
     int c1 = -1, c2 = -1, err;
     hello_body mine, peer;
     eng_thread *server = NULL;
+    mlink *l = NULL;
+    msg_hdr h;
+    /* cpp-api.md §6.7 step 5: the connection first (refused: LINK_FAILED; not in
+     * time: TIMEOUT), then the handshake, which reports an existing link (PR-42) */
     int r = tp_connect(ip, port, deadline, &c1, &err);
     if (r != TP_OK) {
         st = connect_status(r, err, 0, msg, ip, port);
         goto fail;
     }
+    uint64_t token = new_token(e);
     fill_hello(e, &mine, peer_id, token, (uint32_t)job->timeout_ms);
-    msg_hdr h;
+    pthread_mutex_lock(&e->mu);
+    mlink *existing = link_find_locked(e, peer_id);
+    int existing_ready = existing != NULL && existing->ready;
+    if (existing == NULL) {
+        l = link_new(e, peer_id, token);
+        if (l != NULL) {
+            l->next = e->links;
+            e->links = l;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (existing == NULL && l == NULL) {
+        snprintf(msg, MSG_LEN, "out of host memory");
+        st = LLM_FAILED;
+        goto fail;
+    }
     msg_init(&h, MSG_HELLO);
+    h.a = existing != NULL ? HELLO_CHECK_ONLY : HELLO_LINK;
     h.payload_len = sizeof mine;
     r = msg_send(c1, &h, &mine, sizeof mine, deadline);
     if (r != TP_OK) {
@@ -598,6 +602,12 @@ static lldd_status link_one(cluster_job *job)
     }
     if ((st = recv_reply(c1, MSG_HELLO_REPLY, deadline, &peer, msg, 0, "link handshake")) != LLM_SUCCESS)
         goto fail;
+    if (existing != NULL) {
+        snprintf(msg, MSG_LEN, "cluster %llu is already linked%s", (unsigned long long)peer_id,
+                 existing_ready ? "" : " (a link to it is being made)");
+        st = LLM_ALREADY_LINK;
+        goto fail;
+    }
     r = tp_connect(ip, port, deadline, &c2, &err);
     if (r != TP_OK) {
         st = connect_status(r, err, 0, msg, ip, port);
@@ -649,7 +659,8 @@ static lldd_status link_one(cluster_job *job)
 fail:
     tp_close(&c1);
     tp_close(&c2);
-    link_drop(e, l); /* not ready: nobody else uses it */
+    if (l != NULL)
+        link_drop(e, l); /* our placeholder, not ready: nobody else uses it */
     return st;
 }
 

@@ -80,7 +80,7 @@ void tp_sleep_ms(uint32_t ms, const atomic_int *stop);
 #define PROTO_VERSION 1u
 
 enum msg_type {
-    MSG_HELLO = 1,          /* body hello_body                         -> MSG_HELLO_REPLY   */
+    MSG_HELLO = 1,          /* a = HELLO_*; body hello_body            -> MSG_HELLO_REPLY   */
     MSG_HELLO_REPLY,        /* status; body hello_body + reply_text                          */
     MSG_REVERSE,            /* a = token, b = client cluster id       -> MSG_REVERSE_REPLY */
     MSG_REVERSE_REPLY,      /* status; body reply_text                                       */
@@ -94,6 +94,11 @@ enum msg_type {
     MSG_WRITE,              /* a = cache id, count regions; body regions then the data       */
     MSG_WRITE_REPLY         /* status                                                        */
 };
+
+/* MSG_HELLO flags (msg_hdr.a). A client that already holds a link to the peer still
+ * connects and greets it (a refused or silent peer must be reported as such), but
+ * only asks for the identity checks: the peer answers and keeps its state (PR-42). */
+enum { HELLO_LINK = 0, HELLO_CHECK_ONLY = 1 };
 
 typedef struct msg_hdr {
     uint32_t magic;

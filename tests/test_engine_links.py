@@ -194,14 +194,37 @@ def test_a_link_is_usable_in_both_directions(pair: Any) -> None:
     assert pull(server, 2, c_src, s_dst) == 0
 
 
-def test_linking_again_is_already_link_without_contacting_the_peer(pair: Any) -> None:
+def test_linking_again_is_already_link_and_leaves_the_peer_unchanged(pair: Any) -> None:
     server, client = pair
+    s_src, c_dst = pullable(client, server)
+    c_src, s_dst = pullable(server, client)
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
-    mock_control.set_serve_delay(server, 3000)
-    start = time.monotonic()
-    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)], 2000)[1] == [S.LLM_ALREADY_LINK]
-    assert time.monotonic() - start < 0.5
-    mock_control.set_serve_delay(server, 0)
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)]) == (S.LLM_ALREADY_LINK,
+                                                                             [S.LLM_ALREADY_LINK])
+    assert "already linked" in raw.last_error()
+    # the connection comes first: where nobody listens it is LINK_FAILED even so
+    assert client.link_llm_clusters([sup.cluster(1, sup.free_port())])[1] == [S.LLM_LINK_FAILED]
+    # the peer kept its side: the link works both ways
+    assert pull(client, 1, s_src, c_dst) == S.LLM_SUCCESS
+    assert pull(server, 2, c_src, s_dst) == S.LLM_SUCCESS
+
+
+def test_a_stale_link_to_a_peer_that_stopped_listening_fails_to_connect(pair: Any, silent_port: int) -> None:
+    server, client = pair
+    port = server.listen_port
+    assert client.link_llm_clusters([sup.cluster(1, port)])[0] == S.LLM_SUCCESS
+    assert client.link_llm_clusters([sup.cluster(1, silent_port)], 150)[1] == [S.LLM_TIMEOUT]
+    server.finalize()
+    assert client.link_llm_clusters([sup.cluster(1, port)])[1] == [S.LLM_LINK_FAILED]
+    assert sup.status_of(client.set_role, native.LlmRole.MIX) == S.LLM_EXIST_LINK          # still held
+
+
+def test_an_existing_link_still_gets_the_cluster_id_check(engines: Engines) -> None:
+    server, other = engines(1, listen=True), engines(6, listen=True)
+    client = engines(2, options={})
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    assert client.link_llm_clusters([sup.cluster(1, other.listen_port)])[1] == [S.LLM_PARAM_INVALID]
+    assert "PR-28" in raw.last_error()
 
 
 def test_a_cluster_repeated_in_one_call_is_processed_in_order(pair: Any) -> None:
