@@ -11,6 +11,7 @@ from typing import Callable
 import numpy as np
 import pytest
 
+from llm_datadist_ffi import LLMException
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import acl, mock_control, native
 from llm_datadist_ffi.native import Cache, GeDataType
@@ -62,6 +63,17 @@ def test_register_ids_start_at_one_and_later_failures_consume_ids(eng: native.Ll
     assert sup.register(eng, arrays) == 5
     # allocation shares the counter
     assert eng.allocate_cache(sup.desc(1, [2, 8])).cache_id == 6
+
+
+def test_ids_are_never_reused_within_one_initialisation(eng: native.LlmDataDist) -> None:
+    arrays = zeros(1, (2, 8))
+    first = sup.register(eng, arrays)
+    second = eng.allocate_cache(sup.desc(1, [2, 8])).cache_id
+    assert (first, second) == (1, 2)
+    eng.unregister_kv_cache(first)
+    eng.deallocate_cache(second)
+    assert sup.register(eng, arrays) == 3
+    assert eng.allocate_cache(sup.desc(1, [2, 8])).cache_id == 4
 
 
 def test_register_rejects_empty_mismatched_and_zero_addresses(eng: native.LlmDataDist) -> None:
@@ -234,6 +246,36 @@ def test_an_exhausted_pool_is_out_of_memory_until_memory_is_freed(eng: native.Ll
     assert sup.status_of(eng.allocate_cache, sup.desc(1, [1, 1])) == S.LLM_OUT_OF_MEMORY
 
 
+def test_pool_pages_are_64_kib_when_page_shift_is_not_given(engines: Engines) -> None:
+    e = engines(1, options={native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 131072}'})   # 2 pages
+    a = e.allocate_cache(sup.desc(1, [1, 1]))
+    b = e.allocate_cache(sup.desc(1, [1, 1]))
+    assert b.tensor_addrs[0] - a.tensor_addrs[0] == 65536
+    assert sup.status_of(e.allocate_cache, sup.desc(1, [1, 1])) == S.LLM_OUT_OF_MEMORY
+
+
+def test_the_pool_calls_without_a_pool_are_feature_not_enabled_in_every_state(engines: Engines) -> None:
+    e = engines(1, options={})
+    arrays = zeros(1, (4, 4))
+    a, b = sup.register(e, arrays), sup.register(e, zeros(1, (4, 4)))
+
+    def pool_calls() -> list[int]:
+        return [sup.status_of(e.allocate_cache, sup.desc(1, [1, 8])),
+                sup.status_of(e.deallocate_cache, a),
+                sup.status_of(e.copy_kv_cache, Cache(a), Cache(b)),
+                sup.status_of(e.copy_kv_blocks, Cache(a), Cache(b), [0], [[1]])]
+
+    nfe = [S.LLM_FEATURE_NOT_ENABLED] * 4
+    assert pool_calls() == nfe                             # initialised without a pool
+    e.finalize()
+    assert pool_calls() == nfe                             # after Finalize
+    e.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_MEM_POOL_CONFIG: POOL})
+    assert e.allocate_cache(sup.desc(1, [1, 8])).cache_id == 1
+    e.finalize()
+    assert pool_calls() == nfe                             # after Finalize of an engine that had a pool
+    assert "PR-9" in raw.last_error()
+
+
 def test_host_caches_come_from_the_host_pool(eng: native.LlmDataDist) -> None:
     h = eng.allocate_cache(sup.desc(2, [2, 2048], placement=0))
     assert sup.status_of(eng.allocate_cache, sup.desc(1, [1, 1], placement=0)) == S.LLM_OUT_OF_MEMORY
@@ -371,6 +413,17 @@ def test_copy_kv_blocks_checks(eng: native.LlmDataDist, s: int, d: int, src_bloc
     assert _flat_copy(eng, s, d, src_blocks, lists) == status
     assert words in raw.last_error()
     assert all((a == b).all() for a, b in zip(src + dst, before))
+
+
+def test_copy_kv_blocks_checks_repeated_destinations_in_python_first(eng: native.LlmDataDist) -> None:
+    # PR-5 is an [all] rule: the native layer decides it before any backend call, so an
+    # injected fault of the backend function is still armed afterwards
+    src, dst = sup.register(eng, zeros(1, (4, 4))), sup.register(eng, zeros(1, (4, 4)))
+    with mock_control.fault("lldd_copy_kv_blocks", S.LLM_WAIT_PROCESS_TIMEOUT):
+        with pytest.raises(LLMException) as info:
+            eng.copy_kv_blocks(Cache(src), Cache(dst), [0, 1], [[2, 3], [3, 0]])
+        assert info.value.status_code == S.LLM_PARAM_INVALID and "(PR-5)" in str(info.value)
+        assert _flat_copy(eng, src, dst, [0], [[1]]) == S.LLM_WAIT_PROCESS_TIMEOUT
 
 
 def test_copy_kv_blocks_with_large_lists(eng: native.LlmDataDist) -> None:

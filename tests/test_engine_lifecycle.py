@@ -15,6 +15,7 @@ from typing import Any, Callable
 import numpy as np
 import pytest
 
+from llm_datadist_ffi import LLMException
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import acl, mock_control, native
 
@@ -129,6 +130,27 @@ def test_initialize_takes_a_sync_wait_time_of_1_to_2_31_minus_1_ms(value: str, s
         assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.SyncKvCacheWaitTime", value)]) == status
 
 
+def test_the_native_layer_checks_pr_26_and_pr_27_before_the_backend(engines: Engines) -> None:
+    # [all] rules: decided in Python, so an injected fault of the C function stays armed
+    e = engines(1)
+    with mock_control.fault("lldd_initialize", S.LLM_WAIT_PROCESS_TIMEOUT):
+        for option, value, rule in [(native.OPTION_SYNC_CACHE_WAIT_TIME, "0", "PR-26"),
+                                    (native.OPTION_SYNC_CACHE_WAIT_TIME, "2147483648", "PR-26"),
+                                    (native.OPTION_LISTEN_IP_INFO, "127.0.0.1:0", "PR-27"),
+                                    (native.OPTION_LISTEN_IP_INFO, "127.0.0.1:65536", "PR-27")]:
+            with pytest.raises(LLMException) as info:
+                e.initialize({native.OPTION_DEVICE_ID: "0", option: value})
+            assert info.value.status_code == S.LLM_PARAM_INVALID and f"({rule})" in str(info.value)
+        assert sup.status_of(e.initialize, {native.OPTION_DEVICE_ID: "0"}) == S.LLM_WAIT_PROCESS_TIMEOUT
+    e.initialize({native.OPTION_DEVICE_ID: "0"})
+    with mock_control.fault("lldd_set_role", S.LLM_WAIT_PROCESS_TIMEOUT):
+        with pytest.raises(LLMException) as info:
+            e.set_role(native.LlmRole.DECODER, {native.OPTION_LISTEN_IP_INFO: "127.0.0.1:70000"})
+        assert info.value.status_code == S.LLM_PARAM_INVALID and "(PR-27)" in str(info.value)
+        assert sup.status_of(e.set_role, native.LlmRole.DECODER) == S.LLM_WAIT_PROCESS_TIMEOUT
+    assert e.role == native.LlmRole.PROMPT
+
+
 @pytest.mark.parametrize("key,value,status", [
     ("llm.TransferBackend", "hixl", S.LLM_SUCCESS),
     ("llm.TransferBackend", "hccl", S.LLM_PARAM_INVALID),
@@ -178,6 +200,33 @@ def test_repeated_option_keys_keep_the_last_value() -> None:
     with native.LlmDataDist(1, 1) as e:
         assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.DeviceId", "bad")]) == S.LLM_PARAM_INVALID
         assert raw.initialize(e, [("llm.DeviceId", "bad"), ("llm.DeviceId", "0")]) == S.LLM_SUCCESS
+
+
+# each step: the options (with a valid llm.DeviceId unless given) and the option the
+# failure must name: the option checked first (cpp-api.md §6.4 steps 2-6)
+INIT_ORDER = [
+    ([("llm.ListenIpInfo", "x")], "role"),                                       # role 4 (below)
+    ([("llm.DeviceId", ""), ("llm.ListenIpInfo", "x")], "llm.DeviceId"),
+    ([("llm.ListenIpInfo", "x"), ("llm.TransferBackend", "hccl")], "llm.ListenIpInfo"),
+    ([("llm.TransferBackend", "hccl"), ("llm.SyncKvCacheWaitTime", "x")], "llm.TransferBackend"),
+    ([("llm.SyncKvCacheWaitTime", "x"), ("llm.MemPoolConfig", "{")], "llm.SyncKvCacheWaitTime"),
+    ([("llm.MemPoolConfig", "{"), ("llm.HostMemPoolConfig", "{")], "llm.MemPoolConfig"),
+    ([("llm.HostMemPoolConfig", "{"), ("llm.LinkRetryCount", "0")], "llm.HostMemPoolConfig"),
+    ([("llm.LinkRetryCount", "0"), ("llm.RdmaTrafficClass", "x")], "llm.LinkRetryCount"),
+]
+
+
+@pytest.mark.parametrize("pairs,first", INIT_ORDER, ids=[c[1] for c in INIT_ORDER])
+def test_initialize_checks_its_options_in_order(pairs: list[tuple[str, str]], first: str) -> None:
+    role = 4 if first == "role" else 1
+    with native.LlmDataDist(1, role) as e:
+        device = [] if any(k == "llm.DeviceId" for k, _ in pairs) else [("llm.DeviceId", "0")]
+        assert raw.initialize(e, device + pairs) == S.LLM_PARAM_INVALID
+        message = raw.last_error()
+        assert first in message
+        if first == "role":
+            assert "llm." not in message
+        assert sup.status_of(e.register_kv_cache, sup.desc(1, [1]), [64]) == S.LLM_FAILED     # not initialised
 
 
 def test_initialize_with_an_unknown_device_fails_and_may_be_retried() -> None:
@@ -292,6 +341,71 @@ def test_finalize_waits_for_running_calls_and_calls_after_it_began_fail(engines:
     assert late_done < results["pull_done"] <= finalize_done
 
 
+def test_pool_calls_fail_while_finalize_runs(engines: Engines) -> None:
+    # decision E-2: FAILED once Finalize has begun (PR-37), FEATURE_NOT_ENABLED after it
+    server = engines(1, listen=True)
+    client = engines(2, options={native.OPTION_SYNC_CACHE_WAIT_TIME: "5000", native.OPTION_MEM_POOL_CONFIG: POOL})
+    src = sup.random_arrays(2, (2, 8), 1)
+    dst = [np.zeros((2, 8), np.uint8) for _ in range(2)]
+    sid, did = sup.register(server, src), sup.register(client, dst)
+    cache = client.allocate_cache(sup.desc(2, [2, 8]))
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    mock_control.set_serve_delay(server, 500)
+    started = threading.Event()
+    results: dict[str, int] = {}
+
+    def pull() -> None:
+        started.set()
+        results["pull"] = sup.status_of(client.pull_kv_cache, native.CacheIndex(1, sid), native.Cache(did))
+
+    puller = threading.Thread(target=pull)
+    puller.start()
+    started.wait()
+    time.sleep(0.1)
+    finalizer = threading.Thread(target=client.finalize)
+    finalizer.start()
+    deadline = time.monotonic() + 5
+    while raw.lib.lldd_unregister_kv_cache(client._engine(), 999) == S.LLM_SUCCESS and time.monotonic() < deadline:
+        time.sleep(0.002)
+    during = [sup.status_of(client.allocate_cache, sup.desc(1, [2, 8])),
+              sup.status_of(client.deallocate_cache, cache.cache_id),
+              sup.status_of(client.copy_kv_cache, native.Cache(cache.cache_id), native.Cache(did)),
+              sup.status_of(client.copy_kv_blocks, native.Cache(cache.cache_id), native.Cache(did), [0], [[1]])]
+    message = raw.last_error()
+    finalizer.join()
+    puller.join()
+    assert results["pull"] == S.LLM_SUCCESS
+    assert during == [S.LLM_FAILED] * 4
+    assert "Finalize is running" in message
+    assert sup.status_of(client.allocate_cache, sup.desc(1, [2, 8])) == S.LLM_FEATURE_NOT_ENABLED
+
+
+def test_the_last_error_message_belongs_to_the_calling_thread(engines: Engines) -> None:
+    idle = engines(1)                                   # not initialised
+    first, second = threading.Barrier(2), threading.Barrier(2)
+    seen: dict[str, str] = {}
+
+    def a() -> None:
+        raw.lib.lldd_unregister_kv_cache(idle._engine(), 1)          # "not initialized"
+        first.wait()
+        second.wait()                                                # b has failed meanwhile
+        seen["a"] = raw.last_error()
+
+    def b() -> None:
+        first.wait()
+        raw.lib.lldd_mock_set_serve_delay(raw.ffi.NULL, 1)           # "must not be NULL"
+        second.wait()
+        seen["b"] = raw.last_error()
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen["a"] == "lldd_unregister_kv_cache: LlmDataDist is not initialized"
+    assert seen["b"] == "lldd_mock_set_serve_delay: engine must not be NULL"
+
+
 def test_destroy_finalizes_an_initialised_engine() -> None:
     before = mock_control.live_allocations()
     e = native.LlmDataDist(1, 1)
@@ -332,6 +446,20 @@ def test_set_role_is_refused_while_a_link_exists(engines: Engines) -> None:
     assert client.unlink_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
     server.set_role(native.LlmRole.DECODER, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"})
     client.set_role(native.LlmRole.PROMPT)
+
+
+def test_set_role_checks_role_and_address_before_links_and_links_before_the_listener(engines: Engines) -> None:
+    # cpp-api.md §6.6: role, listen address, links (EXIST_LINK), then the listener (HIXL)
+    server = engines(1, options={native.OPTION_TRANSFER_BACKEND: "hixl"}, listen=True)
+    client = engines(2, options={})
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    assert raw.set_role(server, 4, [("llm.ListenIpInfo", "nowhere")]) == S.LLM_PARAM_INVALID
+    assert "role 4" in raw.last_error()
+    assert raw.set_role(server, 2, [("llm.ListenIpInfo", "nowhere")]) == S.LLM_PARAM_INVALID
+    assert "llm.ListenIpInfo" in raw.last_error()
+    assert raw.set_role(server, 2, [("llm.ListenIpInfo", f"127.0.0.1:{sup.free_port()}")]) == S.LLM_EXIST_LINK
+    assert raw.set_role(server, 2, []) == S.LLM_EXIST_LINK
+    assert server.role == native.LlmRole.PROMPT
 
 
 def test_set_role_starts_moves_and_stops_the_listener(engines: Engines) -> None:

@@ -268,6 +268,18 @@ def test_a_non_forced_unlink_needs_the_peer_and_keeps_the_link_otherwise(pair: A
     client.set_role(native.LlmRole.MIX)
 
 
+def test_unlink_reports_each_cluster_and_returns_the_last_failure(pair: Any) -> None:
+    server, client = pair
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    refused = sup.cluster(5, sup.free_port())                      # nobody listens there
+    no_remote = ClusterInfo(6, 0, [], [])
+    status, rets = client.unlink_llm_clusters([refused, sup.cluster(1, server.listen_port), no_remote])
+    assert (status, rets) == (S.LLM_PARAM_INVALID, [S.LLM_UNLINK_FAILED, S.LLM_SUCCESS, S.LLM_PARAM_INVALID])
+    assert client.unlink_llm_clusters([no_remote, refused]) == (S.LLM_UNLINK_FAILED,
+                                                                [S.LLM_PARAM_INVALID, S.LLM_UNLINK_FAILED])
+    client.set_role(native.LlmRole.MIX)                           # cluster 1 was unlinked
+
+
 def test_the_peer_of_a_forced_unlink_sees_a_dead_link_until_it_unlinks(pair: Any) -> None:
     server, client = pair
     s_src, c_dst = pullable(client, server)

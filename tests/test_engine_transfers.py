@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -15,6 +16,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pytest
 
+from llm_datadist_ffi import LLMException
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import mock_control, native
 from llm_datadist_ffi.native import Cache, CacheDesc, CacheIndex, KvCacheExtParam
@@ -136,6 +138,7 @@ PULL_CACHE_CASES = [
     ("source range past the remote cache", dict(ext=((1, 2), (0, 1), 2)), P, "PR-12"),
     ("source first below -1", dict(ext=((-2, 1), (0, 1), 2)), P, "src_layer_range"),
     ("source first above second", dict(ext=((2, 1), (0, 1), 2)), P, "src_layer_range"),
+    ("destination first below -1", dict(ext=((0, 1), (-2, 1), 2)), P, "dst_layer_range"),
     ("destination first above second", dict(ext=((0, 1), (1, 0), 2)), P, "dst_layer_range"),
     ("n = 0", dict(ext=((-1, -1), (-1, -1), 0)), P, "tensor_num_per_layer"),
     ("n = 256", dict(ext=((-1, -1), (-1, -1), 256)), P, "uint8_t"),
@@ -165,6 +168,30 @@ def test_pull_kv_cache_checks(world: Callable[..., World], label: str, args: dic
     assert got == status, raw.last_error()
     assert words in raw.last_error()
     assert w.unchanged(snap)
+
+
+def test_transfers_compare_byte_sizes_not_data_types_or_shapes(engines: Engines) -> None:
+    # §2.1: a FLOAT16 cache of shape (3, 4, 2) and a UINT8 cache of shape (2, 16) both have
+    # 16-byte batches; §2.5: a pull reads only dst_cache.cache_id, a push only the
+    # placement and num_tensors of src_cache.cache_desc
+    server, client = engines(1, listen=True), engines(2, options={}, device_id=1)
+    half = sup.random_arrays(2, (48,), 7)
+    byte = [np.zeros((2, 16), np.uint8) for _ in range(2)]
+    hid = server.register_kv_cache(sup.desc(2, [3, 4, 2], dtype=int(native.GeDataType.DT_FLOAT16)),
+                                   [a.ctypes.data for a in half])
+    bid = sup.register(client, byte)
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    misleading = Cache(bid, [16, 32, 48], CacheDesc(7, native.GeDataType.DT_INT4, [9, 9], native.CachePlacement.HOST))
+    client.pull_kv_cache(CacheIndex(1, hid, 2), misleading, batch_index=1)
+    for h, b in zip(half, byte):
+        assert (b[1] == h[32:48]).all() and (b[0] == 0).all()
+    b_before = [b.copy() for b in byte]
+    for b in byte:
+        b[0] = 200
+    caller = Cache(bid, [1], CacheDesc(2, native.GeDataType.DT_INT64, [5, 5, 5]))
+    client.push_kv_cache(caller, CacheIndex(1, hid, 0), src_batch_index=0)
+    for h, b in zip(half, b_before):
+        assert (h[:16] == 200).all() and (h[32:48] == b[1]).all()
 
 
 # ---- block pulls -----------------------------------------------------------------------------
@@ -206,6 +233,15 @@ PULL_BLOCKS_CASES = [
     ("repeated destinations before the remote cache", dict(src=99, sblk=[0, 0], dblk=[1, 1]), P, "PR-5"),
     ("the remote cache before source blocks", dict(src=99, sblk=[99], dblk=[1]), NX, "cache 99"),
     ("source blocks before block sizes", dict(src=2, sblk=[20], dblk=[1]), P, "src_blocks[0] = 20"),
+    ("only one default pair", dict(ext=((0, 0), (-1, -1), 2)), P, "PR-1"),
+    ("pair {-1, s}", dict(ext=((0, 0), (-1, 0), 2)), P, "PR-11"),
+    ("n larger than the local tensor count", dict(ext=((-1, -1), (-1, -1), 3)), P, "PR-3"),
+    # API-layer order (cpp-api.md §6.10 PullKvBlocks)
+    ("the source batch before the layer ranges", dict(src_batch=1, ext=((1, 0), (0, 0), 2)), P, "batch_index 1"),
+    ("the layer ranges before empty lists", dict(sblk=[], dblk=[], ext=((1, 0), (0, 0), 2)), P,
+     "src_layer_range"),
+    ("an empty source list before the lengths", dict(sblk=[], dblk=[0]), P, "not supported"),
+    ("API checks before the engine's", dict(cluster=2, src_batch=1), P, "batch_index 1"),
 ]
 
 
@@ -214,12 +250,13 @@ def test_pull_kv_blocks_checks(world: Callable[..., World], label: str, args: di
                                words: str) -> None:
     # remote 1: 2 x (16, 8); remote 2: 2 x (16, 4); local: 2 x (7, 8)
     w = world([(2, (16, 8)), (2, (16, 4))], [(2, (7, 8))])
-    call = dict(cluster=1, src=1, sblk=[0, 1], dblk=[0, 1], src_batch=0)
+    call = dict(cluster=1, src=1, sblk=[0, 1], dblk=[0, 1], src_batch=0, ext=None)
     call.update(args)
     src = {1: w.sid[0], 2: w.sid[1]}.get(call["src"], call["src"])
+    ext = call["ext"]
     snap = w.snapshot()
     got = raw.pull_blocks(w.client, call["cluster"], src, w.cid[0], call["sblk"], call["dblk"],
-                          src_batch=call["src_batch"])
+                          raw.ext(*ext) if ext else None, src_batch=call["src_batch"])
     assert got == status, raw.last_error()
     assert words in raw.last_error()
     assert w.unchanged(snap)
@@ -298,6 +335,24 @@ def test_a_local_cache_registered_after_the_link_is_not_reachable(world: Callabl
     assert sup.status_of(w.client.push_kv_cache, Cache(lid, cache_desc=CacheDesc(2, 4, [1])),
                          CacheIndex(1, w.sid[0])) == P
     assert (local[0] == 0).all()
+
+
+def test_a_push_to_a_peer_cache_registered_after_the_link_is_refused(world: Callable[..., World]) -> None:
+    w = world([(2, (2, 8))], [(2, (2, 8))])
+    for a in w.c[0]:
+        a[:] = 9
+    late = [np.zeros((2, 8), np.uint8) for _ in range(2)]
+    late_id = sup.register(w.server, late)
+    assert sup.status_of(w.client.push_kv_cache, push_src(w.cid[0], 2), CacheIndex(1, late_id)) == P
+    assert "PR-32" in raw.last_error() and "on cluster 1" in raw.last_error()
+    assert sup.status_of(w.client.push_kv_blocks, push_src(w.cid[0], 2), CacheIndex(1, late_id), [0], [1]) == P
+    assert "PR-32" in raw.last_error()
+    assert all((a == 0).all() for a in late)
+    # a new link: the cache predates it and the same push lands
+    assert w.client.unlink_llm_clusters([sup.cluster(1, w.server.listen_port)])[0] == S.LLM_SUCCESS
+    assert w.client.link_llm_clusters([sup.cluster(1, w.server.listen_port)])[0] == S.LLM_SUCCESS
+    w.client.push_kv_cache(push_src(w.cid[0], 2), CacheIndex(1, late_id, 1))
+    assert all((a[1] == 9).all() and (a[0] == 0).all() for a in late)
 
 
 def test_allocated_caches_are_reachable_whatever_their_age(world: Callable[..., World]) -> None:
@@ -417,23 +472,34 @@ PUSH_CACHE_CASES = [
     ("n not dividing the local tensor count", dict(ext=((0, 0), (0, 0), 3)), P, "PR-3"),
     ("destination layer past the remote cache", dict(ext=((1, 1), (2, 2), 2)), P, "destination layer 2"),
     ("source layer past the local cache", dict(ext=((2, 2), (0, 0), 2)), P, "source layer 2"),
+    ("n larger than the local tensor count", dict(dst=3, ext=((0, 0), (0, 0), 5)), P, "source layer 0"),
+    ("n not dividing the local tensor count, default ranges", dict(ext=((-1, -1), (-1, -1), 3)), P, "PR-3"),
+    ("dst pair {-1, s}", dict(ext=((1, 3), (-1, 1), 1)), P, "PR-11"),
     # check order (semantics §8.0, push)
     ("local cache before the link", dict(src=99, cluster=3), NX, "src_cache"),
     ("the link before the remote cache", dict(cluster=3, dst=99), NL, "not linked"),
     ("destination checks before source checks", dict(dst_batch=3, src_batch=2), P, "dst_cache_index"),
+    # API-layer order (cpp-api.md §6.11 PushKvCache)
+    ("placement before size", dict(placement=0, size=8), P, "placement"),
+    ("size before the layer ranges", dict(size=8, ext=((2, 1), (0, 0), 2)), P, "size only support -1"),
+    ("malformed ranges before the default-range tensor count", dict(num_tensors=0, ext=((-1, -1), (-2, -1), 2)),
+     P, "dst_layer_range"),
+    ("the default-range tensor count before PR-1", dict(num_tensors=0, ext=((-1, -1), (0, 0), 2)), P,
+     "num_tensors is 0"),
+    ("API checks before the engine's", dict(src=99, ext=((0, 0), (-1, -1), 2)), P, "PR-1"),
 ]
 
 
 @pytest.mark.parametrize("label,args,status,words", PUSH_CACHE_CASES, ids=[c[0] for c in PUSH_CACHE_CASES])
 def test_push_kv_cache_checks(world: Callable[..., World], label: str, args: dict[str, Any], status: int,
                               words: str) -> None:
-    # remote 1: 4 x (3, 16); remote 2: 4 x (3, 8) (smaller stride); local: 4 x (2, 16)
-    w = world([(4, (3, 16)), (4, (3, 8))], [(4, (2, 16))])
+    # remote 1: 4 x (3, 16); remote 2: 4 x (3, 8) (smaller stride); remote 3: 8 x (3, 16); local: 4 x (2, 16)
+    w = world([(4, (3, 16)), (4, (3, 8)), (8, (3, 16))], [(4, (2, 16))])
     call = dict(cluster=1, src=w.cid[0], dst=1, num_tensors=4, src_batch=0, dst_batch=0, size=-1, ext=None,
                 placement=1)
     call.update(args)
     ext = call.pop("ext")
-    dst = {1: w.sid[0], 2: w.sid[1]}.get(call["dst"], call["dst"])
+    dst = {1: w.sid[0], 2: w.sid[1], 3: w.sid[2]}.get(call["dst"], call["dst"])
     snap = w.snapshot()
     got = raw.push_cache(w.client, call["cluster"], call["src"], dst, call["num_tensors"], call["src_batch"],
                          call["dst_batch"], call["size"], raw.ext(*ext) if ext else None, call["placement"])
@@ -474,6 +540,16 @@ PUSH_BLOCKS_CASES = [
     ("different block sizes", dict(dst=2), P, "PR-13"),
     ("no link", dict(cluster=3), NL, "not linked"),
     ("unknown remote cache", dict(dst=99), NX, "cache 99"),
+    ("caller placement HOST", dict(placement=0), P, "placement"),
+    ("caller tensor count differs", dict(num_tensors=1), P, "PR-33"),
+    ("only one default pair", dict(ext=((-1, -1), (0, 0), 1)), P, "PR-1"),
+    # API-layer order (cpp-api.md §6.11 PushKvBlocks)
+    ("placement before empty lists", dict(placement=0, sblk=[], dblk=[]), P, "placement"),
+    ("empty lists before the destination batch", dict(sblk=[], dblk=[], dst_batch=1), P, "src_blocks is empty"),
+    ("lengths before the destination batch", dict(sblk=[0], dblk=[0, 1], dst_batch=1), P, "src_blocks has 1"),
+    ("the destination batch before the layer ranges", dict(dst_batch=1, ext=((1, 0), (0, 0), 2)), P,
+     "batch_index 1"),
+    ("spans before the engine's checks", dict(dst=99, ext=((0, 1), (0, 0), 1)), P, "span"),
 ]
 
 
@@ -482,12 +558,13 @@ def test_push_kv_blocks_checks(world: Callable[..., World], label: str, args: di
                                words: str) -> None:
     # remote 1: 2 x (12, 16); remote 2: 2 x (12, 8); local: 2 x (6, 16)
     w = world([(2, (12, 16)), (2, (12, 8))], [(2, (6, 16))])
-    call = dict(cluster=1, dst=1, sblk=[0, 1], dblk=[0, 1], dst_batch=0)
+    call = dict(cluster=1, dst=1, sblk=[0, 1], dblk=[0, 1], dst_batch=0, ext=None, num_tensors=2, placement=1)
     call.update(args)
     dst = {1: w.sid[0], 2: w.sid[1]}.get(call["dst"], call["dst"])
+    ext = call["ext"]
     snap = w.snapshot()
-    got = raw.push_blocks(w.client, call["cluster"], w.cid[0], dst, 2, call["sblk"], call["dblk"],
-                          dst_batch=call["dst_batch"])
+    got = raw.push_blocks(w.client, call["cluster"], w.cid[0], dst, call["num_tensors"], call["sblk"], call["dblk"],
+                          raw.ext(*ext) if ext else None, dst_batch=call["dst_batch"], placement=call["placement"])
     assert got == status, raw.last_error()
     assert words in raw.last_error()
     assert w.unchanged(snap)
@@ -510,6 +587,43 @@ def test_a_slow_peer_times_out_and_poisons_the_link(world: Callable[..., World])
     assert w.client.link_llm_clusters([sup.cluster(1, w.server.listen_port)])[0] == S.LLM_SUCCESS
     w.client.pull_kv_cache(CacheIndex(1, w.sid[0], 1), Cache(w.cid[0]))
     assert all((d[0] == s[1]).all() for d, s in zip(w.c[0], w.s[0]))
+
+
+def test_the_sync_wait_time_defaults_to_1000_ms(world: Callable[..., World]) -> None:
+    w = world([(2, (2, 8))], [(2, (2, 8))])                   # no llm.SyncKvCacheWaitTime
+    mock_control.set_serve_delay(w.server, 1300)
+    start = time.monotonic()
+    assert sup.status_of(w.client.pull_kv_cache, CacheIndex(1, w.sid[0]), Cache(w.cid[0])) == T
+    assert 0.95 <= time.monotonic() - start < 1.25
+    assert "llm.SyncKvCacheWaitTime = 1000 ms" in raw.last_error()
+    mock_control.set_serve_delay(w.server, 0)
+    assert w.client.unlink_llm_clusters([sup.cluster(1, w.server.listen_port)])[0] == S.LLM_SUCCESS
+    assert w.client.link_llm_clusters([sup.cluster(1, w.server.listen_port)])[0] == S.LLM_SUCCESS
+    mock_control.set_serve_delay(w.server, 700)
+    w.client.pull_kv_cache(CacheIndex(1, w.sid[0]), Cache(w.cid[0]))
+    assert all((d[0] == s[0]).all() and (d[1] == 0).all() for d, s in zip(w.c[0], w.s[0]))
+
+
+def test_a_timed_out_link_is_dead_on_the_peer_side_too(world: Callable[..., World]) -> None:
+    # decision E-9 (docs/semantics.md §5): the side that timed out drops its request
+    # connection; the peer notices and its own transfers over the link time out (PR-31)
+    w = world([(2, (2, 8)), (2, (2, 8))], [(2, (2, 8))], options={native.OPTION_SYNC_CACHE_WAIT_TIME: "150"})
+    mock_control.set_serve_delay(w.server, 400)
+    assert sup.status_of(w.client.pull_kv_cache, CacheIndex(1, w.sid[0]), Cache(w.cid[0])) == T
+    mock_control.set_serve_delay(w.server, 0)
+    deadline = time.monotonic() + 5
+    status = sup.status_of(w.server.pull_kv_cache, CacheIndex(2, w.cid[0]), Cache(w.sid[1]))
+    while status == S.LLM_SUCCESS and time.monotonic() < deadline:   # the peer notices the closed connection
+        time.sleep(0.01)
+        status = sup.status_of(w.server.pull_kv_cache, CacheIndex(2, w.cid[0]), Cache(w.sid[1]))
+    assert status == T
+    assert sup.status_of(w.server.push_kv_cache, push_src(w.sid[0], 2), CacheIndex(2, w.cid[0])) == T
+    assert sup.status_of(w.server.pull_kv_cache, CacheIndex(2, w.cid[0]), Cache(w.sid[1])) == T
+    assert (w.c[0][0] == 0).all()
+    assert w.client.unlink_llm_clusters([sup.cluster(1, w.server.listen_port)])[0] == S.LLM_SUCCESS
+    assert w.client.link_llm_clusters([sup.cluster(1, w.server.listen_port)])[0] == S.LLM_SUCCESS
+    w.server.push_kv_cache(push_src(w.sid[0], 2), CacheIndex(2, w.cid[0], 1), src_batch_index=1)
+    assert all((d[1] == s[1]).all() for d, s in zip(w.c[0], w.s[0]))
 
 
 def test_concurrent_transfers_over_one_and_several_links(engines: Engines) -> None:
@@ -542,6 +656,51 @@ def test_concurrent_transfers_over_one_and_several_links(engines: Engines) -> No
         touched = sorted({(j + r + b) % 32 for r in range(20) for b in range(8)})
         for d, s in zip(dst[j], src[j % 2]):
             assert (d[touched] == s[touched]).all()
+
+
+# ---- [all] rules: the native layer checks them before any backend call ----------------------------
+
+ALL_RULE_CASES = [
+    # (rule, C function, the call on client c with its cache lid and the server's cache rid)
+    ("PR-1", "lldd_pull_kv_cache",
+     lambda c, lid, rid: c.pull_kv_cache(CacheIndex(1, rid), Cache(lid), 0, -1, KvCacheExtParam((0, 0), (-1, -1)))),
+    ("PR-11", "lldd_push_kv_cache",
+     lambda c, lid, rid: c.push_kv_cache(push_src(lid, 4), CacheIndex(1, rid), 0, -1,
+                                         KvCacheExtParam((-1, 0), (0, 0)))),
+    ("PR-3", "lldd_pull_kv_blocks",
+     lambda c, lid, rid: c.pull_kv_blocks(CacheIndex(1, rid), Cache(lid), [0], [0],
+                                          KvCacheExtParam(tensor_num_per_layer=5))),
+    ("PR-3", "lldd_push_kv_cache",
+     lambda c, lid, rid: c.push_kv_cache(push_src(lid, 4), CacheIndex(1, rid), 0, -1,
+                                         KvCacheExtParam(tensor_num_per_layer=3))),
+    ("PR-5", "lldd_pull_kv_blocks",
+     lambda c, lid, rid: c.pull_kv_blocks(CacheIndex(1, rid), Cache(lid), [0, 1], [2, 2])),
+    ("PR-5", "lldd_push_kv_blocks",
+     lambda c, lid, rid: c.push_kv_blocks(push_src(lid, 4), CacheIndex(1, rid), [0, 1], np.array([3, 3], np.uint64))),
+    ("PR-33", "lldd_push_kv_cache", lambda c, lid, rid: c.push_kv_cache(push_src(lid, 2), CacheIndex(1, rid))),
+    ("PR-33", "lldd_push_kv_blocks",
+     lambda c, lid, rid: c.push_kv_blocks(push_src(lid, 3), CacheIndex(1, rid), [0], [0])),
+]
+
+
+@pytest.mark.parametrize("rule,function,call", ALL_RULE_CASES,
+                         ids=[f"{c[0]} {c[1]}" for c in ALL_RULE_CASES])
+def test_the_native_layer_checks_the_all_rules_before_the_backend(world: Callable[..., World], rule: str,
+                                                                  function: str, call: Any) -> None:
+    # an injected fault answers the first backend call of that function: the rule must
+    # be decided before it, and the fault is still armed for the next (valid) call
+    w = world([(4, (4, 8))], [(4, (4, 8))])
+    with mock_control.fault(function, S.LLM_WAIT_PROCESS_TIMEOUT):
+        with pytest.raises(LLMException) as info:
+            call(w.client, w.cid[0], w.sid[0])
+        assert info.value.status_code == P
+        assert f"({rule})" in str(info.value)
+        valid = raw.pull_blocks(w.client, 1, w.sid[0], w.cid[0], [0], [0]) if "blocks" in function else \
+            raw.pull_cache(w.client, 1, w.sid[0], w.cid[0])
+        if "push" in function:
+            valid = raw.push_blocks(w.client, 1, w.cid[0], w.sid[0], 4, [0], [0]) if "blocks" in function else \
+                raw.push_cache(w.client, 1, w.cid[0], w.sid[0], 4)
+        assert valid == S.LLM_WAIT_PROCESS_TIMEOUT and "injected" in raw.last_error()
 
 
 # ---- between processes ------------------------------------------------------------------------
