@@ -161,3 +161,141 @@ def mock_function(name: str) -> Any:
             f"{lldd_backend_name()} backend does not have",
         )
     return getattr(lldd_lib, name)
+
+
+# ---- extension functions (include/lldd/ext.h, LLDD_CAP_EXT_KEYS) ---------------------------
+#
+# What only the vendor's Python layer has: cache keys, allocation with keys, the v1
+# generation, per-layer pushes, swaps, rank-table links. The vendor-compatible API
+# (llm_datadist_ffi.v2) is their only caller. A backend without the capability (the
+# ascend shim over the public C++ class) answers LLM_FEATURE_NOT_ENABLED itself; a
+# library whose cdef does not declare them yet gets the same code from here.
+
+def has_ext() -> bool:
+    """Whether the loaded backend has the extension functions (``LLDD_CAP_EXT_KEYS``)."""
+    return hasattr(lldd_lib, "lldd_ext_initialize") and bool(
+        lldd_capabilities() & const("LLDD_CAP_EXT_KEYS"))
+
+
+def _ext_function(name: str) -> Any:
+    try:
+        return getattr(lldd_lib, name)
+    except AttributeError:
+        raise exception_for(
+            const("LLM_FEATURE_NOT_ENABLED"),
+            f"[{name}] failed, error code is LLMStatusCode.LLM_FEATURE_NOT_ENABLED, the "
+            f"{lldd_backend_name()} backend does not declare the extension function {name} "
+            "(include/lldd/ext.h, capability LLDD_CAP_EXT_KEYS) that the vendor-compatible API needs.",
+        ) from None
+
+
+def new_keys(count: int) -> CData:
+    """A zeroed ``lldd_key[count]`` (at least one element, so that it is never NULL)."""
+    _ext_function("lldd_ext_initialize")
+    return ffi.new("lldd_key[]", max(count, 1))
+
+
+def lldd_ext_initialize(engine: CData, options: CData, count: int, tag: str) -> None:
+    check(_ext_function("lldd_ext_initialize")(engine, options, count), tag)
+
+
+def lldd_ext_switch_role(engine: CData, role: int, options: CData, count: int, tag: str) -> None:
+    check(_ext_function("lldd_ext_switch_role")(engine, role, options, count), tag)
+
+
+def lldd_ext_check_link_status(engine: CData, remote_cluster_id: int, tag: str) -> None:
+    check(_ext_function("lldd_ext_check_link_status")(engine, remote_cluster_id), tag)
+
+
+def lldd_ext_register_cache(engine: CData, desc: CData, addrs: CData, num_addrs: int, kind: int,
+                            remote_accessible: bool, keys: CData, num_keys: int, tag: str) -> int:
+    cache_id = ffi.new("int64_t *")
+    check(_ext_function("lldd_ext_register_cache")(engine, desc, addrs, num_addrs, kind, int(remote_accessible),
+                                                    keys, num_keys, cache_id), tag)
+    return int(cache_id[0])
+
+
+def lldd_ext_unregister_cache(engine: CData, cache_id: int, tag: str) -> None:
+    check(_ext_function("lldd_ext_unregister_cache")(engine, cache_id), tag)
+
+
+def lldd_ext_allocate_cache(engine: CData, desc: CData, kind: int, keys: CData, num_keys: int,
+                            num_tensors: int, tag: str) -> tuple[int, list[int]]:
+    function = _ext_function("lldd_ext_allocate_cache")
+    cache_id = ffi.new("int64_t *")
+    addrs = ffi.new("uint64_t[]", max(num_tensors, 1))
+    check(function(engine, desc, kind, keys, num_keys, cache_id, addrs, num_tensors), tag)
+    return int(cache_id[0]), [int(addrs[i]) for i in range(num_tensors)]
+
+
+def lldd_ext_deallocate_cache(engine: CData, cache_id: int, tag: str) -> None:
+    check(_ext_function("lldd_ext_deallocate_cache")(engine, cache_id), tag)
+
+
+def lldd_ext_remove_cache_key(engine: CData, key: CData, tag: str) -> None:
+    check(_ext_function("lldd_ext_remove_cache_key")(engine, key), tag)
+
+
+def lldd_ext_pull(engine: CData, src: CData, dst_cache_id: int, batch_index: int, size: int,
+                  src_blocks: CData, n_src_blocks: int, dst_blocks: CData, n_dst_blocks: int,
+                  src_tensors: CData, n_src_tensors: int, dst_tensors: CData, n_dst_tensors: int,
+                  src_cache_offset: int, dst_cache_offset: int, tensor_num_per_layer: int, tag: str) -> None:
+    check(_ext_function("lldd_ext_pull")(engine, src, dst_cache_id, batch_index, size, src_blocks, n_src_blocks,
+                                         dst_blocks, n_dst_blocks, src_tensors, n_src_tensors, dst_tensors,
+                                         n_dst_tensors, src_cache_offset, dst_cache_offset,
+                                         tensor_num_per_layer), tag)
+
+
+def lldd_ext_push_layer(engine: CData, src_cache_id: int, src_batch_index: int, src_layer: int, dst: CData,
+                        dst_layer: int, tensor_num_per_layer: int, src_blocks: CData, n_src_blocks: int,
+                        dst_blocks: CData, n_dst_blocks: int, tag: str) -> None:
+    check(_ext_function("lldd_ext_push_layer")(engine, src_cache_id, src_batch_index, src_layer, dst, dst_layer,
+                                               tensor_num_per_layer, src_blocks, n_src_blocks, dst_blocks,
+                                               n_dst_blocks), tag)
+
+
+def lldd_ext_transfer_layer(engine: CData, src_cache_id: int, src_batch_index: int, layer: int,
+                            dst_cluster_id: int, dst_addrs: CData, src_blocks: CData, n_src_blocks: int,
+                            dst_blocks: CData, n_dst_blocks: int, dst_block_memory_size: int, tag: str) -> None:
+    check(_ext_function("lldd_ext_transfer_layer")(engine, src_cache_id, src_batch_index, layer, dst_cluster_id,
+                                                   dst_addrs, src_blocks, n_src_blocks, dst_blocks, n_dst_blocks,
+                                                   dst_block_memory_size), tag)
+
+
+def lldd_ext_copy_cache(engine: CData, dst_cache_id: int, src_cache_id: int, dst_batch_index: int,
+                        src_batch_index: int, offset: int, size: int, tag: str) -> None:
+    check(_ext_function("lldd_ext_copy_cache")(engine, dst_cache_id, src_cache_id, dst_batch_index,
+                                               src_batch_index, offset, size), tag)
+
+
+def lldd_ext_copy_blocks(engine: CData, cache_id: int, pairs: CData, num_pairs: int, tag: str) -> None:
+    check(_ext_function("lldd_ext_copy_blocks")(engine, cache_id, pairs, num_pairs), tag)
+
+
+def lldd_ext_swap_blocks(engine: CData, src_addrs: CData, dst_addrs: CData, num_tensors: int, block_size: int,
+                         pairs: CData, num_pairs: int, swap_in: bool, tag: str) -> None:
+    check(_ext_function("lldd_ext_swap_blocks")(engine, src_addrs, dst_addrs, num_tensors, block_size, pairs,
+                                                num_pairs, int(swap_in)), tag)
+
+
+def lldd_ext_link(engine: CData, comm_name: bytes, cluster_ids: CData, ranks: CData, num_members: int,
+                  rank_table: bytes, tag: str) -> int:
+    function = _ext_function("lldd_ext_link")
+    comm_id = ffi.new("uint64_t *")
+    check(function(engine, comm_name, cluster_ids, ranks, num_members, rank_table, comm_id), tag)
+    return int(comm_id[0])
+
+
+def lldd_ext_unlink(engine: CData, comm_id: int, tag: str) -> None:
+    check(_ext_function("lldd_ext_unlink")(engine, comm_id), tag)
+
+
+def lldd_ext_query_register_mem_status(engine: CData, comm_id: int, tag: str) -> int:
+    function = _ext_function("lldd_ext_query_register_mem_status")
+    status = ffi.new("uint32_t *")
+    check(function(engine, comm_id, status), tag)
+    return int(status[0])
+
+
+def lldd_ext_remap_registered_memory(engine: CData, addrs: CData, sizes: CData, num: int, tag: str) -> None:
+    check(_ext_function("lldd_ext_remap_registered_memory")(engine, addrs, sizes, num), tag)

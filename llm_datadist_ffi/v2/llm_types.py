@@ -13,13 +13,13 @@ hand these objects to the core:
 * ``core_key``/``CoreKey`` — the uniform record a key becomes in the core (§7.4);
 * ``check_cache_key`` — the validity rule for pulls (§7.5), static on both managers.
 
-``CacheTask`` wraps the background thread of ``transfer_cache_async`` and arrives
-with the CacheManager implementation; until then it is a stub that raises
-``NotImplementedError``.
+``CacheTask`` wraps the background thread of ``transfer_cache_async`` (the managers
+build it).
 """
 from __future__ import annotations
 
 import abc
+import threading
 from enum import Enum, IntEnum
 from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
@@ -539,6 +539,7 @@ class Cache:
         self._is_registered = is_registered
         self._is_blocks_cache = is_blocks_cache
         self._host_buffers: List["np.ndarray[Any, Any]"] = []
+        self._engine: Any = None  # the engine that made it (set by the manager), for check_live
 
     @property
     def cache_id(self) -> int:
@@ -664,6 +665,7 @@ class KvCache:
         self._cache_desc = cache_desc
         self._per_device_tensor_addrs = per_device_tensor_addrs
         self._kv_cache_manager = kv_cache_manager
+        self._engine: Any = None  # the engine that made it (set by the manager), for check_live
 
     @property
     def cache_id(self) -> int:
@@ -923,28 +925,55 @@ class LayerSynchronizer(abc.ABC):
 class CacheTask:
     """The handle ``transfer_cache_async`` returns (python-api.md §9.5).
 
-    Stub: comes with the CacheManager implementation.
+    It wraps the background thread that transfers layer by layer. Results are kept
+    per destination cluster id (configs with the same destination share one), and
+    transfer failures are reported, never raised. Built by the managers only.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        """Raises ``NotImplementedError`` until the CacheManager implementation lands."""
-        raise NotImplementedError("CacheTask comes with the CacheManager implementation")
+    def __init__(self, thread: threading.Thread, configs: Sequence[Any],
+                 results: Dict[int, LLMStatusCode], default_error: LLMStatusCode) -> None:
+        self._thread = thread
+        self._configs = list(configs)
+        self._results = results
+        self._default_error = default_error
+
+    def _wait(self, timeout_in_millis: Optional[int]) -> bool:
+        """Join the thread; True when it has finished."""
+        if timeout_in_millis is not None:
+            check_int(timeout_in_millis, "timeout_in_millis", UINT32)
+        self._thread.join(None if timeout_in_millis is None else timeout_in_millis / 1000)
+        return not self._thread.is_alive()
 
     def synchronize(self, timeout_in_millis: Optional[int] = None) -> LLMStatusCode:
-        """Wait for the transfer; the first failure, else ``LLM_SUCCESS``.
+        """Wait for the transfer (``None``: without limit) and return the first
+        failure in config order, else ``LLM_SUCCESS``. Still running after the wait:
+        the default error (v2 ``LLM_TIMEOUT``, v1 ``LLM_WAIT_PROCESS_TIMEOUT``).
 
         Raises:
-            NotImplementedError: until the CacheManager implementation lands.
+            TypeError: ``timeout_in_millis`` is not an int.
+            ValueError: ``timeout_in_millis`` is outside uint32.
         """
-        raise NotImplementedError("CacheTask comes with the CacheManager implementation")
+        if not self._wait(timeout_in_millis):
+            return self._default_error
+        for config in self._configs:
+            result = self._results.get(config.dst_cluster_id)
+            if result is not None and result != LLMStatusCode.LLM_SUCCESS:
+                return result
+        return LLMStatusCode.LLM_SUCCESS
 
     def get_results(self, timeout_in_millis: Optional[int] = None) -> List[Optional[LLMStatusCode]]:
-        """Wait for the transfer; one result per config.
+        """Wait as ``synchronize`` does; one entry per config in input order: the
+        result recorded for its destination cluster, or ``None`` if none was (the
+        thread stopped before reaching it). Still running: the default error for
+        every config.
 
         Raises:
-            NotImplementedError: until the CacheManager implementation lands.
+            TypeError: ``timeout_in_millis`` is not an int.
+            ValueError: ``timeout_in_millis`` is outside uint32.
         """
-        raise NotImplementedError("CacheTask comes with the CacheManager implementation")
+        if not self._wait(timeout_in_millis):
+            return [self._default_error] * len(self._configs)
+        return [self._results.get(config.dst_cluster_id) for config in self._configs]
 
 
 class MemInfo:

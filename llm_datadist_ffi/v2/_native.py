@@ -1,0 +1,295 @@
+"""The engine behind the vendor-compatible API, and the conversions into the C ABI.
+
+The vendor's Python package keeps ONE native engine per process (python-api.md
+§10.8): ``LLMDataDist.init`` creates it, ``finalize`` destroys it, and every manager
+object — also one kept from before a ``finalize`` — talks to whichever engine is live
+at the moment of the call. This module holds that live engine (``EngineState``) and
+what the managers need to reach it:
+
+* ``engine_for(tag, code)``: the live engine's handle, or the error the vendor's core
+  gives when there is none (``LLM_FAILED`` for register, unregister and allocate,
+  ``LLM_PARAM_INVALID`` for every other cache call, python-api.md §10.3);
+* ``check_live``: the project rule that a ``Cache``/``KvCache`` made by an engine that
+  has since been finalized is rejected (python-api.md §8.1) — cache ids restart at 1,
+  so such an object would otherwise address whatever the new engine calls by that id;
+* conversions of descriptors, keys, option maps, address and block lists into cffi
+  values, with the vendor's native-conversion errors (``TypeError`` for an int its C
+  type cannot hold) raised before the call.
+
+A finalized engine's handle is not freed while a call still holds it: every call
+takes the handle into a local variable for its duration, and the handle is released
+by ``ffi.gc`` once nothing refers to it. The backend itself makes a finalize wait
+for the calls already running (PR-37).
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .. import _capi
+from .._capi import const, ffi
+from .._vendor_checks import UINT64, param_invalid, type_name
+from ..status import LLMException, LLMStatusCode, exception_for
+from .llm_types import AnyCacheKey, BlocksCacheKey, CacheKeyByIdAndIndex, CoreCacheDesc, core_key
+
+__all__ = [
+    "EngineState", "current", "set_current", "live", "engine_for", "check_live", "no_engine_error", "c_options",
+    "c_cache_desc", "c_key", "c_keys", "c_u64", "BlockArray", "block_list", "is_block_array",
+    "check_block_types", "block_count",
+]
+
+CData = Any
+
+
+class EngineState:
+    """One initialised native engine, from a successful ``init`` to ``finalize``.
+
+    The flags are the ones the vendor fixes at init from the final options
+    (python-api.md §10.2 step 10).
+    """
+
+    def __init__(self, handle: CData, cluster_id: int, options: Dict[str, str]) -> None:
+        self.handle: Optional[CData] = handle
+        self.cluster_id = cluster_id
+        self.options = options
+        self.cache_manager_mode = options.get("llm.EnableCacheManager") == "1"
+        self.direct_mode = options.get("llm.EnableRemoteCacheAccessible") == "1"
+        self.device_pool = bool(options.get("llm.MemPoolConfig"))
+        self.host_pool = bool(options.get("llm.HostMemPoolConfig"))
+        self.local_comm_res_given = "llm.LocalCommRes" in options
+        self.local_comm_res_set = bool(options.get("llm.LocalCommRes"))
+
+    @property
+    def alive(self) -> bool:
+        return self.handle is not None
+
+
+_lock = threading.Lock()
+_current: Optional[EngineState] = None
+
+
+def current() -> Optional[EngineState]:
+    """The process's live engine, or None."""
+    return _current
+
+
+def set_current(state: Optional[EngineState]) -> None:
+    global _current
+    with _lock:
+        _current = state
+
+
+def no_engine_error(tag: str, code: int) -> LLMException:
+    """What a call reaching no engine raises (the vendor's core answers ``code``)."""
+    name = LLMStatusCode(code)
+    return exception_for(code, f"[{tag}] failed, error code is {name}, llm datadist is not initialized "
+                               "(the engine was finalized).")
+
+
+def live(tag: str, code: int = LLMStatusCode.LLM_PARAM_INVALID) -> Tuple[EngineState, CData]:
+    """The live engine and its handle, for a call tagged ``tag``.
+
+    The caller keeps the handle in a local variable for the duration of its native
+    call, so that a concurrent ``finalize`` cannot free it under the call.
+
+    Raises:
+        LLMException: ``code`` when no engine is live (after ``finalize``).
+    """
+    state = _current
+    handle = None if state is None else state.handle
+    if state is None or handle is None:
+        raise no_engine_error(tag, code)
+    return state, handle
+
+
+def engine_for(tag: str, code: int = LLMStatusCode.LLM_PARAM_INVALID) -> CData:
+    """The live engine's handle for a call tagged ``tag`` (see ``live``).
+
+    Raises:
+        LLMException: ``code`` when no engine is live (after ``finalize``).
+    """
+    return live(tag, code)[1]
+
+
+def check_live(cache: Any, name: str, tag: str) -> None:
+    """Project rule (python-api.md §8.1): reject a cache object of a finalized engine.
+
+    Objects made by ``create_cpu_cache`` belong to no engine and always pass.
+
+    Raises:
+        LLMException: ``LLM_PARAM_INVALID`` when the engine that made ``cache`` is no
+            longer the live one.
+    """
+    owner = getattr(cache, "_engine", None)
+    if owner is not None and owner is not _current:
+        raise param_invalid(f"[{tag}] {name} (cache id {cache.cache_id}) was made by an engine that has been "
+                            "finalized; cache objects do not survive finalize, and ids restart at 1 in a new "
+                            "engine (project rule, python-api.md §8.1)")
+
+
+# ---- conversions ------------------------------------------------------------------------------
+
+def c_options(options: Mapping[str, Any], name: str) -> Tuple[CData, int, List[CData]]:
+    """An option map as ``lldd_option[]``.
+
+    Raises:
+        TypeError: a key or value that is not a ``str`` (the vendor's binding
+            converts to ``std::map<std::string, std::string>``).
+    """
+    keep: List[CData] = []
+    array = ffi.new("lldd_option[]", max(len(options), 1))
+    for index, (key, value) in enumerate(options.items()):
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"{name} keys and values must be str, got {key!r}: {value!r} "
+                            f"({type_name(key)}: {type_name(value)})")
+        k, v = ffi.new("char[]", key.encode()), ffi.new("char[]", value.encode())
+        keep += [k, v]
+        array[index].key, array[index].value = k, v
+    return array, len(options), keep
+
+
+def c_cache_desc(desc: CoreCacheDesc) -> Tuple[CData, List[CData]]:
+    """The core form of a ``CacheDesc`` as ``lldd_cache_desc``."""
+    shape = ffi.new("int64_t[]", list(desc.shape)) if desc.shape else ffi.NULL
+    out = ffi.new("lldd_cache_desc *")
+    out.placement, out.num_tensors, out.data_type = desc.placement, desc.num_tensors, desc.data_type
+    out.shape, out.shape_len = shape, len(desc.shape)
+    return out, [shape]
+
+
+def _fill_key(slot: CData, key: AnyCacheKey) -> None:
+    core = core_key(key)
+    if isinstance(key, BlocksCacheKey):
+        slot.kind = const("LLDD_KEY_BLOCKS")
+    elif isinstance(key, CacheKeyByIdAndIndex):
+        slot.kind = const("LLDD_KEY_BY_ID")
+    else:
+        slot.kind = const("LLDD_KEY_CACHE")
+    slot.batch_index = core.batch_index
+    slot.cluster_id = core.cluster_id
+    slot.req_id = core.req_id
+    slot.prefix_id = core.prefix_id
+    slot.model_id = core.model_id
+    slot.cache_id = core.cache_id
+
+
+def c_key(key: AnyCacheKey) -> CData:
+    """One key as ``lldd_key *``.
+
+    Raises:
+        TypeError: a ``BlocksCacheKey`` value its uint64 field cannot hold.
+    """
+    out = _capi.new_keys(1)
+    _fill_key(out[0], key)
+    return out
+
+
+def c_keys(keys: Sequence[AnyCacheKey]) -> Tuple[CData, int]:
+    """Keys as ``lldd_key[]`` (NULL when there are none)."""
+    if not keys:
+        return ffi.NULL, 0
+    out = _capi.new_keys(len(keys))
+    for index, key in enumerate(keys):
+        _fill_key(out[index], key)
+    return out, len(keys)
+
+
+def c_u64(values: Sequence[int], name: str) -> CData:
+    """A ``uint64_t[]`` of ``values`` (NULL when empty).
+
+    Raises:
+        TypeError: a value outside uint64 (the vendor's binding conversion).
+    """
+    for index, value in enumerate(values):
+        if not UINT64[1] <= value <= UINT64[2]:
+            raise TypeError(f"{name}[{index}] is {value}; the core takes a uint64 in [0, {UINT64[2]}]")
+    return ffi.new("uint64_t[]", list(values)) if values else ffi.NULL
+
+
+class BlockArray:
+    """A block list ready for C: a ``uint64`` numpy array and a pointer into it.
+
+    A C-contiguous ``uint64`` numpy array is used as it is (no copy); other integer
+    arrays and lists are converted once. ``array`` must stay referenced for as long as
+    C may read ``pointer``; the object holds it.
+    """
+
+    def __init__(self, array: "np.ndarray[Any, Any]") -> None:
+        self.array = array
+        self.count = int(array.size)
+        self.pointer: CData = ffi.from_buffer("uint64_t[]", array) if self.count else ffi.NULL
+
+    def duplicate(self) -> Optional[int]:
+        """The smallest value that occurs more than once, or None."""
+        if self.count < 2:
+            return None
+        ordered = np.sort(self.array, kind="stable")
+        repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+        return int(repeated[0]) if repeated.size else None
+
+    def tolist(self) -> List[int]:
+        return [int(v) for v in self.array]
+
+
+def is_block_array(value: object) -> bool:
+    """Project rule (python-api.md §11.2): a one-dimensional integer numpy array."""
+    return isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "iu"
+
+
+def block_list(value: Any, name: str) -> BlockArray:
+    """A checked block list (``None`` counts as empty) as a ``BlockArray``.
+
+    The element types were checked already (the vendor's type check); this is the
+    native conversion: a negative index or one above ``2**64-1`` raises ``TypeError``
+    as the vendor's binding does.
+
+    Raises:
+        TypeError: an index outside uint64.
+    """
+    if value is None:
+        return BlockArray(np.empty(0, dtype=np.uint64))
+    if isinstance(value, np.ndarray):
+        if value.dtype == np.uint64:
+            array = value if value.flags.c_contiguous else np.ascontiguousarray(value)
+            return BlockArray(array)
+        if value.size and int(value.min()) < 0:
+            raise TypeError(f"{name} holds {int(value.min())}; block indexes are uint64 (>= 0)")
+        return BlockArray(np.ascontiguousarray(value, dtype=np.uint64))
+    items = list(value)
+    for index, item in enumerate(items):
+        if not UINT64[1] <= item <= UINT64[2]:
+            raise TypeError(f"{name}[{index}] is {item}; block indexes are uint64 in [0, {UINT64[2]}]")
+    return BlockArray(np.array(items, dtype=np.uint64) if items else np.empty(0, dtype=np.uint64))
+
+
+def check_block_types(value: Any, name: str, containers: Tuple[type, ...] = (list, tuple)) -> None:
+    """The vendor's type check of a block list, plus the project's numpy arrays.
+
+    ``None`` passes (it counts as empty). A one-dimensional integer numpy array is
+    accepted (project rule, python-api.md §11.2); any other array is a ``TypeError``
+    as in the vendor.
+
+    Raises:
+        TypeError: not one of ``containers`` of ``int``, nor such an array.
+    """
+    if value is None or is_block_array(value):
+        return
+    if isinstance(value, np.ndarray):
+        raise TypeError(f"{name} must be {' | '.join(c.__name__ for c in containers)} of int or a one-dimensional "
+                        f"integer numpy array, not a numpy array of shape {value.shape} and dtype {value.dtype}")
+    if not isinstance(value, containers):
+        raise TypeError(f"{name} must be {' | '.join(c.__name__ for c in containers)} of int, not "
+                        f"{type_name(value)}")
+    for index, item in enumerate(value):
+        if not isinstance(item, int):
+            raise TypeError(f"{name}[{index}] must be int, not {type_name(item)}")
+
+
+def block_count(value: Any) -> int:
+    """The length of a type-checked block list (``None`` counts as empty)."""
+    if value is None:
+        return 0
+    return int(value.size) if isinstance(value, np.ndarray) else len(value)
+
