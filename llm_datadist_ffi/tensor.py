@@ -5,7 +5,7 @@ vendor they come from the legacy v1 package, here they are the package's own
 (project rule, python-api.md §1.2). A ``Tensor`` wraps either a C-contiguous numpy
 array (kept by reference, not copied) or a native tensor handle as
 ``KvCacheManager.get_cache_tensors`` returns it; reading the data of a handle tensor
-needs the engine and comes with the KvCacheManager implementation.
+copies the engine memory it addresses out into a new array.
 """
 from __future__ import annotations
 
@@ -26,6 +26,25 @@ def _np_type(dtype: Any) -> Any:
     from .data_type import dtype_to_np_dtype
 
     return dtype_to_np_dtype.get(dtype)
+
+
+def _copy_out(address: int, out: "np.ndarray[Any, Any]") -> None:
+    """Copy ``out.nbytes`` bytes of engine memory at ``address`` into ``out``.
+
+    On the mock backend "device" memory is host memory and is read directly; on
+    the ascend backend the ACL runtime copies device to host (the calling thread
+    needs a current device, ``acl.set_device``).
+    """
+    from ._loader import backend
+
+    if backend == "mock":
+        from ._capi import ffi
+
+        out[:] = np.frombuffer(ffi.buffer(ffi.cast("char *", address), out.nbytes), dtype=np.uint8)
+        return
+    from . import acl
+
+    acl.memcpy(int(out.ctypes.data), out.nbytes, address, out.nbytes, acl.ACL_MEMCPY_DEVICE_TO_HOST)
 
 
 class TensorDesc:
@@ -128,12 +147,17 @@ class Tensor:
         Raises:
             TypeError: ``copy`` is not a ``bool``.
             RuntimeError: a string tensor without ``copy=True``.
-            NotImplementedError: a native-handle tensor (reading it comes with the
-                KvCacheManager implementation).
+            RuntimeError: a handle tensor without a ``TensorDesc`` or of a type
+                without a size, or whose memory cannot be read.
+
+        A handle tensor (from ``KvCacheManager.get_cache_tensors``) addresses cache
+        memory of the engine; its data is always copied out into a new array, so
+        the result stays valid after the cache is freed. Write into a cache with
+        ``copy_cache`` or through the addresses the manager hands out.
         """
         check_type(copy, bool, "copy")
         if self._array is None:
-            raise NotImplementedError("reading a native tensor handle comes with the KvCacheManager implementation")
+            return self._read_handle()
         desc = self._desc
         if desc is not None and desc.dtype is DataType.DT_STRING and not copy:
             raise RuntimeError("a string tensor can only be read with numpy(copy=True)")
@@ -141,6 +165,23 @@ class Tensor:
             bits = self._array.view(np.uint16).astype(np.uint32) << 16
             return bits.view(np.float32)
         return self._array.copy() if copy else self._array
+
+    def _read_handle(self) -> "np.ndarray[Any, Any]":
+        from .data_type import ELEMENT_BITS
+
+        desc = self._desc
+        if desc is None or desc.dtype.value not in ELEMENT_BITS or desc.dtype is DataType.DT_STRING:
+            raise RuntimeError(f"cannot read tensor handle {self._handle:#x}: it has no readable tensor_desc ({desc})")
+        shape = desc.shape
+        count = int(np.prod(shape)) if shape else 1
+        nbytes = (count * ELEMENT_BITS[desc.dtype.value] + 7) // 8
+        data = np.empty(nbytes, dtype=np.uint8)
+        if nbytes:
+            _copy_out(int(self._handle or 0), data)
+        if desc.dtype is DataType.DT_BF16:
+            bits = data.view(np.uint16).astype(np.uint32) << 16
+            return bits.view(np.float32).reshape(shape)
+        return data.view(_np_type(desc.dtype)).reshape(shape)
 
     @staticmethod
     def from_tensor_tuple(tensor_tuple: Tuple[int, int, List[int]]) -> "Tensor":

@@ -1,0 +1,714 @@
+"""LLMDataDist (python-api.md §10): constructor, init in both generations, finalize,
+re-init, one engine per process, the manager properties, one-sided links, rank-table
+links, switch_role and check_link_status.
+
+Each row of the spec has a test; a call that breaks two rules must raise the earlier.
+Engines of other processes (``vendor_peer.py``) are the link peers: the vendor's API
+allows one initialised engine per process.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from llm_datadist_ffi import LLMException, LLMStatusCode
+from llm_datadist_ffi.v2 import llm_datadist as llm_datadist_module
+from llm_datadist_ffi.vendor import (
+    BlocksCacheKey, CacheDesc, CacheKeyByIdAndIndex, DataType, LLMClusterInfo, LLMConfig, LLMDataDist, LLMRole, RegisterMemStatus,
+)
+from llm_datadist_ffi.v2.cache_manager import CacheManager, KvCacheManager
+
+
+def _load(name: str) -> Any:
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+vs = _load("vendor_support")
+raises, lx = vs.raises, vs.lx
+S = LLMStatusCode
+U64_MAX = 2**64 - 1
+NOT_INITIALIZED = "llm datadist is not initialized"
+
+
+@pytest.fixture(autouse=True)
+def no_engine_left() -> Iterator[None]:
+    """Every test leaves the process without an initialised engine."""
+    yield
+    leftover = LLMDataDist.llm_engine_instance
+    if leftover is not None:
+        leftover.finalize()
+        pytest.fail("a test left an initialised LLMDataDist behind")
+
+
+@pytest.fixture
+def v2() -> Iterator[LLMDataDist]:
+    engine = LLMDataDist(LLMRole.DECODER, 2)
+    engine.init(vs.v2_options())
+    yield engine
+    engine.finalize()
+
+
+@pytest.fixture
+def v1_decoder() -> Iterator[LLMDataDist]:
+    engine = LLMDataDist(LLMRole.DECODER, 2)
+    engine.init(vs.v1_options(**{"llm.EnableSwitchRole": "1"}))
+    yield engine
+    engine.finalize()
+
+
+# ---------------------------------------------------------------------------
+# §10.1 constructor and members before init
+# ---------------------------------------------------------------------------
+
+
+def test_constructor_takes_a_role_and_a_uint64_cluster_id() -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, U64_MAX)
+    assert engine.cluster_id == U64_MAX
+    assert LLMDataDist(LLMRole.MIX, 0).cluster_id == 0
+
+
+def test_constructor_rejects_a_plain_int_role_with_type_error() -> None:
+    raises(TypeError, lambda: LLMDataDist(1, 1), "role")  # type: ignore[arg-type]
+
+
+def test_constructor_checks_the_cluster_id_as_uint64() -> None:
+    raises(TypeError, lambda: LLMDataDist(LLMRole.PROMPT, "1"), "cluster_id")  # type: ignore[arg-type]
+    raises(TypeError, lambda: LLMDataDist(LLMRole.PROMPT, None), "cluster_id")  # type: ignore[arg-type]
+    raises(ValueError, lambda: LLMDataDist(LLMRole.PROMPT, -1), "cluster_id")
+    raises(ValueError, lambda: LLMDataDist(LLMRole.PROMPT, 2**64), "cluster_id")
+
+
+def test_constructor_checks_the_role_before_the_cluster_id() -> None:
+    raises(TypeError, lambda: LLMDataDist(1, -1), "role")  # type: ignore[arg-type]
+
+
+def test_constructor_creates_no_engine() -> None:
+    LLMDataDist(LLMRole.PROMPT, 1)
+    assert LLMDataDist.llm_engine_instance is None
+
+
+@pytest.mark.parametrize("call", [
+    lambda e: e.cache_manager,
+    lambda e: e.kv_cache_manager,
+    lambda e: e.link_clusters([]),
+    lambda e: e.unlink_clusters([]),
+    lambda e: e.link("c", {1: 0, 2: 1}, "{}"),
+    lambda e: e.unlink(1),
+    lambda e: e.query_register_mem_status(1),
+    lambda e: e.switch_role(LLMRole.PROMPT),
+    lambda e: e.check_link_status(1),
+], ids=["cache_manager", "kv_cache_manager", "link_clusters", "unlink_clusters", "link", "unlink",
+        "query_register_mem_status", "switch_role", "check_link_status"])
+def test_every_member_raises_plain_runtime_error_before_init(call: Any) -> None:
+    engine = LLMDataDist(LLMRole.DECODER, 2)
+    raises(RuntimeError, lambda: call(engine), NOT_INITIALIZED)
+
+
+def test_not_initialized_is_checked_before_the_arguments() -> None:
+    engine = LLMDataDist(LLMRole.DECODER, 2)
+    raises(RuntimeError, lambda: engine.link_clusters("not a list", timeout=-5), NOT_INITIALIZED)  # type: ignore
+    raises(RuntimeError, lambda: engine.link(None, None, None), NOT_INITIALIZED)  # type: ignore[arg-type]
+
+
+def test_finalize_before_init_is_a_no_op() -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    engine.finalize()
+    engine.finalize()
+    assert LLMDataDist.llm_engine_instance is None
+
+
+# ---------------------------------------------------------------------------
+# §10.2 init: Python-side steps, in order
+# ---------------------------------------------------------------------------
+
+
+def test_init_rejects_options_that_are_not_a_dict() -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    raises(TypeError, lambda: engine.init([("llm.EnableCacheManager", "1")]), "options")  # type: ignore[arg-type]
+    raises(TypeError, lambda: engine.init(None), "options")  # type: ignore[arg-type]
+    assert LLMDataDist.llm_engine_instance is None
+
+
+def test_init_checks_flow_graph_mem_max_size_type_comma_then_digits() -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    raises(TypeError, lambda: engine.init({"ge.flowGraphMemMaxSize": 1024}), "ge.flowGraphMemMaxSize")
+    lx(lambda: engine.init({"ge.flowGraphMemMaxSize": "1,2"}), "','")
+    lx(lambda: engine.init({"ge.flowGraphMemMaxSize": "12a"}), "digits")
+    lx(lambda: engine.init({"ge.flowGraphMemMaxSize": "1a,2"}), "','")
+
+
+def test_init_rejects_local_comm_res_without_cache_manager_mode() -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    lx(lambda: engine.init({"llm.LocalCommRes": "", "llm.EnableCacheManager": "0"}), "llm.LocalCommRes")
+
+
+def test_init_checks_the_transfer_backend_requirements_in_order() -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    lx(lambda: engine.init({"llm.TransferBackend": "hixl"}), "llm.EnableCacheManager")
+    lx(lambda: engine.init({"llm.TransferBackend": "hixl", "llm.EnableCacheManager": "1",
+                            "llm.EnableRemoteCacheAccessible": "0"}), "llm.EnableRemoteCacheAccessible")
+    lx(lambda: engine.init({"llm.TransferBackend": "hixl", "llm.EnableCacheManager": "1"}), "llm.listenIpInfo")
+
+
+@pytest.mark.parametrize("listen, error, fragment", [
+    ("127.0.0.1", LLMException, "ip:port"),
+    ("::1:26000", LLMException, "ip:port"),
+    ("127.0.0.1:http", ValueError, "port"),
+    ("127.0.0.1:0", LLMException, "PR-27"),
+    ("127.0.0.1:65536", LLMException, "PR-27"),
+])
+def test_init_parses_the_v2_listen_address_as_ip_colon_port(listen: str, error: type, fragment: str) -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    options = vs.v2_options(**{"llm.listenIpInfo": listen})
+    if error is LLMException:
+        lx(lambda: engine.init(options), fragment)
+    else:
+        raises(error, lambda: engine.init(options), fragment)
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "12ms", "2147483648", ""])
+def test_init_rejects_a_sync_wait_time_outside_one_to_int32_max(value: str) -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    lx(lambda: engine.init(vs.v2_options(**{"llm.SyncKvCacheWaitTime": value})), "PR-26")
+
+
+def test_init_rejects_option_values_that_are_not_str() -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    options: dict = vs.v2_options()
+    options["llm.SomeNumber"] = 5
+    raises(TypeError, lambda: engine.init(options), "llm.SomeNumber")
+    assert LLMDataDist.llm_engine_instance is None
+
+
+def test_init_with_a_none_role_raises_key_error() -> None:
+    engine = LLMDataDist(None, 1)  # type: ignore[arg-type]
+    raises(KeyError, lambda: engine.init(vs.v2_options()), "role")
+
+
+def test_init_in_v1_mode_requires_ge_exec_device_id_as_param_invalid() -> None:
+    engine = LLMDataDist(LLMRole.DECODER, 1)
+    lx(lambda: engine.init({"llm.SyncKvCacheWaitTime": "1000"}), "ge.exec.deviceId")
+
+
+def test_init_in_v1_mode_requires_digit_device_ids() -> None:
+    engine = LLMDataDist(LLMRole.DECODER, 1)
+    lx(lambda: engine.init({"ge.exec.deviceId": "x"}), "ge.exec.deviceId")
+
+
+def test_init_in_v1_mode_requires_a_prompt_listen_address_per_device() -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    lx(lambda: engine.init({"ge.exec.deviceId": "0"}), "llm.listenIpInfo")
+    lx(lambda: engine.init({"ge.exec.deviceId": "0;1", "llm.listenIpInfo": "127.0.0.1:26000"}), "2 devices")
+    lx(lambda: engine.init({"ge.exec.deviceId": "0", "llm.listenIpInfo": "127.0.0.1"}), "ip:port")
+    lx(lambda: engine.init({"ge.exec.deviceId": "0", "llm.listenIpInfo": "nohost:26000"}), "IPv4")
+
+
+def test_init_reports_the_earlier_of_two_broken_rules() -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    # ge.flowGraphMemMaxSize (step 4) before llm.LocalCommRes (step 8)
+    lx(lambda: engine.init({"ge.flowGraphMemMaxSize": "1,2", "llm.LocalCommRes": "",
+                            "llm.EnableCacheManager": "0"}), "','")
+    # the options type (step 3) before any option
+    raises(TypeError, lambda: engine.init("llm.LocalCommRes"), "options")  # type: ignore[arg-type]
+
+
+def test_init_does_not_modify_the_callers_options(v2: LLMDataDist) -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    options = {"llm.LocalCommRes": "", "llm.listenIpInfo": f"127.0.0.1:{vs.free_port()}"}
+    snapshot = dict(options)
+    v2.finalize()
+    engine.init(options)
+    try:
+        assert options == snapshot
+    finally:
+        engine.finalize()
+
+
+# ---------------------------------------------------------------------------
+# §10.2 init: generations, one engine per process, failures
+# ---------------------------------------------------------------------------
+
+
+def test_init_in_cache_manager_mode_offers_cache_manager_only(v2: LLMDataDist) -> None:
+    assert isinstance(v2.cache_manager, CacheManager)
+    assert v2.cache_manager is v2.cache_manager
+    lx(lambda: v2.kv_cache_manager, "llm.EnableCacheManager")
+    assert LLMDataDist.llm_engine_instance is v2
+
+
+def test_init_without_cache_manager_mode_offers_kv_cache_manager_only(v1_decoder: LLMDataDist) -> None:
+    assert isinstance(v1_decoder.kv_cache_manager, KvCacheManager)
+    assert v1_decoder.kv_cache_manager.is_initialized() is True
+    lx(lambda: v1_decoder.cache_manager, "cache_manager is not supported when llm.EnableCacheManager is not "
+                                         "configured.")
+
+
+def test_local_comm_res_turns_on_cache_manager_mode_even_when_empty() -> None:
+    engine = LLMDataDist(LLMRole.DECODER, 2)
+    engine.init({"llm.LocalCommRes": ""})
+    try:
+        assert isinstance(engine.cache_manager, CacheManager)
+        assert engine.cache_manager._direct_mode is True
+    finally:
+        engine.finalize()
+
+
+def test_llm_config_options_init_an_engine_and_extra_raw_keys_are_accepted() -> None:
+    config = LLMConfig()
+    config.device_id = 0
+    config.enable_cache_manager = True
+    config.enable_remote_cache_accessible = True
+    config.sync_kv_timeout = 3000
+    config.enable_switch_role = True
+    options = config.generate_options()
+    options["llm.RdmaServiceLevel"] = "4"
+    options["ge.session_device_id"] = "0"
+    engine = LLMDataDist(LLMRole.MIX, 5)
+    engine.init(options)
+    try:
+        assert isinstance(engine.cache_manager, CacheManager)
+    finally:
+        engine.finalize()
+
+
+def test_init_twice_is_a_no_op_that_ignores_the_new_options(v2: LLMDataDist) -> None:
+    manager = v2.cache_manager
+    v2.init({"llm.EnableCacheManager": "0"})
+    assert v2.cache_manager is manager
+
+
+def test_a_second_engine_cannot_init_while_one_is_initialised(v2: LLMDataDist) -> None:
+    other = LLMDataDist(LLMRole.PROMPT, 1)
+    error = lx(lambda: other.init(vs.v2_options()), "Cannot init multiple LLMDataDists", status=S.LLM_FAILED)
+    assert LLMDataDist.llm_engine_instance is v2
+    assert isinstance(error, LLMException)
+    # step 2 comes before the options check (step 3)
+    lx(lambda: other.init(None), "Cannot init multiple LLMDataDists", status=S.LLM_FAILED)  # type: ignore
+
+
+def test_a_second_engine_may_init_after_the_first_finalized(v2: LLMDataDist) -> None:
+    v2.finalize()
+    other = LLMDataDist(LLMRole.PROMPT, 1)
+    other.init(vs.v2_options())
+    try:
+        assert LLMDataDist.llm_engine_instance is other
+    finally:
+        other.finalize()
+
+
+def test_a_failing_core_init_leaves_the_instance_uninitialised_and_retryable() -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    error = raises(LLMException, lambda: engine.init(vs.v2_options(**{"llm.MemPoolConfig": "not json"})),
+                   "LLMDataDist.init")
+    assert error.status_code == S.LLM_PARAM_INVALID  # type: ignore[attr-defined]
+    assert LLMDataDist.llm_engine_instance is None
+    raises(RuntimeError, lambda: engine.cache_manager, NOT_INITIALIZED)
+    engine.init(vs.v2_options())
+    try:
+        assert isinstance(engine.cache_manager, CacheManager)
+    finally:
+        engine.finalize()
+
+
+def test_v2_core_rejects_two_device_ids_at_init() -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    lx(lambda: engine.init(vs.v2_options(**{"ge.exec.deviceId": "0;1"})))
+    assert LLMDataDist.llm_engine_instance is None
+
+
+# ---------------------------------------------------------------------------
+# §10.3 finalize, re-init, atexit
+# ---------------------------------------------------------------------------
+
+
+def test_finalize_frees_the_slot_and_marks_the_manager_uninitialised(v1_decoder: LLMDataDist) -> None:
+    manager = v1_decoder.kv_cache_manager
+    v1_decoder.finalize()
+    assert LLMDataDist.llm_engine_instance is None
+    assert manager.is_initialized() is False
+    raises(RuntimeError, lambda: v1_decoder.kv_cache_manager, NOT_INITIALIZED)
+    v1_decoder.finalize()
+
+
+def test_reinit_makes_a_fresh_engine_with_ids_from_one_and_a_new_manager() -> None:
+    import numpy as np
+
+    engine = LLMDataDist(LLMRole.DECODER, 2)
+    options = vs.v2_options()
+    arrays = [np.zeros((4, 16), dtype=np.uint8) for _ in range(2)]
+    desc = CacheDesc(2, [4, 16], DataType.DT_UINT8)
+    engine.init(options)
+    try:
+        first = engine.cache_manager
+        ids = [first.register_blocks_cache(desc, [a.ctypes.data for a in arrays]).cache_id for _ in range(2)]
+        assert ids == [1, 2]
+        engine.finalize()
+        engine.init(options)
+        second = engine.cache_manager
+        assert second is not first
+        assert second.register_blocks_cache(desc, [a.ctypes.data for a in arrays]).cache_id == 1
+    finally:
+        engine.finalize()
+
+
+def test_a_manager_kept_across_finalize_fails_with_the_vendor_codes_then_reaches_the_new_engine() -> None:
+    import numpy as np
+
+    engine = LLMDataDist(LLMRole.DECODER, 2)
+    arrays = [np.zeros((4, 16), dtype=np.uint8) for _ in range(2)]
+    desc = CacheDesc(2, [4, 16], DataType.DT_UINT8)
+    engine.init(vs.v2_options())
+    old = engine.cache_manager
+    cache = old.register_blocks_cache(desc, [a.ctypes.data for a in arrays])
+    engine.finalize()
+    try:
+        raises(LLMException, lambda: old.register_blocks_cache(desc, [a.ctypes.data for a in arrays]),
+               "register_blocks_cache", S.LLM_FAILED)
+        raises(LLMException, lambda: old.unregister_cache(1), "unregister_cache", S.LLM_FAILED)
+        lx(lambda: old.pull_cache(CacheKeyByIdAndIndex(1, 1), _contiguous_cache_of(old, 99)), "pull_cache")
+        engine.init(vs.v2_options())
+        again = old.register_blocks_cache(desc, [a.ctypes.data for a in arrays])
+        assert again.cache_id == 1
+        # the cache object of the first engine is rejected (project rule, python-api.md §8.1)
+        lx(lambda: old.pull_blocks(BlocksCacheKey(1), cache, [0], [0]), "finalized")
+    finally:
+        engine.finalize()
+
+
+def _contiguous_cache_of(manager: CacheManager, cache_id: int) -> Any:
+    from llm_datadist_ffi.vendor import Cache
+
+    return Cache(cache_id, CacheDesc(2, [4, 16], DataType.DT_UINT8), [1, 2], manager, True, False)
+
+
+def test_atexit_hook_finalizes_the_live_instance() -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    engine.init(vs.v2_options())
+    llm_datadist_module._finalize_at_exit()
+    assert LLMDataDist.llm_engine_instance is None
+    raises(RuntimeError, lambda: engine.cache_manager, NOT_INITIALIZED)
+
+
+def test_atexit_hook_turns_an_llm_exception_into_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    engine.init(vs.v2_options())
+    real_finalize = LLMDataDist.finalize
+
+    def failing(self: LLMDataDist) -> None:
+        real_finalize(self)
+        raise LLMException("finalize failed", status_code=S.LLM_FAILED)
+
+    monkeypatch.setattr(LLMDataDist, "finalize", failing)
+    with pytest.warns(RuntimeWarning, match="finalize failed"):
+        llm_datadist_module._finalize_at_exit()
+    assert LLMDataDist.llm_engine_instance is None
+
+
+def test_a_process_that_exits_without_finalize_is_finalized_quietly(tmp_path: Path) -> None:
+    with vs.Peer() as peer:
+        peer.run("engine = LLMDataDist(LLMRole.PROMPT, 1); engine.init(support.v2_options())")
+        peer.process.stdin.close()  # type: ignore[union-attr]
+        assert peer.process.wait(timeout=30) == 0
+
+
+# ---------------------------------------------------------------------------
+# §10.5 link_clusters / unlink_clusters
+# ---------------------------------------------------------------------------
+
+
+def test_link_clusters_checks_timeout_then_clusters(v2: LLMDataDist) -> None:
+    info = vs.cluster_info(1, 1)
+    raises(TypeError, lambda: v2.link_clusters([info], timeout="1"), "timeout")  # type: ignore[arg-type]
+    raises(ValueError, lambda: v2.link_clusters([info], timeout=2**31), "timeout")
+    lx(lambda: v2.link_clusters([info], timeout=0), "timeout")
+    lx(lambda: v2.link_clusters("x", timeout=-1), "timeout")  # type: ignore[arg-type]
+    raises(TypeError, lambda: v2.link_clusters(info), "clusters")  # type: ignore[arg-type]
+    raises(TypeError, lambda: v2.link_clusters(None), "clusters")  # type: ignore[arg-type]
+    raises(TypeError, lambda: v2.link_clusters([info, 3]), "clusters[1]")  # type: ignore[list-item]
+
+
+def test_link_clusters_in_v2_needs_a_local_ip_then_a_uint64_remote_id(v2: LLMDataDist) -> None:
+    no_local = vs.cluster_info(1, 1, local=False)
+    lx(lambda: v2.link_clusters([no_local]), "local_ip_info_list")
+    no_id = vs.cluster_info(None, 1)
+    raises(TypeError, lambda: v2.link_clusters([no_id]), "remote_cluster_id")
+    both = vs.cluster_info(None, 1, local=False)
+    lx(lambda: v2.link_clusters([both]), "local_ip_info_list")
+
+
+def test_link_clusters_with_no_cluster_reports_param_invalid_without_raising(v2: LLMDataDist) -> None:
+    assert v2.link_clusters([]) == (S.LLM_PARAM_INVALID, [])
+
+
+def test_link_clusters_reports_link_failed_per_cluster_without_raising(v2: LLMDataDist) -> None:
+    status, per_cluster = v2.link_clusters([vs.cluster_info(7, vs.free_port())], timeout=1000)
+    assert status == S.LLM_LINK_FAILED and per_cluster == [S.LLM_LINK_FAILED]
+    assert type(status) is LLMStatusCode and type(per_cluster[0]) is LLMStatusCode
+
+
+def test_link_clusters_reports_the_last_failing_cluster_and_each_status(v2: LLMDataDist) -> None:
+    bad_ip = LLMClusterInfo()
+    bad_ip.remote_cluster_id = 8
+    bad_ip.append_local_ip_info("127.0.0.1", 0)
+    status, per_cluster = v2.link_clusters([vs.cluster_info(7, vs.free_port()), bad_ip], timeout=1000)
+    assert per_cluster == [S.LLM_LINK_FAILED, S.LLM_PARAM_INVALID]
+    assert status == S.LLM_PARAM_INVALID
+
+
+def test_link_clusters_accepts_a_tuple_of_clusters(v2: LLMDataDist) -> None:
+    assert v2.link_clusters((vs.cluster_info(7, vs.free_port()),), 500) == (S.LLM_LINK_FAILED, [S.LLM_LINK_FAILED])
+
+
+def test_unlink_clusters_checks_timeout_clusters_then_force(v2: LLMDataDist) -> None:
+    info = vs.cluster_info(1, 1)
+    raises(TypeError, lambda: v2.unlink_clusters([info], timeout=None), "timeout")  # type: ignore[arg-type]
+    lx(lambda: v2.unlink_clusters([info], timeout=0), "timeout")
+    raises(TypeError, lambda: v2.unlink_clusters({}, 100), "clusters")  # type: ignore[arg-type]
+    raises(TypeError, lambda: v2.unlink_clusters([info], 100, force=1), "force")  # type: ignore[arg-type]
+    raises(TypeError, lambda: v2.unlink_clusters([info], 100, force=None), "force")  # type: ignore[arg-type]
+    raises(TypeError, lambda: v2.unlink_clusters([vs.cluster_info(None, 1)], 100, True), "remote_cluster_id")
+
+
+def test_forced_unlink_of_a_cluster_never_linked_succeeds(v2: LLMDataDist) -> None:
+    only_id = LLMClusterInfo()
+    only_id.remote_cluster_id = 12345
+    assert v2.unlink_clusters([only_id], 1000, force=True) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+
+
+def test_link_and_unlink_a_peer_over_loopback_in_both_generations() -> None:
+    for generation in ("v2", "v1"):
+        port = vs.free_port()
+        with vs.Peer() as peer:
+            options = "support.v2_options(port)" if generation == "v2" else "support.v1_options(port)"
+            peer.run(f"port = {port}; p = LLMDataDist(LLMRole.PROMPT, 1); p.init({options})")
+            engine = LLMDataDist(LLMRole.DECODER, 2)
+            engine.init(vs.v2_options() if generation == "v2" else vs.v1_options())
+            try:
+                info = vs.cluster_info(1, port)
+                assert engine.link_clusters([info], 5000) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+                assert engine.link_clusters([info], 5000) == (S.LLM_ALREADY_LINK, [S.LLM_ALREADY_LINK])
+                assert engine.unlink_clusters([info], 5000) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+                assert engine.link_clusters([info], 5000) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+                assert engine.unlink_clusters([info], 5000, force=True) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+            finally:
+                engine.finalize()
+                peer.run("p.finalize()")
+
+
+def test_link_clusters_to_a_peer_with_another_cluster_id_fails_per_cluster() -> None:
+    port = vs.free_port()
+    with vs.Peer() as peer:
+        peer.run(f"p = LLMDataDist(LLMRole.PROMPT, 1); p.init(support.v2_options({port}))")
+        engine = LLMDataDist(LLMRole.DECODER, 2)
+        engine.init(vs.v2_options())
+        try:
+            assert engine.link_clusters([vs.cluster_info(99, port)], 5000) == (
+                S.LLM_PARAM_INVALID, [S.LLM_PARAM_INVALID])
+        finally:
+            engine.finalize()
+
+
+def test_v1_link_clusters_by_a_prompt_is_param_invalid_without_per_cluster_results() -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    engine.init(vs.v1_options(vs.free_port()))
+    try:
+        assert engine.link_clusters([vs.cluster_info(2, vs.free_port())], 1000) == (S.LLM_PARAM_INVALID, [])
+    finally:
+        engine.finalize()
+
+
+def test_large_cluster_ids_round_trip_through_a_link() -> None:
+    port = vs.free_port()
+    big = 2**64 - 2
+    with vs.Peer() as peer:
+        peer.run(f"p = LLMDataDist(LLMRole.PROMPT, {big}); p.init(support.v2_options({port}))")
+        engine = LLMDataDist(LLMRole.DECODER, 2**63 + 5)
+        engine.init(vs.v2_options())
+        try:
+            assert engine.link_clusters([vs.cluster_info(big, port)], 5000) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+        finally:
+            engine.finalize()
+
+
+# ---------------------------------------------------------------------------
+# §10.4 rank-table links
+# ---------------------------------------------------------------------------
+
+RANK_TABLE = vs.RANK_TABLE
+
+
+def test_link_is_not_available_in_v1(v1_decoder: LLMDataDist) -> None:
+    lx(lambda: v1_decoder.link("c", {1: 0, 2: 1}, RANK_TABLE), "link")
+    lx(lambda: v1_decoder.unlink(1), "unlink")
+    lx(lambda: v1_decoder.query_register_mem_status(1), "query_register_mem_status")
+
+
+def test_link_checks_its_arguments_in_order(v2: LLMDataDist) -> None:
+    raises(TypeError, lambda: v2.link(None, {2: 0, 1: 1}, RANK_TABLE), "comm_name")  # type: ignore[arg-type]
+    lx(lambda: v2.link("", {2: 0, 1: 1}, RANK_TABLE), "comm_name")
+    lx(lambda: v2.link("x" * 128, {2: 0, 1: 1}, RANK_TABLE), "128")
+    v2_ok = "x" * 127
+    raises(TypeError, lambda: v2.link(v2_ok, [(2, 0)], RANK_TABLE), "cluster_rank_info")  # type: ignore
+    raises(TypeError, lambda: v2.link(v2_ok, {"2": 0, 1: 1}, RANK_TABLE), "cluster_rank_info")  # type: ignore
+    lx(lambda: v2.link(v2_ok, {1: 0, 2: 1, 3: 2, 4: 3, 5: 4}, RANK_TABLE), "at most 4")
+    raises(ValueError, lambda: v2.link(v2_ok, {-1: 0, 2: 1}, RANK_TABLE), "cluster id")
+    raises(ValueError, lambda: v2.link(v2_ok, {1: 2**32, 2: 1}, RANK_TABLE), "rank")
+    raises(TypeError, lambda: v2.link(v2_ok, {2: 0, 1: 1}, None), "rank_table")  # type: ignore[arg-type]
+    lx(lambda: v2.link(v2_ok, {2: 0}, RANK_TABLE), "at least 2")
+    lx(lambda: v2.link(v2_ok, {2: 1, 1: 0}, RANK_TABLE), "ascending")
+
+
+def test_link_needs_the_local_cluster_as_a_member(v2: LLMDataDist) -> None:
+    lx(lambda: v2.link("comm", {5: 0, 6: 1}, RANK_TABLE), "link")
+
+
+def test_unlink_and_query_check_the_comm_id(v2: LLMDataDist) -> None:
+    for call in (v2.unlink, v2.query_register_mem_status):
+        raises(TypeError, lambda: call("1"), "comm_id")  # type: ignore[arg-type]
+        raises(TypeError, lambda: call(None), "comm_id")  # type: ignore[arg-type]
+        raises(ValueError, lambda: call(-1), "comm_id")
+        raises(LLMException, lambda: call(77), status=S.LLM_NOT_YET_LINK)
+
+
+def test_rank_table_link_is_preparing_until_every_member_joined_then_ok() -> None:
+    with vs.Peer() as peer:
+        peer.run("p = LLMDataDist(LLMRole.PROMPT, 1); p.init(support.v2_options())")
+        engine = LLMDataDist(LLMRole.DECODER, 2)
+        engine.init(vs.v2_options())
+        try:
+            comm_id = engine.link("pd_comm_1_2", {1: 0, 2: 1}, RANK_TABLE)
+            assert comm_id == 1
+            assert engine.query_register_mem_status(comm_id) is RegisterMemStatus.PREPARING
+            assert peer.run("c = p.link('pd_comm_1_2', {1: 0, 2: 1}, support.RANK_TABLE)", "c") == 1
+            deadline = time.monotonic() + 20
+            while engine.query_register_mem_status(comm_id) is not RegisterMemStatus.OK:
+                assert time.monotonic() < deadline, "the link never became OK"
+                time.sleep(0.05)
+            assert peer.run(value="p.query_register_mem_status(c).name") == "OK"
+            engine.unlink(comm_id)
+            raises(LLMException, lambda: engine.query_register_mem_status(comm_id), status=S.LLM_NOT_YET_LINK)
+        finally:
+            engine.finalize()
+
+
+def test_rank_table_link_fails_when_a_member_does_not_join_in_time() -> None:
+    engine = LLMDataDist(LLMRole.DECODER, 2)
+    engine.init(vs.v2_options(**{"llm.LinkTotalTime": "1"}))
+    try:
+        comm_id = engine.link("lonely", {1: 0, 2: 1}, RANK_TABLE)
+        deadline = time.monotonic() + 20
+        while (status := engine.query_register_mem_status(comm_id)) is RegisterMemStatus.PREPARING:
+            assert time.monotonic() < deadline, "the link stayed PREPARING"
+            time.sleep(0.05)
+        assert status is RegisterMemStatus.FAILED
+    finally:
+        engine.finalize()
+
+
+def test_register_after_link_cannot_be_remote_accessible(v2: LLMDataDist) -> None:
+    import numpy as np
+
+    manager = v2.cache_manager
+    comm_id = v2.link("after_link", {1: 0, 2: 1}, RANK_TABLE)
+    assert comm_id == 1
+    array = np.zeros((4, 16), dtype=np.uint8)
+    desc = CacheDesc(1, [4, 16], DataType.DT_UINT8)
+    lx(lambda: manager.register_blocks_cache(desc, [array.ctypes.data], remote_accessible=True),
+       "you can not register remote accessible cache after link.")
+    assert manager.register_blocks_cache(desc, [array.ctypes.data]).cache_id == 1
+    v2.unlink(comm_id)
+
+
+# ---------------------------------------------------------------------------
+# §10.6 switch_role, §10.7 check_link_status
+# ---------------------------------------------------------------------------
+
+
+def test_v2_switch_role_checks_role_then_options(v2: LLMDataDist) -> None:
+    raises(TypeError, lambda: v2.switch_role(1), "role")  # type: ignore[arg-type]
+    raises(KeyError, lambda: v2.switch_role(None), "role")  # type: ignore[arg-type]
+    raises(TypeError, lambda: v2.switch_role(LLMRole.PROMPT, [("a", "b")]), "switch_options")  # type: ignore
+    lx(lambda: v2.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": "127.0.0.1"}), "ip:port")
+    raises(ValueError, lambda: v2.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": "127.0.0.1:x"}), "port")
+    lx(lambda: v2.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": "127.0.0.1:0"}), "PR-27")
+
+
+def test_v2_switch_role_needs_no_change_and_starts_a_listener(v2: LLMDataDist) -> None:
+    v2.switch_role(LLMRole.DECODER)
+    port = vs.free_port()
+    v2.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": f"127.0.0.1:{port}"})
+    with vs.Peer() as peer:
+        peer.run("d = LLMDataDist(LLMRole.DECODER, 3); d.init(support.v2_options())")
+        assert peer.run(f"r = d.link_clusters([support.cluster_info(2, {port})], 5000)",
+                        "[int(r[0])] + [int(x) for x in r[1]]") == [0, 0]
+        raises(LLMException, lambda: v2.switch_role(LLMRole.DECODER), status=S.LLM_EXIST_LINK)
+        peer.run("d.finalize()")
+
+
+def test_v1_switch_role_checks_in_the_vendor_order(v1_decoder: LLMDataDist) -> None:
+    raises(TypeError, lambda: v1_decoder.switch_role(2), "role")  # type: ignore[arg-type]
+    lx(lambda: v1_decoder.switch_role(LLMRole.DECODER, "not a dict"), "role not changed")  # type: ignore
+    raises(TypeError, lambda: v1_decoder.switch_role(LLMRole.PROMPT, "x"), "switch_options")  # type: ignore
+    raises(TypeError, lambda: v1_decoder.switch_role(LLMRole.PROMPT), "switch_options")
+    lx(lambda: v1_decoder.switch_role(LLMRole.PROMPT, {}), "llm.listenIpInfo")
+    lx(lambda: v1_decoder.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": "1.2.3.4"}), "ip:port")
+    raises(RuntimeError, lambda: v1_decoder.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": "nohost:1"}),
+           "Can not parse ip str:nohost")
+    raises(ValueError, lambda: v1_decoder.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": "127.0.0.1:p"}), "port")
+
+
+def test_v1_switch_role_changes_the_kv_cache_manager_role(v1_decoder: LLMDataDist) -> None:
+    manager = v1_decoder.kv_cache_manager
+    assert manager._role is LLMRole.DECODER
+    v1_decoder.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": f"127.0.0.1:{vs.free_port()}"})
+    assert manager._role is LLMRole.PROMPT
+    lx(lambda: v1_decoder.switch_role(LLMRole.PROMPT, {}), "role not changed")
+    v1_decoder.switch_role(LLMRole.DECODER, {})
+    assert manager._role is LLMRole.DECODER
+
+
+def test_v1_switch_role_needs_enable_switch_role_at_init() -> None:
+    engine = LLMDataDist(LLMRole.DECODER, 2)
+    engine.init(vs.v1_options())
+    try:
+        raises(LLMException, lambda: engine.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": "127.0.0.1:26001"}),
+               status=S.LLM_FEATURE_NOT_ENABLED)
+    finally:
+        engine.finalize()
+
+
+def test_check_link_status_is_v1_only_and_checks_a_uint64(v2: LLMDataDist) -> None:
+    lx(lambda: v2.check_link_status(1), "check_link_status")
+
+
+def test_check_link_status_reports_not_yet_link_then_returns_once_linked(v1_decoder: LLMDataDist) -> None:
+    raises(TypeError, lambda: v1_decoder.check_link_status("1"), "remote_cluster_id")  # type: ignore[arg-type]
+    raises(ValueError, lambda: v1_decoder.check_link_status(-1), "remote_cluster_id")
+    raises(LLMException, lambda: v1_decoder.check_link_status(1), status=S.LLM_NOT_YET_LINK)
+    port = vs.free_port()
+    with vs.Peer() as peer:
+        peer.run(f"p = LLMDataDist(LLMRole.PROMPT, 1); p.init(support.v1_options({port}))")
+        assert v1_decoder.link_clusters([vs.cluster_info(1, port)], 5000) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+        assert v1_decoder.check_link_status(1) is None
+        v1_decoder.unlink_clusters([vs.cluster_info(1, port)], 5000)
+        peer.run("p.finalize()")
+
+
+def test_check_link_status_on_a_v1_prompt_is_param_invalid() -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    engine.init(vs.v1_options(vs.free_port()))
+    try:
+        lx(lambda: engine.check_link_status(2))
+    finally:
+        engine.finalize()
