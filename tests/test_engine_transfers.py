@@ -570,6 +570,26 @@ def test_push_kv_blocks_checks(world: Callable[..., World], label: str, args: di
     assert w.unchanged(snap)
 
 
+def test_the_role_restricts_no_call(engines: Engines) -> None:
+    # §11: a DECODER links and pushes, a MIX engine pulls and pushes (v1 would refuse
+    # pushes by a DECODER and links and pulls by anything but a DECODER); the world
+    # fixture's engines are PROMPTs, which link and pull in the tests above
+    server = engines(1, native.LlmRole.MIX, listen=True)
+    client = engines(2, native.LlmRole.DECODER, options={}, device_id=1)
+    s_src, s_dst = sup.random_arrays(2, (2, 8), 1), [np.zeros((2, 8), np.uint8) for _ in range(2)]
+    c_src, c_dst = sup.random_arrays(2, (2, 8), 2), [np.zeros((2, 8), np.uint8) for _ in range(2)]
+    ss, sd, cs, cd = sup.register(server, s_src), sup.register(server, s_dst), sup.register(client, c_src), \
+        sup.register(client, c_dst)
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    client.push_kv_cache(push_src(cs, 2), CacheIndex(1, sd, 1))
+    client.push_kv_blocks(push_src(cs, 2), CacheIndex(1, sd), [1], [0])
+    server.pull_kv_cache(CacheIndex(2, cs, 1), Cache(sd), batch_index=1)
+    assert all((d == s[[1, 1]]).all() for d, s in zip(s_dst, c_src))
+    server.push_kv_blocks(push_src(ss, 2), CacheIndex(2, cd), [0, 1], [1, 0])
+    client.pull_kv_blocks(CacheIndex(1, ss), Cache(cd), [1], [1])
+    assert all((d == s[[1, 1]]).all() for d, s in zip(c_dst, s_src))
+
+
 # ---- timeouts (PR-31, PR-35) ------------------------------------------------------------------
 
 def test_a_slow_peer_times_out_and_poisons_the_link(world: Callable[..., World]) -> None:
