@@ -100,6 +100,17 @@ def test_register_rejects_non_positive_dims_and_size_overflow(eng: native.LlmDat
                          [a.ctypes.data]) == S.LLM_PARAM_INVALID
 
 
+@pytest.mark.parametrize("dtype,shape", [(GeDataType.DT_FLOAT, [2**61, 1]), (GeDataType.DT_STRING, [2**60, 1]),
+                                         (GeDataType.DT_COMPLEX128, [4, 2**59])])
+def test_register_rejects_a_byte_size_beyond_int64(eng: native.LlmDataDist, dtype: GeDataType,
+                                                   shape: list[int]) -> None:
+    # the element count fits int64, the byte size does not
+    a = np.zeros(4, np.uint8)
+    assert sup.status_of(eng.register_kv_cache, sup.desc(1, shape, dtype=int(dtype)), [a.ctypes.data]) == \
+        S.LLM_PARAM_INVALID
+    assert "byte size overflows int64" in raw.last_error()
+
+
 @pytest.mark.parametrize("dtype", [5, 28, 43, 44, -1, 1000])
 def test_register_rejects_data_types_without_a_size(eng: native.LlmDataDist, dtype: int) -> None:
     a = np.zeros(4, np.uint8)

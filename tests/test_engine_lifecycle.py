@@ -43,7 +43,7 @@ def test_version_capabilities_and_backend_name_describe_the_mock() -> None:
     from llm_datadist_ffi._loader import const
     assert lib.lldd_abi_version() == const("LLDD_ABI_VERSION") == 1
     caps = lib.lldd_capabilities()
-    assert caps == 0x01 | 0x02 | 0x04 | 0x08 | 0x10
+    assert caps == 0x01 | 0x02 | 0x04 | 0x08 | 0x10 | 0x20
     assert raw.ffi.string(lib.lldd_backend_name()) == b"mock"
 
 

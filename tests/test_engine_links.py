@@ -89,6 +89,19 @@ def test_link_checks_timeout_and_addresses_before_any_cluster(pair: Any) -> None
     client.set_role(native.LlmRole.MIX)
 
 
+def test_link_checks_remote_addresses_before_local_ones(pair: Any) -> None:
+    _, client = pair
+    both_bad = ClusterInfo(1, 0, [IpInfo("::1", 0)], [IpInfo("", 5)])
+    assert client.link_llm_clusters([both_bad]) == (S.LLM_PARAM_INVALID, [])
+    assert "clusters[0].remote_ip_infos[0].ip is empty" in raw.last_error()
+
+
+def test_a_link_call_takes_any_number_of_clusters(pair: Any) -> None:
+    _, client = pair
+    clusters = [sup.cluster(100 + i, sup.free_port()) for i in range(20)]        # nobody listens
+    assert client.link_llm_clusters(clusters, 500) == (S.LLM_LINK_FAILED, [S.LLM_LINK_FAILED] * 20)
+
+
 def test_link_checks_each_cluster_and_returns_the_last_failure(pair: Any, silent_port: int) -> None:
     server, client = pair
     clusters = [

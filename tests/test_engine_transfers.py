@@ -144,6 +144,7 @@ PULL_CACHE_CASES = [
     ("n = 256", dict(ext=((-1, -1), (-1, -1), 256)), P, "uint8_t"),
     ("only one default pair", dict(ext=((0, 0), (-1, -1), 2)), P, "PR-1"),
     ("pair {-1, s}", dict(ext=((-1, 1), (0, 1), 2)), P, "PR-11"),
+    ("layer pairs at the int32 maximum", dict(ext=((0, 2**31 - 1), (0, 2**31 - 1), 2)), P, "dst_layer_range"),
     # check order (semantics §8.0)
     ("own cluster before the local cache", dict(cluster=2, dst=99, size=0), P, "size 0"),
     ("local batch before the link", dict(cluster=3, batch=7), P, "batch_index 7"),
@@ -348,6 +349,10 @@ def test_a_push_to_a_peer_cache_registered_after_the_link_is_refused(world: Call
     assert sup.status_of(w.client.push_kv_blocks, push_src(w.cid[0], 2), CacheIndex(1, late_id), [0], [1]) == P
     assert "PR-32" in raw.last_error()
     assert all((a == 0).all() for a in late)
+    # that first push took the table copy (§9.7): a cache registered after it is not found
+    later = sup.register(w.server, [np.zeros((2, 8), np.uint8) for _ in range(2)])
+    assert sup.status_of(w.client.push_kv_cache, push_src(w.cid[0], 2), CacheIndex(1, later)) == NX
+    assert "§9.7" in raw.last_error()
     # a new link: the cache predates it and the same push lands
     assert w.client.unlink_llm_clusters([sup.cluster(1, w.server.listen_port)])[0] == S.LLM_SUCCESS
     assert w.client.link_llm_clusters([sup.cluster(1, w.server.listen_port)])[0] == S.LLM_SUCCESS
@@ -721,6 +726,34 @@ def test_the_native_layer_checks_the_all_rules_before_the_backend(world: Callabl
             valid = raw.push_blocks(w.client, 1, w.cid[0], w.sid[0], 4, [0], [0]) if "blocks" in function else \
                 raw.push_cache(w.client, 1, w.cid[0], w.sid[0], 4)
         assert valid == S.LLM_WAIT_PROCESS_TIMEOUT and "injected" in raw.last_error()
+
+
+def test_transfers_over_one_link_are_serialized_and_over_two_links_are_not(engines: Engines) -> None:
+    # §14: each transfer waits 300 ms for its (slow) peer while it holds its link
+    servers = [engines(10 + k, listen=True) for k in range(2)]
+    client = engines(2, options={})
+    sids = [sup.register(s, sup.random_arrays(2, (2, 8), k)) for k, s in enumerate(servers)]
+    dids = [sup.register(client, [np.zeros((2, 8), np.uint8) for _ in range(2)]) for _ in range(2)]
+    for k, s in enumerate(servers):
+        assert client.link_llm_clusters([sup.cluster(10 + k, s.listen_port)])[0] == S.LLM_SUCCESS
+        client.pull_kv_cache(CacheIndex(10 + k, sids[k]), Cache(dids[k]))       # table copies taken
+        mock_control.set_serve_delay(s, 300)
+
+    def elapsed(peers: list[int]) -> float:
+        statuses: list[int] = []
+        threads = [threading.Thread(target=lambda j=j, k=k: statuses.append(
+            sup.status_of(client.pull_kv_cache, CacheIndex(10 + k, sids[k]), Cache(dids[j]))))
+            for j, k in enumerate(peers)]
+        start = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert statuses == [S.LLM_SUCCESS] * 2
+        return time.monotonic() - start
+
+    assert elapsed([0, 0]) >= 0.58               # one link: one after the other
+    assert elapsed([0, 1]) < 0.55                # two links: side by side
 
 
 # ---- between processes ------------------------------------------------------------------------

@@ -594,3 +594,78 @@ def test_copy_kv_blocks_agrees_with_oracle(pair: Harness, setup: tuple[bool, int
         dst_lists = []
     event(pair.copy_kv_blocks(cluster, src_id, dst_id, sblk, dst_lists).describe())
     tear_down(pair, A, B, linked=False)
+
+
+# ---- long block lists ---------------------------------------------------------------------------
+
+@st.composite
+def long_block_lists(draw: st.DrawFn) -> tuple[int, int, Any, Any]:
+    """1 to 10,000 block pairs over caches of up to 12,000 blocks: one run, many runs,
+    scattered or descending, with at most one flaw (§7.3, PR-4, PR-5)."""
+    k = draw(weighted((3, st.integers(1, 64)), (2, st.integers(65, 2_000)), (1, st.integers(2_001, 10_000))))
+    nb_dst = k + draw(st.integers(0, 2_000))
+    nb_src = draw(st.integers(max(1, k // 4), 12_000))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    mode = draw(st.sampled_from(["one_run", "runs", "scattered", "descending"]))
+    if mode == "one_run":
+        d0 = int(rng.integers(0, nb_dst - k + 1))
+        dst = np.arange(d0, d0 + k)
+        src = np.arange(k) % nb_src + (int(rng.integers(0, nb_src - k + 1)) if nb_src >= k else 0)
+    elif mode == "runs":
+        dst = rng.permutation(nb_dst)[:k]
+        dst.sort()
+        src = np.sort(rng.integers(0, nb_src, size=k))
+    elif mode == "scattered":
+        dst = rng.permutation(nb_dst)[:k]
+        src = rng.integers(0, nb_src, size=k)                # sources may repeat
+    else:
+        dst = np.arange(k)[::-1] + (nb_dst - k)
+        src = np.arange(k)[::-1] % nb_src
+    src_list, dst_list = [int(v) for v in src], [int(v) for v in dst]
+    flaw = draw(weighted((6, st.just("none")), (1, st.just("dup_dst")), (1, st.just("src_oob")),
+                         (1, st.just("dst_oob")), (1, st.just("lengths"))))
+    at = draw(st.integers(0, k - 1))
+    if flaw == "dup_dst" and k > 1:
+        dst_list[at] = dst_list[(at + 1) % k]
+    elif flaw == "src_oob":
+        src_list[at] = nb_src + draw(st.integers(0, 3))
+    elif flaw == "dst_oob":
+        dst_list[at] = nb_dst + draw(st.integers(0, 3))
+    elif flaw == "lengths":
+        src_list.append(0)
+    containers = st.sampled_from(CONTAINERS)
+    return nb_src, nb_dst, as_container(src_list, draw(containers)), as_container(dst_list, draw(containers))
+
+
+@given(lists=long_block_lists(), push=st.booleans(), tensors=st.sampled_from([1, 2, 4]))
+def test_long_block_lists_agree_with_oracle(pair: Harness, lists: tuple[int, int, Any, Any], push: bool,
+                                            tensors: int) -> None:
+    """pull_kv_blocks / push_kv_blocks with up to 10,000 pairs (A is the local engine)."""
+    nb_src, nb_dst, sblk, dblk = lists
+    src = Spec(tensors, U8, (nb_src, 2))
+    dst = Spec(tensors, U8, (nb_dst, 2))
+    if push:
+        made = set_up(pair, A, B, {"src": (A, src), "dst": (B, dst)}, linked=True)
+        outcome = pair.push_kv_blocks(A, made.ids["src"], (B, made.ids["dst"], 0), sblk, dblk, Ext(n=1),
+                                      (DEVICE, tensors))
+    else:
+        made = set_up(pair, A, B, {"src": (B, src), "dst": (A, dst)}, linked=True)
+        outcome = pair.pull_kv_blocks(A, (B, made.ids["src"], 0), made.ids["dst"], sblk, dblk, Ext(n=1))
+    event(outcome.describe())
+    tear_down(pair, A, B, linked=True)
+
+
+# ---- known mock bugs: minimal reproductions ------------------------------------------------------
+
+@pytest.mark.xfail(strict=True, reason="mock bug: an engine that still holds its side of a link to a peer that no "
+                   "longer listens gets LLM_ALREADY_LINK from link_llm_clusters without connecting; cpp-api.md §6.7 "
+                   "step 5 and semantics §10.2 connect first (refused: LLM_LINK_FAILED) and report ALREADY_LINK "
+                   "from the handshake (PR-42)")
+def test_link_from_a_stale_side_to_a_silent_peer_fails_to_connect(pair: Harness) -> None:
+    pair.reset()
+    assert pair.link(A, B).ok
+    pair.finalize(B)                       # B drops its side and stops listening; A keeps its side
+    try:
+        pair.link(A, B)                    # the oracle expects per-cluster LLM_LINK_FAILED
+    finally:
+        pair.reset()

@@ -141,10 +141,32 @@ def test_shim_builds_with_exactly_the_documented_host_flags(toolkit: Path, tmp_p
     assert result.returncode == 0 and result.stdout == "", result.stdout
 
 
-def test_shim_smoke_through_raw_cffi(toolkit: Path, shim: Path) -> None:
-    env = build_toolkit.toolkit_env(toolkit)
+def smoke(toolkit: Path, shim: Path, *flags: str, env: dict[str, str] | None = None,
+          timeout: float = 120) -> subprocess.CompletedProcess[str]:
     mock = (toolkit / "lib64" / "libacl_rt.so").resolve()
-    result = run([sys.executable, str(DOUBLE / "smoke.py"), str(shim), "--mock-lib", str(mock)], env=env)
+    return run([sys.executable, str(DOUBLE / "smoke.py"), str(shim), "--mock-lib", str(mock), *flags],
+               env=env or build_toolkit.toolkit_env(toolkit), timeout=timeout)
+
+
+def test_shim_smoke_through_raw_cffi(toolkit: Path, shim: Path) -> None:
+    result = smoke(toolkit, shim)
+    assert result.returncode == 0 and "shim smoke: OK" in result.stdout, result.stdout
+
+
+def test_mock_symbols_are_not_reachable_through_the_shim(toolkit: Path, shim: Path) -> None:
+    # As on a device: a name the shim does not define is missing, never the mock's.
+    code = ("import ctypes, sys; ctypes.CDLL('libacl_rt.so'); lib = ctypes.CDLL(sys.argv[1]); "
+            "print(hasattr(lib, 'lldd_pull_kv_blocks'), hasattr(lib, 'lldd_mock_inject_fault'))")
+    result = run([sys.executable, "-c", code, str(shim)], env=build_toolkit.toolkit_env(toolkit))
+    assert result.stdout.split() == ["True", "False"], result.stdout
+
+
+def test_shim_finds_the_runtime_message_when_the_vendor_library_links_the_runtime(tmp_path: Path) -> None:
+    # The device layout: libllm_datadist.so depends on libacl_rt.so, so the shim's
+    # dlsym(RTLD_DEFAULT, "aclGetRecentErrMsg") finds it in its own lookup scope.
+    root = Path(build_toolkit.build(tmp_path / "toolkit", link_acl=True))
+    assert "libacl_rt.so" in run(["readelf", "-d", str(root / "lib64" / "libllm_datadist.so")]).stdout
+    result = smoke(root, Path(build_shim.build(root, tmp_path / "shim")))
     assert result.returncode == 0 and "shim smoke: OK" in result.stdout, result.stdout
 
 
@@ -158,11 +180,9 @@ def test_shim_smoke_is_clean_under_asan_and_ubsan(tmp_path: Path) -> None:
     env.update(LD_PRELOAD=" ".join(runtimes),
                ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1",
                UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1")
-    mock = (root / "lib64" / "libacl_rt.so").resolve()
     # ASan's operator new reports an impossible allocation and aborts instead of
     # throwing std::bad_alloc, so that one check runs in the plain build only.
-    result = run([sys.executable, str(DOUBLE / "smoke.py"), str(shim), "--mock-lib", str(mock), "--no-bad-alloc"],
-                 env=env, timeout=600)
+    result = smoke(root, shim, "--no-bad-alloc", env=env, timeout=600)
     assert result.returncode == 0 and "shim smoke: OK" in result.stdout, result.stdout
     assert "runtime error" not in result.stdout and "ERROR: AddressSanitizer" not in result.stdout
 

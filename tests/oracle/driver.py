@@ -143,6 +143,12 @@ class Harness:
         self.rng = np.random.default_rng(seed)
         self.log: list[str] = []
 
+    def _agree(self, call: str, expected: Outcome, fn: Callable[[], Any]) -> Any:
+        try:
+            return agree(call, expected, fn)
+        except Mismatch as exc:
+            raise Mismatch(f"{exc}\n  calls so far: {self.log[-15:]}") from None
+
     # -- set-up --
     def add(self, cluster_id: int, role: native.LlmRole, options: dict[str, str], port: Optional[int]) -> Node:
         engine = native.LlmDataDist(cluster_id, role)
@@ -159,27 +165,37 @@ class Harness:
         node = self.nodes[cluster_id]
         opts = node.options if options is None else options
         expected = self.world.initialize(cluster_id, opts)
-        agree(f"initialize({cluster_id})", expected, lambda: node.engine.initialize(opts))
+        self.log.append(f"initialize({cluster_id})")
+        self._agree(f"initialize({cluster_id})", expected, lambda: node.engine.initialize(opts))
         return expected
 
     def finalize(self, cluster_id: int) -> None:
         node = self.nodes[cluster_id]
+        self.log.append(f"finalize({cluster_id})")
         self.world.finalize(cluster_id)
         node.engine.finalize()
         self._retire_all(node)
 
     def _retire_all(self, node: Node) -> None:
-        node.retired.extend(node.memory.values())
+        """Registered buffers stay checked after their cache is gone (nothing may write
+        them any more); pool memory is the engine's and is not read after it is freed."""
+        node.retired.extend(mem for mem in node.memory.values() if mem.buffer is not None)
         node.memory.clear()
+
+    @staticmethod
+    def _retire(node: Node, cache_id: int) -> None:
+        mem = node.memory.pop(cache_id)
+        if mem.buffer is not None:
+            node.retired.append(mem)
 
     def reset(self) -> None:
         """Finalize and initialise every engine: no caches, no links, ids from 1."""
         for cid in self.nodes:
             self.finalize(cid)
+        self.log.clear()
         for cid, node in self.nodes.items():
             node.retired.clear()
             self.initialize(cid)
-        self.log.clear()
 
     # -- memory --
     def check_memory(self) -> None:
@@ -206,7 +222,7 @@ class Harness:
 
     def transfer(self, call: str, expected: Outcome, fn: Callable[[], Any]) -> Outcome:
         self.log.append(call)
-        agree(call, expected, fn)
+        self._agree(call, expected, fn)
         self._apply(expected)
         self.check_memory()
         return expected
@@ -230,7 +246,7 @@ class Harness:
         call = f"register({cluster_id}, {num_tensors}, {int(data_type)}, {list(shape)}, {int(placement)})"
         self.log.append(call)
         desc = native.CacheDesc(num_tensors, data_type, list(shape), native.CachePlacement(placement))
-        cache_id = agree(call, expected, lambda: node.engine.register_kv_cache(desc, list(addrs)))
+        cache_id = self._agree(call, expected, lambda: node.engine.register_kv_cache(desc, list(addrs)))
         if expected.ok:
             if cache_id != expected.value:
                 raise Mismatch(f"{call}: cache id {cache_id}, the oracle expects {expected.value}")
@@ -248,7 +264,7 @@ class Harness:
         call = f"allocate({cluster_id}, {num_tensors}, {int(data_type)}, {list(shape)}, {int(placement)})"
         self.log.append(call)
         desc = native.CacheDesc(num_tensors, data_type, list(shape), native.CachePlacement(placement))
-        cache = agree(call, expected, lambda: node.engine.allocate_cache(desc))
+        cache = self._agree(call, expected, lambda: node.engine.allocate_cache(desc))
         if expected.ok:
             if cache.cache_id != expected.value or len(cache.tensor_addrs) != num_tensors:
                 raise Mismatch(f"{call}: got cache {cache.cache_id} with {len(cache.tensor_addrs)} addresses, "
@@ -263,7 +279,7 @@ class Harness:
         self.transfer(f"unregister({cluster_id}, {cache_id})", expected,
                       lambda: node.engine.unregister_kv_cache(cache_id))
         if expected.ok and cache_id in node.memory and cache_id not in self.world.engines[cluster_id].caches:
-            node.retired.append(node.memory.pop(cache_id))
+            self._retire(node, cache_id)
         return expected
 
     def deallocate(self, cluster_id: int, cache_id: int) -> Outcome:
@@ -271,10 +287,18 @@ class Harness:
         expected = self.world.deallocate(cluster_id, cache_id)
         call = f"deallocate({cluster_id}, {cache_id})"
         self.log.append(call)
-        agree(call, expected, lambda: node.engine.deallocate_cache(cache_id))
+        self._agree(call, expected, lambda: node.engine.deallocate_cache(cache_id))
         if expected.ok and cache_id in node.memory and cache_id not in self.world.engines[cluster_id].caches:
-            node.memory.pop(cache_id)          # pool memory: gone, not checked any more
+            self._retire(node, cache_id)
         self.check_memory()
+        return expected
+
+    def set_role(self, cluster_id: int, role: int, options: Optional[dict[str, str]] = None) -> Outcome:
+        node = self.nodes[cluster_id]
+        expected = self.world.set_role(cluster_id, role, options)
+        call = f"set_role({cluster_id}, {role}, {options})"
+        self.log.append(call)
+        self._agree(call, expected, lambda: node.engine.set_role(role, options))
         return expected
 
     # -- links --

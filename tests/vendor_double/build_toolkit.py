@@ -17,7 +17,7 @@ same ``set_env.sh`` contract. The layout::
 
 Usage::
 
-    python tests/vendor_double/build_toolkit.py OUT_ROOT [--sanitize] [--mock-lib PATH]
+    python tests/vendor_double/build_toolkit.py OUT_ROOT [--sanitize] [--mock-lib PATH] [--link-acl]
 
 Without ``--mock-lib`` the mock is built from ``mock_libs/`` into ``OUT_ROOT/mock/``
 (with ``--sanitize``, as an ASan/UBSan build). The double's libraries are built with
@@ -87,8 +87,17 @@ def _compile(args: list[str]) -> None:
         raise RuntimeError(f"building the vendor double failed:\n{shlex.join(cmd)}\n{result.stdout}")
 
 
-def build(out_root: Path, sanitize: bool = False, mock_lib: Path | None = None) -> Path:
-    """Create (or refresh) the fake toolkit in ``out_root``; returns the root."""
+def build(out_root: Path, sanitize: bool = False, mock_lib: Path | None = None, link_acl: bool = False) -> Path:
+    """Create (or refresh) the fake toolkit in ``out_root``; returns the root.
+
+    ``link_acl`` gives the fake ``libllm_datadist.so`` a ``DT_NEEDED`` entry for
+    ``libacl_rt.so``, as the real one has. It is off by default: the runtime is then
+    outside the dependency tree of whoever loads the shim, so a lookup through the
+    shim's handle cannot fall through to the mock's own ``lldd_*`` and
+    ``lldd_mock_*`` symbols -- a name the shim does not define is missing, as on a
+    device, instead of silently being the mock's (which would then be handed the
+    shim's engine handles). The double reaches the mock by ``dlopen`` either way.
+    """
     root = Path(out_root).resolve()
     include = root / "include"
     lib64 = root / "lib64"
@@ -110,16 +119,14 @@ def build(out_root: Path, sanitize: bool = False, mock_lib: Path | None = None) 
         "-Wl,-soname,libmetadef.so", "-o", str(lib64 / "libmetadef.so"), "-Wl,--no-undefined",
     ])
     # Like the vendor's build: hidden by default, the class exported through
-    # ASCEND_FUNC_VISIBILITY (FUNC_VISIBILITY defined). libacl_rt.so is a DT_NEEDED
-    # entry, as on a device, although the double calls no ACL function: it puts the
-    # runtime into the lookup scope of whoever loads the vendor library.
+    # ASCEND_FUNC_VISIBILITY (FUNC_VISIBILITY defined).
     _compile([
         *flags, "-fvisibility=hidden", "-DFUNC_VISIBILITY",
         f"-I{include}", f"-I{include / 'external'}", f"-I{PROJECT_INCLUDE}",
         str(HERE / "llm_datadist_double.cpp"),
         "-Wl,-soname,libllm_datadist.so", "-o", str(lib64 / "libllm_datadist.so"),
-        f"-L{lib64}", "-lmetadef", "-Wl,--no-as-needed", "-lacl_rt", "-Wl,--as-needed", "-ldl",
-        "-Wl,--no-undefined",
+        f"-L{lib64}", "-lmetadef", *(["-Wl,--no-as-needed", "-lacl_rt", "-Wl,--as-needed"] if link_acl else []),
+        "-ldl", "-Wl,--no-undefined",
     ])
     (root / "set_env.sh").write_text(SET_ENV.format(root=shlex.quote(str(root))), encoding="utf-8")
     return root
@@ -130,8 +137,10 @@ def main(argv: list[str]) -> int:
     ap.add_argument("out_root", type=Path)
     ap.add_argument("--sanitize", action="store_true", help="ASan/UBSan builds of the mock and the double")
     ap.add_argument("--mock-lib", type=Path, help="use this mock library instead of building one")
+    ap.add_argument("--link-acl", action="store_true",
+                    help="make libllm_datadist.so depend on libacl_rt.so, as the real one does")
     args = ap.parse_args(argv)
-    print(build(args.out_root, sanitize=args.sanitize, mock_lib=args.mock_lib))
+    print(build(args.out_root, sanitize=args.sanitize, mock_lib=args.mock_lib, link_acl=args.link_acl))
     return 0
 
 
