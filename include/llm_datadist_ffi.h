@@ -18,6 +18,7 @@ extern "C" {
 #include "lldd/status.h"
 #include "lldd/types.h"
 #include "lldd/api.h"
+#include "lldd/ext.h"
 
 #ifdef __cplusplus
 }

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 #: Fragments in the order cffi must read them (types before their users).
-LLDD_FRAGMENTS = ("lldd/status.h", "lldd/types.h", "lldd/api.h", "lldd/mock.h")
+LLDD_FRAGMENTS = ("lldd/status.h", "lldd/types.h", "lldd/api.h", "lldd/ext.h", "lldd/mock.h")
 ACL_FRAGMENTS = ("acl/types.h", "acl/api.h")
 
 _PACKAGE = Path(__file__).resolve().parent

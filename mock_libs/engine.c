@@ -247,7 +247,7 @@ static lldd_status listener_start(engine *e, const tp_addr *addr, const char *fn
 
 /* The value of the last option named key (a repeated key keeps its last value);
  * NULL when absent. A NULL key or value counts as "" (AscendString(nullptr)). */
-static const char *opt_get(const lldd_option *options, size_t count, const char *key)
+const char *engine_opt_get(const lldd_option *options, size_t count, const char *key)
 {
     const char *value = NULL;
     for (size_t i = 0; i < count; i++) {
@@ -259,7 +259,7 @@ static const char *opt_get(const lldd_option *options, size_t count, const char 
 }
 
 /* Parses a decimal string of digits only into *out (<= max). */
-static int parse_digits(const char *s, uint64_t max, uint64_t *out)
+int engine_parse_digits(const char *s, uint64_t max, uint64_t *out)
 {
     if (s == NULL || *s == '\0')
         return -1;
@@ -276,13 +276,7 @@ static int parse_digits(const char *s, uint64_t max, uint64_t *out)
     return 0;
 }
 
-typedef struct pool_cfg {
-    int present;
-    uint64_t memory_size;
-    uint32_t page_shift;
-} pool_cfg;
-
-static lldd_status parse_pool_cfg(const char *fn, const char *key, const char *text, pool_cfg *out)
+lldd_status engine_parse_pool_cfg(const char *fn, const char *key, const char *text, pool_cfg *out)
 {
     memset(out, 0, sizeof *out);
     if (text == NULL)
@@ -329,18 +323,8 @@ static lldd_status parse_pool_cfg(const char *fn, const char *key, const char *t
     return st;
 }
 
-typedef struct init_cfg {
-    int32_t device;
-    int has_listen;
-    tp_addr listen;
-    uint32_t sync_timeout_ms;
-    int hixl;
-    pool_cfg dev_pool, host_pool;
-    const char *local_comm_res;
-} init_cfg;
-
 /* Checks the options in the order of cpp-api.md §6.4 steps 2-6. */
-static lldd_status parse_init_options(engine *e, const char *fn, const lldd_option *opts, size_t n, init_cfg *c)
+static lldd_status parse_init_options(engine *e, const char *fn, const lldd_option *opts, size_t n, engine_cfg *c)
 {
     memset(c, 0, sizeof *c);
     int role = atomic_load(&e->role);
@@ -349,7 +333,7 @@ static lldd_status parse_init_options(engine *e, const char *fn, const lldd_opti
         return LLM_PARAM_INVALID;
     }
 
-    const char *dev = opt_get(opts, n, "llm.DeviceId");
+    const char *dev = engine_opt_get(opts, n, "llm.DeviceId");
     if (dev == NULL || dev[0] == '\0') {
         mock_set_error("%s: option llm.DeviceId is %s; it is required (one device id >= 0)", fn,
                        dev == NULL ? "missing" : "empty");
@@ -370,7 +354,7 @@ static lldd_status parse_init_options(engine *e, const char *fn, const lldd_opti
             }
             memcpy(item, p, len);
             item[len] = '\0';
-            if (parse_digits(item, INT32_MAX, &v) != 0) {
+            if (engine_parse_digits(item, INT32_MAX, &v) != 0) {
                 mock_set_error("%s: option llm.DeviceId \"%s\": \"%s\" is not an int32 >= 0", fn, dev, item);
                 return LLM_PARAM_INVALID;
             }
@@ -389,7 +373,7 @@ static lldd_status parse_init_options(engine *e, const char *fn, const lldd_opti
         c->device = (int32_t)first;
     }
 
-    const char *listen = opt_get(opts, n, "llm.ListenIpInfo");
+    const char *listen = engine_opt_get(opts, n, "llm.ListenIpInfo");
     if (listen != NULL) {
         char why[160];
         if (tp_parse_addr(listen, &c->listen, why, sizeof why) != 0) {
@@ -399,7 +383,7 @@ static lldd_status parse_init_options(engine *e, const char *fn, const lldd_opti
         c->has_listen = 1;
     }
 
-    const char *backend = opt_get(opts, n, "llm.TransferBackend");
+    const char *backend = engine_opt_get(opts, n, "llm.TransferBackend");
     if (backend != NULL) {
         if (strcmp(backend, "hixl") != 0) {
             mock_set_error("%s: option llm.TransferBackend \"%s\" is not supported; only \"hixl\" is", fn, backend);
@@ -408,11 +392,11 @@ static lldd_status parse_init_options(engine *e, const char *fn, const lldd_opti
         c->hixl = 1;
     }
 
-    const char *wait = opt_get(opts, n, "llm.SyncKvCacheWaitTime");
+    const char *wait = engine_opt_get(opts, n, "llm.SyncKvCacheWaitTime");
     c->sync_timeout_ms = 1000;
     if (wait != NULL) {
         uint64_t v;
-        if (parse_digits(wait, UINT64_MAX, &v) != 0) {
+        if (engine_parse_digits(wait, UINT64_MAX, &v) != 0) {
             mock_set_error("%s: option llm.SyncKvCacheWaitTime \"%s\" is not a decimal number of milliseconds", fn,
                            wait);
             return LLM_PARAM_INVALID;
@@ -424,90 +408,102 @@ static lldd_status parse_init_options(engine *e, const char *fn, const lldd_opti
         c->sync_timeout_ms = (uint32_t)v;
     }
 
-    lldd_status st = parse_pool_cfg(fn, "llm.MemPoolConfig", opt_get(opts, n, "llm.MemPoolConfig"), &c->dev_pool);
+    lldd_status st = engine_parse_pool_cfg(fn, "llm.MemPoolConfig", engine_opt_get(opts, n, "llm.MemPoolConfig"), &c->dev_pool);
     if (st != LLM_SUCCESS)
         return st;
-    st = parse_pool_cfg(fn, "llm.HostMemPoolConfig", opt_get(opts, n, "llm.HostMemPoolConfig"), &c->host_pool);
+    st = engine_parse_pool_cfg(fn, "llm.HostMemPoolConfig", engine_opt_get(opts, n, "llm.HostMemPoolConfig"), &c->host_pool);
     if (st != LLM_SUCCESS)
         return st;
 
-    const char *retry = opt_get(opts, n, "llm.LinkRetryCount");
+    const char *retry = engine_opt_get(opts, n, "llm.LinkRetryCount");
     if (retry != NULL) {
         uint64_t v;
-        if (parse_digits(retry, UINT64_MAX, &v) != 0 || v < 1 || v > 100) {
+        if (engine_parse_digits(retry, UINT64_MAX, &v) != 0 || v < 1 || v > 100) {
             mock_set_error("%s: option llm.LinkRetryCount \"%s\" is not an integer in [1, 100]", fn, retry);
             return LLM_PARAM_INVALID;
         }
     }
     static const char *const numeric[] = {"llm.RdmaTrafficClass", "llm.RdmaServiceLevel"};
     for (size_t i = 0; i < 2; i++) {
-        const char *v = opt_get(opts, n, numeric[i]);
+        const char *v = engine_opt_get(opts, n, numeric[i]);
         uint64_t x;
-        if (v != NULL && parse_digits(v, UINT32_MAX, &x) != 0) {
+        if (v != NULL && engine_parse_digits(v, UINT32_MAX, &x) != 0) {
             mock_set_error("%s: option %s \"%s\" is not an unsigned 32-bit number", fn, numeric[i], v);
             return LLM_PARAM_INVALID;
         }
     }
 
-    const char *comm = opt_get(opts, n, "llm.LocalCommRes");
+    const char *comm = engine_opt_get(opts, n, "llm.LocalCommRes");
     c->local_comm_res = (comm != NULL && comm[0] != '\0') ? comm : NULL;
+    c->role = role;
+    c->gen = GEN_V2;
+    c->mode = MODE_DIRECT;
+    c->link_total_ms = 30000;
     return LLM_SUCCESS;
 }
 
-static lldd_status do_initialize(engine *e, const lldd_option *opts, size_t n)
+lldd_status engine_start(engine *e, const engine_cfg *c, const char *fn)
 {
-    static const char fn[] = "lldd_initialize";
-    init_cfg c;
-    lldd_status st = parse_init_options(e, fn, opts, n, &c);
-    if (st != LLM_SUCCESS)
-        return st;
-
+    lldd_status st;
     char *comm = NULL;
-    if (c.local_comm_res != NULL && (comm = strdup(c.local_comm_res)) == NULL) {
+    if (c->local_comm_res != NULL && (comm = strdup(c->local_comm_res)) == NULL) {
         mock_set_error("%s: out of host memory", fn);
         return LLM_FAILED;
     }
 
-    aclError acl = aclrtSetDevice(c.device);
+    aclError acl = aclrtSetDevice(c->device);
     if (acl != ACL_SUCCESS) {
-        if (!mock_acl_device_valid(c.device))
+        if (!mock_acl_device_valid(c->device))
             mock_set_error("%s: aclrtSetDevice(%d) failed with ACL error %d: device %d does not exist "
-                           "(llm.DeviceId)", fn, (int)c.device, (int)acl, (int)c.device);
+                           "(%s)", fn, (int)c->device, (int)acl, (int)c->device,
+                           c->ext ? "ge.exec.deviceId" : "llm.DeviceId");
         else
-            mock_set_error("%s: aclrtSetDevice(%d) failed with ACL error %d", fn, (int)c.device, (int)acl);
+            mock_set_error("%s: aclrtSetDevice(%d) failed with ACL error %d", fn, (int)c->device, (int)acl);
         free(comm);
         return LLM_FAILED;
     }
 
-    if (c.dev_pool.present &&
-        pool_create(&e->dev_pool, LLDD_PLACEMENT_DEVICE, c.device, c.dev_pool.memory_size, c.dev_pool.page_shift) != 0) {
-        mock_set_error("%s: cannot allocate the device memory pool of %llu bytes (llm.MemPoolConfig)", fn,
-                       (unsigned long long)c.dev_pool.memory_size);
-        st = LLM_OUT_OF_MEMORY;
+    if (c->dev_pool.present &&
+        pool_create(&e->dev_pool, LLDD_PLACEMENT_DEVICE, c->device, c->dev_pool.memory_size,
+                    c->dev_pool.page_shift) != 0) {
+        mock_set_error("%s: cannot allocate the device memory pool of %llu bytes (%s)", fn,
+                       (unsigned long long)c->dev_pool.memory_size,
+                       c->gen == GEN_V1 ? "ge.flowGraphMemMaxSize / llm.BufPoolCfg" : "llm.MemPoolConfig");
+        st = c->gen == GEN_V1 ? LLM_DEVICE_OUT_OF_MEMORY : LLM_OUT_OF_MEMORY;
         goto undo;
     }
-    if (c.host_pool.present &&
-        pool_create(&e->host_pool, LLDD_PLACEMENT_HOST, c.device, c.host_pool.memory_size, c.host_pool.page_shift) != 0) {
+    if (c->host_pool.present &&
+        pool_create(&e->host_pool, LLDD_PLACEMENT_HOST, c->device, c->host_pool.memory_size,
+                    c->host_pool.page_shift) != 0) {
         mock_set_error("%s: cannot allocate the host memory pool of %llu bytes (llm.HostMemPoolConfig)", fn,
-                       (unsigned long long)c.host_pool.memory_size);
+                       (unsigned long long)c->host_pool.memory_size);
         st = LLM_OUT_OF_MEMORY;
         goto undo;
     }
 
     pthread_mutex_lock(&e->mu);
-    e->device = c.device;
-    e->sync_timeout_ms = c.sync_timeout_ms;
-    e->hixl = c.hixl;
+    atomic_store(&e->role, c->role);
+    e->device = c->device;
+    e->sync_timeout_ms = c->sync_timeout_ms;
+    e->hixl = c->hixl;
     e->local_comm_res = comm;
     e->comm_res_generated = 0;
-    e->mode = MODE_DIRECT;
+    e->mode = c->mode;
+    e->gen = c->gen;
+    e->ext = c->ext;
+    e->switch_role_enabled = c->switch_role_enabled;
+    e->v1_unlimited = c->v1_unlimited;
+    e->link_total_ms = c->link_total_ms;
+    e->rank_linked = 0;
     e->next_id = 1;
+    e->next_bind = 1;
+    e->next_comm_id = 1;
     e->table_bytes = 24;
     pthread_mutex_unlock(&e->mu);
 
-    if (c.has_listen) {
+    if (c->has_listen) {
         pthread_mutex_lock(&e->listen_mu);
-        st = listener_start(e, &c.listen, fn);
+        st = listener_start(e, &c->listen, fn);
         pthread_mutex_unlock(&e->listen_mu);
         if (st != LLM_SUCCESS) {
             pthread_mutex_lock(&e->mu);
@@ -525,9 +521,19 @@ static lldd_status do_initialize(engine *e, const lldd_option *opts, size_t n)
 undo:
     pool_destroy(&e->dev_pool);
     pool_destroy(&e->host_pool);
-    aclrtResetDevice(c.device);
+    aclrtResetDevice(c->device);
     free(comm);
     return st;
+}
+
+static lldd_status do_initialize(engine *e, const lldd_option *opts, size_t n)
+{
+    static const char fn[] = "lldd_initialize";
+    engine_cfg c;
+    lldd_status st = parse_init_options(e, fn, opts, n, &c);
+    if (st != LLM_SUCCESS)
+        return st;
+    return engine_start(e, &c, fn);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -541,7 +547,8 @@ MOCK_EXPORT uint32_t lldd_abi_version(void)
 
 MOCK_EXPORT uint64_t lldd_capabilities(void)
 {
-    return LLDD_CAP_REGISTER | LLDD_CAP_ALLOCATE | LLDD_CAP_COPY | LLDD_CAP_CROSS_PROCESS | LLDD_CAP_MOCK_CONTROL;
+    return LLDD_CAP_REGISTER | LLDD_CAP_ALLOCATE | LLDD_CAP_COPY | LLDD_CAP_CROSS_PROCESS | LLDD_CAP_MOCK_CONTROL |
+           LLDD_CAP_EXT_KEYS;
 }
 
 MOCK_EXPORT const char *lldd_backend_name(void)
@@ -569,9 +576,13 @@ MOCK_EXPORT lldd_status lldd_create(uint64_t cluster_id, int32_t role, lldd_engi
     e->listen_fd = -1;
     e->wake_pipe[0] = e->wake_pipe[1] = -1;
     e->next_id = 1;
+    e->next_bind = 1;
+    e->next_comm_id = 1;
     e->table_bytes = 24;
     e->mode = MODE_DIRECT;
+    e->gen = GEN_V2;
     pthread_mutex_init(&e->life_mu, NULL);
+    pthread_mutex_init(&e->v1_link_mu, NULL);
     pthread_mutex_init(&e->listen_mu, NULL);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
@@ -629,6 +640,7 @@ MOCK_EXPORT void lldd_finalize(lldd_engine *e)
     pthread_mutex_unlock(&e->listen_mu);
 
     /* handshakes and disconnects in progress: wake them, then join them */
+    comms_teardown(e);
     pending_abort_all(e);
     pthread_mutex_lock(&e->mu);
     for (eng_thread *t = e->conns; t != NULL; t = t->next)
@@ -645,7 +657,13 @@ MOCK_EXPORT void lldd_finalize(lldd_engine *e)
     e->local_comm_res = NULL;
     e->comm_res_generated = 0;
     e->next_id = 1;
+    e->next_bind = 1;
+    e->next_comm_id = 1;
     e->table_bytes = 24;
+    e->mode = MODE_DIRECT;
+    e->gen = GEN_V2;
+    e->ext = 0;
+    e->rank_linked = 0;
     e->state = ENGINE_UNINIT;
     atomic_store(&e->stopping, 0);
     pthread_mutex_unlock(&e->mu);
@@ -673,6 +691,7 @@ MOCK_EXPORT void lldd_destroy(lldd_engine *e)
     pthread_mutex_destroy(&e->mu);
     pthread_mutex_destroy(&e->listen_mu);
     pthread_mutex_destroy(&e->life_mu);
+    pthread_mutex_destroy(&e->v1_link_mu);
     free(e);
 }
 
@@ -699,7 +718,7 @@ MOCK_EXPORT lldd_status lldd_set_role(lldd_engine *e, int32_t role, const lldd_o
         goto out;
     }
     tp_addr addr;
-    const char *listen = opt_get(options, num_options, "llm.ListenIpInfo");
+    const char *listen = engine_opt_get(options, num_options, "llm.ListenIpInfo");
     if (listen != NULL) {
         char why[160];
         if (tp_parse_addr(listen, &addr, why, sizeof why) != 0) {
@@ -708,45 +727,56 @@ MOCK_EXPORT lldd_status lldd_set_role(lldd_engine *e, int32_t role, const lldd_o
             goto out;
         }
     }
-    pthread_mutex_lock(&e->mu);
-    size_t links = 0;
-    for (mlink *l = e->links; l != NULL; l = l->next)
-        links++;
-    pthread_mutex_unlock(&e->mu);
+    size_t links = engine_link_count(e);
     if (links > 0) {
         mock_set_error("%s: %zu link(s) still exist; unlink every cluster before switching roles", fn, links);
         st = LLM_EXIST_LINK;
         goto out;
     }
+    st = engine_listen_as(e, fn, listen != NULL ? &addr : NULL);
+    if (st == LLM_SUCCESS)
+        atomic_store(&e->role, role);
+out:
+    engine_leave(e);
+    return st;
+}
 
+size_t engine_link_count(engine *e)
+{
+    pthread_mutex_lock(&e->mu);
+    size_t links = 0;
+    for (mlink *l = e->links; l != NULL; l = l->next)
+        links++;
+    pthread_mutex_unlock(&e->mu);
+    return links + comm_count(e);
+}
+
+lldd_status engine_listen_as(engine *e, const char *fn, const tp_addr *addr)
+{
+    lldd_status st = LLM_SUCCESS;
     pthread_mutex_lock(&e->listen_mu);
-    int change = listen != NULL ? !(e->listening && e->listen_addr.port == addr.port) : e->listening;
+    int change = addr != NULL ? !(e->listening && e->listen_addr.port == addr->port) : e->listening;
     if (change && e->hixl) {
         mock_set_error("%s: the listen address cannot change with llm.TransferBackend \"hixl\"", fn);
         st = LLM_FEATURE_NOT_ENABLED;
-    } else if (change && listen != NULL) {
+    } else if (change && addr != NULL) {
         /* bind the new address first: on failure the old listener stays */
         int fd;
-        int err = tp_listen(&addr, &fd);
+        int err = tp_listen(addr, &fd);
         if (err == 0) {
             listener_stop(e);
-            err = listener_run(e, fd, &addr);
+            err = listener_run(e, fd, addr);
             if (err != 0)
                 close(fd);
         }
         if (err != 0) {
-            mock_set_error("%s: cannot listen on %s:%u (llm.ListenIpInfo): %s", fn, addr.ip, (unsigned)addr.port,
-                           strerror(err));
+            mock_set_error("%s: cannot listen on %s:%u: %s", fn, addr->ip, (unsigned)addr->port, strerror(err));
             st = LLM_FAILED;
         }
     } else if (change) {
         listener_stop(e);
     }
     pthread_mutex_unlock(&e->listen_mu);
-    if (st == LLM_SUCCESS)
-        atomic_store(&e->role, role);
-out:
-    engine_leave(e);
     return st;
 }
 

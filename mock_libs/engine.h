@@ -31,8 +31,15 @@
 enum { ENGINE_UNINIT = 0, ENGINE_READY = 1, ENGINE_FINALIZING = 2 };
 
 /* Cache kinds (semantics §2.2). The native layer creates MIX caches only; CACHE and
- * BLOCKS exist for the Python v2 layer. */
+ * BLOCKS exist for the Python v2 layer; a v1 blocks cache is MIX. */
 enum { KIND_CACHE = 1, KIND_BLOCKS = 2, KIND_MIX = 3 };
+
+/* Generations (semantics §1.1). The native layer and lldd_initialize are v2 in direct
+ * mode; lldd_ext_initialize selects v2 (either mode) or v1. */
+enum { GEN_V2 = 2, GEN_V1 = 1 };
+
+/* Key namespaces (semantics §9.1): request keys and blocks keys share one. */
+enum { KEY_NS_REQ = 0, KEY_NS_PREFIX = 1 };
 
 /* The published description of one cache: what a peer needs to validate and
  * address a transfer. Sent as is over the wire (transport.h explains why). */
@@ -51,6 +58,25 @@ typedef struct cache_wire {
 } cache_wire;
 
 struct mpool;
+struct mcache;
+
+/* One bound key (semantics §9): in the engine's key table and in its cache's list.
+ * Everything under the owner's mu. */
+typedef struct keynode {
+    struct keynode *hnext;           /* hash chain */
+    struct keynode *cprev, *cnext;   /* the cache's keys */
+    struct mcache *c;
+    uint32_t ns;                     /* KEY_NS_* */
+    uint32_t blocks;                 /* a blocks key (identity (2**64-1, model) in KEY_NS_REQ) */
+    uint64_t id, model;
+    uint64_t slot;                   /* the batch slot (0 for a blocks key) */
+    uint64_t seq;                    /* binding sequence: the table copy sees seq < its mark (PR-19) */
+} keynode;
+
+typedef struct keytab {
+    keynode **buckets;
+    size_t nbuckets, count;
+} keytab;
 
 typedef struct mcache {
     cache_wire w;
@@ -60,6 +86,15 @@ typedef struct mcache {
     struct mpool *pool;          /* owned caches: the pool and the page runs */
     uint64_t *page_first;        /* per tensor */
     uint64_t pages_per_tensor;
+    int acl_tensors;             /* v1 without a pool: each tensor is a device allocation */
+    int32_t acl_device;
+    /* keys (semantics §9; mu) */
+    keynode *keys;               /* every key bound to this cache */
+    keynode **slot_key;          /* per batch slot, NULL until a key binds a slot */
+    uint32_t req_keys;           /* bound request and prefix keys */
+    uint32_t ext_ref;            /* owned: 1 for the id handle until deallocated (§9.5) */
+    uint64_t *remaining;         /* R of §9.5 as a bitmap over the tensors, NULL if never set */
+    uint64_t remaining_count;
 } mcache;
 
 /* A paged memory pool (PR-34): first fit over sorted free extents of pages. */
@@ -110,6 +145,9 @@ typedef struct mlink {
     int64_t own_next_at_link;    /* PR-32: ids at or above were registered after the link */
     int64_t peer_next_at_link;
     int64_t watermark;           /* xfer_mu: the table copy (§9.7): peer ids below it; 0 = not taken */
+    uint64_t bind_watermark;     /* xfer_mu: the table copy's key bindings: sequence below it */
+    uint64_t comm_key;           /* a rank-table communicator's link (0: link_clusters) */
+    atomic_int comm_pending;     /* its communicator is not OK yet: transfers NOT_YET_LINK */
     pthread_mutex_t xfer_mu;
 } mlink;
 
@@ -145,6 +183,13 @@ struct lldd_engine {
     char *local_comm_res;        /* NULL when absent or empty */
     int comm_res_generated;      /* a link generated the local resource (§10.2) */
     uint32_t mode;               /* MODE_DIRECT for the native layer */
+    int gen;                     /* GEN_V2 (native, ext v2) or GEN_V1 */
+    int ext;                     /* initialised by lldd_ext_initialize */
+    int switch_role_enabled;     /* v1: llm.EnableSwitchRole = "1" */
+    int v1_unlimited;            /* v1 without a pool size: caches come straight from the device */
+    uint32_t link_total_ms;      /* llm.LinkTotalTime (rank-table links) */
+    int rank_linked;             /* lldd_ext_link was called (register rules, §2.6) */
+    pthread_mutex_t v1_link_mu;  /* v1: one link/unlink at a time (PROCESSING_LINK) */
 
     /* listener (listen_mu) */
     int listening;
@@ -159,11 +204,15 @@ struct lldd_engine {
     int64_t next_id;
     uint64_t table_bytes;        /* size of the published table (§15) */
     mpool dev_pool, host_pool;
+    keytab keys;                 /* bound keys (§9) */
+    uint64_t next_bind;          /* binding sequence, from 1 */
 
     /* links, handshakes and connection threads (mu) */
     mlink *links;
     pending_link *pending;
     eng_thread *conns;           /* accepted connections not owned by a link */
+    struct comm *comms;          /* rank-table communicators (engine_ext_comm.c) */
+    uint64_t next_comm_id;
 
     atomic_uint serve_delay_ms;
 };
@@ -276,5 +325,179 @@ int find_repeat(const uint64_t *v, size_t count, size_t *pos, size_t *earlier);
 /* ---- engine_cache.c: shared with transfers ---- */
 /* Computes kind-independent layout (TS, stride, counts) of a descriptor. */
 lldd_status cache_layout(const char *fn, const lldd_cache_desc *desc, cache_wire *w);
+lldd_status cache_check_rank(const char *fn, const lldd_cache_desc *d);
+int64_t cache_take_id(engine *e);
+/* Bytes of one cache's entry in the published table (§15), and of one key binding. */
+uint64_t cache_entry_bytes(uint32_t num_tensors);
+enum { TABLE_LIMIT = 1024 * 1024, TABLE_KEY_BYTES = 24 };
+/* Inserts a cache whose id is above every id in the table (mu held); -1 on no memory. */
+int table_insert_locked(engine *e, mcache *c);
+/* Takes a cache out of the table, unbinds its keys, waits for its pins and returns
+ * its pool pages (mu held); the caller then calls cache_destroy without mu. */
+void table_remove_locked(engine *e, mcache *c);
+/* Frees a cache record and any memory it owns outside a pool. */
+void cache_destroy(mcache *c);
+int pool_take(mpool *p, uint64_t count, uint64_t *first);
+void pool_give(mpool *p, uint64_t first, uint64_t count);
+/* CopyKvCache / copy_cache: the checks of semantics §6.6 and the bytes of §8.8. */
+lldd_status cache_copy(engine *e, const char *fn, int64_t src_id, int64_t dst_id, uint32_t src_batch,
+                       uint32_t dst_batch, uint64_t offset, int64_t size, int v1, const char *src_name,
+                       const char *dst_name);
+
+static inline int kind_has_batches(const cache_wire *w)
+{
+    return w->kind == KIND_CACHE || w->kind == KIND_MIX;
+}
+
+static inline int kind_has_blocks(const cache_wire *w)
+{
+    return w->kind == KIND_BLOCKS || w->kind == KIND_MIX;
+}
+
+/* ---- engine.c: options and the shared part of Initialize / SetRole ---- */
+const char *engine_opt_get(const lldd_option *options, size_t count, const char *key);
+int engine_parse_digits(const char *s, uint64_t max, uint64_t *out);
+
+typedef struct pool_cfg {
+    int present;
+    uint64_t memory_size;
+    uint32_t page_shift;
+} pool_cfg;
+
+lldd_status engine_parse_pool_cfg(const char *fn, const char *key, const char *text, pool_cfg *out);
+
+typedef struct engine_cfg {
+    int32_t role;
+    int32_t device;
+    int has_listen;
+    tp_addr listen;
+    uint32_t sync_timeout_ms;
+    int hixl;
+    pool_cfg dev_pool, host_pool;
+    const char *local_comm_res;
+    int gen;
+    uint32_t mode;
+    int ext;
+    int switch_role_enabled;
+    int v1_unlimited;
+    uint32_t link_total_ms;
+} engine_cfg;
+
+/* Applies a checked configuration: device, pools, listener; READY on success. life_mu held. */
+lldd_status engine_start(engine *e, const engine_cfg *c, const char *fn);
+/* SetRole's listener rule (semantics §10.7): listen at addr (NULL: stop listening). */
+lldd_status engine_listen_as(engine *e, const char *fn, const tp_addr *addr);
+/* Live links (rank-table communicators included) for EXIST_LINK. */
+size_t engine_link_count(engine *e);
+
+/* ---- engine_xfer.c: the pieces of a transfer shared with engine_ext_xfer.c ---- */
+typedef struct xlink {
+    engine *e;
+    mlink *l;
+    engine *peer;        /* same process: the peer engine, held through the registry */
+    int locked;
+} xlink;
+
+typedef struct peer_cache {
+    cache_wire w;
+    const uint64_t *addrs;
+    uint64_t *owned_addrs;   /* another process: our copy of its addresses */
+    mcache *pc;              /* same process: the pinned cache */
+    int pinned;
+} peer_cache;
+
+/* Which bytes move (semantics §8): tensor pairs x regions. Pair i is source tensor
+ * smap[i] (s_base + i without a map) and destination tensor dmap[i] (d_base + i).
+ *   C2C: one region per pair, soff/doff, len bytes;
+ *   B2B: per run (s0, d0, n) of sblk/dblk: soff + s0*block, doff + d0*block, n*block;
+ *   C2B: per chunk k < nblk: soff + k*block, doff + dblk[k]*block, min(block, len - k*block). */
+enum { PLAN_C2C = 0, PLAN_B2B = 1, PLAN_C2B = 2 };
+
+typedef struct plan {
+    int form;
+    uint32_t s_base, d_base, pairs;
+    const uint64_t *smap, *dmap;
+    const uint64_t *src_addrs, *dst_addrs;
+    uint64_t soff, doff, len;
+    const uint64_t *sblk, *dblk;
+    size_t nblk;
+    uint64_t block;
+} plan;
+
+/* Options of link_acquire: v1 links report busy and torn-down links as LINK_BUSY and
+ * wait for the link's lock no longer than the transfer timeout (semantics §10.5). */
+enum { ACQUIRE_V1 = 1 };
+lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *x, int flags);
+void link_release(xlink *x);
+lldd_status link_timeout(xlink *x, const char *fn, const char *fmt, ...) MOCK_PRINTF(3, 4);
+/* Step 7 of §8.0 for a cache id (the native path): resolves and pins it. */
+lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc);
+void peer_unpin(xlink *x, peer_cache *pc);
+/* Records the table copy (§9.7) taken now on the peer, if the link has none. */
+void link_note_table_copy(mlink *l, int64_t id_mark, uint64_t bind_mark);
+lldd_status move_bytes(xlink *x, const char *fn, const plan *p, int pull, int64_t peer_cache_id);
+lldd_status check_blocks(const char *fn, const char *name, const uint64_t *blk, size_t n, uint64_t limit,
+                         const char *whose);
+lldd_status check_repeats(const char *fn, const char *name, const uint64_t *v, size_t n);
+
+/* ---- engine_ext_xfer.c: the peer's side of extension transfers (engine_serve.c) ---- */
+/* A source to resolve on the engine that holds it: by key, live (server-assisted, v1)
+ * or against a table copy (direct). */
+typedef struct resolve_req {
+    uint32_t key_kind;               /* LLDD_KEY_* */
+    uint32_t batch_index;
+    uint64_t req_id, prefix_id, model_id;
+    int64_t cache_id;
+    uint32_t direct;                 /* resolve against the table copy: the marks below */
+    uint32_t v1;                     /* v1: a busy link of the holder gives LINK_BUSY */
+    int64_t id_mark;                 /* 0: take the copy now */
+    uint64_t bind_mark;
+    uint64_t requester;              /* the asking engine's cluster id */
+} resolve_req;
+
+typedef struct resolve_reply {
+    cache_wire w;
+    uint64_t slot;                   /* the source batch */
+    uint32_t through_key;            /* resolved through a request or prefix key */
+    uint32_t key_ns;
+    uint64_t key_id, key_model;
+    int64_t id_mark;
+    uint64_t bind_mark;
+    uint32_t dev_pool;               /* the holder has a device pool (§1.3 placement pairs) */
+    uint32_t reserved;
+} resolve_reply;
+
+/* A key release after a successful pull (§9.5): the key, and the source tensors read
+ * (all: the pull had no source range). */
+typedef struct release_req {
+    int64_t cache_id;
+    uint64_t slot;
+    uint32_t key_ns;
+    uint32_t all;
+    uint64_t key_id, key_model;
+    uint64_t count;                  /* then count uint64 tensor indexes */
+} release_req;
+
+/* mu held. On success *out is the cache (not pinned yet) and r is filled; otherwise a
+ * status with the reason in why. `link` is the holder's link to the requester. */
+lldd_status ext_resolve_locked(engine *e, mlink *link, const resolve_req *q, mcache **out, resolve_reply *r,
+                               char *why, size_t why_len);
+/* mu held. Applies a release; returns a cache to destroy (freed by the release) or NULL. */
+mcache *ext_release_locked(engine *e, const release_req *q, const uint64_t *tensors);
+/* mu held. The live remote-accessible cache tensor holding [addr, addr + len) (PR-40). */
+mcache *ext_find_addr_locked(engine *e, uint64_t addr, uint64_t len, uint32_t *tensor);
+
+/* ---- engine_ext_cache.c: keys ---- */
+keynode *key_find_locked(engine *e, uint32_t ns, uint64_t id, uint64_t model);
+/* Unbinds one key (mu held). */
+void key_unbind_locked(engine *e, keynode *k);
+void keys_teardown(engine *e);
+
+/* ---- engine_ext_comm.c: rank-table communicators ---- */
+/* Stops every communicator of a finalizing engine (before its links go). */
+void comms_teardown(engine *e);
+size_t comm_count(engine *e);
+/* The rank-table links of a communicator become usable once it is OK. */
+int link_comm_ready(engine *e, const mlink *l);
 
 #endif /* LLDD_MOCK_ENGINE_H */

@@ -13,7 +13,7 @@
 
 #include "engine.h"
 
-enum { TABLE_LIMIT = 1024 * 1024, TABLE_ENTRY = 64 };
+enum { TABLE_ENTRY = 64 };
 
 /* ---------------------------------------------------------------------------------------------
  * pools (PR-34)
@@ -67,7 +67,7 @@ void pool_destroy(mpool *p)
 }
 
 /* First fit: the lowest free run of `count` pages. */
-static int pool_take(mpool *p, uint64_t count, uint64_t *first)
+int pool_take(mpool *p, uint64_t count, uint64_t *first)
 {
     for (size_t i = 0; i < p->free_count; i++) {
         pool_extent *x = &p->free[i];
@@ -85,7 +85,7 @@ static int pool_take(mpool *p, uint64_t count, uint64_t *first)
     return -1;
 }
 
-static void pool_give(mpool *p, uint64_t first, uint64_t count)
+void pool_give(mpool *p, uint64_t first, uint64_t count)
 {
     size_t i = 0;
     while (i < p->free_count && p->free[i].first < first)
@@ -168,13 +168,13 @@ void cache_unpin(engine *e, mcache *c)
     pthread_mutex_unlock(&e->mu);
 }
 
-static uint64_t entry_bytes(uint32_t num_tensors)
+uint64_t cache_entry_bytes(uint32_t num_tensors)
 {
     return TABLE_ENTRY + 8ull * num_tensors;
 }
 
 /* Inserts a new cache (its id is above every id in the table). mu held. */
-static int table_insert_locked(engine *e, mcache *c)
+int table_insert_locked(engine *e, mcache *c)
 {
     if (e->cache_count == e->cache_cap) {
         size_t cap = e->cache_cap ? e->cache_cap * 2 : 16;
@@ -185,20 +185,23 @@ static int table_insert_locked(engine *e, mcache *c)
         e->cache_cap = cap;
     }
     e->caches[e->cache_count++] = c;
-    e->table_bytes += entry_bytes(c->w.num_tensors);
+    e->table_bytes += cache_entry_bytes(c->w.num_tensors);
     return 0;
 }
 
-/* Takes a cache out of the table and waits until nobody uses it. mu held. */
-static void table_remove_locked(engine *e, mcache *c)
+/* Takes a cache out of the table, unbinds its keys and waits until nobody uses it.
+ * mu held. */
+void table_remove_locked(engine *e, mcache *c)
 {
     int found;
     size_t i = table_index(e, c->w.id, &found);
     if (found) {
         memmove(&e->caches[i], &e->caches[i + 1], (e->cache_count - i - 1) * sizeof e->caches[0]);
         e->cache_count--;
-        e->table_bytes -= entry_bytes(c->w.num_tensors);
+        e->table_bytes -= cache_entry_bytes(c->w.num_tensors);
     }
+    while (c->keys != NULL)
+        key_unbind_locked(e, c->keys);
     c->removed = 1;
     while (c->pins > 0)
         pthread_cond_wait(&e->cv, &e->mu);
@@ -207,12 +210,18 @@ static void table_remove_locked(engine *e, mcache *c)
             pool_give(c->pool, c->page_first[t], c->pages_per_tensor);
 }
 
-static void cache_free(mcache *c)
+void cache_destroy(mcache *c)
 {
     if (c == NULL)
         return;
+    if (c->acl_tensors && c->addrs != NULL)
+        for (uint32_t t = 0; t < c->w.num_tensors; t++)
+            if (c->addrs[t] != 0)
+                mock_acl_free_device((void *)(uintptr_t)c->addrs[t]);
     free(c->addrs);
     free(c->page_first);
+    free(c->slot_key);
+    free(c->remaining);
     free(c);
 }
 
@@ -222,8 +231,9 @@ void caches_teardown(engine *e)
     while (e->cache_count > 0) {
         mcache *c = e->caches[e->cache_count - 1];
         table_remove_locked(e, c);
-        cache_free(c);
+        cache_destroy(c);
     }
+    keys_teardown(e);
     free(e->caches);
     e->caches = NULL;
     e->cache_cap = 0;
@@ -233,7 +243,7 @@ void caches_teardown(engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
-static int64_t take_id(engine *e)
+int64_t cache_take_id(engine *e)
 {
     pthread_mutex_lock(&e->mu);
     int64_t id = e->next_id++;
@@ -295,7 +305,7 @@ lldd_status cache_layout(const char *fn, const lldd_cache_desc *d, cache_wire *w
     return LLM_SUCCESS;
 }
 
-static lldd_status check_rank(const char *fn, const lldd_cache_desc *d)
+lldd_status cache_check_rank(const char *fn, const lldd_cache_desc *d)
 {
     if (d->shape_len == 0 || d->shape_len >= 32) {
         mock_set_error("%s: cache_desc.shape has %zu dims; it must have 1 to 31", fn, d->shape_len);
@@ -344,9 +354,9 @@ MOCK_EXPORT lldd_status lldd_register_kv_cache(lldd_engine *e, const lldd_cache_
             goto out;
         }
     }
-    if ((st = check_rank(fn, desc)) != LLM_SUCCESS)
+    if ((st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
         goto out;
-    int64_t id = take_id(e);
+    int64_t id = cache_take_id(e);
     cache_wire w;
     if ((st = cache_layout(fn, desc, &w)) != LLM_SUCCESS)
         goto out;
@@ -375,11 +385,11 @@ MOCK_EXPORT lldd_status lldd_register_kv_cache(lldd_engine *e, const lldd_cache_
     memcpy(c->addrs, addrs, num_addrs * sizeof *c->addrs);
     c->w = w;
     pthread_mutex_lock(&e->mu);
-    if (e->table_bytes + entry_bytes(w.num_tensors) > TABLE_LIMIT) {
+    if (e->mode == MODE_DIRECT && e->table_bytes + cache_entry_bytes(w.num_tensors) > TABLE_LIMIT) {
         pthread_mutex_unlock(&e->mu);
         mock_set_error("%s: the published cache table would grow to %llu bytes, over its 1 MiB limit "
                        "(24 + sum(64 + 8 * num_tensors))", fn,
-                       (unsigned long long)(e->table_bytes + entry_bytes(w.num_tensors)));
+                       (unsigned long long)(e->table_bytes + cache_entry_bytes(w.num_tensors)));
         st = LLM_PARAM_INVALID;
         goto out;
     }
@@ -393,7 +403,7 @@ MOCK_EXPORT lldd_status lldd_register_kv_cache(lldd_engine *e, const lldd_cache_
     *cache_id = id;
     c = NULL;
 out:
-    cache_free(c);
+    cache_destroy(c);
     engine_leave(e);
     return st;
 }
@@ -423,7 +433,7 @@ MOCK_EXPORT lldd_status lldd_unregister_kv_cache(lldd_engine *e, int64_t cache_i
     if (c != NULL)
         table_remove_locked(e, c);
     pthread_mutex_unlock(&e->mu);
-    cache_free(c);
+    cache_destroy(c);
 out:
     engine_leave(e);
     return st;
@@ -491,9 +501,9 @@ MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_des
         st = LLM_PARAM_INVALID;
         goto out;
     }
-    if ((st = check_rank(fn, desc)) != LLM_SUCCESS)
+    if ((st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
         goto out;
-    int64_t id = take_id(e);
+    int64_t id = cache_take_id(e);
     cache_wire w;
     if ((st = cache_layout(fn, desc, &w)) != LLM_SUCCESS)
         goto out;
@@ -511,7 +521,7 @@ MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_des
     c->w = w;
     c->pages_per_tensor = pages;
     pthread_mutex_lock(&e->mu);
-    if (e->table_bytes + entry_bytes(w.num_tensors) > TABLE_LIMIT) {
+    if (e->mode == MODE_DIRECT && e->table_bytes + cache_entry_bytes(w.num_tensors) > TABLE_LIMIT) {
         pthread_mutex_unlock(&e->mu);
         mock_set_error("%s: the published cache table would exceed its 1 MiB limit", fn);
         st = LLM_PARAM_INVALID;
@@ -548,7 +558,7 @@ MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_des
     *cache_id = id;
     c = NULL;
 out:
-    cache_free(c);
+    cache_destroy(c);
     engine_leave(e);
     return st;
 }
@@ -573,56 +583,47 @@ MOCK_EXPORT lldd_status lldd_deallocate_cache(lldd_engine *e, int64_t cache_id)
     else
         c = NULL; /* unknown or registered: success, nothing happens (§3.6) */
     pthread_mutex_unlock(&e->mu);
-    cache_free(c);
+    cache_destroy(c);
     engine_leave(e);
     return LLM_SUCCESS;
 }
 
-static int has_batches(const cache_wire *w)
-{
-    return w->kind == KIND_CACHE || w->kind == KIND_MIX;
-}
+#define has_blocks kind_has_blocks
 
-static int has_blocks(const cache_wire *w)
+/* The checks of semantics §6.6 in order, then the bytes of §8.8. v1 refuses HOST
+ * caches (semantics §2.6). Caller has entered the engine. */
+lldd_status cache_copy(engine *e, const char *fn, int64_t src_id, int64_t dst_id, uint32_t src_batch_index,
+                       uint32_t dst_batch_index, uint64_t offset, int64_t size, int v1, const char *src_name,
+                       const char *dst_name)
 {
-    return w->kind == KIND_BLOCKS || w->kind == KIND_MIX;
-}
-
-MOCK_EXPORT lldd_status lldd_copy_kv_cache(lldd_engine *e, const lldd_cache *src_cache, const lldd_cache *dst_cache,
-                                           uint32_t src_batch_index, uint32_t dst_batch_index, uint64_t offset,
-                                           int64_t size)
-{
-    static const char fn[] = "lldd_copy_kv_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL || src_cache == NULL || dst_cache == NULL) {
-        mock_set_error("%s: %s must not be NULL", fn, e == NULL ? "engine" : src_cache == NULL ? "src_cache" : "dst_cache");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = pool_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     mcache *s = NULL, *d = NULL;
     if (size != -1 && size <= 0) {
         mock_set_error("%s: size %lld must be -1 or > 0", fn, (long long)size);
         st = LLM_PARAM_INVALID;
         goto out;
     }
-    if ((s = cache_pin(e, src_cache->cache_id)) == NULL) {
-        mock_set_error("%s: src_cache.cache_id %lld does not exist", fn, (long long)src_cache->cache_id);
+    if ((s = cache_pin(e, src_id)) == NULL) {
+        mock_set_error("%s: %s %lld does not exist", fn, src_name, (long long)src_id);
         st = LLM_KV_CACHE_NOT_EXIST;
         goto out;
     }
-    if ((d = cache_pin(e, dst_cache->cache_id)) == NULL) {
-        mock_set_error("%s: dst_cache.cache_id %lld does not exist", fn, (long long)dst_cache->cache_id);
+    if ((d = cache_pin(e, dst_id)) == NULL) {
+        mock_set_error("%s: %s %lld does not exist", fn, dst_name, (long long)dst_id);
         st = LLM_KV_CACHE_NOT_EXIST;
         goto out;
     }
     const cache_wire *sw = &s->w, *dw = &d->w;
-    if (!has_batches(sw) || !has_batches(dw)) {
+    if (!kind_has_batches(sw) || !kind_has_batches(dw)) {
         mock_set_error("%s: %s cache %lld is a blocks-only cache; copies need contiguous caches", fn,
-                       !has_batches(sw) ? "source" : "destination", (long long)(!has_batches(sw) ? sw->id : dw->id));
+                       !kind_has_batches(sw) ? "source" : "destination",
+                       (long long)(!kind_has_batches(sw) ? sw->id : dw->id));
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if (v1 && (sw->placement != LLDD_PLACEMENT_DEVICE || dw->placement != LLDD_PLACEMENT_DEVICE)) {
+        mock_set_error("%s: the %s cache is HOST-placed; v1 copies support device caches only", fn,
+                       sw->placement != LLDD_PLACEMENT_DEVICE ? "source" : "destination");
         st = LLM_PARAM_INVALID;
         goto out;
     }
@@ -669,6 +670,26 @@ out:
         cache_unpin(e, s);
     if (d != NULL)
         cache_unpin(e, d);
+    return st;
+}
+
+MOCK_EXPORT lldd_status lldd_copy_kv_cache(lldd_engine *e, const lldd_cache *src_cache, const lldd_cache *dst_cache,
+                                           uint32_t src_batch_index, uint32_t dst_batch_index, uint64_t offset,
+                                           int64_t size)
+{
+    static const char fn[] = "lldd_copy_kv_cache";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL || src_cache == NULL || dst_cache == NULL) {
+        mock_set_error("%s: %s must not be NULL", fn, e == NULL ? "engine" : src_cache == NULL ? "src_cache" : "dst_cache");
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = pool_call_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    st = cache_copy(e, fn, src_cache->cache_id, dst_cache->cache_id, src_batch_index, dst_batch_index, offset, size, 0,
+                    "src_cache.cache_id", "dst_cache.cache_id");
     engine_leave(e);
     return st;
 }

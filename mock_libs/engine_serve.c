@@ -46,12 +46,13 @@ static int pins_reserve(pin_list *p)
     return 0;
 }
 
-static int send_status(int fd, uint16_t type, uint32_t status, uint64_t a)
+static int send_status(int fd, uint16_t type, uint32_t status, uint64_t a, uint64_t b)
 {
     msg_hdr h;
     msg_init(&h, type);
     h.status = status;
     h.a = a;
+    h.b = b;
     return msg_send(fd, &h, NULL, 0, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
 }
 
@@ -64,10 +65,11 @@ static int serve_pin(engine *e, int fd, const msg_hdr *h, pin_list *pins)
         return -1;
     }
     int64_t watermark = h->b != 0 ? (int64_t)h->b : e->next_id;
+    uint64_t bind_mark = h->b != 0 ? 0 : e->next_bind;
     mcache *c = (id > 0 && id < watermark) ? cache_find_locked(e, id) : NULL;
     if (c == NULL) {
         pthread_mutex_unlock(&e->mu);
-        return send_status(fd, MSG_PIN_REPLY, LLM_KV_CACHE_NOT_EXIST, (uint64_t)watermark);
+        return send_status(fd, MSG_PIN_REPLY, LLM_KV_CACHE_NOT_EXIST, (uint64_t)watermark, bind_mark);
     }
     size_t addr_bytes = (size_t)c->w.num_tensors * sizeof(uint64_t);
     char *body = malloc(sizeof(cache_wire) + addr_bytes);
@@ -84,6 +86,7 @@ static int serve_pin(engine *e, int fd, const msg_hdr *h, pin_list *pins)
     msg_hdr r;
     msg_init(&r, MSG_PIN_REPLY);
     r.a = (uint64_t)watermark;
+    r.b = bind_mark;
     r.payload_len = sizeof(cache_wire) + addr_bytes;
     int rc = msg_send(fd, &r, body, (size_t)r.payload_len, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
     free(body);
@@ -135,7 +138,7 @@ static int serve_read(int fd, const msg_hdr *h, pin_list *pins, struct iovec *io
 {
     uint64_t total;
     if (regions_to_iov(fd, h, pins, 0, iov, wr, &total) != 0) {
-        send_status(fd, MSG_READ_REPLY, LLM_PARAM_INVALID, 0);
+        send_status(fd, MSG_READ_REPLY, LLM_PARAM_INVALID, 0, 0);
         return -1;
     }
     msg_hdr r;
@@ -154,12 +157,12 @@ static int serve_write(int fd, const msg_hdr *h, pin_list *pins, struct iovec *i
     uint64_t list_bytes = (uint64_t)h->count * sizeof *wr;
     uint64_t data = h->payload_len >= list_bytes ? h->payload_len - list_bytes : 0;
     if (regions_to_iov(fd, h, pins, data, iov, wr, &total) != 0 || total != data) {
-        send_status(fd, MSG_WRITE_REPLY, LLM_PARAM_INVALID, 0);
+        send_status(fd, MSG_WRITE_REPLY, LLM_PARAM_INVALID, 0, 0);
         return -1;
     }
     if (tp_recvv(fd, iov, h->count, tp_deadline(SERVE_IDLE_MS), SERVE_IDLE_MS) != TP_OK)
         return -1;
-    return send_status(fd, MSG_WRITE_REPLY, LLM_SUCCESS, 0);
+    return send_status(fd, MSG_WRITE_REPLY, LLM_SUCCESS, 0, 0);
 }
 
 void link_serve(mlink *l)

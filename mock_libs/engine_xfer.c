@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <time.h>
 
 #include "engine.h"
 
@@ -85,40 +86,16 @@ static lldd_status check_ext(const char *fn, const lldd_ext_param *p, int push, 
     return LLM_SUCCESS;
 }
 
-static int has_batches(const cache_wire *w)
-{
-    return w->kind == KIND_CACHE || w->kind == KIND_MIX;
-}
-
-static int has_blocks(const cache_wire *w)
-{
-    return w->kind == KIND_BLOCKS || w->kind == KIND_MIX;
-}
+#define has_batches kind_has_batches
+#define has_blocks kind_has_blocks
 
 /* ---------------------------------------------------------------------------------------------
  * the link and the peer's cache
  * ------------------------------------------------------------------------------------------ */
 
-typedef struct xlink {
-    engine *e;
-    mlink *l;
-    engine *peer;        /* same process: the peer engine, held through the registry */
-    int locked;
-} xlink;
-
-typedef struct peer_cache {
-    cache_wire w;
-    const uint64_t *addrs;
-    uint64_t *owned_addrs;   /* another process: our copy of its addresses */
-    mcache *pc;              /* same process: the pinned cache */
-    int pinned;
-} peer_cache;
-
-static lldd_status link_timeout(xlink *x, const char *fn, const char *fmt, ...) MOCK_PRINTF(3, 4);
-
 /* TIMEOUT ends the link's usefulness (PR-35): poison it, and close the connection
  * we ask on so that the peer releases whatever it still holds for us. */
-static lldd_status link_timeout(xlink *x, const char *fn, const char *fmt, ...)
+lldd_status link_timeout(xlink *x, const char *fn, const char *fmt, ...)
 {
     char why[256];
     va_list ap;
@@ -141,7 +118,7 @@ static int peer_side_alive_locked(engine *peer, engine *self, const mlink *l)
            !atomic_load(&pl->peer_gone);
 }
 
-static void link_release(xlink *x)
+void link_release(xlink *x)
 {
     if (x->l == NULL)
         return;
@@ -154,23 +131,50 @@ static void link_release(xlink *x)
 }
 
 /* Step 5 of §8.0: the link to `cluster`, locked for this transfer. */
-static lldd_status link_acquire(engine *e, const char *fn, uint64_t cluster, xlink *x)
+lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *x, int flags)
 {
+    int v1 = (flags & ACQUIRE_V1) != 0;
     memset(x, 0, sizeof *x);
     x->e = e;
     pthread_mutex_lock(&e->mu);
     mlink *l = link_find_locked(e, cluster);
     int ready = l != NULL && l->ready;
-    if (ready)
+    int comm_wait = ready && atomic_load(&l->comm_pending);
+    if (ready && !comm_wait)
         link_ref(l);
     pthread_mutex_unlock(&e->mu);
+    if (comm_wait) {
+        mock_set_error("%s: the rank-table link to cluster %llu is not ready: must wait until the "
+                       "query_register_mem_status return ok (semantics §10.6)", fn, (unsigned long long)cluster);
+        return LLM_NOT_YET_LINK;
+    }
     if (!ready) {
         mock_set_error("%s: cluster %llu is not linked%s", fn, (unsigned long long)cluster,
                        l != NULL ? " yet (the link is being made)" : "");
         return LLM_NOT_YET_LINK;
     }
     x->l = l;
-    pthread_mutex_lock(&l->xfer_mu);
+    if (!v1) {
+        pthread_mutex_lock(&l->xfer_mu);
+    } else {
+        /* v1: the link's lock within the transfer timeout, else LINK_BUSY (§10.5) */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint32_t ms = e->sync_timeout_ms;
+        ts.tv_sec += ms / 1000;
+        ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        if (pthread_mutex_timedlock(&l->xfer_mu, &ts) != 0) {
+            link_release(x);
+            mock_set_error("%s: the link to cluster %llu is busy with another request for longer than "
+                           "llm.SyncKvCacheWaitTime = %u ms (semantics §10.5)", fn, (unsigned long long)cluster,
+                           (unsigned)ms);
+            return LLM_LINK_BUSY;
+        }
+    }
     x->locked = 1;
     pthread_mutex_lock(&e->mu);
     int removed = l->removed;
@@ -178,7 +182,7 @@ static lldd_status link_acquire(engine *e, const char *fn, uint64_t cluster, xli
     if (removed) {
         link_release(x);
         mock_set_error("%s: the link to cluster %llu is being torn down", fn, (unsigned long long)cluster);
-        return LLM_NOT_YET_LINK;
+        return v1 ? LLM_LINK_BUSY : LLM_NOT_YET_LINK;
     }
     if (atomic_load(&l->poisoned)) {
         mock_set_error("%s: link to cluster %llu: an earlier transfer timed out; unlink and link again (PR-35)", fn,
@@ -200,6 +204,19 @@ static lldd_status link_acquire(engine *e, const char *fn, uint64_t cluster, xli
     return LLM_SUCCESS;
 }
 
+static lldd_status link_acquire(engine *e, const char *fn, uint64_t cluster, xlink *x)
+{
+    return link_acquire_ex(e, fn, cluster, x, 0);
+}
+
+void link_note_table_copy(mlink *l, int64_t id_mark, uint64_t bind_mark)
+{
+    if (l->watermark == 0) {
+        l->watermark = id_mark;
+        l->bind_watermark = bind_mark;
+    }
+}
+
 static lldd_status not_exist(const char *fn, uint64_t cluster, int64_t id, int64_t watermark)
 {
     if (id >= watermark)
@@ -213,7 +230,7 @@ static lldd_status not_exist(const char *fn, uint64_t cluster, int64_t id, int64
 }
 
 /* Step 7: resolves and pins the peer's cache `id` (live, every transfer). */
-static lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc)
+lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc)
 {
     engine *e = x->e;
     mlink *l = x->l;
@@ -236,8 +253,7 @@ static lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc
             pthread_mutex_unlock(&peer->mu);
             return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
         }
-        if (l->watermark == 0)
-            l->watermark = peer->next_id;
+        link_note_table_copy(l, peer->next_id, peer->next_bind);
         mcache *c = id < l->watermark ? cache_find_locked(peer, id) : NULL;
         if (c == NULL) {
             pthread_mutex_unlock(&peer->mu);
@@ -265,8 +281,7 @@ static lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc
         return link_timeout(x, fn, "the peer did not answer within llm.SyncKvCacheWaitTime = %u ms", timeout);
     if (r != TP_OK)
         return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
-    if (l->watermark == 0)
-        l->watermark = (int64_t)h.a;
+    link_note_table_copy(l, (int64_t)h.a, h.b);
     if (h.status == LLM_KV_CACHE_NOT_EXIST)
         return not_exist(fn, l->peer_cluster, id, (int64_t)h.a);
     if (h.status != LLM_SUCCESS || h.payload_len < sizeof pc->w)
@@ -289,7 +304,7 @@ static lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc
     return LLM_SUCCESS;
 }
 
-static void peer_unpin(xlink *x, peer_cache *pc)
+void peer_unpin(xlink *x, peer_cache *pc)
 {
     if (!pc->pinned)
         return;
@@ -311,16 +326,6 @@ static void peer_unpin(xlink *x, peer_cache *pc)
  * plans and regions (semantics §8.2, §8.3, §8.5, §8.6)
  * ------------------------------------------------------------------------------------------ */
 
-typedef struct plan {
-    int b2b;
-    uint32_t s_base, d_base, pairs;   /* tensor s_base + i -> d_base + i, i < pairs */
-    const uint64_t *src_addrs, *dst_addrs;
-    uint64_t soff, doff, len;         /* C2C */
-    const uint64_t *sblk, *dblk;      /* B2B */
-    size_t nblk;
-    uint64_t block;
-} plan;
-
 typedef struct region {
     uint32_t st, dt;
     uint64_t soff, doff, len;
@@ -329,6 +334,7 @@ typedef struct region {
 typedef struct region_iter {
     const plan *p;
     uint32_t i;
+    size_t k;                  /* C2B: the chunk */
     run_iter runs;
     uint64_t s0, d0, rlen;
     int have_run;
@@ -338,23 +344,50 @@ static void region_iter_init(region_iter *it, const plan *p)
 {
     memset(it, 0, sizeof *it);
     it->p = p;
-    if (p->b2b)
+    if (p->form == PLAN_B2B)
         run_iter_init(&it->runs, p->sblk, p->dblk, p->nblk);
 }
 
-/* Runs outside, tensors inside: each run is found once. */
+static uint32_t plan_src(const plan *p, uint32_t i)
+{
+    return p->smap != NULL ? (uint32_t)p->smap[i] : p->s_base + i;
+}
+
+static uint32_t plan_dst(const plan *p, uint32_t i)
+{
+    return p->dmap != NULL ? (uint32_t)p->dmap[i] : p->d_base + i;
+}
+
+/* B2B: runs outside, tensors inside, so that each run is found once; C2B: tensors
+ * outside, chunks inside. */
 static int region_next(region_iter *it, region *r)
 {
     const plan *p = it->p;
-    if (!p->b2b) {
+    if (p->form == PLAN_C2C) {
         if (it->i >= p->pairs)
             return 0;
-        r->st = p->s_base + it->i;
-        r->dt = p->d_base + it->i;
+        r->st = plan_src(p, it->i);
+        r->dt = plan_dst(p, it->i);
         r->soff = p->soff;
         r->doff = p->doff;
         r->len = p->len;
         it->i++;
+        return 1;
+    }
+    if (p->form == PLAN_C2B) {
+        if (it->k >= p->nblk) {
+            it->k = 0;
+            it->i++;
+        }
+        if (it->i >= p->pairs || p->nblk == 0)
+            return 0;
+        uint64_t start = (uint64_t)it->k * p->block;
+        r->st = plan_src(p, it->i);
+        r->dt = plan_dst(p, it->i);
+        r->soff = p->soff + start;
+        r->doff = p->doff + p->dblk[it->k] * p->block;
+        r->len = p->len - start < p->block ? p->len - start : p->block;
+        it->k++;
         return 1;
     }
     if (!it->have_run || it->i >= p->pairs) {
@@ -363,10 +396,10 @@ static int region_next(region_iter *it, region *r)
         it->have_run = 1;
         it->i = 0;
     }
-    r->st = p->s_base + it->i;
-    r->dt = p->d_base + it->i;
-    r->soff = it->s0 * p->block;
-    r->doff = it->d0 * p->block;
+    r->st = plan_src(p, it->i);
+    r->dt = plan_dst(p, it->i);
+    r->soff = p->soff + it->s0 * p->block;
+    r->doff = p->doff + it->d0 * p->block;
     r->len = it->rlen * p->block;
     it->i++;
     return 1;
@@ -423,7 +456,7 @@ static void stream_copy(char *d, const char *s, size_t n)
 static uint64_t plan_bytes(const plan *p)
 {
     uint64_t per_pair, total;
-    if (!p->b2b)
+    if (p->form != PLAN_B2B)
         per_pair = p->len;
     else if (__builtin_mul_overflow((uint64_t)p->nblk, p->block, &per_pair))
         return UINT64_MAX;
@@ -561,7 +594,7 @@ static lldd_status move_socket(xlink *x, const char *fn, const plan *p, int pull
     }
 }
 
-static lldd_status move_bytes(xlink *x, const char *fn, const plan *p, int pull, int64_t peer_cache_id)
+lldd_status move_bytes(xlink *x, const char *fn, const plan *p, int pull, int64_t peer_cache_id)
 {
     mlink *l = x->l;
     if (p->pairs == 0)
@@ -618,8 +651,8 @@ typedef struct pull_args {
     ext_norm x;
 } pull_args;
 
-static lldd_status check_blocks(const char *fn, const char *name, const uint64_t *blk, size_t n, uint64_t limit,
-                                const char *whose)
+lldd_status check_blocks(const char *fn, const char *name, const uint64_t *blk, size_t n, uint64_t limit,
+                         const char *whose)
 {
     for (size_t k = 0; k < n; k++) {
         if (blk[k] >= limit) {
@@ -631,16 +664,16 @@ static lldd_status check_blocks(const char *fn, const char *name, const uint64_t
     return LLM_SUCCESS;
 }
 
-static lldd_status check_repeats(const char *fn, const uint64_t *dblk, size_t n)
+lldd_status check_repeats(const char *fn, const char *name, const uint64_t *v, size_t n)
 {
     size_t pos, earlier;
-    if (find_repeat(dblk, n, &pos, &earlier) != 0) {
+    if (find_repeat(v, n, &pos, &earlier) != 0) {
         mock_set_error("%s: out of host memory", fn);
         return LLM_FAILED;
     }
     if (pos != SIZE_MAX) {
-        mock_set_error("%s: dst_blocks[%zu] = %llu repeats dst_blocks[%zu]; a destination block may appear only "
-                       "once (PR-5)", fn, pos, (unsigned long long)dblk[pos], earlier);
+        mock_set_error("%s: %s[%zu] = %llu repeats %s[%zu]; a destination may appear only once (PR-5)", fn, name,
+                       pos, (unsigned long long)v[pos], name, earlier);
         return LLM_PARAM_INVALID;
     }
     return LLM_SUCCESS;
@@ -706,7 +739,7 @@ static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, m
     /* step 6: the request */
     uint64_t runs = 1;
     if (a->b2b) {
-        if ((st = check_repeats(fn, a->dblk, a->nblk)) != LLM_SUCCESS)
+        if ((st = check_repeats(fn, "dst_blocks", a->dblk, a->nblk)) != LLM_SUCCESS)
             return st;
         if ((st = check_blocks(fn, "dst_blocks", a->dblk, a->nblk, lw->blocks, "local")) != LLM_SUCCESS)
             return st;
@@ -782,14 +815,14 @@ static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, m
     /* step 10: the bytes */
     plan p;
     memset(&p, 0, sizeof p);
-    p.b2b = a->b2b;
+    p.form = a->b2b ? PLAN_B2B : PLAN_C2C;
     p.s_base = (uint32_t)s_base;
     p.d_base = (uint32_t)d_base;
     p.pairs = (uint32_t)pairs;
     p.src_addrs = pc->addrs;
     p.dst_addrs = lc->addrs;
-    p.soff = (uint64_t)a->src->batch_index * rw->stride;
-    p.doff = (uint64_t)a->batch_index * lw->stride;
+    p.soff = a->b2b ? 0 : (uint64_t)a->src->batch_index * rw->stride;
+    p.doff = a->b2b ? 0 : (uint64_t)a->batch_index * lw->stride;
     p.len = len;
     p.sblk = a->sblk;
     p.dblk = a->dblk;
@@ -967,7 +1000,7 @@ static lldd_status push_layer_checks(const char *fn, const push_args *a, const c
                            (unsigned long long)lw->stride, (unsigned long long)rw->stride);
             return LLM_PARAM_INVALID;
         }
-        if (a->b2b && (st = check_repeats(fn, a->dblk, a->nblk)) != LLM_SUCCESS)
+        if (a->b2b && (st = check_repeats(fn, "dst_blocks", a->dblk, a->nblk)) != LLM_SUCCESS)
             return st;
     }
     if (ls >= lw->num_tensors / x->n) {
@@ -1050,14 +1083,14 @@ static lldd_status push_checked(engine *e, const char *fn, const push_args *a, m
     if (ok > 0) {
         plan p;
         memset(&p, 0, sizeof p);
-        p.b2b = a->b2b;
+        p.form = a->b2b ? PLAN_B2B : PLAN_C2C;
         p.s_base = (uint32_t)(ls0 * x->n);
         p.d_base = (uint32_t)(ld0 * x->n);
         p.pairs = (uint32_t)(ok * x->n);
         p.src_addrs = lc->addrs;
         p.dst_addrs = pc->addrs;
-        p.soff = (uint64_t)a->src_batch * lw->stride;
-        p.doff = (uint64_t)a->dst->batch_index * pc->w.stride;
+        p.soff = a->b2b ? 0 : (uint64_t)a->src_batch * lw->stride;
+        p.doff = a->b2b ? 0 : (uint64_t)a->dst->batch_index * pc->w.stride;
         p.len = lw->stride;
         p.sblk = a->sblk;
         p.dblk = a->dblk;

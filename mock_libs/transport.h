@@ -80,7 +80,7 @@ void tp_sleep_ms(uint32_t ms, const atomic_int *stop);
 #define PROTO_VERSION 1u
 
 enum msg_type {
-    MSG_HELLO = 1,          /* a = HELLO_*; body hello_body            -> MSG_HELLO_REPLY   */
+    MSG_HELLO = 1,          /* a = HELLO_*, b = communicator key; body hello_body -> REPLY */
     MSG_HELLO_REPLY,        /* status; body hello_body + reply_text                          */
     MSG_REVERSE,            /* a = token, b = client cluster id       -> MSG_REVERSE_REPLY */
     MSG_REVERSE_REPLY,      /* status; body reply_text                                       */
@@ -92,7 +92,13 @@ enum msg_type {
     MSG_READ,               /* a = cache id, count regions; body wire_region[count]          */
     MSG_READ_REPLY,         /* status; then payload_len bytes of data                        */
     MSG_WRITE,              /* a = cache id, count regions; body regions then the data       */
-    MSG_WRITE_REPLY         /* status                                                        */
+    MSG_WRITE_REPLY,        /* status                                                        */
+    MSG_RESOLVE,            /* body resolve_req (engine.h): a source by key or id, pinned    */
+    MSG_RESOLVE_REPLY,      /* status; body resolve_reply + addrs, or reply_text             */
+    MSG_RELEASE,            /* body release_req + tensor indexes: unpin, then release a key  */
+    MSG_RELEASE_REPLY,      /* status                                                        */
+    MSG_PIN_ADDR,           /* a = address, b = length: the cache tensor holding the range   */
+    MSG_PIN_ADDR_REPLY      /* status; a = tensor; body cache_wire + addrs, or reply_text    */
 };
 
 /* MSG_HELLO flags (msg_hdr.a). A client that already holds a link to the peer still
@@ -111,8 +117,9 @@ typedef struct msg_hdr {
     uint64_t payload_len;
 } msg_hdr;
 
-/* Transfer modes (semantics §1.3, §1.4): both ends of a link must agree. */
-enum { MODE_DIRECT = 1, MODE_SERVER_ASSISTED = 2 };
+/* Transfer modes (semantics §1.3, §1.4): both ends of a link must agree. A v1 engine
+ * has a mode of its own (its pulls are answered by the prompt side). */
+enum { MODE_DIRECT = 1, MODE_SERVER_ASSISTED = 2, MODE_V1 = 3 };
 
 typedef struct hello_body {
     uint32_t mode;

@@ -1,0 +1,886 @@
+/* Cache keys and the cache life cycle of the extension ABI: register_cache /
+ * register_blocks_cache / unregister_cache (v2), allocate_cache /
+ * allocate_blocks_cache / deallocate_cache / remove_cache_key (v2 and v1)
+ * (semantics §2.2, §3, §9; python-api.md §11.1, §11.5, §12).
+ *
+ * The key table maps a key's identity to its binding. Identities live in two
+ * namespaces: request keys (req_id, model_id), which blocks keys share as
+ * (2**64-1, model_id), and prefix keys (prefix_id, model_id). A binding names a
+ * cache and a batch slot; the cache keeps the list of its keys and, per slot, the
+ * key bound there, so that a pull by id finds the key of its slot (§9.4) and a
+ * removed cache takes its keys with it.
+ *
+ * Reference counting (§9.5): an owned non-blocks cache holds one reference for its
+ * id (ext_ref, dropped by deallocate) and one per bound request or prefix key; the
+ * remaining-tensor set R is a bitmap over its tensors, filled when keys are bound
+ * at allocation. When the last reference goes the cache is freed.
+ *
+ * Every binding gets a sequence number from a per-engine counter, so that a direct-
+ * mode table copy (§9.7) sees exactly the bindings that existed when it was taken
+ * (PR-19). Request and blocks key bindings count 24 bytes each towards the 1 MiB
+ * published table in direct mode; prefix bindings are never published.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "engine_ext.h"
+
+/* ---------------------------------------------------------------------------------------------
+ * the key table
+ * ------------------------------------------------------------------------------------------ */
+
+static size_t key_hash(uint32_t ns, uint64_t id, uint64_t model)
+{
+    uint64_t h = id * 0x9E3779B97F4A7C15ull ^ (model + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full ^ ns;
+    h ^= h >> 31;
+    return (size_t)(h * 0x94D049BB133111EBull >> 7);
+}
+
+keynode *key_find_locked(engine *e, uint32_t ns, uint64_t id, uint64_t model)
+{
+    if (e->keys.nbuckets == 0)
+        return NULL;
+    for (keynode *k = e->keys.buckets[key_hash(ns, id, model) & (e->keys.nbuckets - 1)]; k != NULL; k = k->hnext)
+        if (k->ns == ns && k->id == id && k->model == model)
+            return k;
+    return NULL;
+}
+
+static int keytab_reserve(keytab *t, size_t more)
+{
+    if (t->count + more <= t->nbuckets)
+        return 0;
+    size_t n = t->nbuckets ? t->nbuckets : 64;
+    while (n < t->count + more)
+        n *= 2;
+    keynode **b = calloc(n, sizeof *b);
+    if (b == NULL)
+        return -1;
+    for (size_t i = 0; i < t->nbuckets; i++) {
+        keynode *k = t->buckets[i];
+        while (k != NULL) {
+            keynode *next = k->hnext;
+            size_t j = key_hash(k->ns, k->id, k->model) & (n - 1);
+            k->hnext = b[j];
+            b[j] = k;
+            k = next;
+        }
+    }
+    free(t->buckets);
+    t->buckets = b;
+    t->nbuckets = n;
+    return 0;
+}
+
+static int publishes(const engine *e, uint32_t ns)
+{
+    return e->mode == MODE_DIRECT && ns == KEY_NS_REQ;
+}
+
+/* Binds a key to slot `slot` of c. The table has room (keytab_reserve) and c has its
+ * slot array when slot keys are bound. mu held. */
+static keynode *key_bind_locked(engine *e, mcache *c, uint32_t ns, uint64_t id, uint64_t model, uint64_t slot,
+                                int blocks)
+{
+    keynode *k = calloc(1, sizeof *k);
+    if (k == NULL)
+        return NULL;
+    k->c = c;
+    k->ns = ns;
+    k->blocks = (uint32_t)blocks;
+    k->id = id;
+    k->model = model;
+    k->slot = slot;
+    k->seq = e->next_bind++;
+    size_t j = key_hash(ns, id, model) & (e->keys.nbuckets - 1);
+    k->hnext = e->keys.buckets[j];
+    e->keys.buckets[j] = k;
+    e->keys.count++;
+    k->cnext = c->keys;
+    if (c->keys != NULL)
+        c->keys->cprev = k;
+    c->keys = k;
+    if (!blocks) {
+        c->slot_key[slot] = k;
+        c->req_keys++;
+    }
+    if (publishes(e, ns))
+        e->table_bytes += TABLE_KEY_BYTES;
+    return k;
+}
+
+void key_unbind_locked(engine *e, keynode *k)
+{
+    size_t j = key_hash(k->ns, k->id, k->model) & (e->keys.nbuckets - 1);
+    for (keynode **pp = &e->keys.buckets[j]; *pp != NULL; pp = &(*pp)->hnext) {
+        if (*pp == k) {
+            *pp = k->hnext;
+            break;
+        }
+    }
+    e->keys.count--;
+    mcache *c = k->c;
+    if (k->cprev != NULL)
+        k->cprev->cnext = k->cnext;
+    else
+        c->keys = k->cnext;
+    if (k->cnext != NULL)
+        k->cnext->cprev = k->cprev;
+    if (!k->blocks) {
+        c->slot_key[k->slot] = NULL;
+        c->req_keys--;
+    }
+    if (publishes(e, k->ns))
+        e->table_bytes -= TABLE_KEY_BYTES;
+    free(k);
+}
+
+void keys_teardown(engine *e)
+{
+    /* every key went with its cache; only the buckets are left */
+    free(e->keys.buckets);
+    memset(&e->keys, 0, sizeof e->keys);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * identities
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct ident {
+    uint32_t ns;
+    uint64_t id, model;
+    int placeholder;
+    size_t pos;
+} ident;
+
+/* python-api.md §7.4: a CacheKey is looked up by (prefix_id, model_id) when prefix_id
+ * is given, else by (req_id, model_id); a placeholder has the identity of the blocks
+ * key of its model; a BlocksCacheKey is (2**64-1, model_id). */
+void ext_key_ident(const lldd_key *k, uint32_t *ns, uint64_t *id, uint64_t *model)
+{
+    *model = k->model_id;
+    if (k->kind == LLDD_KEY_CACHE && k->prefix_id != UINT64_MAX) {
+        *ns = KEY_NS_PREFIX;
+        *id = k->prefix_id;
+    } else {
+        *ns = KEY_NS_REQ;
+        *id = k->kind == LLDD_KEY_CACHE ? k->req_id : UINT64_MAX;
+    }
+}
+
+static void describe_ident(char *buf, size_t n, uint32_t ns, uint64_t id, uint64_t model, int placeholder)
+{
+    if (placeholder)
+        snprintf(buf, n, "placeholder key (model_id %llu)", (unsigned long long)model);
+    else if (ns == KEY_NS_PREFIX)
+        snprintf(buf, n, "prefix key (prefix_id %llu, model_id %llu)", (unsigned long long)id,
+                 (unsigned long long)model);
+    else if (id == UINT64_MAX)
+        snprintf(buf, n, "blocks key (model_id %llu)", (unsigned long long)model);
+    else
+        snprintf(buf, n, "request key (req_id %llu, model_id %llu)", (unsigned long long)id,
+                 (unsigned long long)model);
+}
+
+static int cmp_ident(const void *a, const void *b)
+{
+    const ident *x = a, *y = b;
+    if (x->ns != y->ns)
+        return x->ns < y->ns ? -1 : 1;
+    if (x->id != y->id)
+        return x->id < y->id ? -1 : 1;
+    if (x->model != y->model)
+        return x->model < y->model ? -1 : 1;
+    return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* The keys of one register/allocate call, checked (semantics §9.2, §9.3, PR-21,
+ * PR-22). On success bind[i] says whether keys[i] binds slot i. mu held. */
+typedef struct key_plan {
+    unsigned char *bind;
+    size_t binds;         /* request/prefix bindings to make */
+    size_t published;     /* of which request keys (published table) */
+} key_plan;
+
+static lldd_status plan_slot_keys(engine *e, const char *fn, const lldd_key *keys, size_t n, uint64_t slots,
+                                  int v1, key_plan *out)
+{
+    memset(out, 0, sizeof *out);
+    if (n == 0)
+        return LLM_SUCCESS;
+    if ((uint64_t)n > slots) {
+        mock_set_error("%s: %zu cache keys for a cache of %llu batches (shape[0]); at most one key per batch",
+                       fn, n, (unsigned long long)slots);
+        return LLM_PARAM_INVALID;
+    }
+    ident *v = malloc(n * sizeof *v);
+    out->bind = calloc(n, 1);
+    if (v == NULL || out->bind == NULL) {
+        free(v);
+        free(out->bind);
+        out->bind = NULL;
+        mock_set_error("%s: out of host memory", fn);
+        return LLM_FAILED;
+    }
+    for (size_t i = 0; i < n; i++) {
+        ext_key_ident(&keys[i], &v[i].ns, &v[i].id, &v[i].model);
+        v[i].placeholder = v[i].ns == KEY_NS_REQ && v[i].id == UINT64_MAX;
+        v[i].pos = i;
+        out->bind[i] = !v[i].placeholder;
+    }
+    qsort(v, n, sizeof *v, cmp_ident);
+    lldd_status st = LLM_SUCCESS;
+    char what[96];
+    if (!v1) {
+        /* PR-22: the earliest repeat of any identity, placeholders included */
+        size_t best = SIZE_MAX, first = 0;
+        for (size_t i = 1; i < n; i++) {
+            if (v[i].ns == v[i - 1].ns && v[i].id == v[i - 1].id && v[i].model == v[i - 1].model &&
+                (best == SIZE_MAX || v[i].pos < v[best].pos)) {
+                best = i;
+                size_t j = i;
+                while (j > 0 && v[j - 1].ns == v[i].ns && v[j - 1].id == v[i].id && v[j - 1].model == v[i].model)
+                    j--;
+                first = j;
+            }
+        }
+        if (best != SIZE_MAX) {
+            describe_ident(what, sizeof what, v[best].ns, v[best].id, v[best].model, v[best].placeholder);
+            mock_set_error("%s: cache_keys[%zu] repeats cache_keys[%zu], the %s; a key may appear once per call "
+                           "(PR-22)", fn, v[best].pos, v[first].pos, what);
+            st = LLM_PARAM_INVALID;
+        }
+    } else {
+        /* v1: the last occurrence binds (documented); placeholders repeat freely */
+        for (size_t i = 0; i + 1 < n; i++)
+            if (!v[i].placeholder && v[i + 1].ns == v[i].ns && v[i + 1].id == v[i].id && v[i + 1].model == v[i].model)
+                out->bind[v[i].pos] = 0;
+    }
+    for (size_t i = 0; st == LLM_SUCCESS && i < n; i++) {
+        const ident *x = &v[i];
+        if (x->placeholder && v1)
+            continue;
+        if (key_find_locked(e, x->ns, x->id, x->model) != NULL) {
+            describe_ident(what, sizeof what, x->ns, x->id, x->model, x->placeholder);
+            if (x->placeholder)
+                mock_set_error("%s: cache_keys[%zu], a %s, has the identity of the blocks key bound to model_id "
+                               "%llu (PR-22)", fn, x->pos, what, (unsigned long long)x->model);
+            else
+                mock_set_error("%s: cache_keys[%zu], the %s, is already bound to a live cache", fn, x->pos, what);
+            st = v1 ? LLM_FAILED : LLM_PARAM_INVALID;
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (out->bind[i]) {
+            out->binds++;
+            if (keys[i].prefix_id == UINT64_MAX)
+                out->published++; /* request keys are published, prefix keys never (§9.7) */
+        }
+    }
+    free(v);
+    if (st != LLM_SUCCESS) {
+        free(out->bind);
+        out->bind = NULL;
+    }
+    return st;
+}
+
+/* Binds the planned slot keys of c (mu held; table room reserved). */
+static void bind_slot_keys(engine *e, mcache *c, const lldd_key *keys, size_t n, const key_plan *kp)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!kp->bind[i])
+            continue;
+        uint32_t ns;
+        uint64_t id, model;
+        ext_key_ident(&keys[i], &ns, &id, &model);
+        key_bind_locked(e, c, ns, id, model, i, 0);
+    }
+}
+
+/* Memory for the key bookkeeping of a cache that will get `binds` slot keys. */
+static int cache_key_room(mcache *c, size_t binds, int owned)
+{
+    if (binds == 0)
+        return 0;
+    c->slot_key = calloc((size_t)c->w.batches, sizeof *c->slot_key);
+    if (c->slot_key == NULL)
+        return -1;
+    if (owned) {
+        size_t words = ((size_t)c->w.num_tensors + 63) / 64;
+        c->remaining = calloc(words, sizeof *c->remaining);
+        if (c->remaining == NULL)
+            return -1;
+        for (uint32_t t = 0; t < c->w.num_tensors; t++)
+            c->remaining[t / 64] |= 1ull << (t % 64);
+        c->remaining_count = c->w.num_tensors;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * argument checks shared by register and allocate
+ * ------------------------------------------------------------------------------------------ */
+
+static lldd_status check_kind_and_keys(const char *fn, uint32_t kind, const lldd_key *keys, size_t n)
+{
+    if (kind != LLDD_CACHE_KIND_CACHE && kind != LLDD_CACHE_KIND_BLOCKS) {
+        mock_set_error("%s: kind %u is neither LLDD_CACHE_KIND_CACHE (1) nor LLDD_CACHE_KIND_BLOCKS (2)", fn,
+                       (unsigned)kind);
+        return LLM_PARAM_INVALID;
+    }
+    if (kind == LLDD_CACHE_KIND_BLOCKS && n > 1) {
+        mock_set_error("%s: a blocks cache takes at most one blocks key, %zu given", fn, n);
+        return LLM_PARAM_INVALID;
+    }
+    uint32_t want = kind == LLDD_CACHE_KIND_BLOCKS ? LLDD_KEY_BLOCKS : LLDD_KEY_CACHE;
+    for (size_t i = 0; i < n; i++) {
+        if (keys[i].kind != want) {
+            mock_set_error("%s: keys[%zu].kind is %u; a %s cache takes %s", fn, i, (unsigned)keys[i].kind,
+                           kind == LLDD_CACHE_KIND_BLOCKS ? "blocks" : "contiguous",
+                           kind == LLDD_CACHE_KIND_BLOCKS ? "one BlocksCacheKey (LLDD_KEY_BLOCKS)"
+                                                          : "CacheKeys (LLDD_KEY_CACHE)");
+            return LLM_PARAM_INVALID;
+        }
+    }
+    return LLM_SUCCESS;
+}
+
+static void apply_kind(cache_wire *w, uint32_t kind, int v1)
+{
+    if (kind == LLDD_CACHE_KIND_CACHE) {
+        w->kind = KIND_CACHE;
+        w->blocks = 0;
+    } else if (v1) {
+        w->kind = KIND_MIX;      /* a v1 blocks cache has D batches and D blocks (§2.2) */
+    } else {
+        w->kind = KIND_BLOCKS;
+        w->batches = 1;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * register_cache / register_blocks_cache / unregister_cache (v2)
+ * ------------------------------------------------------------------------------------------ */
+
+MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache_desc *desc, const uint64_t *addrs,
+                                                size_t num_addrs, uint32_t kind, uint32_t remote_accessible,
+                                                const lldd_key *keys, size_t num_keys, int64_t *cache_id)
+{
+    static const char fn[] = "lldd_ext_register_cache";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL || desc == NULL || cache_id == NULL || (addrs == NULL && num_addrs > 0) ||
+        (keys == NULL && num_keys > 0) || (desc->shape == NULL && desc->shape_len > 0)) {
+        mock_set_error("%s: %s must not be NULL", fn,
+                       e == NULL ? "engine" : desc == NULL ? "cache_desc" : cache_id == NULL ? "cache_id"
+                       : addrs == NULL && num_addrs > 0 ? "addrs (num_addrs > 0)"
+                       : keys == NULL && num_keys > 0 ? "keys (num_keys > 0)" : "cache_desc.shape (shape_len > 0)");
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = engine_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    mcache *c = NULL;
+    key_plan kp = {NULL, 0, 0};
+    if (e->gen == GEN_V1) {
+        mock_set_error("%s: registration does not exist in KvCacheManager (v1) mode; use allocate_cache", fn);
+        st = LLM_FEATURE_NOT_ENABLED;
+        goto out;
+    }
+    if ((st = check_kind_and_keys(fn, kind, keys, num_keys)) != LLM_SUCCESS)
+        goto out;
+    if (remote_accessible > 1) {
+        mock_set_error("%s: remote_accessible %u must be 0 or 1", fn, (unsigned)remote_accessible);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    pthread_mutex_lock(&e->mu);
+    int linked = e->rank_linked;
+    pthread_mutex_unlock(&e->mu);
+    if (linked && remote_accessible) {
+        mock_set_error("%s: you can not register remote accessible cache after link (semantics §2.6)", fn);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if ((st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
+        goto out;
+    if (num_addrs == 0 || num_addrs != desc->num_tensors) {
+        mock_set_error("%s: %zu addrs given for cache_desc.num_tensors = %u; they must be equal and not 0", fn,
+                       num_addrs, (unsigned)desc->num_tensors);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    int64_t id = cache_take_id(e);
+    cache_wire w;
+    if ((st = cache_layout(fn, desc, &w)) != LLM_SUCCESS)
+        goto out;
+    w.id = id;
+    w.remote_accessible = remote_accessible;
+    apply_kind(&w, kind, 0);
+    for (size_t i = 0; i < num_addrs; i++) {
+        if (addrs[i] == 0) {
+            /* the vendor rejects it only for remote-accessible registrations; any later
+             * local copy or swap would then write to address 0 (DESIGN §2.3 step 4) */
+            mock_set_error("%s: addrs[%zu] is 0", fn, i);
+            st = LLM_PARAM_INVALID;
+            goto out;
+        }
+    }
+    for (size_t i = 0; i < num_addrs; i++) {
+        mock_alloc_info a;
+        if (mock_acl_lookup((uintptr_t)addrs[i], &a) && a.live) {
+            uint64_t off = addrs[i] - (uint64_t)a.base;
+            if (off > a.size || w.tensor_size > a.size - off) {
+                mock_set_error("%s: tensor %zu: [0x%llx, +%llu) runs past the end of its aclrtMalloc%s allocation "
+                               "[0x%llx, +%zu) (PR-30)", fn, i, (unsigned long long)addrs[i],
+                               (unsigned long long)w.tensor_size, a.kind == MOCK_MEM_HOST ? "Host" : "",
+                               (unsigned long long)a.base, a.size);
+                st = LLM_PARAM_INVALID;
+                goto out;
+            }
+        }
+    }
+    c = calloc(1, sizeof *c);
+    if (c == NULL || (c->addrs = malloc(num_addrs * sizeof *c->addrs)) == NULL) {
+        mock_set_error("%s: out of host memory", fn);
+        st = LLM_FAILED;
+        goto out;
+    }
+    memcpy(c->addrs, addrs, num_addrs * sizeof *c->addrs);
+    c->w = w;
+    pthread_mutex_lock(&e->mu);
+    uint64_t keys_bytes = kind == LLDD_CACHE_KIND_BLOCKS ? (uint64_t)num_keys * TABLE_KEY_BYTES : 0;
+    if (kind == LLDD_CACHE_KIND_CACHE) {
+        st = plan_slot_keys(e, fn, keys, num_keys, w.batches, 0, &kp);
+        keys_bytes = (uint64_t)kp.published * TABLE_KEY_BYTES;
+    }
+    if (st == LLM_SUCCESS && e->mode == MODE_DIRECT &&
+        e->table_bytes + cache_entry_bytes(w.num_tensors) + keys_bytes > TABLE_LIMIT) {
+        mock_set_error("%s: the published cache table would grow to %llu bytes, over its 1 MiB limit "
+                       "(24 + sum(64 + 8 * num_tensors) + 24 per key binding)", fn,
+                       (unsigned long long)(e->table_bytes + cache_entry_bytes(w.num_tensors) + keys_bytes));
+        st = LLM_PARAM_INVALID;
+    }
+    if (st == LLM_SUCCESS && (cache_key_room(c, kp.binds, 0) != 0 || keytab_reserve(&e->keys, num_keys) != 0 ||
+                              table_insert_locked(e, c) != 0)) {
+        mock_set_error("%s: out of host memory", fn);
+        st = LLM_FAILED;
+    }
+    if (st != LLM_SUCCESS) {
+        pthread_mutex_unlock(&e->mu);
+        goto out;
+    }
+    if (kind == LLDD_CACHE_KIND_CACHE) {
+        bind_slot_keys(e, c, keys, num_keys, &kp);
+    } else if (num_keys == 1) {
+        /* the last registration of a model's blocks key wins (§9.3, vendor) */
+        keynode *old = key_find_locked(e, KEY_NS_REQ, UINT64_MAX, keys[0].model_id);
+        if (old != NULL)
+            key_unbind_locked(e, old);
+        key_bind_locked(e, c, KEY_NS_REQ, UINT64_MAX, keys[0].model_id, 0, 1);
+    }
+    pthread_mutex_unlock(&e->mu);
+    *cache_id = id;
+    c = NULL;
+out:
+    free(kp.bind);
+    cache_destroy(c);
+    engine_leave(e);
+    return st;
+}
+
+MOCK_EXPORT lldd_status lldd_ext_unregister_cache(lldd_engine *e, int64_t cache_id)
+{
+    static const char fn[] = "lldd_ext_unregister_cache";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL) {
+        mock_set_error("%s: engine must not be NULL", fn);
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = engine_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    mcache *c = NULL;
+    if (e->gen == GEN_V1) {
+        mock_set_error("%s: registration does not exist in KvCacheManager (v1) mode", fn);
+        st = LLM_FEATURE_NOT_ENABLED;
+        goto out;
+    }
+    pthread_mutex_lock(&e->mu);
+    c = cache_find_locked(e, cache_id);
+    if (c != NULL && c->w.owned) {
+        pthread_mutex_unlock(&e->mu);
+        c = NULL;
+        mock_set_error("%s: cache %lld was allocated; use deallocate_cache (PR-23)", fn, (long long)cache_id);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if (c != NULL)
+        table_remove_locked(e, c); /* its keys go with it (§3.5) */
+    pthread_mutex_unlock(&e->mu);
+out:
+    cache_destroy(c);
+    engine_leave(e);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * allocate / deallocate / remove_cache_key
+ * ------------------------------------------------------------------------------------------ */
+
+static int any_pool(const engine *e)
+{
+    return e->dev_pool.present || e->host_pool.present;
+}
+
+/* Memory for an owned cache: pages of the placement's pool, or (v1 without a pool
+ * size) one device allocation per tensor. mu held. */
+static lldd_status take_memory_locked(engine *e, const char *fn, mcache *c, mpool *pool)
+{
+    const cache_wire *w = &c->w;
+    lldd_status oom = e->gen == GEN_V1 ? LLM_DEVICE_OUT_OF_MEMORY : LLM_OUT_OF_MEMORY;
+    if (pool == NULL) {
+        for (uint32_t t = 0; t < w->num_tensors; t++) {
+            void *mem = NULL;
+            if (w->tensor_size > SIZE_MAX ||
+                mock_acl_alloc_device(e->device, (size_t)w->tensor_size, &mem) != ACL_SUCCESS) {
+                for (uint32_t u = 0; u < t; u++) {
+                    mock_acl_free_device((void *)(uintptr_t)c->addrs[u]);
+                    c->addrs[u] = 0;
+                }
+                mock_set_error("%s: device %d has no room for %u tensors of %llu bytes", fn, (int)e->device,
+                               (unsigned)w->num_tensors, (unsigned long long)w->tensor_size);
+                return oom;
+            }
+            c->addrs[t] = (uint64_t)(uintptr_t)mem;
+        }
+        c->acl_tensors = 1;
+        c->acl_device = e->device;
+        return LLM_SUCCESS;
+    }
+    uint64_t page = 1ull << pool->page_shift;
+    uint64_t pages = w->tensor_size / page + (w->tensor_size % page != 0);
+    uint32_t got = 0;
+    for (; got < w->num_tensors; got++)
+        if (pool_take(pool, pages, &c->page_first[got]) != 0)
+            break;
+    if (got < w->num_tensors) {
+        for (uint32_t t = 0; t < got; t++)
+            pool_give(pool, c->page_first[t], pages);
+        mock_set_error("%s: the %s memory pool has no room for %u tensors of %llu pages (%llu bytes each)", fn,
+                       pool->placement == LLDD_PLACEMENT_DEVICE ? "device" : "host", (unsigned)w->num_tensors,
+                       (unsigned long long)pages, (unsigned long long)w->tensor_size);
+        return oom;
+    }
+    for (uint32_t t = 0; t < w->num_tensors; t++)
+        c->addrs[t] = (uint64_t)(uintptr_t)(pool->base + (c->page_first[t] << pool->page_shift));
+    c->pool = pool;
+    c->pages_per_tensor = pages;
+    return LLM_SUCCESS;
+}
+
+static void give_memory_locked(mcache *c)
+{
+    if (c->pool != NULL) {
+        for (uint32_t t = 0; t < c->w.num_tensors; t++)
+            pool_give(c->pool, c->page_first[t], c->pages_per_tensor);
+        c->pool = NULL;
+    }
+}
+
+MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache_desc *desc, uint32_t kind,
+                                                const lldd_key *keys, size_t num_keys, int64_t *cache_id,
+                                                uint64_t *tensor_addrs, size_t addrs_capacity)
+{
+    static const char fn[] = "lldd_ext_allocate_cache";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL || desc == NULL || cache_id == NULL || (keys == NULL && num_keys > 0) ||
+        (desc->shape == NULL && desc->shape_len > 0)) {
+        mock_set_error("%s: %s must not be NULL", fn,
+                       e == NULL ? "engine" : desc == NULL ? "cache_desc" : cache_id == NULL ? "cache_id"
+                       : keys == NULL && num_keys > 0 ? "keys (num_keys > 0)" : "cache_desc.shape (shape_len > 0)");
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = engine_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    mcache *c = NULL;
+    key_plan kp = {NULL, 0, 0};
+    int v1 = e->gen == GEN_V1;
+    int role = atomic_load(&e->role);
+    if ((st = check_kind_and_keys(fn, kind, keys, num_keys)) != LLM_SUCCESS)
+        goto out;
+    if (!v1 && !any_pool(e)) {
+        mock_set_error("%s: no memory pool is configured (llm.MemPoolConfig / llm.HostMemPoolConfig); "
+                       "allocate_cache needs one", fn);
+        st = LLM_FEATURE_NOT_ENABLED;
+        goto out;
+    }
+    if (desc->num_tensors == 0) {
+        mock_set_error("%s: cache_desc.num_tensors is 0", fn);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if (tensor_addrs == NULL || addrs_capacity < desc->num_tensors) {
+        mock_set_error("%s: tensor_addrs has room for %zu addresses, %u needed", fn,
+                       tensor_addrs == NULL ? (size_t)0 : addrs_capacity, (unsigned)desc->num_tensors);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if (v1 && num_keys > 0 && kind == LLDD_CACHE_KIND_CACHE && role != LLDD_ROLE_PROMPT) {
+        mock_set_error("%s: allocate_cache with cache_keys is not supported by %s (only a PROMPT binds keys, "
+                       "semantics §11)", fn, ext_role_name(role));
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if (v1 && num_keys > 0 && kind == LLDD_CACHE_KIND_BLOCKS && role == LLDD_ROLE_DECODER) {
+        mock_set_error("%s: allocate_blocks_cache with a blocks_cache_key is not supported by DECODER "
+                       "(semantics §11)", fn);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    mpool *pool = NULL;
+    if (v1) {
+        if (desc->placement != LLDD_PLACEMENT_DEVICE) {
+            mock_set_error("%s: cache_desc.placement must be DEVICE: only support allocate device cache (v1)", fn);
+            st = LLM_PARAM_INVALID;
+            goto out;
+        }
+        pool = e->v1_unlimited ? NULL : &e->dev_pool;
+    } else {
+        pool = desc->placement == LLDD_PLACEMENT_DEVICE ? &e->dev_pool
+               : desc->placement == LLDD_PLACEMENT_HOST ? &e->host_pool : NULL;
+        if (pool == NULL || !pool->present) {
+            mock_set_error("%s: cache_desc.placement %u has no memory pool (%s)", fn, (unsigned)desc->placement,
+                           desc->placement == LLDD_PLACEMENT_DEVICE ? "llm.MemPoolConfig was not given"
+                           : desc->placement == LLDD_PLACEMENT_HOST ? "llm.HostMemPoolConfig was not given"
+                           : "not HOST or DEVICE");
+            st = LLM_PARAM_INVALID;
+            goto out;
+        }
+    }
+    if (!v1 && (st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
+        goto out;
+    int64_t id = cache_take_id(e);
+    if (v1 && (st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
+        goto out;
+    cache_wire w;
+    if ((st = cache_layout(fn, desc, &w)) != LLM_SUCCESS)
+        goto out;
+    w.id = id;
+    w.owned = 1;
+    w.remote_accessible = 1;      /* pools are registered at init */
+    apply_kind(&w, kind, v1);
+    c = calloc(1, sizeof *c);
+    if (c == NULL || (c->addrs = calloc(w.num_tensors, sizeof *c->addrs)) == NULL ||
+        (c->page_first = calloc(w.num_tensors, sizeof *c->page_first)) == NULL) {
+        mock_set_error("%s: out of host memory", fn);
+        st = LLM_FAILED;
+        goto out;
+    }
+    c->w = w;
+    c->ext_ref = 1;
+    pthread_mutex_lock(&e->mu);
+    if (e->mode == MODE_DIRECT && e->table_bytes + cache_entry_bytes(w.num_tensors) > TABLE_LIMIT) {
+        pthread_mutex_unlock(&e->mu);
+        mock_set_error("%s: the published cache table would exceed its 1 MiB limit", fn);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if ((st = take_memory_locked(e, fn, c, pool)) != LLM_SUCCESS) {
+        pthread_mutex_unlock(&e->mu);
+        goto out;
+    }
+    /* keys (§9.2) */
+    uint64_t keys_bytes = 0;
+    if (kind == LLDD_CACHE_KIND_CACHE) {
+        st = plan_slot_keys(e, fn, keys, num_keys, w.batches, v1, &kp);
+        keys_bytes = (uint64_t)kp.published * TABLE_KEY_BYTES;
+    } else if (num_keys == 1 && key_find_locked(e, KEY_NS_REQ, UINT64_MAX, keys[0].model_id) != NULL) {
+        mock_set_error("%s: the blocks key of model_id %llu is already bound to a live cache", fn,
+                       (unsigned long long)keys[0].model_id);
+        st = v1 ? LLM_FAILED : LLM_PARAM_INVALID;
+    } else {
+        keys_bytes = (uint64_t)num_keys * TABLE_KEY_BYTES;
+    }
+    if (st == LLM_SUCCESS && e->mode == MODE_DIRECT &&
+        e->table_bytes + cache_entry_bytes(w.num_tensors) + keys_bytes > TABLE_LIMIT) {
+        mock_set_error("%s: the published cache table would exceed its 1 MiB limit with %llu bytes of key "
+                       "bindings", fn, (unsigned long long)keys_bytes);
+        st = LLM_PARAM_INVALID;
+    }
+    if (st == LLM_SUCCESS && (cache_key_room(c, kp.binds, 1) != 0 || keytab_reserve(&e->keys, num_keys) != 0 ||
+                              table_insert_locked(e, c) != 0)) {
+        mock_set_error("%s: out of host memory", fn);
+        st = LLM_FAILED;
+    }
+    if (st != LLM_SUCCESS) {
+        give_memory_locked(c);
+        pthread_mutex_unlock(&e->mu);
+        goto out;
+    }
+    if (kind == LLDD_CACHE_KIND_CACHE)
+        bind_slot_keys(e, c, keys, num_keys, &kp);
+    else if (num_keys == 1)
+        key_bind_locked(e, c, KEY_NS_REQ, UINT64_MAX, keys[0].model_id, 0, 1);
+    memcpy(tensor_addrs, c->addrs, w.num_tensors * sizeof *tensor_addrs);
+    pthread_mutex_unlock(&e->mu);
+    *cache_id = id;
+    c = NULL;
+out:
+    free(kp.bind);
+    cache_destroy(c);
+    engine_leave(e);
+    return st;
+}
+
+/* The last reference of an owned cache is gone: take it out (mu held). */
+static mcache *maybe_free_locked(engine *e, mcache *c)
+{
+    if (!c->w.owned || c->ext_ref > 0 || c->req_keys > 0 || c->removed)
+        return NULL;
+    table_remove_locked(e, c);
+    return c;
+}
+
+MOCK_EXPORT lldd_status lldd_ext_deallocate_cache(lldd_engine *e, int64_t cache_id)
+{
+    static const char fn[] = "lldd_ext_deallocate_cache";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL) {
+        mock_set_error("%s: engine must not be NULL", fn);
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = engine_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    mcache *gone = NULL;
+    int v1 = e->gen == GEN_V1;
+    if (!v1 && !any_pool(e)) {
+        mock_set_error("%s: no memory pool is configured (llm.MemPoolConfig / llm.HostMemPoolConfig); "
+                       "deallocate_cache needs one", fn);
+        st = LLM_FEATURE_NOT_ENABLED;
+        goto out;
+    }
+    pthread_mutex_lock(&e->mu);
+    mcache *c = cache_find_locked(e, cache_id);
+    if (c == NULL) {
+        pthread_mutex_unlock(&e->mu);
+        if (v1) {
+            mock_set_error("%s: cache id %lld does not exist", fn, (long long)cache_id);
+            st = LLM_KV_CACHE_NOT_EXIST;
+        }
+        goto out; /* v2: success, nothing happens (§3.4) */
+    }
+    if (c->w.owned && c->ext_ref > 0) {
+        if (kind_has_blocks(&c->w)) {
+            /* a blocks cache goes at once, with its key (§9.8) */
+            table_remove_locked(e, c);
+            gone = c;
+        } else {
+            c->ext_ref = 0;
+            gone = maybe_free_locked(e, c); /* deferred while keys are bound (§9.8) */
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+out:
+    cache_destroy(gone);
+    engine_leave(e);
+    return st;
+}
+
+/* R := R \ X (X NULL: R := ∅) and the release rule of §9.5 for key k; returns a cache
+ * that lost its last reference (to destroy without mu). mu held. */
+static mcache *release_key_locked(engine *e, keynode *k, const uint64_t *x, uint64_t nx)
+{
+    mcache *c = k->c;
+    if (c->remaining != NULL) {
+        if (x == NULL) {
+            memset(c->remaining, 0, ((size_t)c->w.num_tensors + 63) / 64 * sizeof *c->remaining);
+            c->remaining_count = 0;
+        } else {
+            for (uint64_t i = 0; i < nx; i++) {
+                uint64_t t = x[i];
+                if (t >= c->w.num_tensors)
+                    continue;
+                uint64_t bit = 1ull << (t % 64);
+                if (c->remaining[t / 64] & bit) {
+                    c->remaining[t / 64] &= ~bit;
+                    c->remaining_count--;
+                }
+            }
+        }
+    }
+    if (c->remaining != NULL && c->remaining_count > 0)
+        return NULL;
+    key_unbind_locked(e, k);
+    return maybe_free_locked(e, c);
+}
+
+mcache *ext_release_locked(engine *e, const release_req *q, const uint64_t *tensors)
+{
+    keynode *k = key_find_locked(e, q->key_ns, q->key_id, q->key_model);
+    if (k == NULL || k->blocks || k->ns != KEY_NS_REQ || k->c->w.id != q->cache_id || k->slot != q->slot ||
+        !k->c->w.owned || k->c->w.kind != KIND_CACHE)
+        return NULL; /* released or re-bound meanwhile, or not releasable */
+    return release_key_locked(e, k, q->all ? NULL : tensors, q->count);
+}
+
+MOCK_EXPORT lldd_status lldd_ext_remove_cache_key(lldd_engine *e, const lldd_key *key)
+{
+    static const char fn[] = "lldd_ext_remove_cache_key";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL || key == NULL) {
+        mock_set_error("%s: %s must not be NULL", fn, e == NULL ? "engine" : "key");
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = engine_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    mcache *gone = NULL;
+    if (key->kind != LLDD_KEY_CACHE) {
+        mock_set_error("%s: key.kind %u is not LLDD_KEY_CACHE (1); remove_cache_key takes a CacheKey", fn,
+                       (unsigned)key->kind);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if ((st = ext_check_cache_key_validity(fn, "key", key)) != LLM_SUCCESS)
+        goto out;
+    if (e->gen == GEN_V2 && !any_pool(e)) {
+        mock_set_error("%s: no memory pool is configured (llm.MemPoolConfig / llm.HostMemPoolConfig); "
+                       "remove_cache_key needs one", fn);
+        st = LLM_FEATURE_NOT_ENABLED;
+        goto out;
+    }
+    if (e->gen == GEN_V1 && atomic_load(&e->role) != LLDD_ROLE_PROMPT) {
+        mock_set_error("%s: remove_cache_key is not supported by %s (PROMPT only, semantics §11)", fn,
+                       ext_role_name(atomic_load(&e->role)));
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    uint32_t ns;
+    uint64_t id, model;
+    ext_key_ident(key, &ns, &id, &model);
+    pthread_mutex_lock(&e->mu);
+    keynode *k = key_find_locked(e, ns, id, model);
+    /* unknown: success; a registered cache keeps its key (§9.6) */
+    if (k != NULL && !k->blocks && k->c->w.owned)
+        gone = release_key_locked(e, k, NULL, 0);
+    pthread_mutex_unlock(&e->mu);
+out:
+    cache_destroy(gone);
+    engine_leave(e);
+    return st;
+}

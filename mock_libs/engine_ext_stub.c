@@ -1,0 +1,120 @@
+/* Temporary: extension functions not written yet. */
+#include "engine_ext.h"
+
+#define NOT_YET(name)                                                                              \
+    do {                                                                                           \
+        uint32_t code_;                                                                            \
+        if (mock_fault_take(name, &code_))                                                         \
+            return code_;                                                                          \
+        mock_set_error("%s: not implemented yet in the mock", name);                               \
+        return LLM_FEATURE_NOT_ENABLED;                                                            \
+    } while (0)
+
+MOCK_EXPORT lldd_status lldd_ext_pull(lldd_engine *e, const lldd_key *src, int64_t dst_cache_id, uint32_t batch_index,
+                                      int64_t size, const uint64_t *src_blocks, size_t num_src_blocks,
+                                      const uint64_t *dst_blocks, size_t num_dst_blocks, const uint64_t *src_tensors,
+                                      size_t num_src_tensors, const uint64_t *dst_tensors, size_t num_dst_tensors,
+                                      int64_t src_cache_offset, int64_t dst_cache_offset,
+                                      uint32_t tensor_num_per_layer)
+{
+    (void)e; (void)src; (void)dst_cache_id; (void)batch_index; (void)size; (void)src_blocks; (void)num_src_blocks;
+    (void)dst_blocks; (void)num_dst_blocks; (void)src_tensors; (void)num_src_tensors; (void)dst_tensors;
+    (void)num_dst_tensors; (void)src_cache_offset; (void)dst_cache_offset; (void)tensor_num_per_layer;
+    NOT_YET("lldd_ext_pull");
+}
+
+MOCK_EXPORT lldd_status lldd_ext_push_layer(lldd_engine *e, int64_t src_cache_id, uint32_t src_batch_index,
+                                            uint32_t src_layer, const lldd_key *dst, uint32_t dst_layer,
+                                            uint32_t tensor_num_per_layer, const uint64_t *src_blocks,
+                                            size_t num_src_blocks, const uint64_t *dst_blocks, size_t num_dst_blocks)
+{
+    (void)e; (void)src_cache_id; (void)src_batch_index; (void)src_layer; (void)dst; (void)dst_layer;
+    (void)tensor_num_per_layer; (void)src_blocks; (void)num_src_blocks; (void)dst_blocks; (void)num_dst_blocks;
+    NOT_YET("lldd_ext_push_layer");
+}
+
+MOCK_EXPORT lldd_status lldd_ext_transfer_layer(lldd_engine *e, int64_t src_cache_id, uint32_t src_batch_index,
+                                                uint32_t layer, uint64_t dst_cluster_id, const uint64_t *dst_addrs,
+                                                const uint64_t *src_blocks, size_t num_src_blocks,
+                                                const uint64_t *dst_blocks, size_t num_dst_blocks,
+                                                uint64_t dst_block_memory_size)
+{
+    (void)e; (void)src_cache_id; (void)src_batch_index; (void)layer; (void)dst_cluster_id; (void)dst_addrs;
+    (void)src_blocks; (void)num_src_blocks; (void)dst_blocks; (void)num_dst_blocks; (void)dst_block_memory_size;
+    NOT_YET("lldd_ext_transfer_layer");
+}
+
+MOCK_EXPORT lldd_status lldd_ext_copy_cache(lldd_engine *e, int64_t dst_cache_id, int64_t src_cache_id,
+                                            uint32_t dst_batch_index, uint32_t src_batch_index, uint64_t offset,
+                                            int64_t size)
+{
+    (void)e; (void)dst_cache_id; (void)src_cache_id; (void)dst_batch_index; (void)src_batch_index; (void)offset;
+    (void)size;
+    NOT_YET("lldd_ext_copy_cache");
+}
+
+MOCK_EXPORT lldd_status lldd_ext_copy_blocks(lldd_engine *e, int64_t cache_id, const uint64_t *pairs, size_t num_pairs)
+{
+    (void)e; (void)cache_id; (void)pairs; (void)num_pairs;
+    NOT_YET("lldd_ext_copy_blocks");
+}
+
+MOCK_EXPORT lldd_status lldd_ext_swap_blocks(lldd_engine *e, const uint64_t *src_addrs, const uint64_t *dst_addrs,
+                                             size_t num_tensors, uint64_t block_size, const uint64_t *pairs,
+                                             size_t num_pairs, uint32_t swap_in)
+{
+    (void)e; (void)src_addrs; (void)dst_addrs; (void)num_tensors; (void)block_size; (void)pairs; (void)num_pairs;
+    (void)swap_in;
+    NOT_YET("lldd_ext_swap_blocks");
+}
+
+MOCK_EXPORT lldd_status lldd_ext_link(lldd_engine *e, const char *comm_name, const uint64_t *cluster_ids,
+                                      const uint32_t *ranks, size_t num_members, const char *rank_table,
+                                      uint64_t *comm_id)
+{
+    (void)e; (void)comm_name; (void)cluster_ids; (void)ranks; (void)num_members; (void)rank_table; (void)comm_id;
+    NOT_YET("lldd_ext_link");
+}
+
+MOCK_EXPORT lldd_status lldd_ext_unlink(lldd_engine *e, uint64_t comm_id)
+{
+    (void)e; (void)comm_id;
+    NOT_YET("lldd_ext_unlink");
+}
+
+MOCK_EXPORT lldd_status lldd_ext_query_register_mem_status(lldd_engine *e, uint64_t comm_id, uint32_t *status)
+{
+    (void)e; (void)comm_id; (void)status;
+    NOT_YET("lldd_ext_query_register_mem_status");
+}
+
+MOCK_EXPORT lldd_status lldd_ext_remap_registered_memory(lldd_engine *e, const uint64_t *addrs, const uint64_t *sizes,
+                                                         size_t num)
+{
+    (void)e; (void)addrs; (void)sizes; (void)num;
+    NOT_YET("lldd_ext_remap_registered_memory");
+}
+
+void comms_teardown(engine *e)
+{
+    (void)e;
+}
+
+size_t comm_count(engine *e)
+{
+    (void)e;
+    return 0;
+}
+
+lldd_status ext_resolve_locked(engine *e, mlink *link, const resolve_req *q, mcache **out, resolve_reply *r,
+                               char *why, size_t why_len)
+{
+    (void)e; (void)link; (void)q; (void)out; (void)r; (void)why; (void)why_len;
+    return LLM_FEATURE_NOT_ENABLED;
+}
+
+mcache *ext_find_addr_locked(engine *e, uint64_t addr, uint64_t len, uint32_t *tensor)
+{
+    (void)e; (void)addr; (void)len; (void)tensor;
+    return NULL;
+}
