@@ -21,7 +21,7 @@ __all__ = ["ffi", "const", "check", "last_error", "error"]
 
 def last_error() -> str:
     """The calling thread's last-error text of the C library ("" if none)."""
-    return ffi.string(lldd_lib.lldd_last_error()).decode("utf-8", "replace")
+    return str(ffi.string(lldd_lib.lldd_last_error()).decode("utf-8", "replace"))
 
 
 def error(status: int, tag: str) -> LLMException:
@@ -47,7 +47,7 @@ def lldd_capabilities() -> int:
 
 
 def lldd_backend_name() -> str:
-    return ffi.string(lldd_lib.lldd_backend_name()).decode()
+    return str(ffi.string(lldd_lib.lldd_backend_name()).decode())
 
 
 # ---- engine life cycle ----------------------------------------------------------------------

@@ -164,8 +164,7 @@ def _decoder(args: argparse.Namespace) -> int:
         remote_blocks = list(range(1, args.blocks, 2))[: args.blocks // 4]
         local_blocks = list(range(0, args.blocks, 2))[: len(remote_blocks)]
 
-        def step(label: str, src: Sequence[int], dst: Sequence[int], layers: range, per_layer: bool,
-                 repeat: int = 1) -> None:
+        def step(label: str, src: List[int], dst: Any, layers: range, per_layer: bool, repeat: int = 1) -> None:
             start = time.perf_counter()
             calls = 0
             for _ in range(repeat):

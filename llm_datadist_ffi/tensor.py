@@ -181,7 +181,8 @@ class Tensor:
         if desc.dtype is DataType.DT_BF16:
             bits = data.view(np.uint16).astype(np.uint32) << 16
             return bits.view(np.float32).reshape(shape)
-        return data.view(_np_type(desc.dtype)).reshape(shape)
+        result: "np.ndarray[Any, Any]" = data.view(_np_type(desc.dtype)).reshape(shape)
+        return result
 
     @staticmethod
     def from_tensor_tuple(tensor_tuple: Tuple[int, int, List[int]]) -> "Tensor":

@@ -467,7 +467,7 @@ def test_allocate_cache_rejects_a_key_already_bound_and_a_repeated_key(local: Lo
 
 
 def test_allocate_cache_runs_out_of_pool_memory(local: Local) -> None:
-    big = CacheDesc(1, [1024, 65536], DataType.DT_UINT8)
+    big = CacheDesc(1, [1024, 131072], DataType.DT_UINT8)   # 128 MiB, the pool has 64 MiB
     raises(LLMException, lambda: local.cm.allocate_cache(big), status=S.LLM_OUT_OF_MEMORY)
 
 

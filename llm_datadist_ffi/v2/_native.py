@@ -282,7 +282,8 @@ def check_block_types(value: Any, name: str, containers: Tuple[type, ...] = (lis
     if not isinstance(value, containers):
         raise TypeError(f"{name} must be {' | '.join(c.__name__ for c in containers)} of int, not "
                         f"{type_name(value)}")
-    for index, item in enumerate(value):
+    items: Sequence[Any] = value
+    for index, item in enumerate(items):
         if not isinstance(item, int):
             raise TypeError(f"{name}[{index}] must be int, not {type_name(item)}")
 

@@ -33,7 +33,7 @@ without a copy.
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -45,12 +45,14 @@ from .._vendor_checks import (
 )
 from ..configs import LLMRole
 from ..status import LLMException, LLMStatusCode, exception_for
-from ..tensor import Tensor, TensorDesc
 from . import _native
 from .llm_types import (
     BlocksCacheKey, Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex, CacheTask, KvCache, LayerSynchronizer,
     MemInfo, Memtype, Placement, TransferConfig, TransferWithCacheKeyConfig, check_cache_key, core_cache_desc,
 )
+
+if TYPE_CHECKING:  # the v1 tensor types are lazy names of the vendor module (python-api.md §1.2)
+    from ..tensor import Tensor
 
 __all__ = ["CacheManager", "KvCacheManager"]
 
@@ -62,6 +64,10 @@ _PULL_KEYWORDS = ("src_layer_range", "dst_layer_range", "tensor_num_per_layer")
 _V1_PULL_CACHE_KEYWORDS = ("src_layer_range", "dst_layer_range", "src_cache_offset", "dst_cache_offset",
                            "tensor_num_per_layer")
 _OFFSET_KEYWORDS = ("src_cache_offset", "dst_cache_offset")
+
+#: A block list: a list or tuple of int (the vendor's), or a one-dimensional integer
+#: numpy array (project rule, python-api.md §11.2).
+BlockList = Union[Tuple[int, ...], List[int], "np.ndarray[Any, Any]"]
 
 
 # ---- checks shared by both managers ---------------------------------------------------------
@@ -342,12 +348,12 @@ def _transfer_cache_async(src_cache: Any, num_tensors: int, batch_size: int, lay
                 position = layer - item.src_layers.start
                 try:
                     handle = _native.engine_for(tag)
-                    if item.key is not None:
+                    if item.key is not None and item.dst_layers is not None:
                         _capi.lldd_ext_push_layer(handle, cache_id, item.src_batch_index, layer, item.key,
                                                   item.dst_layers[position], 2, src_blocks.pointer, src_blocks.count,
                                                   dst_blocks.pointer, dst_blocks.count, tag)
                     else:
-                        addrs = item.dst_addrs[2 * position:2 * position + 2]
+                        addrs = (item.dst_addrs or [])[2 * position:2 * position + 2]
                         _capi.lldd_ext_transfer_layer(handle, cache_id, item.src_batch_index, layer,
                                                       item.dst_cluster_id, ffi.new("uint64_t[]", addrs),
                                                       src_blocks.pointer, src_blocks.count, dst_blocks.pointer,
@@ -556,8 +562,7 @@ class CacheManager:
         del src, dst
 
     def pull_blocks(self, src_cache_key: Union[CacheKey, CacheKeyByIdAndIndex, BlocksCacheKey], dst_cache: Cache,
-                    src_blocks: Optional[Union[Tuple[int, ...], List[int]]] = (),
-                    dst_blocks: Union[Tuple[int, ...], List[int]] = (), **kwargs: Any) -> None:
+                    src_blocks: Optional[BlockList] = (), dst_blocks: BlockList = (), **kwargs: Any) -> None:
         """Pull blocks into the local blocks cache ``dst_cache``: with a
         ``BlocksCacheKey``, block ``src_blocks[k]`` into block ``dst_blocks[k]``
         (blocks→blocks); with a ``CacheKey``/``CacheKeyByIdAndIndex``, one source batch
@@ -664,8 +669,8 @@ class CacheManager:
                                       key, dst_layer, n, ffi.NULL, 0, ffi.NULL, 0, tag)
 
     def push_blocks(self, dst_cache_key: BlocksCacheKey, src_cache: Cache,
-                    src_blocks: Optional[Union[Tuple[int, ...], List[int]]] = (),
-                    dst_blocks: Union[Tuple[int, ...], List[int]] = (), src_layer_range: Optional[range] = None,
+                    src_blocks: Optional[BlockList] = (), dst_blocks: BlockList = (),
+                    src_layer_range: Optional[range] = None,
                     dst_layer_range: Optional[range] = None, tensor_num_per_layer: int = 2) -> None:
         """(Direct mode) Push local block ``src_blocks[k]`` into block ``dst_blocks[k]``
         of the peer's blocks cache bound to ``dst_cache_key``, layer by layer.
@@ -1180,8 +1185,9 @@ class KvCacheManager:
         self._pull(tag, cache_key, kv_cache, batch_index, size, None, None, src_range, dst_range, n,
                    (offsets[0], offsets[1]))
 
-    def pull_blocks(self, prompt_cache_key: BlocksCacheKey, decoder_kv_cache: KvCache, prompt_blocks: List[int],
-                    decoder_blocks: List[int], **kwargs: Any) -> None:
+    def pull_blocks(self, prompt_cache_key: BlocksCacheKey, decoder_kv_cache: KvCache,
+                    prompt_blocks: Union[List[int], "np.ndarray[Any, Any]"],
+                    decoder_blocks: Union[List[int], "np.ndarray[Any, Any]"], **kwargs: Any) -> None:
         """(DECODER) Pull block ``prompt_blocks[k]`` of the Prompt's blocks cache into
         block ``decoder_blocks[k]`` of ``decoder_kv_cache``.
 
@@ -1290,7 +1296,7 @@ class KvCacheManager:
         _swap((list(src.per_device_tensor_addrs[0]), list(dst.per_device_tensor_addrs[0])), block_size, pairs,
               swap_in, tag)
 
-    def get_cache_tensors(self, cache: KvCache, tensor_index: int = 0) -> List[Tensor]:
+    def get_cache_tensors(self, cache: KvCache, tensor_index: int = 0) -> List["Tensor"]:
         """The tensor ``tensor_index`` of ``cache``, one ``Tensor`` per device, over the
         cache's memory (``Tensor.numpy()`` reads it).
 
@@ -1312,6 +1318,8 @@ class KvCacheManager:
         _native.check_live(cache, "cache", tag)
         if not cache.per_device_tensor_addrs:
             raise _kv_cache_gone(cache, tag)
+        from ..tensor import Tensor, TensorDesc
+
         tensor_desc = TensorDesc(desc.data_type, list(desc.shape))
         return [Tensor(int(addrs[tensor_index]), tensor_desc) for addrs in cache.per_device_tensor_addrs]
 

@@ -333,7 +333,7 @@ class LLMDataDist:
         return int(value)
 
     @staticmethod
-    def _c_clusters(entries: List[Tuple[int, list, list]], tag: str) -> Tuple[Any, int, List[Any]]:
+    def _c_clusters(entries: List[Tuple[int, List[Any], List[Any]]], tag: str) -> Tuple[Any, int, List[Any]]:
         keep: List[Any] = []
         array = ffi.new("lldd_cluster_info[]", max(len(entries), 1))
         for index, (remote_id, local, remote) in enumerate(entries):
