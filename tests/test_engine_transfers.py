@@ -151,6 +151,9 @@ PULL_CACHE_CASES = [
     ("the link before the remote cache", dict(cluster=3, src=99), NL, "not linked"),
     ("the remote cache before its batch", dict(src=99, src_batch=9), NX, "cache 99"),
     ("the source batch before the source stride", dict(src=2, src_batch=9), NX, "PR-6"),
+    # API-layer order (cpp-api.md §6.10 PullKvCache)
+    ("size before the layer ranges", dict(size=0, ext=((2, 1), (0, 0), 2)), P, "size 0"),
+    ("API checks before the engine's", dict(cluster=2, ext=((2, 1), (0, 0), 2)), P, "src_layer_range"),
 ]
 
 
