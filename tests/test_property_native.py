@@ -669,3 +669,18 @@ def test_link_from_a_stale_side_to_a_silent_peer_fails_to_connect(pair: Harness)
         pair.link(A, B)                    # the oracle expects per-cluster LLM_LINK_FAILED
     finally:
         pair.reset()
+
+
+@pytest.mark.xfail(strict=True, reason="package bug: LlmDataDist.deallocate_cache drops a registered cache from the "
+                   "package's own record although the engine keeps it (semantics §3.6: a no-op), so the Python layer "
+                   "stops applying PR-3/PR-33 to it (docs/semantics.md N-2) and the engine answers LLM_NOT_YET_LINK "
+                   "before its own PR-3 check")
+def test_deallocate_of_a_registered_cache_keeps_the_package_record(pair: Harness) -> None:
+    pair.reset()
+    cache_id = pair.register(A, 1, U8, [1, 4]).value
+    assert pair.deallocate(A, cache_id).ok                      # registered: nothing happens
+    try:
+        # tensor_num_per_layer 2 > 1 tensor: PR-3 in Python, before the engine's link check
+        pair.push_kv_cache(A, cache_id, (B, cache_id, 0), 0, -1, None, (DEVICE, 1))
+    finally:
+        pair.reset()

@@ -205,12 +205,16 @@ class NativeEngines(RuleBasedStateMachine):
 
     @rule(cache=caches)
     def release_the_wrong_way(self, cache: tuple[int, int, bool]) -> None:
-        """unregister of an allocated cache (PR-23); deallocate of a registered one (no-op)."""
+        """unregister of an allocated cache (PR-23).
+
+        deallocate of a registered cache (a no-op, §3.6) is left out: the package then
+        forgets the cache in its own record and skips PR-3/PR-33, a known package bug
+        reproduced by test_property_native.py::
+        test_deallocate_of_a_registered_cache_keeps_the_package_record (xfail, strict);
+        restore the call here together with removing that xfail marker."""
         cluster, cache_id, allocated = cache
         if allocated:
             self.h.unregister(cluster, cache_id)
-        else:
-            self.h.deallocate(cluster, cache_id)
 
     # -- transfers --
     @rule(data=st.data(), dst=caches, src=caches)
