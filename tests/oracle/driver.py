@@ -93,17 +93,14 @@ class CacheMemory:
 
 @dataclass
 class Node:
-    """One engine of this process, the options it is initialised with, its caches' memory."""
+    """One engine, the options it is initialised with, its caches' memory. ``engine`` is
+    None for an engine in another process (its memory objects then fetch their bytes)."""
 
-    engine: native.LlmDataDist
+    engine: Optional[native.LlmDataDist]
     options: dict[str, str]
     port: Optional[int]
-    memory: dict[int, CacheMemory] = field(default_factory=dict)
-    retired: list[CacheMemory] = field(default_factory=list)     # unregistered: must stay untouched
-
-    @property
-    def cluster_id(self) -> int:
-        return self.engine.cluster_id
+    memory: dict[int, Any] = field(default_factory=dict)        # CacheMemory or a duck-typed equivalent
+    retired: list[Any] = field(default_factory=list)            # released: must stay untouched
 
 
 def observe(fn: Callable[[], Any]) -> tuple[str, Optional[S], Any, str]:
@@ -157,23 +154,36 @@ class Harness:
         self.nodes[cluster_id] = node
         return node
 
+    def add_remote(self, cluster_id: int, role: native.LlmRole, options: dict[str, str], port: Optional[int]) -> Node:
+        """An engine in another process: the subclass that drives it overrides the calls."""
+        self.world.add_engine(cluster_id, role)
+        node = Node(None, dict(options), port)
+        self.nodes[cluster_id] = node
+        return node
+
+    def engine(self, cluster_id: int) -> native.LlmDataDist:
+        engine = self.nodes[cluster_id].engine
+        assert engine is not None, f"cluster {cluster_id} lives in another process"
+        return engine
+
     def close(self) -> None:
         for node in self.nodes.values():
-            node.engine.close()
+            if node.engine is not None:
+                node.engine.close()
 
     def initialize(self, cluster_id: int, options: Optional[dict[str, str]] = None) -> Outcome:
         node = self.nodes[cluster_id]
         opts = node.options if options is None else options
         expected = self.world.initialize(cluster_id, opts)
         self.log.append(f"initialize({cluster_id})")
-        self._agree(f"initialize({cluster_id})", expected, lambda: node.engine.initialize(opts))
+        self._agree(f"initialize({cluster_id})", expected, lambda: self.engine(cluster_id).initialize(opts))
         return expected
 
     def finalize(self, cluster_id: int) -> None:
         node = self.nodes[cluster_id]
         self.log.append(f"finalize({cluster_id})")
         self.world.finalize(cluster_id)
-        node.engine.finalize()
+        self.engine(cluster_id).finalize()
         self._retire_all(node)
 
     def _retire_all(self, node: Node) -> None:
@@ -246,7 +256,7 @@ class Harness:
         call = f"register({cluster_id}, {num_tensors}, {int(data_type)}, {list(shape)}, {int(placement)})"
         self.log.append(call)
         desc = native.CacheDesc(num_tensors, data_type, list(shape), native.CachePlacement(placement))
-        cache_id = self._agree(call, expected, lambda: node.engine.register_kv_cache(desc, list(addrs)))
+        cache_id = self._agree(call, expected, lambda: self.engine(cluster_id).register_kv_cache(desc, list(addrs)))
         if expected.ok:
             if cache_id != expected.value:
                 raise Mismatch(f"{call}: cache id {cache_id}, the oracle expects {expected.value}")
@@ -264,7 +274,7 @@ class Harness:
         call = f"allocate({cluster_id}, {num_tensors}, {int(data_type)}, {list(shape)}, {int(placement)})"
         self.log.append(call)
         desc = native.CacheDesc(num_tensors, data_type, list(shape), native.CachePlacement(placement))
-        cache = self._agree(call, expected, lambda: node.engine.allocate_cache(desc))
+        cache = self._agree(call, expected, lambda: self.engine(cluster_id).allocate_cache(desc))
         if expected.ok:
             if cache.cache_id != expected.value or len(cache.tensor_addrs) != num_tensors:
                 raise Mismatch(f"{call}: got cache {cache.cache_id} with {len(cache.tensor_addrs)} addresses, "
@@ -277,7 +287,7 @@ class Harness:
         node = self.nodes[cluster_id]
         expected = self.world.unregister(cluster_id, cache_id)
         self.transfer(f"unregister({cluster_id}, {cache_id})", expected,
-                      lambda: node.engine.unregister_kv_cache(cache_id))
+                      lambda: self.engine(cluster_id).unregister_kv_cache(cache_id))
         if expected.ok and cache_id in node.memory and cache_id not in self.world.engines[cluster_id].caches:
             self._retire(node, cache_id)
         return expected
@@ -287,7 +297,7 @@ class Harness:
         expected = self.world.deallocate(cluster_id, cache_id)
         call = f"deallocate({cluster_id}, {cache_id})"
         self.log.append(call)
-        self._agree(call, expected, lambda: node.engine.deallocate_cache(cache_id))
+        self._agree(call, expected, lambda: self.engine(cluster_id).deallocate_cache(cache_id))
         if expected.ok and cache_id in node.memory and cache_id not in self.world.engines[cluster_id].caches:
             self._retire(node, cache_id)
         self.check_memory()
@@ -298,7 +308,7 @@ class Harness:
         expected = self.world.set_role(cluster_id, role, options)
         call = f"set_role({cluster_id}, {role}, {options})"
         self.log.append(call)
-        self._agree(call, expected, lambda: node.engine.set_role(role, options))
+        self._agree(call, expected, lambda: self.engine(cluster_id).set_role(role, options))
         return expected
 
     # -- links --
@@ -318,7 +328,7 @@ class Harness:
         expected = self.world.link(cluster_id, [arg], timeout)
         call = f"link({cluster_id} -> {remote_cluster_id})"
         self.log.append(call)
-        got = self.nodes[cluster_id].engine.link_llm_clusters([info], timeout)
+        got = self.engine(cluster_id).link_llm_clusters([info], timeout)
         if (got[0], list(got[1])) != (expected.status, expected.value):
             raise Mismatch(f"{call}: got {got}, the oracle expects {(expected.status, expected.value)}")
         return expected
@@ -329,7 +339,7 @@ class Harness:
         expected = self.world.unlink(cluster_id, [arg], timeout, force)
         call = f"unlink({cluster_id} -> {remote_cluster_id}, force={force})"
         self.log.append(call)
-        got = self.nodes[cluster_id].engine.unlink_llm_clusters([info], timeout, force)
+        got = self.engine(cluster_id).unlink_llm_clusters([info], timeout, force)
         if (got[0], list(got[1])) != (expected.status, expected.value):
             raise Mismatch(f"{call}: got {got}, the oracle expects {(expected.status, expected.value)}")
         return expected
@@ -337,7 +347,7 @@ class Harness:
     # -- transfers --
     def pull_kv_cache(self, cluster_id: int, src: tuple[int, int, int], dst_id: int, batch_index: int = 0,
                       size: int = -1, ext: Optional[Ext] = None) -> Outcome:
-        engine = self.nodes[cluster_id].engine
+        engine = self.engine(cluster_id)
         expected = self.world.pull_kv_cache(cluster_id, src, dst_id, batch_index, size, ext)
         return self.transfer(
             f"pull_kv_cache({cluster_id}, src={src}, dst={dst_id}, batch={batch_index}, size={size}, ext={ext})",
@@ -346,7 +356,7 @@ class Harness:
 
     def pull_kv_blocks(self, cluster_id: int, src: tuple[int, int, int], dst_id: int, src_blocks: Any,
                        dst_blocks: Any, ext: Optional[Ext] = None) -> Outcome:
-        engine = self.nodes[cluster_id].engine
+        engine = self.engine(cluster_id)
         expected = self.world.pull_kv_blocks(cluster_id, src, dst_id, src_blocks, dst_blocks, ext)
         return self.transfer(
             f"pull_kv_blocks({cluster_id}, src={src}, dst={dst_id}, {_short(src_blocks)}, {_short(dst_blocks)}, "
@@ -364,7 +374,7 @@ class Harness:
 
     def push_kv_cache(self, cluster_id: int, src_id: int, dst: tuple[int, int, int], src_batch: int = 0,
                       size: int = -1, ext: Optional[Ext] = None, caller: Optional[tuple[int, int]] = None) -> Outcome:
-        engine = self.nodes[cluster_id].engine
+        engine = self.engine(cluster_id)
         expected = self.world.push_kv_cache(cluster_id, src_id, dst, src_batch, size, ext, caller)
         return self.transfer(
             f"push_kv_cache({cluster_id}, src={src_id}, dst={dst}, src_batch={src_batch}, size={size}, ext={ext}, "
@@ -375,7 +385,7 @@ class Harness:
     def push_kv_blocks(self, cluster_id: int, src_id: int, dst: tuple[int, int, int], src_blocks: Any,
                        dst_blocks: Any, ext: Optional[Ext] = None,
                        caller: Optional[tuple[int, int]] = None) -> Outcome:
-        engine = self.nodes[cluster_id].engine
+        engine = self.engine(cluster_id)
         expected = self.world.push_kv_blocks(cluster_id, src_id, dst, src_blocks, dst_blocks, ext, caller)
         return self.transfer(
             f"push_kv_blocks({cluster_id}, src={src_id}, dst={dst}, {_short(src_blocks)}, {_short(dst_blocks)}, "
@@ -385,7 +395,7 @@ class Harness:
 
     def copy_kv_cache(self, cluster_id: int, src_id: int, dst_id: int, src_batch: int = 0, dst_batch: int = 0,
                       offset: int = 0, size: int = -1) -> Outcome:
-        engine = self.nodes[cluster_id].engine
+        engine = self.engine(cluster_id)
         expected = self.world.copy_kv_cache(cluster_id, src_id, dst_id, src_batch, dst_batch, offset, size)
         return self.transfer(
             f"copy_kv_cache({cluster_id}, {src_id} -> {dst_id}, batches {src_batch} -> {dst_batch}, "
@@ -395,7 +405,7 @@ class Harness:
 
     def copy_kv_blocks(self, cluster_id: int, src_id: int, dst_id: int, src_blocks: Any,
                        dst_blocks_list: Any) -> Outcome:
-        engine = self.nodes[cluster_id].engine
+        engine = self.engine(cluster_id)
         expected = self.world.copy_kv_blocks(cluster_id, src_id, dst_id, src_blocks, dst_blocks_list)
         return self.transfer(
             f"copy_kv_blocks({cluster_id}, {src_id} -> {dst_id}, {_short(src_blocks)}, "
