@@ -185,6 +185,18 @@ def test_initialize_rejects_malformed_pool_configurations(key: str, value: str) 
         assert key in raw.last_error()
 
 
+def test_a_repeated_pool_json_key_keeps_its_last_value(engines: Engines) -> None:
+    # decision E-4 (docs/semantics.md): the last "memory_size" counts
+    with native.LlmDataDist(1, 1) as e:
+        bad_last = '{"memory_size": 65536, "memory_size": 0}'
+        assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.MemPoolConfig", bad_last)]) == S.LLM_PARAM_INVALID
+        assert "greater than 0" in raw.last_error()
+    e = engines(1, options={native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 0, "memory_size": 2048, '
+                                                           '"page_shift": 10}'})
+    e.allocate_cache(sup.desc(1, [1, 2048]))                       # both pages
+    assert sup.status_of(e.allocate_cache, sup.desc(1, [1, 1])) == S.LLM_OUT_OF_MEMORY
+
+
 def test_initialize_accepts_a_pool_just_below_the_page_limit() -> None:
     # memory_size >> page_shift must stay below 2^32 - 1: with page_shift 30, 2^32 - 2 pages
     # would be 4 EiB, so check the boundary arithmetic with the smallest pages instead
