@@ -314,7 +314,8 @@ def set_up(h: Harness, local: int, remote: int, caches: dict[str, tuple[int, Spe
             if spec.when == "after_link":
                 ids[name] = create(h, cluster, spec)
         if warm:
-            outcome = h.pull_kv_cache(local, (remote, ids["warm_src"], 1), ids["warm_dst"], 0, -1, Ext((0, 0), (0, 0), 1))
+            outcome = h.pull_kv_cache(local, (remote, ids["warm_src"], 1), ids["warm_dst"], 0, -1,
+                                      Ext((0, 0), (0, 0), 1))
             assert outcome.ok, f"the warm-up pull must succeed: {outcome.describe()}"
             for name, (cluster, spec) in caches.items():
                 if spec.when == "after_use":
@@ -341,6 +342,13 @@ def choose_id(draw: st.DrawFn, made: int) -> int:
 
 def directions() -> st.SearchStrategy[tuple[int, int]]:
     return st.sampled_from([(A, B), (B, A)])
+
+
+def c_abi() -> st.SearchStrategy[bool]:
+    """Whether a call goes to the C ABI directly: a third of the examples, so that the
+    backend's own checks of the rules the Python layer checks first are tested too."""
+    return weighted((2, st.just(False)), (1, st.just(True)))
+
 
 
 # ---- registration, allocation ------------------------------------------------------------------
@@ -436,6 +444,7 @@ class Case:
     src_blocks: Any = ()
     dst_blocks: Any = ()
     caller: Optional[tuple[int, int]] = None     # pushes: (placement, num_tensors) of src_cache.cache_desc
+    raw: bool = False                  # the call goes to the C ABI directly (no Python-side checks)
 
 
 @st.composite
@@ -472,6 +481,7 @@ def cases(draw: st.DrawFn, call: str) -> Case:
         dst_batch=draw(batch_for_blocks if blocks else index_near(clean, dst.count, U32_MAX)),
         size=size,
         ext=draw(ext_params(clean, src.num_tensors, dst.num_tensors, n_local)),
+        raw=draw(c_abi()),
     )
     if blocks:
         sblk, dblk = draw(block_lists(clean, src.count, dst.count))
@@ -495,19 +505,24 @@ def run_case(h: Harness, call: str, case: Case) -> None:
     peer = {"peer": case.remote, "own": case.local, "unknown": 77}[case.peer]
     src_id = made.ids["src"] if case.src_id is None else case.src_id
     dst_id = made.ids["dst"] if case.dst_id is None else case.dst_id
-    if call == "pull_kv_cache":
-        outcome = h.pull_kv_cache(case.local, (peer, src_id, case.src_batch), dst_id, case.dst_batch, case.size, case.ext)
-    elif call == "pull_kv_blocks":
-        outcome = h.pull_kv_blocks(case.local, (peer, src_id, case.src_batch), dst_id, case.src_blocks, case.dst_blocks,
-                         case.ext)
-    elif call == "push_kv_cache":
-        outcome = h.push_kv_cache(case.local, src_id, (peer, dst_id, case.dst_batch), case.src_batch, case.size, case.ext,
-                        case.caller)
-    else:
-        outcome = h.push_kv_blocks(case.local, src_id, (peer, dst_id, case.dst_batch), case.src_blocks, case.dst_blocks,
-                         case.ext, case.caller)
-    event(f"{call}: {outcome.describe()}")
+    with h.layer(case.raw):
+        outcome = make_call(h, call, case, peer, src_id, dst_id)
+    event(f"{call}{' [C ABI]' if case.raw else ''}: {outcome.describe()}")
     tear_down(h, case.local, case.remote, case.linked)
+
+
+def make_call(h: Harness, call: str, case: Case, peer: int, src_id: int, dst_id: int) -> Any:
+    if call == "pull_kv_cache":
+        return h.pull_kv_cache(case.local, (peer, src_id, case.src_batch), dst_id, case.dst_batch, case.size,
+                               case.ext)
+    if call == "pull_kv_blocks":
+        return h.pull_kv_blocks(case.local, (peer, src_id, case.src_batch), dst_id, case.src_blocks,
+                                case.dst_blocks, case.ext)
+    if call == "push_kv_cache":
+        return h.push_kv_cache(case.local, src_id, (peer, dst_id, case.dst_batch), case.src_batch, case.size,
+                               case.ext, case.caller)
+    return h.push_kv_blocks(case.local, src_id, (peer, dst_id, case.dst_batch), case.src_blocks, case.dst_blocks,
+                            case.ext, case.caller)
 
 
 U8 = int(G.DT_UINT8)
@@ -573,7 +588,8 @@ def test_copy_kv_cache_agrees_with_oracle(pair: Harness, setup: tuple[bool, int,
                        "offset")
     size = data.draw(either(clean, weighted((1, st.just(-1)), (1, st.integers(1, max(min(s_src, s_dst) - offset, 1)))),
                             st.sampled_from([0, -2, s_src, s_dst + 1, I64_MAX + 1]), 6), "size")
-    event(pair.copy_kv_cache(cluster, src_id, dst_id, src_batch, dst_batch, offset, size).describe())
+    with pair.layer(data.draw(c_abi(), "C ABI")):
+        event(pair.copy_kv_cache(cluster, src_id, dst_id, src_batch, dst_batch, offset, size).describe())
     tear_down(pair, A, B, linked=False)
 
 
@@ -592,7 +608,8 @@ def test_copy_kv_blocks_agrees_with_oracle(pair: Harness, setup: tuple[bool, int
         dst_lists.append(data.draw(block_lists(clean, src.count, dst.count), f"list {i}")[1])
     if data.draw(either(clean, st.just(False), st.just(True), 12), "no lists"):
         dst_lists = []
-    event(pair.copy_kv_blocks(cluster, src_id, dst_id, sblk, dst_lists).describe())
+    with pair.layer(data.draw(c_abi(), "C ABI")):
+        event(pair.copy_kv_blocks(cluster, src_id, dst_id, sblk, dst_lists).describe())
     tear_down(pair, A, B, linked=False)
 
 
@@ -637,20 +654,22 @@ def long_block_lists(draw: st.DrawFn) -> tuple[int, int, Any, Any]:
     return nb_src, nb_dst, as_container(src_list, draw(containers)), as_container(dst_list, draw(containers))
 
 
-@given(lists=long_block_lists(), push=st.booleans(), tensors=st.sampled_from([1, 2, 4]))
+@given(lists=long_block_lists(), push=st.booleans(), tensors=st.sampled_from([1, 2, 4]), raw=c_abi())
 def test_long_block_lists_agree_with_oracle(pair: Harness, lists: tuple[int, int, Any, Any], push: bool,
-                                            tensors: int) -> None:
+                                            tensors: int, raw: bool) -> None:
     """pull_kv_blocks / push_kv_blocks with up to 10,000 pairs (A is the local engine)."""
     nb_src, nb_dst, sblk, dblk = lists
     src = Spec(tensors, U8, (nb_src, 2))
     dst = Spec(tensors, U8, (nb_dst, 2))
     if push:
         made = set_up(pair, A, B, {"src": (A, src), "dst": (B, dst)}, linked=True)
-        outcome = pair.push_kv_blocks(A, made.ids["src"], (B, made.ids["dst"], 0), sblk, dblk, Ext(n=1),
-                                      (DEVICE, tensors))
+        with pair.layer(raw):
+            outcome = pair.push_kv_blocks(A, made.ids["src"], (B, made.ids["dst"], 0), sblk, dblk, Ext(n=1),
+                                          (DEVICE, tensors))
     else:
         made = set_up(pair, A, B, {"src": (B, src), "dst": (A, dst)}, linked=True)
-        outcome = pair.pull_kv_blocks(A, (B, made.ids["src"], 0), made.ids["dst"], sblk, dblk, Ext(n=1))
+        with pair.layer(raw):
+            outcome = pair.pull_kv_blocks(A, (B, made.ids["src"], 0), made.ids["dst"], sblk, dblk, Ext(n=1))
     event(outcome.describe())
     tear_down(pair, A, B, linked=True)
 

@@ -74,6 +74,7 @@ tensor_counts = st.sampled_from([1, 2, 2, 4, 4, 6])
 shapes = st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from([4, 8, 16]))
 data_types = st.sampled_from([G.DT_UINT8, G.DT_UINT8, G.DT_FLOAT16, G.DT_INT4])
 placements = st.sampled_from([DEVICE, DEVICE, DEVICE, HOST])
+c_abi = st.sampled_from([False, False, True])        # a third of the transfers bypass the Python layer
 
 
 def other(cluster: int) -> int:
@@ -217,8 +218,8 @@ class NativeEngines(RuleBasedStateMachine):
             self.h.unregister(cluster, cache_id)
 
     # -- transfers --
-    @rule(data=st.data(), dst=caches, src=caches)
-    def pull_kv_cache(self, data: Any, dst: tuple[int, int, bool], src: tuple[int, int, bool]) -> None:
+    @rule(data=st.data(), dst=caches, src=caches, raw=c_abi)
+    def pull_kv_cache(self, data: Any, dst: tuple[int, int, bool], src: tuple[int, int, bool], raw: bool) -> None:
         src = self.peer_cache(data, other(dst[0]), src)
         local, remote = dst[0], src[0]
         d, s = self.model(local, dst[1]), self.model(remote, src[1])
@@ -227,19 +228,21 @@ class NativeEngines(RuleBasedStateMachine):
         src_batch = data.draw(st.integers(0, s.batches if s else 1), "src_batch")
         stride = min(d.stride if d else 8, s.stride if s else 8)
         size = data.draw(st.sampled_from([-1, -1, stride, max(stride // 2, 1), stride + 1]), "size")
-        self.h.pull_kv_cache(local, (remote, src[1], src_batch), dst[1], batch, size, self.ext(data, ns, nd, nd))
+        with self.h.layer(raw):
+            self.h.pull_kv_cache(local, (remote, src[1], src_batch), dst[1], batch, size, self.ext(data, ns, nd, nd))
 
-    @rule(data=st.data(), dst=caches, src=caches)
-    def pull_kv_blocks(self, data: Any, dst: tuple[int, int, bool], src: tuple[int, int, bool]) -> None:
+    @rule(data=st.data(), dst=caches, src=caches, raw=c_abi)
+    def pull_kv_blocks(self, data: Any, dst: tuple[int, int, bool], src: tuple[int, int, bool], raw: bool) -> None:
         src = self.peer_cache(data, other(dst[0]), src)
         local, remote = dst[0], src[0]
         d, s = self.model(local, dst[1]), self.model(remote, src[1])
         nd, ns = (d.num_tensors if d else 2), (s.num_tensors if s else 2)
         sblk, dblk = self.blocks(data, s.blocks if s else 2, d.blocks if d else 2)
-        self.h.pull_kv_blocks(local, (remote, src[1], 0), dst[1], sblk, dblk, self.ext(data, ns, nd, nd))
+        with self.h.layer(raw):
+            self.h.pull_kv_blocks(local, (remote, src[1], 0), dst[1], sblk, dblk, self.ext(data, ns, nd, nd))
 
-    @rule(data=st.data(), src=caches, dst=caches)
-    def push_kv_cache(self, data: Any, src: tuple[int, int, bool], dst: tuple[int, int, bool]) -> None:
+    @rule(data=st.data(), src=caches, dst=caches, raw=c_abi)
+    def push_kv_cache(self, data: Any, src: tuple[int, int, bool], dst: tuple[int, int, bool], raw: bool) -> None:
         dst = self.peer_cache(data, other(src[0]), dst)
         local, remote = src[0], dst[0]
         s, d = self.model(local, src[1]), self.model(remote, dst[1])
@@ -247,32 +250,36 @@ class NativeEngines(RuleBasedStateMachine):
         src_batch = data.draw(st.integers(0, s.batches if s else 1), "src_batch")
         dst_batch = data.draw(st.integers(0, d.batches if d else 1), "dst_batch")
         caller = data.draw(st.sampled_from([(DEVICE, ns), (DEVICE, ns), None, (DEVICE, ns + 1)]), "caller")
-        self.h.push_kv_cache(local, src[1], (remote, dst[1], dst_batch), src_batch, -1,
-                             self.ext(data, ns, nd, ns), caller)
+        with self.h.layer(raw):
+            self.h.push_kv_cache(local, src[1], (remote, dst[1], dst_batch), src_batch, -1,
+                                 self.ext(data, ns, nd, ns), caller)
 
-    @rule(data=st.data(), src=caches, dst=caches)
-    def push_kv_blocks(self, data: Any, src: tuple[int, int, bool], dst: tuple[int, int, bool]) -> None:
+    @rule(data=st.data(), src=caches, dst=caches, raw=c_abi)
+    def push_kv_blocks(self, data: Any, src: tuple[int, int, bool], dst: tuple[int, int, bool], raw: bool) -> None:
         dst = self.peer_cache(data, other(src[0]), dst)
         local, remote = src[0], dst[0]
         s, d = self.model(local, src[1]), self.model(remote, dst[1])
         ns, nd = (s.num_tensors if s else 2), (d.num_tensors if d else 2)
         sblk, dblk = self.blocks(data, s.blocks if s else 2, d.blocks if d else 2)
         caller = data.draw(st.sampled_from([(DEVICE, ns), (DEVICE, ns), None]), "caller")
-        self.h.push_kv_blocks(local, src[1], (remote, dst[1], 0), sblk, dblk, self.ext(data, ns, nd, ns), caller)
+        with self.h.layer(raw):
+            self.h.push_kv_blocks(local, src[1], (remote, dst[1], 0), sblk, dblk, self.ext(data, ns, nd, ns),
+                                  caller)
 
-    @rule(data=st.data(), src=caches, dst=caches)
-    def copy_kv_cache(self, data: Any, src: tuple[int, int, bool], dst: tuple[int, int, bool]) -> None:
+    @rule(data=st.data(), src=caches, dst=caches, raw=c_abi)
+    def copy_kv_cache(self, data: Any, src: tuple[int, int, bool], dst: tuple[int, int, bool], raw: bool) -> None:
         cluster = src[0]
         dst = self.peer_cache(data, cluster, dst)
         s, d = self.model(cluster, src[1]), self.model(cluster, dst[1])
         stride = min(s.stride if s else 8, d.stride if d else 8)
         offset = data.draw(st.sampled_from([0, 0, 1, stride - 1, stride]), "offset")
         size = data.draw(st.sampled_from([-1, -1, 1, max(stride - offset, 1), stride + 1]), "size")
-        self.h.copy_kv_cache(cluster, src[1], dst[1], data.draw(st.integers(0, s.batches if s else 1), "sb"),
-                             data.draw(st.integers(0, d.batches if d else 1), "db"), offset, size)
+        with self.h.layer(raw):
+            self.h.copy_kv_cache(cluster, src[1], dst[1], data.draw(st.integers(0, s.batches if s else 1), "sb"),
+                                 data.draw(st.integers(0, d.batches if d else 1), "db"), offset, size)
 
-    @rule(data=st.data(), src=caches, dst=caches)
-    def copy_kv_blocks(self, data: Any, src: tuple[int, int, bool], dst: tuple[int, int, bool]) -> None:
+    @rule(data=st.data(), src=caches, dst=caches, raw=c_abi)
+    def copy_kv_blocks(self, data: Any, src: tuple[int, int, bool], dst: tuple[int, int, bool], raw: bool) -> None:
         cluster = src[0]
         dst = self.peer_cache(data, cluster, dst)
         s, d = self.model(cluster, src[1]), self.model(cluster, dst[1])
@@ -280,7 +287,8 @@ class NativeEngines(RuleBasedStateMachine):
         lists = [first]
         if data.draw(st.booleans(), "second list"):
             lists.append(self.blocks(data, s.blocks if s else 2, d.blocks if d else 2)[1][:len(sblk)])
-        self.h.copy_kv_blocks(cluster, src[1], dst[1], sblk, lists)
+        with self.h.layer(raw):
+            self.h.copy_kv_blocks(cluster, src[1], dst[1], sblk, lists)
 
     # -- invariants --
     @invariant()

@@ -14,9 +14,10 @@ an allocated cache the pool addresses the engine returned. Each call:
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -131,14 +132,85 @@ def agree(call: str, expected: Outcome, fn: Callable[[], Any]) -> Any:
     return result
 
 
+class RawAbi:
+    """Transfers and copies made on the flat C ABI itself, bypassing the Python layer's
+    checks, so that the backend's own enforcement of the [all] rules is tested too
+    (docs/semantics.md §1: the mock enforces every rule for C callers). Arguments must
+    fit their C types (the oracle reports a ValueError for those that do not, and the
+    call is then not made)."""
+
+    def __init__(self) -> None:
+        from llm_datadist_ffi._loader import ffi, lldd_lib
+        self.ffi, self.lib = ffi, lldd_lib
+
+    def index(self, cluster_id: int, cache_id: int, batch: int) -> Any:
+        p = self.ffi.new("lldd_cache_index *")
+        p.cluster_id, p.cache_id, p.batch_index = cluster_id, cache_id, batch
+        return p
+
+    def cache(self, cache_id: int, caller: Optional[tuple[int, int]] = None) -> Any:
+        p = self.ffi.new("lldd_cache *")
+        p.cache_id = cache_id
+        p.cache_desc.placement, p.cache_desc.num_tensors = caller if caller is not None else (1, 0)
+        return p
+
+    def ext(self, ext: Optional[Ext]) -> Any:
+        if ext is None:
+            return self.ffi.NULL
+        p = self.ffi.new("lldd_ext_param *")
+        p.src_layer_first, p.src_layer_second = ext.src
+        p.dst_layer_first, p.dst_layer_second = ext.dst
+        p.tensor_num_per_layer = ext.n
+        return p
+
+    def blocks(self, values: Any) -> tuple[Any, int]:
+        items = [int(v) for v in values]
+        return (self.ffi.new("uint64_t[]", items) if items else self.ffi.NULL), len(items)
+
+    def error(self) -> str:
+        return str(self.ffi.string(self.lib.lldd_last_error()).decode("utf-8", "replace"))
+
+
+def agree_status(call: str, expected: Outcome, status: int, message: str) -> None:
+    want = S.LLM_SUCCESS if expected.ok else expected.status
+    if status != int(want):
+        got = S(status).name if status in set(int(c) for c in S) else hex(status)
+        raise Mismatch(f"{call} (C ABI): the oracle expects {expected.describe()}, the backend gave {got}: {message}")
+
+
 class Harness:
-    """Engines of this process under one oracle ``World``."""
+    """Engines of this process under one oracle ``World``.
+
+    With ``raw`` set, transfers and copies go to the C ABI directly (``RawAbi``) and
+    the oracle leaves out the Python layer's rules (``World.python_layer``)."""
 
     def __init__(self, seed: int = 0) -> None:
         self.world = World()
         self.nodes: dict[int, Node] = {}
         self.rng = np.random.default_rng(seed)
         self.log: list[str] = []
+        self.abi = RawAbi()
+
+    @property
+    def raw(self) -> bool:
+        return not self.world.python_layer
+
+    @raw.setter
+    def raw(self, value: bool) -> None:
+        self.world.python_layer = not value
+
+    @contextlib.contextmanager
+    def layer(self, raw: bool) -> Iterator[None]:
+        """``with h.layer(raw):`` the transfers and copies inside go to the C ABI (raw)
+        or through the package."""
+        self.raw = raw
+        try:
+            yield
+        finally:
+            self.raw = False
+
+    def _handle(self, cluster_id: int) -> Any:
+        return self.engine(cluster_id)._engine()
 
     def _agree(self, call: str, expected: Outcome, fn: Callable[[], Any]) -> Any:
         try:
@@ -230,9 +302,23 @@ class Harness:
                            "not backed by test memory")
         apply_copies(outcome.copies, src.expected, dst.expected)
 
-    def transfer(self, call: str, expected: Outcome, fn: Callable[[], Any]) -> Outcome:
-        self.log.append(call)
-        self._agree(call, expected, fn)
+    def transfer(self, call: str, expected: Outcome, fn: Callable[[], Any],
+                 raw: Optional[Callable[[], int]] = None) -> Outcome:
+        """Make the call (``raw`` on the C ABI in raw mode), check its outcome, apply the
+        oracle's copies to the expected bytes and compare all memory."""
+        if self.raw and raw is not None:
+            call += " [C ABI]"
+            self.log.append(call)
+            if expected.python_error is not None:
+                return expected               # not expressible in C types: no call
+            status = raw()
+            try:
+                agree_status(call, expected, status, self.abi.error() if status else "")
+            except Mismatch as exc:
+                raise Mismatch(f"{exc}\n  calls so far: {self.log[-15:]}") from None
+        else:
+            self.log.append(call)
+            self._agree(call, expected, fn)
         self._apply(expected)
         self.check_memory()
         return expected
@@ -352,7 +438,9 @@ class Harness:
         return self.transfer(
             f"pull_kv_cache({cluster_id}, src={src}, dst={dst_id}, batch={batch_index}, size={size}, ext={ext})",
             expected, lambda: engine.pull_kv_cache(native.CacheIndex(*src), native.Cache(dst_id), batch_index,
-                                                   size, ext_param(ext)))
+                                                   size, ext_param(ext)),
+            lambda: self.abi.lib.lldd_pull_kv_cache(self._handle(cluster_id), self.abi.index(*src),
+                                                    self.abi.cache(dst_id), batch_index, size, self.abi.ext(ext)))
 
     def pull_kv_blocks(self, cluster_id: int, src: tuple[int, int, int], dst_id: int, src_blocks: Any,
                        dst_blocks: Any, ext: Optional[Ext] = None) -> Outcome:
@@ -362,7 +450,10 @@ class Harness:
             f"pull_kv_blocks({cluster_id}, src={src}, dst={dst_id}, {_short(src_blocks)}, {_short(dst_blocks)}, "
             f"ext={ext})",
             expected, lambda: engine.pull_kv_blocks(native.CacheIndex(*src), native.Cache(dst_id), src_blocks,
-                                                    dst_blocks, ext_param(ext)))
+                                                    dst_blocks, ext_param(ext)),
+            lambda: self.abi.lib.lldd_pull_kv_blocks(self._handle(cluster_id), self.abi.index(*src),
+                                                     self.abi.cache(dst_id), *self.abi.blocks(src_blocks),
+                                                     *self.abi.blocks(dst_blocks), self.abi.ext(ext)))
 
     @staticmethod
     def _caller(src_id: int, caller: Optional[tuple[int, int]]) -> native.Cache:
@@ -380,7 +471,9 @@ class Harness:
             f"push_kv_cache({cluster_id}, src={src_id}, dst={dst}, src_batch={src_batch}, size={size}, ext={ext}, "
             f"caller={caller})",
             expected, lambda: engine.push_kv_cache(self._caller(src_id, caller), native.CacheIndex(*dst), src_batch,
-                                                   size, ext_param(ext)))
+                                                   size, ext_param(ext)),
+            lambda: self.abi.lib.lldd_push_kv_cache(self._handle(cluster_id), self.abi.cache(src_id, caller),
+                                                    self.abi.index(*dst), src_batch, size, self.abi.ext(ext)))
 
     def push_kv_blocks(self, cluster_id: int, src_id: int, dst: tuple[int, int, int], src_blocks: Any,
                        dst_blocks: Any, ext: Optional[Ext] = None,
@@ -391,7 +484,10 @@ class Harness:
             f"push_kv_blocks({cluster_id}, src={src_id}, dst={dst}, {_short(src_blocks)}, {_short(dst_blocks)}, "
             f"ext={ext}, caller={caller})",
             expected, lambda: engine.push_kv_blocks(self._caller(src_id, caller), native.CacheIndex(*dst),
-                                                    src_blocks, dst_blocks, ext_param(ext)))
+                                                    src_blocks, dst_blocks, ext_param(ext)),
+            lambda: self.abi.lib.lldd_push_kv_blocks(self._handle(cluster_id), self.abi.cache(src_id, caller),
+                                                     self.abi.index(*dst), *self.abi.blocks(src_blocks),
+                                                     *self.abi.blocks(dst_blocks), self.abi.ext(ext)))
 
     def copy_kv_cache(self, cluster_id: int, src_id: int, dst_id: int, src_batch: int = 0, dst_batch: int = 0,
                       offset: int = 0, size: int = -1) -> Outcome:
@@ -401,7 +497,9 @@ class Harness:
             f"copy_kv_cache({cluster_id}, {src_id} -> {dst_id}, batches {src_batch} -> {dst_batch}, "
             f"offset={offset}, size={size})",
             expected, lambda: engine.copy_kv_cache(native.Cache(src_id), native.Cache(dst_id), src_batch, dst_batch,
-                                                   offset, size))
+                                                   offset, size),
+            lambda: self.abi.lib.lldd_copy_kv_cache(self._handle(cluster_id), self.abi.cache(src_id),
+                                                    self.abi.cache(dst_id), src_batch, dst_batch, offset, size))
 
     def copy_kv_blocks(self, cluster_id: int, src_id: int, dst_id: int, src_blocks: Any,
                        dst_blocks_list: Any) -> Outcome:
@@ -411,7 +509,18 @@ class Harness:
             f"copy_kv_blocks({cluster_id}, {src_id} -> {dst_id}, {_short(src_blocks)}, "
             f"{[_short(b) for b in dst_blocks_list]})",
             expected, lambda: engine.copy_kv_blocks(native.Cache(src_id), native.Cache(dst_id), src_blocks,
-                                                    dst_blocks_list))
+                                                    dst_blocks_list),
+            lambda: self._raw_copy_blocks(cluster_id, src_id, dst_id, src_blocks, dst_blocks_list))
+
+    def _raw_copy_blocks(self, cluster_id: int, src_id: int, dst_id: int, src_blocks: Any,
+                         dst_blocks_list: Any) -> int:
+        flat = [int(b) for lst in dst_blocks_list for b in lst]
+        lens = self.abi.ffi.new("size_t[]", [len(lst) for lst in dst_blocks_list]) if dst_blocks_list \
+            else self.abi.ffi.NULL
+        flat_ptr, _ = self.abi.blocks(flat)
+        return int(self.abi.lib.lldd_copy_kv_blocks(self._handle(cluster_id), self.abi.cache(src_id),
+                                                    self.abi.cache(dst_id), *self.abi.blocks(src_blocks), flat_ptr,
+                                                    lens, len(dst_blocks_list)))
 
 
 def _short(blocks: Any) -> str:

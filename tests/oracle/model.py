@@ -241,6 +241,9 @@ class World:
 
     def __init__(self) -> None:
         self.engines: dict[int, EngineModel] = {}
+        #: False for calls made on the C ABI directly: then no Python-side rule (N-2)
+        #: applies and the engine checks the [all] rules at their own places
+        self.python_layer = True
         self.clock = 0
         self._tokens = 0
         #: live mock-ACL allocations (address, size) that registrations must respect (PR-30)
@@ -555,7 +558,7 @@ class World:
             return python_error(ValueError, "N-1: a value outside its C type")
         dlists: list[list[int]] = [lst for lst in lists if lst is not None]
         flat = [b for lst in dlists for b in lst]
-        if e.initialized and _first_repeat(flat) is not None:
+        if self.python_layer and e.initialized and _first_repeat(flat) is not None:
             return fail(PI, "PR-5: a destination block repeats (checked in Python)")
         if not e.initialized or not e.pools:
             return fail(S.LLM_FEATURE_NOT_ENABLED, "PR-9: no memory pool")
@@ -572,6 +575,8 @@ class World:
             return fail(PI, "§3.6: block sizes differ")
         if any(b >= src.blocks for b in sblk) or any(b >= dst.blocks for b in flat):
             return fail(PI, "§3.6: a block index out of range")
+        if _first_repeat(flat) is not None:
+            return fail(PI, "PR-5: a destination block repeats")
         if src_id == dst_id and set(sblk) & set(flat):
             return fail(PI, "PR-24: a block is both source and destination")
         stride = src.stride
@@ -610,7 +615,7 @@ class World:
                 or sblk is None or dblk is None:
             return python_error(ValueError, "N-1: a value outside its C type")
         early = self._python_rules(e, ext, dst_id, push=False)
-        if early is None and e.initialized and _first_repeat(dblk) is not None:
+        if early is None and self.python_layer and e.initialized and _first_repeat(dblk) is not None:
             early = fail(PI, "PR-5: a destination block repeats (checked in Python)")
         if early is not None:
             return early
@@ -748,7 +753,7 @@ class World:
                      (given, U32)]) or self._ext_outside(ext) or sblk is None or dblk is None:
             return python_error(ValueError, "N-1: a value outside its C type")
         early = self._python_rules(e, ext, src_id, push=True) or self._python_push_source(e, src_id, caller)
-        if early is None and e.initialized and _first_repeat(dblk) is not None:
+        if early is None and self.python_layer and e.initialized and _first_repeat(dblk) is not None:
             early = fail(PI, "PR-5: a destination block repeats (checked in Python)")
         if early is not None:
             return early
@@ -865,10 +870,9 @@ class World:
         return _outside([(ext.src[0], I32), (ext.src[1], I32), (ext.dst[0], I32), (ext.dst[1], I32),
                          (ext.n, U32)])
 
-    @staticmethod
-    def _python_rules(e: EngineModel, ext: Ext, local_id: int, push: bool) -> Optional[Outcome]:
+    def _python_rules(self, e: EngineModel, ext: Ext, local_id: int, push: bool) -> Optional[Outcome]:
         """PR-11, PR-1, then PR-3 when the package knows the local cache (N-2)."""
-        if not e.initialized:
+        if not self.python_layer or not e.initialized:
             return None
         reason = _python_ext_rules(ext)
         if reason:
@@ -880,11 +884,10 @@ class World:
                 return fail(PI, f"{reason} (checked in Python)")
         return None
 
-    @staticmethod
-    def _python_push_source(e: EngineModel, src_id: int, caller: Optional[tuple[int, int]]) -> Optional[Outcome]:
+    def _python_push_source(self, e: EngineModel, src_id: int, caller: Optional[tuple[int, int]]) -> Optional[Outcome]:
         """PR-33 when the package knows the source cache (N-2)."""
         local = e.caches.get(src_id) if src_id in e.known else None
-        if not e.initialized or local is None:
+        if not self.python_layer or not e.initialized or local is None:
             return None
         given = 0 if caller is None else caller[1]
         if given and given != local.num_tensors:
