@@ -148,6 +148,7 @@ typedef struct mlink {
     uint64_t bind_watermark;     /* xfer_mu: the table copy's key bindings: sequence below it */
     uint64_t comm_key;           /* a rank-table communicator's link (0: link_clusters) */
     atomic_int comm_pending;     /* its communicator is not OK yet: transfers NOT_YET_LINK */
+    atomic_int busy;             /* a transfer of this side holds the link (v1 LINK_BUSY) */
     pthread_mutex_t xfer_mu;
 } mlink;
 
@@ -430,6 +431,9 @@ enum { ACQUIRE_V1 = 1 };
 lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *x, int flags);
 void link_release(xlink *x);
 lldd_status link_timeout(xlink *x, const char *fn, const char *fmt, ...) MOCK_PRINTF(3, 4);
+/* Same process: emulates the peer's serve delay, then locks peer->mu and checks that
+ * the peer still holds its side of the link (TIMEOUT otherwise, PR-31). */
+lldd_status peer_local_enter(xlink *x, const char *fn);
 /* Step 7 of §8.0 for a cache id (the native path): resolves and pins it. */
 lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc);
 void peer_unpin(xlink *x, peer_cache *pc);

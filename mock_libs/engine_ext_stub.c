@@ -10,19 +10,6 @@
         return LLM_FEATURE_NOT_ENABLED;                                                            \
     } while (0)
 
-MOCK_EXPORT lldd_status lldd_ext_pull(lldd_engine *e, const lldd_key *src, int64_t dst_cache_id, uint32_t batch_index,
-                                      int64_t size, const uint64_t *src_blocks, size_t num_src_blocks,
-                                      const uint64_t *dst_blocks, size_t num_dst_blocks, const uint64_t *src_tensors,
-                                      size_t num_src_tensors, const uint64_t *dst_tensors, size_t num_dst_tensors,
-                                      int64_t src_cache_offset, int64_t dst_cache_offset,
-                                      uint32_t tensor_num_per_layer)
-{
-    (void)e; (void)src; (void)dst_cache_id; (void)batch_index; (void)size; (void)src_blocks; (void)num_src_blocks;
-    (void)dst_blocks; (void)num_dst_blocks; (void)src_tensors; (void)num_src_tensors; (void)dst_tensors;
-    (void)num_dst_tensors; (void)src_cache_offset; (void)dst_cache_offset; (void)tensor_num_per_layer;
-    NOT_YET("lldd_ext_pull");
-}
-
 MOCK_EXPORT lldd_status lldd_ext_push_layer(lldd_engine *e, int64_t src_cache_id, uint32_t src_batch_index,
                                             uint32_t src_layer, const lldd_key *dst, uint32_t dst_layer,
                                             uint32_t tensor_num_per_layer, const uint64_t *src_blocks,
@@ -106,15 +93,3 @@ size_t comm_count(engine *e)
     return 0;
 }
 
-lldd_status ext_resolve_locked(engine *e, mlink *link, const resolve_req *q, mcache **out, resolve_reply *r,
-                               char *why, size_t why_len)
-{
-    (void)e; (void)link; (void)q; (void)out; (void)r; (void)why; (void)why_len;
-    return LLM_FEATURE_NOT_ENABLED;
-}
-
-mcache *ext_find_addr_locked(engine *e, uint64_t addr, uint64_t len, uint32_t *tensor)
-{
-    (void)e; (void)addr; (void)len; (void)tensor;
-    return NULL;
-}

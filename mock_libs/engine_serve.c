@@ -10,6 +10,7 @@
  * the pin; a closed connection releases every pin it holds, so a peer that dies or
  * gives up never keeps our caches from being freed.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -165,6 +166,128 @@ static int serve_write(int fd, const msg_hdr *h, pin_list *pins, struct iovec *i
     return send_status(fd, MSG_WRITE_REPLY, LLM_SUCCESS, 0, 0);
 }
 
+/* MSG_RESOLVE: a source of an extension pull, resolved against our live tables or
+ * the requester's table copy, and pinned for this connection (engine_ext_xfer.c). */
+static int serve_resolve(engine *e, mlink *l, int fd, const msg_hdr *h, pin_list *pins)
+{
+    resolve_req q;
+    if (h->payload_len != sizeof q || tp_recv_all(fd, &q, sizeof q, tp_deadline(SERVE_IDLE_MS)) != TP_OK)
+        return -1;
+    char why[sizeof(reply_text)];
+    resolve_reply r;
+    mcache *c = NULL;
+    pthread_mutex_lock(&e->mu);
+    if (e->state != ENGINE_READY) {
+        pthread_mutex_unlock(&e->mu);
+        return -1;
+    }
+    lldd_status st = ext_resolve_locked(e, l, &q, &c, &r, why, sizeof why);
+    char *body = NULL;
+    size_t addr_bytes = 0;
+    if (st == LLM_SUCCESS) {
+        addr_bytes = (size_t)c->w.num_tensors * sizeof(uint64_t);
+        body = malloc(sizeof r + addr_bytes);
+        if (body == NULL || pins_reserve(pins) != 0) {
+            pthread_mutex_unlock(&e->mu);
+            free(body);
+            return -1;
+        }
+        c->pins++;
+        pins->items[pins->count++] = c;
+        memcpy(body, &r, sizeof r);
+        memcpy(body + sizeof r, c->addrs, addr_bytes);
+    }
+    pthread_mutex_unlock(&e->mu);
+    msg_hdr m;
+    msg_init(&m, MSG_RESOLVE_REPLY);
+    m.status = st;
+    m.a = (uint64_t)r.id_mark;
+    m.b = r.bind_mark;
+    int rc;
+    if (st == LLM_SUCCESS) {
+        m.payload_len = sizeof r + addr_bytes;
+        rc = msg_send(fd, &m, body, (size_t)m.payload_len, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
+        free(body);
+    } else {
+        reply_text text;
+        memset(&text, 0, sizeof text);
+        snprintf(text.text, sizeof text.text, "%s", why);
+        m.payload_len = sizeof text;
+        rc = msg_send(fd, &m, &text, sizeof text, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
+    }
+    return rc;
+}
+
+/* MSG_RELEASE: unpins the source of a finished pull and applies the key release of
+ * semantics §9.5. */
+static int serve_release(engine *e, int fd, const msg_hdr *h, pin_list *pins)
+{
+    release_req q;
+    if (h->payload_len < sizeof q || tp_recv_all(fd, &q, sizeof q, tp_deadline(SERVE_IDLE_MS)) != TP_OK)
+        return -1;
+    if (q.count > (h->payload_len - sizeof q) / sizeof(uint64_t) || h->payload_len - sizeof q != q.count * 8 ||
+        q.count > UINT32_MAX)
+        return -1;
+    uint64_t *tensors = q.count > 0 ? malloc((size_t)q.count * sizeof *tensors) : NULL;
+    if (q.count > 0 && (tensors == NULL || tp_recv_all(fd, tensors, (size_t)q.count * sizeof *tensors,
+                                                       tp_deadline(SERVE_IDLE_MS)) != TP_OK)) {
+        free(tensors);
+        return -1;
+    }
+    size_t i;
+    mcache *gone = NULL;
+    pthread_mutex_lock(&e->mu);
+    mcache *c = pins_find(pins, q.cache_id, &i);
+    if (c != NULL) {
+        cache_unpin_locked(e, c);
+        pins->items[i] = pins->items[--pins->count];
+        if (e->state == ENGINE_READY)
+            gone = ext_release_locked(e, &q, tensors);
+    }
+    pthread_mutex_unlock(&e->mu);
+    cache_destroy(gone);
+    free(tensors);
+    return send_status(fd, MSG_RELEASE_REPLY, LLM_SUCCESS, 0, 0);
+}
+
+/* MSG_PIN_ADDR: the live remote-accessible cache tensor that holds a raw range
+ * (TransferConfig destinations, PR-40), pinned for this connection. */
+static int serve_pin_addr(engine *e, int fd, const msg_hdr *h, pin_list *pins)
+{
+    if (h->payload_len != 0)
+        return -1;
+    uint32_t tensor = 0;
+    pthread_mutex_lock(&e->mu);
+    if (e->state != ENGINE_READY) {
+        pthread_mutex_unlock(&e->mu);
+        return -1;
+    }
+    mcache *c = ext_find_addr_locked(e, h->a, h->b, &tensor);
+    if (c == NULL) {
+        pthread_mutex_unlock(&e->mu);
+        return send_status(fd, MSG_PIN_ADDR_REPLY, LLM_PARAM_INVALID, 0, 0);
+    }
+    size_t addr_bytes = (size_t)c->w.num_tensors * sizeof(uint64_t);
+    char *body = malloc(sizeof(cache_wire) + addr_bytes);
+    if (body == NULL || pins_reserve(pins) != 0) {
+        pthread_mutex_unlock(&e->mu);
+        free(body);
+        return -1;
+    }
+    c->pins++;
+    pins->items[pins->count++] = c;
+    memcpy(body, &c->w, sizeof c->w);
+    memcpy(body + sizeof c->w, c->addrs, addr_bytes);
+    pthread_mutex_unlock(&e->mu);
+    msg_hdr r;
+    msg_init(&r, MSG_PIN_ADDR_REPLY);
+    r.a = tensor;
+    r.payload_len = sizeof(cache_wire) + addr_bytes;
+    int rc = msg_send(fd, &r, body, (size_t)r.payload_len, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
+    free(body);
+    return rc;
+}
+
 void link_serve(mlink *l)
 {
     engine *e = l->e;
@@ -197,6 +320,15 @@ void link_serve(mlink *l)
             break;
         case MSG_WRITE:
             rc = serve_write(fd, &h, &pins, iov, wr);
+            break;
+        case MSG_RESOLVE:
+            rc = serve_resolve(e, l, fd, &h, &pins);
+            break;
+        case MSG_RELEASE:
+            rc = serve_release(e, fd, &h, &pins);
+            break;
+        case MSG_PIN_ADDR:
+            rc = serve_pin_addr(e, fd, &h, &pins);
             break;
         default:
             rc = -1;

@@ -122,8 +122,10 @@ void link_release(xlink *x)
 {
     if (x->l == NULL)
         return;
-    if (x->locked)
+    if (x->locked) {
+        atomic_store(&x->l->busy, 0);
         pthread_mutex_unlock(&x->l->xfer_mu);
+    }
     if (x->peer != NULL)
         registry_release(x->peer);
     link_unref(x->l);
@@ -176,6 +178,7 @@ lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *
         }
     }
     x->locked = 1;
+    atomic_store(&l->busy, 1);
     pthread_mutex_lock(&e->mu);
     int removed = l->removed;
     pthread_mutex_unlock(&e->mu);
@@ -229,6 +232,24 @@ static lldd_status not_exist(const char *fn, uint64_t cluster, int64_t id, int64
     return LLM_KV_CACHE_NOT_EXIST;
 }
 
+lldd_status peer_local_enter(xlink *x, const char *fn)
+{
+    engine *peer = x->peer;
+    uint32_t timeout = x->e->sync_timeout_ms;
+    uint32_t delay = atomic_load(&peer->serve_delay_ms);
+    if (delay > 0) {
+        tp_sleep_ms(delay < timeout ? delay : timeout, NULL);
+        if (delay >= timeout)
+            return link_timeout(x, fn, "the peer did not answer within llm.SyncKvCacheWaitTime = %u ms", timeout);
+    }
+    pthread_mutex_lock(&peer->mu);
+    if (!peer_side_alive_locked(peer, x->e, x->l)) {
+        pthread_mutex_unlock(&peer->mu);
+        return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
+    }
+    return LLM_SUCCESS;
+}
+
 /* Step 7: resolves and pins the peer's cache `id` (live, every transfer). */
 lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc)
 {
@@ -242,17 +263,9 @@ lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc)
     uint32_t timeout = e->sync_timeout_ms;
     if (l->same_process) {
         engine *peer = x->peer;
-        uint32_t delay = atomic_load(&peer->serve_delay_ms);
-        if (delay > 0) {
-            tp_sleep_ms(delay < timeout ? delay : timeout, NULL);
-            if (delay >= timeout)
-                return link_timeout(x, fn, "the peer did not answer within llm.SyncKvCacheWaitTime = %u ms", timeout);
-        }
-        pthread_mutex_lock(&peer->mu);
-        if (!peer_side_alive_locked(peer, e, l)) {
-            pthread_mutex_unlock(&peer->mu);
-            return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
-        }
+        lldd_status st = peer_local_enter(x, fn);
+        if (st != LLM_SUCCESS)
+            return st;
         link_note_table_copy(l, peer->next_id, peer->next_bind);
         mcache *c = id < l->watermark ? cache_find_locked(peer, id) : NULL;
         if (c == NULL) {

@@ -76,6 +76,7 @@ class Ext:
         self.ffi = ffi
         self.lib = lldd_lib
         self.engines: list[Any] = []
+        self.kept: list[Any] = []          # registered memory stays alive as long as the engines
 
     # ---- engines --------------------------------------------------------------------------
 
@@ -134,6 +135,7 @@ class Ext:
         for engine in reversed(self.engines):
             self.lib.lldd_destroy(engine)
         self.engines.clear()
+        self.kept.clear()
 
     # ---- keys and descriptors -------------------------------------------------------------
 
@@ -184,7 +186,9 @@ class Ext:
     def register(self, engine: Any, arrays: Sequence[np.ndarray], kind: int = KIND_CACHE, remote: int = 1,
                  keys: Sequence[Any] = (), placement: int = DEVICE, shape: Sequence[int] | None = None,
                  num_tensors: int | None = None) -> tuple[int, int]:
-        """Registers arrays of one shape as the tensors of one cache: (status, id)."""
+        """Registers arrays of one shape as the tensors of one cache: (status, id). The
+        arrays are kept alive until ``close``."""
+        self.kept.append(list(arrays))
         shape = list(arrays[0].shape) if shape is None else list(shape)
         d, keep = self.desc(len(arrays) if num_tensors is None else num_tensors, shape, UINT8, placement)
         addrs = self.u64(a.ctypes.data for a in arrays)

@@ -1,0 +1,730 @@
+/* Pulls of the extension ABI (pull_cache and pull_blocks of both generations,
+ * python-api.md §11.2 step 10, §12), in the engine order of semantics §8.0.
+ *
+ * The source is resolved on the engine that holds it, for every request:
+ *   server-assisted (v2) and v1   live: the holder's current key table and caches;
+ *                                  a by-id source on a slot bound to a request key is
+ *                                  a pull through that key (§9.4);
+ *   direct (v2)                    against the link's table copy (§9.7): ids below its
+ *                                  id mark, bindings below its binding mark, and still
+ *                                  live (PR-7, PR-19); prefix keys never resolve.
+ * In one process the puller calls the resolver under the holder's mu; across
+ * processes it asks with MSG_RESOLVE (engine_serve.c answers). Either way the
+ * resolved cache comes back pinned, with its description and tensor addresses, and
+ * the puller checks and moves the bytes itself over the data paths of
+ * engine_xfer.c. A successful server-assisted or v1 pull through a request key then
+ * releases what it read (MSG_RELEASE, §9.5): the holder updates the cache's
+ * remaining-tensor set, unbinds the key when nothing remains, and frees the cache if
+ * that was its last reference.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine_ext.h"
+
+/* server-assisted request limits (§15) */
+enum { SA_MAX_ENTRIES = 7160, SA_MAX_TENSORS = 2043, SA_D2H_MAX_BLOCKS = 61440, DIRECT_MAX_ENTRIES = 131064 };
+#define STAGING_BYTES (32ull << 20)
+
+/* ---------------------------------------------------------------------------------------------
+ * the holder's side
+ * ------------------------------------------------------------------------------------------ */
+
+lldd_status ext_resolve_locked(engine *e, mlink *link, const resolve_req *q, mcache **out, resolve_reply *r,
+                               char *why, size_t why_len)
+{
+    memset(r, 0, sizeof *r);
+    *out = NULL;
+    int direct = q->direct != 0;
+    int64_t id_mark = q->id_mark != 0 ? q->id_mark : e->next_id;
+    uint64_t bind_mark = q->id_mark != 0 ? q->bind_mark : e->next_bind;
+    r->id_mark = id_mark;
+    r->bind_mark = bind_mark;
+    if (q->v1 && link != NULL && atomic_load(&link->busy)) {
+        /* v1: this side is itself transferring over the link (§10.5) */
+        snprintf(why, why_len, "the link is busy: cluster %llu is serving another request on it",
+                 (unsigned long long)e->cluster_id);
+        return LLM_LINK_BUSY;
+    }
+    mcache *c = NULL;
+    uint64_t slot = 0;
+    if (q->key_kind == LLDD_KEY_BY_ID) {
+        if (q->cache_id <= 0) {
+            snprintf(why, why_len, "cache id %lld never names a cache (ids start at 1, PR-20)",
+                     (long long)q->cache_id);
+            return LLM_KV_CACHE_NOT_EXIST;
+        }
+        c = (!direct || q->cache_id < id_mark) ? cache_find_locked(e, q->cache_id) : NULL;
+        if (c == NULL) {
+            if (direct && q->cache_id >= id_mark)
+                snprintf(why, why_len, "cache %lld is not in this link's copy of cluster %llu's cache table, taken "
+                         "at the link's first transfer (semantics §9.7)", (long long)q->cache_id,
+                         (unsigned long long)e->cluster_id);
+            else
+                snprintf(why, why_len, "cache %lld does not exist on cluster %llu (never there, or freed: PR-7)",
+                         (long long)q->cache_id, (unsigned long long)e->cluster_id);
+            return LLM_KV_CACHE_NOT_EXIST;
+        }
+        slot = q->batch_index;
+        keynode *k = (!direct && c->slot_key != NULL && slot < c->w.batches) ? c->slot_key[slot] : NULL;
+        if (k != NULL) {
+            r->through_key = 1;
+            r->key_ns = k->ns;
+            r->key_id = k->id;
+            r->key_model = k->model;
+        } else if (slot >= c->w.batches) {
+            snprintf(why, why_len, "batch_index %llu is out of range: cache %lld on cluster %llu has %llu batches%s",
+                     (unsigned long long)slot, (long long)c->w.id, (unsigned long long)e->cluster_id,
+                     (unsigned long long)c->w.batches, direct ? " (PR-6)" : "");
+            return LLM_KV_CACHE_NOT_EXIST;
+        }
+    } else {
+        lldd_key key;
+        memset(&key, 0, sizeof key);
+        key.kind = q->key_kind;
+        key.req_id = q->req_id;
+        key.prefix_id = q->prefix_id;
+        key.model_id = q->model_id;
+        uint32_t ns;
+        uint64_t id, model;
+        ext_key_ident(&key, &ns, &id, &model);
+        if (direct && ns == KEY_NS_PREFIX) {
+            snprintf(why, why_len, "prefix key (prefix_id %llu, model_id %llu): prefix bindings are never published "
+                     "in direct mode (semantics §9.4)", (unsigned long long)id, (unsigned long long)model);
+            return LLM_KV_CACHE_NOT_EXIST;
+        }
+        keynode *k = key_find_locked(e, ns, id, model);
+        int blocks = q->key_kind == LLDD_KEY_BLOCKS;
+        if (k != NULL && (int)k->blocks != blocks)
+            k = NULL;
+        if (k != NULL && direct && (k->seq >= bind_mark || k->c->w.id >= id_mark)) {
+            snprintf(why, why_len, "the %s was bound on cluster %llu after this link's copy of its cache table was "
+                     "taken (semantics §9.7, PR-19)", blocks ? "blocks key" : "key", (unsigned long long)e->cluster_id);
+            return LLM_KV_CACHE_NOT_EXIST;
+        }
+        if (k == NULL) {
+            if (blocks)
+                snprintf(why, why_len, "no cache on cluster %llu is bound to the blocks key of model_id %llu",
+                         (unsigned long long)e->cluster_id, (unsigned long long)model);
+            else
+                snprintf(why, why_len, "no cache on cluster %llu is bound to the %s key (%s_id %llu, model_id %llu)",
+                         (unsigned long long)e->cluster_id, ns == KEY_NS_PREFIX ? "prefix" : "request",
+                         ns == KEY_NS_PREFIX ? "prefix" : "req", (unsigned long long)id, (unsigned long long)model);
+            return LLM_KV_CACHE_NOT_EXIST;
+        }
+        c = k->c;
+        slot = k->slot;
+        if (!blocks) {
+            r->through_key = 1;
+            r->key_ns = k->ns;
+            r->key_id = k->id;
+            r->key_model = k->model;
+        }
+    }
+    r->w = c->w;
+    r->slot = slot;
+    r->dev_pool = e->dev_pool.present ? 1 : 0;
+    *out = c;
+    return LLM_SUCCESS;
+}
+
+mcache *ext_find_addr_locked(engine *e, uint64_t addr, uint64_t len, uint32_t *tensor)
+{
+    uint64_t end;
+    if (__builtin_add_overflow(addr, len, &end))
+        return NULL;
+    for (size_t i = 0; i < e->cache_count; i++) {
+        mcache *c = e->caches[i];
+        if (!c->w.remote_accessible)
+            continue;
+        for (uint32_t t = 0; t < c->w.num_tensors; t++) {
+            uint64_t base = c->addrs[t];
+            if (addr >= base && end <= base + c->w.tensor_size && addr - base <= c->w.tensor_size) {
+                *tensor = t;
+                return c;
+            }
+        }
+    }
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * the puller's side: resolve and release
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct xsrc {
+    peer_cache pc;
+    resolve_reply r;
+} xsrc;
+
+static lldd_status src_resolve(xlink *x, const char *fn, const resolve_req *q, xsrc *s)
+{
+    engine *e = x->e;
+    mlink *l = x->l;
+    memset(s, 0, sizeof *s);
+    char why[256];
+    why[0] = '\0';
+    if (l->same_process) {
+        engine *peer = x->peer;
+        lldd_status st = peer_local_enter(x, fn);
+        if (st != LLM_SUCCESS)
+            return st;
+        mlink *their = link_find_locked(peer, e->cluster_id);
+        mcache *c;
+        st = ext_resolve_locked(peer, their, q, &c, &s->r, why, sizeof why);
+        if (q->direct)
+            link_note_table_copy(l, s->r.id_mark, s->r.bind_mark);
+        if (st == LLM_SUCCESS) {
+            c->pins++;
+            s->pc.w = c->w;
+            s->pc.addrs = c->addrs;
+            s->pc.pc = c;
+            s->pc.pinned = 1;
+        }
+        pthread_mutex_unlock(&peer->mu);
+        if (st != LLM_SUCCESS)
+            mock_set_error("%s: %s", fn, why);
+        return st;
+    }
+    uint32_t timeout = e->sync_timeout_ms;
+    int64_t deadline = tp_deadline(timeout);
+    msg_hdr h;
+    msg_init(&h, MSG_RESOLVE);
+    h.payload_len = sizeof *q;
+    int r = msg_send(l->req_fd, &h, q, sizeof *q, deadline);
+    if (r == TP_OK)
+        r = msg_recv_hdr(l->req_fd, &h, deadline);
+    if (r == TP_OK && h.type != MSG_RESOLVE_REPLY)
+        r = TP_CLOSED;
+    if (r == TP_TIMEOUT)
+        return link_timeout(x, fn, "the peer did not answer within llm.SyncKvCacheWaitTime = %u ms", timeout);
+    if (r != TP_OK)
+        return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
+    if (q->direct)
+        link_note_table_copy(l, (int64_t)h.a, h.b);
+    if (h.status != LLM_SUCCESS) {
+        reply_text text;
+        if (h.payload_len != sizeof text || tp_recv_all(l->req_fd, &text, sizeof text, deadline) != TP_OK)
+            return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
+        text.text[sizeof text.text - 1] = '\0';
+        mock_set_error("%s: %s", fn, text.text);
+        return h.status;
+    }
+    if (h.payload_len < sizeof s->r)
+        return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
+    r = tp_recv_all(l->req_fd, &s->r, sizeof s->r, deadline);
+    uint64_t addr_bytes = (uint64_t)s->r.w.num_tensors * sizeof(uint64_t);
+    if (r == TP_OK && h.payload_len - sizeof s->r != addr_bytes)
+        r = TP_CLOSED;
+    if (r == TP_OK) {
+        s->pc.owned_addrs = malloc(addr_bytes ? (size_t)addr_bytes : 1);
+        r = s->pc.owned_addrs == NULL ? TP_CLOSED
+                                      : tp_recv_all(l->req_fd, s->pc.owned_addrs, (size_t)addr_bytes, deadline);
+    }
+    if (r != TP_OK) {
+        free(s->pc.owned_addrs);
+        s->pc.owned_addrs = NULL;
+        return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
+    }
+    s->pc.w = s->r.w;
+    s->pc.addrs = s->pc.owned_addrs;
+    s->pc.pinned = 1;
+    return LLM_SUCCESS;
+}
+
+/* Step 11 (§9.5): unpins the source and releases what the pull read through its key.
+ * tensors NULL: every tensor (the pull had no source range). */
+static void src_release(xlink *x, xsrc *s, const uint64_t *tensors, uint64_t count)
+{
+    release_req q;
+    memset(&q, 0, sizeof q);
+    q.cache_id = s->pc.w.id;
+    q.slot = s->r.slot;
+    q.key_ns = s->r.key_ns;
+    q.key_id = s->r.key_id;
+    q.key_model = s->r.key_model;
+    q.all = tensors == NULL;
+    q.count = tensors == NULL ? 0 : count;
+    if (x->l->same_process) {
+        engine *peer = x->peer;
+        pthread_mutex_lock(&peer->mu);
+        cache_unpin_locked(peer, s->pc.pc);
+        mcache *gone = ext_release_locked(peer, &q, tensors);
+        pthread_mutex_unlock(&peer->mu);
+        cache_destroy(gone);
+    } else {
+        msg_hdr h;
+        msg_init(&h, MSG_RELEASE);
+        h.payload_len = sizeof q + q.count * sizeof(uint64_t);
+        struct iovec iov[3] = {{&h, sizeof h}, {&q, sizeof q}, {(void *)(uintptr_t)tensors, (size_t)(q.count * 8)}};
+        int64_t deadline = tp_deadline(x->e->sync_timeout_ms);
+        int r = tp_sendv(x->l->req_fd, iov, q.count > 0 ? 3 : 2, deadline, x->e->sync_timeout_ms);
+        if (r == TP_OK)
+            r = msg_recv_hdr(x->l->req_fd, &h, deadline);
+        /* the data is in place and the pull succeeded; a lost release leaves the key
+         * bound, which the peer's own remove_cache_key or deallocate settles */
+        (void)r;
+        free(s->pc.owned_addrs);
+    }
+    memset(&s->pc, 0, sizeof s->pc);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * lldd_ext_pull
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct epull {
+    const lldd_key *src;
+    int64_t dst_id;
+    uint32_t batch;
+    int64_t size;
+    const uint64_t *sblk, *dblk, *st, *dt;
+    size_t nsb, ndb, nst, ndt;
+    int64_t soff, doff;
+    uint32_t n;
+} epull;
+
+enum { FORM_B2C = -1 };
+
+static lldd_status pull_args_check(engine *e, const char *fn, const epull *a, int *form)
+{
+    int v1 = e->gen == GEN_V1;
+    lldd_status st;
+    if (a->src->kind < LLDD_KEY_CACHE || a->src->kind > LLDD_KEY_BLOCKS) {
+        mock_set_error("%s: src.kind %u is not a key kind (LLDD_KEY_CACHE 1, LLDD_KEY_BY_ID 2, LLDD_KEY_BLOCKS 3)",
+                       fn, (unsigned)a->src->kind);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->src->kind == LLDD_KEY_CACHE && (st = ext_check_cache_key_validity(fn, "src", a->src)) != LLM_SUCCESS)
+        return st;
+    if (a->size != -1 && a->size <= 0) {
+        mock_set_error("%s: size %lld must be -1 or > 0", fn, (long long)a->size);
+        return LLM_PARAM_INVALID;
+    }
+    if (!v1 && (a->soff != -1 || a->doff != -1)) {
+        mock_set_error("%s: %s is not supported in CacheManager mode (PR-8)", fn,
+                       a->soff != -1 ? "src_cache_offset" : "dst_cache_offset");
+        return LLM_PARAM_INVALID;
+    }
+    if (a->soff < -1 || a->doff < -1) {
+        mock_set_error("%s: %s %lld should be >= 0 (or -1: not given)", fn,
+                       a->soff < -1 ? "src_cache_offset" : "dst_cache_offset",
+                       (long long)(a->soff < -1 ? a->soff : a->doff));
+        return LLM_PARAM_INVALID;
+    }
+    if (a->n == 0) {
+        mock_set_error("%s: tensor_num_per_layer (0) is invalid, should [1, N] (PR-3)", fn);
+        return LLM_PARAM_INVALID;
+    }
+    *form = a->nsb > 0 ? (a->ndb > 0 ? PLAN_B2B : FORM_B2C) : (a->ndb > 0 ? PLAN_C2B : PLAN_C2C);
+    if (*form != PLAN_C2C) {
+        if (a->size != -1) {
+            mock_set_error("%s: size %lld: block pulls move whole blocks; size must be -1", fn, (long long)a->size);
+            return LLM_PARAM_INVALID;
+        }
+        if (a->batch != 0) {
+            mock_set_error("%s: batch_index %u: block pulls address blocks; batch_index must be 0", fn,
+                           (unsigned)a->batch);
+            return LLM_PARAM_INVALID;
+        }
+        if (a->soff != -1 || a->doff != -1) {
+            mock_set_error("%s: src_cache_offset and dst_cache_offset apply to pull_cache only", fn);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    if (*form == PLAN_B2B && a->src->kind == LLDD_KEY_BY_ID && a->src->batch_index != 0) {
+        mock_set_error("%s: src.batch_index %u must be 0 for a block pull", fn, (unsigned)a->src->batch_index);
+        return LLM_PARAM_INVALID;
+    }
+    if (*form == PLAN_C2B && v1) {
+        mock_set_error("%s: pulling a contiguous cache into blocks is not supported in KvCacheManager (v1) mode", fn);
+        return LLM_PARAM_INVALID;
+    }
+    if (v1 && atomic_load(&e->role) != LLDD_ROLE_DECODER) {
+        mock_set_error("%s: pulls are not supported by %s; only a DECODER pulls in v1 (semantics §11)", fn,
+                       ext_role_name(atomic_load(&e->role)));
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+/* Step 4's tensor-list checks (§4.2, §5, PR-3) against the local cache. */
+static lldd_status pull_local_tensors(const char *fn, const epull *a, const cache_wire *lw)
+{
+    uint32_t nl = lw->num_tensors;
+    int ranged = a->nst > 0 || a->ndt > 0;
+    if (a->n > nl) {
+        mock_set_error("%s: tensor_num_per_layer (%u) is invalid, should [1, %u]: the local cache has %u tensors "
+                       "(PR-3)", fn, (unsigned)a->n, (unsigned)nl, (unsigned)nl);
+        return LLM_PARAM_INVALID;
+    }
+    if (ranged && nl % a->n != 0) {
+        mock_set_error("%s: with a layer range, tensor_num_per_layer %u must divide the local cache's %u tensors "
+                       "(PR-3)", fn, (unsigned)a->n, (unsigned)nl);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->ndt > nl) {
+        mock_set_error("%s: dst_layer_range selects %zu tensors, but the local cache has %u", fn, a->ndt,
+                       (unsigned)nl);
+        return LLM_PARAM_INVALID;
+    }
+    for (size_t i = 0; i < a->ndt; i++) {
+        if (a->dt[i] >= nl) {
+            mock_set_error("%s: dst_layer_range selects tensor %llu, but the local cache has %u", fn,
+                           (unsigned long long)a->dt[i], (unsigned)nl);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    lldd_status st = check_repeats(fn, "dst tensor index", a->dt, a->ndt);
+    if (st != LLM_SUCCESS)
+        return st;
+    if (a->nst > 0 && a->ndt > 0 && a->nst != a->ndt) {
+        mock_set_error("%s: src_layer_range selects %zu tensors and dst_layer_range %zu", fn, a->nst, a->ndt);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->nst > 0 && a->ndt == 0 && a->nst != nl) {
+        mock_set_error("%s: src_layer_range selects %zu tensors; without dst_layer_range all %u local tensors "
+                       "receive, so the counts must be equal", fn, a->nst, (unsigned)nl);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int form, mcache *lc, xlink *xl,
+                                xsrc *src, int *release)
+{
+    int v1 = e->gen == GEN_V1, direct = e->mode == MODE_DIRECT, sa = e->mode == MODE_SERVER_ASSISTED;
+    const cache_wire *lw = &lc->w;
+    lldd_status st;
+    *release = 0;
+    /* step 4: local checks */
+    if (v1 && lw->placement != LLDD_PLACEMENT_DEVICE) {
+        mock_set_error("%s: the local cache %lld is HOST-placed: Only support device cache (v1)", fn,
+                       (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    uint64_t dst_off = a->doff > 0 ? (uint64_t)a->doff : 0, src_off = a->soff > 0 ? (uint64_t)a->soff : 0;
+    uint64_t len = 0;
+    if (form == PLAN_C2C) {
+        if (a->batch >= lw->batches) {
+            mock_set_error("%s: batch_index %u is out of range: cache %lld has %llu batches", fn, (unsigned)a->batch,
+                           (long long)lw->id, (unsigned long long)lw->batches);
+            return LLM_PARAM_INVALID;
+        }
+        if (!kind_has_batches(lw)) {
+            mock_set_error("%s: request expect local cache is non-blocks: cache %lld is a blocks cache", fn,
+                           (long long)lw->id);
+            return LLM_PARAM_INVALID;
+        }
+        if (!v1 && a->size > 0 && (uint64_t)a->size > lw->stride) {
+            mock_set_error("%s: size %lld is larger than the destination stride %llu", fn, (long long)a->size,
+                           (unsigned long long)lw->stride);
+            return LLM_PARAM_INVALID;
+        }
+        len = a->size > 0 ? (uint64_t)a->size : (dst_off < lw->stride ? lw->stride - dst_off : 0);
+        if (v1 && (len == 0 || dst_off > lw->stride || len > lw->stride - dst_off)) {
+            mock_set_error("%s: dst_cache_offset %llu + %llu bytes do not fit the destination stride %llu", fn,
+                           (unsigned long long)dst_off, (unsigned long long)len, (unsigned long long)lw->stride);
+            return LLM_PARAM_INVALID;
+        }
+    } else if (form != FORM_B2C && !kind_has_blocks(lw)) {
+        mock_set_error("%s: request expect local cache is blocks: cache %lld has no blocks", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if ((st = pull_local_tensors(fn, a, lw)) != LLM_SUCCESS)
+        return st;
+    uint64_t pairs = a->ndt > 0 ? a->ndt : (a->nst > 0 ? a->nst : lw->num_tensors);
+
+    /* step 5: the link */
+    if ((st = link_acquire_ex(e, fn, a->src->cluster_id, xl, v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS)
+        return st;
+
+    /* step 6: the request */
+    uint64_t chunks_or_runs = 1;
+    if (form == FORM_B2C) {
+        mock_set_error("%s: Pulling from discrete memory to continuous memory is not supported (src_blocks without "
+                       "dst_blocks)", fn);
+        return LLM_PARAM_INVALID;
+    }
+    if (form == PLAN_B2B && a->nsb != a->ndb) {
+        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, a->nsb, a->ndb);
+        return LLM_PARAM_INVALID;
+    }
+    if (form != PLAN_C2C) {
+        if ((st = check_repeats(fn, "dst_blocks", a->dblk, a->ndb)) != LLM_SUCCESS)
+            return st;
+        if ((st = check_blocks(fn, "dst_blocks", a->dblk, a->ndb, lw->blocks, "local")) != LLM_SUCCESS)
+            return st;
+        chunks_or_runs = form == PLAN_B2B ? count_runs(a->sblk, a->dblk, a->nsb) : a->ndb;
+    }
+    uint64_t entries = pairs + 2 * chunks_or_runs;
+    if (sa && (pairs > SA_MAX_TENSORS || entries > SA_MAX_ENTRIES)) {
+        mock_set_error("%s: the request has %llu entries (%llu tensors + 2 x %llu %s); server-assisted mode allows "
+                       "at most %d entries and %d tensors (semantics §15)", fn, (unsigned long long)entries,
+                       (unsigned long long)pairs, (unsigned long long)chunks_or_runs,
+                       form == PLAN_B2B ? "runs" : form == PLAN_C2B ? "blocks" : "ranges", SA_MAX_ENTRIES,
+                       SA_MAX_TENSORS);
+        return LLM_PARAM_INVALID;
+    }
+    if (direct && entries > DIRECT_MAX_ENTRIES) {
+        mock_set_error("%s: the request has %llu entries (%llu tensors + 2 x %llu), over the direct-mode limit of %d "
+                       "(semantics §15)", fn, (unsigned long long)entries, (unsigned long long)pairs,
+                       (unsigned long long)chunks_or_runs, DIRECT_MAX_ENTRIES);
+        return LLM_PARAM_INVALID;
+    }
+
+    /* step 7: the source */
+    resolve_req q;
+    memset(&q, 0, sizeof q);
+    q.key_kind = a->src->kind;
+    q.batch_index = a->src->batch_index;
+    q.req_id = a->src->req_id;
+    q.prefix_id = a->src->prefix_id;
+    q.model_id = a->src->model_id;
+    q.cache_id = a->src->cache_id;
+    q.direct = (uint32_t)direct;
+    q.v1 = (uint32_t)v1;
+    q.id_mark = xl->l->watermark;
+    q.bind_mark = xl->l->bind_watermark;
+    q.requester = e->cluster_id;
+    if ((st = src_resolve(xl, fn, &q, src)) != LLM_SUCCESS)
+        return st;
+    const cache_wire *rw = &src->pc.w;
+    uint64_t b_src = src->r.slot;
+
+    /* step 8: remote access */
+    if (direct && (!rw->remote_accessible || !lw->remote_accessible)) {
+        mock_set_error("%s: the %s cache %lld is not remote accessible; direct mode needs both caches "
+                       "remote accessible", fn, !rw->remote_accessible ? "remote" : "local",
+                       (long long)(!rw->remote_accessible ? rw->id : lw->id));
+        return LLM_PARAM_INVALID;
+    }
+    if (!lw->owned && lw->id >= xl->l->own_next_at_link) {
+        mock_set_error("%s: cache registered after link is not remote accessible through this link: local cache %lld "
+                       "(PR-32)", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (!rw->owned && rw->id >= xl->l->peer_next_at_link) {
+        mock_set_error("%s: cache registered after link is not remote accessible through this link: cache %lld on "
+                       "cluster %llu (PR-32)", fn, (long long)rw->id, (unsigned long long)a->src->cluster_id);
+        return LLM_PARAM_INVALID;
+    }
+
+    /* step 9: the source's checks */
+    if (form != PLAN_B2B && !kind_has_batches(rw)) {
+        mock_set_error("%s: request pull block = false, but the source cache %lld is a blocks cache (PR-15)", fn,
+                       (long long)rw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (form == PLAN_B2B && !kind_has_blocks(rw)) {
+        mock_set_error("%s: request pull block = true, but the source cache %lld has no blocks (PR-15)", fn,
+                       (long long)rw->id);
+        return LLM_PARAM_INVALID;
+    }
+    for (size_t i = 0; i < a->nst; i++) {
+        if (a->st[i] >= rw->num_tensors) {
+            mock_set_error("%s: src_layer_range selects tensor %llu, but the source cache has %u%s", fn,
+                           (unsigned long long)a->st[i], (unsigned)rw->num_tensors, direct ? " (PR-12)" : "");
+            return LLM_PARAM_INVALID;
+        }
+    }
+    if (a->nst == 0 && a->ndt > 0 && rw->num_tensors != a->ndt) {
+        mock_set_error("%s: dst_layer_range selects %zu tensors; without src_layer_range all %u source tensors are "
+                       "sent, so the counts must be equal", fn, a->ndt, (unsigned)rw->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->nst == 0 && a->ndt == 0 && rw->num_tensors != lw->num_tensors) {
+        mock_set_error("%s: the source cache has %u tensors and the destination %u; without layer ranges they must "
+                       "be equal", fn, (unsigned)rw->num_tensors, (unsigned)lw->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    if (form == PLAN_C2C && !v1 && len > rw->stride) {
+        mock_set_error("%s: %llu bytes per tensor are more than the source stride %llu", fn, (unsigned long long)len,
+                       (unsigned long long)rw->stride);
+        return LLM_PARAM_INVALID;
+    }
+    if (form == PLAN_C2C && v1 && (src_off > rw->stride || len > rw->stride - src_off)) {
+        mock_set_error("%s: srcCacheOffset %llu is invalid: %llu bytes from it do not fit the source stride %llu", fn,
+                       (unsigned long long)src_off, (unsigned long long)len, (unsigned long long)rw->stride);
+        return LLM_PARAM_INVALID;
+    }
+    int d2h = 0;
+    if (sa) {
+        uint32_t sp = rw->placement, dp = lw->placement;
+        if (sp == LLDD_PLACEMENT_HOST && dp == LLDD_PLACEMENT_HOST) {
+            mock_set_error("%s: a server-assisted transfer between two HOST caches is not supported (semantics §1.3)",
+                           fn);
+            return LLM_FEATURE_NOT_ENABLED;
+        }
+        if (sp == LLDD_PLACEMENT_DEVICE && dp == LLDD_PLACEMENT_HOST) {
+            uint64_t src_blocks = form == PLAN_B2B ? a->nsb : form == PLAN_C2B ? a->ndb : 1;
+            if (!e->dev_pool.present) {
+                mock_set_error("%s: a DEVICE to HOST pull needs a device memory pool on this engine "
+                               "(llm.MemPoolConfig) for its staging buffers (semantics §1.3)", fn);
+                return LLM_PARAM_INVALID;
+            }
+            if (src_blocks > SA_D2H_MAX_BLOCKS || src_blocks > SA_MAX_ENTRIES - pairs) {
+                mock_set_error("%s: a DEVICE to HOST pull moves at most %d source blocks and at most %d - %llu; this "
+                               "one has %llu (semantics §15)", fn, SA_D2H_MAX_BLOCKS, SA_MAX_ENTRIES,
+                               (unsigned long long)pairs, (unsigned long long)src_blocks);
+                return LLM_PARAM_INVALID;
+            }
+            d2h = 1;
+        }
+        if (sp == LLDD_PLACEMENT_HOST && dp == LLDD_PLACEMENT_DEVICE && !src->r.dev_pool) {
+            mock_set_error("%s: a HOST to DEVICE pull needs a device memory pool on the host-side cluster %llu "
+                           "(semantics §1.3)", fn, (unsigned long long)a->src->cluster_id);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    if (form == PLAN_C2B) {
+        if (lw->stride > rw->stride) {
+            mock_set_error("%s: tensor size < required size: a destination block (%llu bytes) is larger than a source "
+                           "batch (%llu bytes)", fn, (unsigned long long)lw->stride, (unsigned long long)rw->stride);
+            return LLM_PARAM_INVALID;
+        }
+        uint64_t chunks = rw->stride / lw->stride + (rw->stride % lw->stride != 0);
+        if (a->ndb > chunks) {
+            mock_set_error("%s: %zu destination blocks of %llu bytes, but one source batch of %llu bytes fills only "
+                           "%llu (PR-16)", fn, a->ndb, (unsigned long long)lw->stride, (unsigned long long)rw->stride,
+                           (unsigned long long)chunks);
+            return LLM_PARAM_INVALID;
+        }
+        if (direct && b_src != 0) {
+            mock_set_error("%s: in direct mode a cache-to-blocks pull reads source batch 0; the source key names "
+                           "batch %llu (PR-16)", fn, (unsigned long long)b_src);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    if (form == PLAN_B2B) {
+        if ((st = check_blocks(fn, "src_blocks", a->sblk, a->nsb, rw->blocks, "source")) != LLM_SUCCESS)
+            return st;
+        if (rw->stride != lw->stride) {
+            mock_set_error("%s: block sizes differ: source %llu bytes, destination %llu bytes (PR-13)", fn,
+                           (unsigned long long)rw->stride, (unsigned long long)lw->stride);
+            return LLM_PARAM_INVALID;
+        }
+    }
+
+    /* step 10: the bytes (a device-to-host pull stages through two buffers of the
+     * puller's device pool) */
+    uint64_t stage_first[2] = {0, 0}, stage_pages = 0;
+    int staged = 0;
+    if (d2h) {
+        pthread_mutex_lock(&e->mu);
+        mpool *pool = &e->dev_pool;
+        uint64_t page = 1ull << pool->page_shift;
+        stage_pages = STAGING_BYTES / page + (STAGING_BYTES % page != 0);
+        if (pool_take(pool, stage_pages, &stage_first[0]) == 0) {
+            if (pool_take(pool, stage_pages, &stage_first[1]) == 0)
+                staged = 2;
+            else
+                pool_give(pool, stage_first[0], stage_pages);
+        }
+        pthread_mutex_unlock(&e->mu);
+        if (staged != 2) {
+            mock_set_error("%s: the device memory pool cannot supply the two 32 MiB staging buffers of a DEVICE to "
+                           "HOST pull (semantics §15)", fn);
+            return LLM_OUT_OF_MEMORY;
+        }
+    }
+    plan p;
+    memset(&p, 0, sizeof p);
+    p.form = form;
+    p.pairs = (uint32_t)pairs;
+    p.smap = a->nst > 0 ? a->st : NULL;
+    p.dmap = a->ndt > 0 ? a->dt : NULL;
+    p.src_addrs = src->pc.addrs;
+    p.dst_addrs = lc->addrs;
+    if (form == PLAN_C2C) {
+        p.soff = b_src * rw->stride + src_off;
+        p.doff = (uint64_t)a->batch * lw->stride + dst_off;
+        p.len = len;
+    } else if (form == PLAN_B2B) {
+        p.sblk = a->sblk;
+        p.dblk = a->dblk;
+        p.nblk = a->nsb;
+        p.block = lw->stride;
+    } else {
+        p.soff = b_src * rw->stride;
+        p.len = rw->stride;
+        p.dblk = a->dblk;
+        p.nblk = a->ndb;
+        p.block = lw->stride;
+    }
+    st = move_bytes(xl, fn, &p, 1, rw->id);
+    if (staged) {
+        pthread_mutex_lock(&e->mu);
+        pool_give(&e->dev_pool, stage_first[0], stage_pages);
+        pool_give(&e->dev_pool, stage_first[1], stage_pages);
+        pthread_mutex_unlock(&e->mu);
+    }
+    /* step 11: which successful pulls release their key (§9.5) */
+    *release = st == LLM_SUCCESS && !direct && form != PLAN_B2B && src->r.through_key &&
+               src->r.key_ns == KEY_NS_REQ && !(v1 && (a->soff != -1 || a->doff != -1));
+    return st;
+}
+
+MOCK_EXPORT lldd_status lldd_ext_pull(lldd_engine *e, const lldd_key *src, int64_t dst_cache_id, uint32_t batch_index,
+                                      int64_t size, const uint64_t *src_blocks, size_t num_src_blocks,
+                                      const uint64_t *dst_blocks, size_t num_dst_blocks, const uint64_t *src_tensors,
+                                      size_t num_src_tensors, const uint64_t *dst_tensors, size_t num_dst_tensors,
+                                      int64_t src_cache_offset, int64_t dst_cache_offset,
+                                      uint32_t tensor_num_per_layer)
+{
+    static const char fn[] = "lldd_ext_pull";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL || src == NULL || (src_blocks == NULL && num_src_blocks > 0) ||
+        (dst_blocks == NULL && num_dst_blocks > 0) || (src_tensors == NULL && num_src_tensors > 0) ||
+        (dst_tensors == NULL && num_dst_tensors > 0)) {
+        mock_set_error("%s: %s must not be NULL", fn,
+                       e == NULL ? "engine" : src == NULL ? "src"
+                       : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
+                       : dst_blocks == NULL && num_dst_blocks > 0 ? "dst_blocks (num_dst_blocks > 0)"
+                       : src_tensors == NULL && num_src_tensors > 0 ? "src_tensors (num_src_tensors > 0)"
+                       : "dst_tensors (num_dst_tensors > 0)");
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = engine_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    epull a = {src, dst_cache_id, batch_index, size, src_blocks, dst_blocks, src_tensors, dst_tensors,
+               num_src_blocks, num_dst_blocks, num_src_tensors, num_dst_tensors, src_cache_offset, dst_cache_offset,
+               tensor_num_per_layer};
+    int form;
+    mcache *lc = NULL;
+    if ((st = pull_args_check(e, fn, &a, &form)) != LLM_SUCCESS)
+        goto out;
+    if (src->cluster_id == e->cluster_id) {
+        mock_set_error("%s: src.cluster_id %llu is this engine's own cluster; pull from a peer", fn,
+                       (unsigned long long)src->cluster_id);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if ((lc = cache_pin(e, dst_cache_id)) == NULL) {
+        mock_set_error("%s: dst_cache_id %lld does not exist", fn, (long long)dst_cache_id);
+        st = LLM_KV_CACHE_NOT_EXIST;
+        goto out;
+    }
+    xlink xl;
+    xsrc s;
+    int release = 0;
+    memset(&xl, 0, sizeof xl);
+    memset(&s, 0, sizeof s);
+    st = pull_checked(e, fn, &a, form, lc, &xl, &s, &release);
+    if (xl.l != NULL) {
+        if (release)
+            src_release(&xl, &s, num_src_tensors > 0 ? src_tensors : NULL, num_src_tensors);
+        else
+            peer_unpin(&xl, &s.pc);
+    }
+    link_release(&xl);
+    cache_unpin(e, lc);
+out:
+    st = ext_gen_status(e, st);
+    engine_leave(e);
+    return st;
+}
