@@ -454,6 +454,8 @@ typedef struct resolve_req {
     int64_t cache_id;
     uint32_t direct;                 /* resolve against the table copy: the marks below */
     uint32_t v1;                     /* v1: a busy link of the holder gives LINK_BUSY */
+    uint32_t push;                   /* a push destination: its batch is the pusher's check */
+    uint32_t reserved;
     int64_t id_mark;                 /* 0: take the copy now */
     uint64_t bind_mark;
     uint64_t requester;              /* the asking engine's cluster id */

@@ -10,27 +10,6 @@
         return LLM_FEATURE_NOT_ENABLED;                                                            \
     } while (0)
 
-MOCK_EXPORT lldd_status lldd_ext_push_layer(lldd_engine *e, int64_t src_cache_id, uint32_t src_batch_index,
-                                            uint32_t src_layer, const lldd_key *dst, uint32_t dst_layer,
-                                            uint32_t tensor_num_per_layer, const uint64_t *src_blocks,
-                                            size_t num_src_blocks, const uint64_t *dst_blocks, size_t num_dst_blocks)
-{
-    (void)e; (void)src_cache_id; (void)src_batch_index; (void)src_layer; (void)dst; (void)dst_layer;
-    (void)tensor_num_per_layer; (void)src_blocks; (void)num_src_blocks; (void)dst_blocks; (void)num_dst_blocks;
-    NOT_YET("lldd_ext_push_layer");
-}
-
-MOCK_EXPORT lldd_status lldd_ext_transfer_layer(lldd_engine *e, int64_t src_cache_id, uint32_t src_batch_index,
-                                                uint32_t layer, uint64_t dst_cluster_id, const uint64_t *dst_addrs,
-                                                const uint64_t *src_blocks, size_t num_src_blocks,
-                                                const uint64_t *dst_blocks, size_t num_dst_blocks,
-                                                uint64_t dst_block_memory_size)
-{
-    (void)e; (void)src_cache_id; (void)src_batch_index; (void)layer; (void)dst_cluster_id; (void)dst_addrs;
-    (void)src_blocks; (void)num_src_blocks; (void)dst_blocks; (void)num_dst_blocks; (void)dst_block_memory_size;
-    NOT_YET("lldd_ext_transfer_layer");
-}
-
 MOCK_EXPORT lldd_status lldd_ext_copy_cache(lldd_engine *e, int64_t dst_cache_id, int64_t src_cache_id,
                                             uint32_t dst_batch_index, uint32_t src_batch_index, uint64_t offset,
                                             int64_t size)

@@ -73,7 +73,7 @@ lldd_status ext_resolve_locked(engine *e, mlink *link, const resolve_req *q, mca
             r->key_ns = k->ns;
             r->key_id = k->id;
             r->key_model = k->model;
-        } else if (slot >= c->w.batches) {
+        } else if (!q->push && slot >= c->w.batches) {
             snprintf(why, why_len, "batch_index %llu is out of range: cache %lld on cluster %llu has %llu batches%s",
                      (unsigned long long)slot, (long long)c->w.id, (unsigned long long)e->cluster_id,
                      (unsigned long long)c->w.batches, direct ? " (PR-6)" : "");
@@ -724,6 +724,506 @@ MOCK_EXPORT lldd_status lldd_ext_pull(lldd_engine *e, const lldd_key *src, int64
     link_release(&xl);
     cache_unpin(e, lc);
 out:
+    st = ext_gen_status(e, st);
+    engine_leave(e);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * lldd_ext_push_layer: one layer of push_cache / push_blocks / TransferWithCacheKeyConfig
+ * (direct mode, semantics §8.0 push order, §8.5, §8.6)
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct epush {
+    int64_t src_id;
+    uint32_t src_batch, src_layer, dst_layer, n;
+    const lldd_key *dst;
+    const uint64_t *sblk, *dblk;
+    size_t nsb, ndb;
+    int b2b;
+} epush;
+
+static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcache *lc, xlink *xl, xsrc *dst)
+{
+    const cache_wire *lw = &lc->w;
+    lldd_status st;
+    /* step 3: the link; step 4: the local cache's remote access */
+    if ((st = link_acquire_ex(e, fn, a->dst->cluster_id, xl, 0)) != LLM_SUCCESS)
+        return st;
+    if (!lw->remote_accessible) {
+        mock_set_error("%s: the local cache %lld is not remote accessible", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (!lw->owned && lw->id >= xl->l->own_next_at_link) {
+        mock_set_error("%s: cache registered after link is not remote accessible through this link: local cache %lld "
+                       "(PR-32)", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    /* step 5: the destination, in the table copy */
+    resolve_req q;
+    memset(&q, 0, sizeof q);
+    q.key_kind = a->dst->kind;
+    q.batch_index = a->dst->batch_index;
+    q.model_id = a->dst->model_id;
+    q.req_id = UINT64_MAX;
+    q.prefix_id = UINT64_MAX;
+    q.cache_id = a->dst->cache_id;
+    q.direct = 1;
+    q.push = 1;
+    q.id_mark = xl->l->watermark;
+    q.bind_mark = xl->l->bind_watermark;
+    q.requester = e->cluster_id;
+    if ((st = src_resolve(xl, fn, &q, dst)) != LLM_SUCCESS)
+        return st;
+    const cache_wire *rw = &dst->pc.w;
+    /* step 6: the destination's checks */
+    if (!rw->remote_accessible) {
+        mock_set_error("%s: the remote cache %lld is not remote accessible", fn, (long long)rw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (!rw->owned && rw->id >= xl->l->peer_next_at_link) {
+        mock_set_error("%s: cache registered after link is not remote accessible through this link: cache %lld on "
+                       "cluster %llu (PR-32)", fn, (long long)rw->id, (unsigned long long)a->dst->cluster_id);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->dst_layer >= rw->num_tensors / a->n) {
+        mock_set_error("%s: destination layer %u is out of range: the remote cache has %u tensors, %u per layer", fn,
+                       (unsigned)a->dst_layer, (unsigned)rw->num_tensors, (unsigned)a->n);
+        return LLM_PARAM_INVALID;
+    }
+    if (!a->b2b && a->dst->batch_index >= rw->batches) {
+        mock_set_error("%s: dst.batch_index %u is out of range: the remote cache %lld has %llu batches", fn,
+                       (unsigned)a->dst->batch_index, (long long)rw->id, (unsigned long long)rw->batches);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->b2b && (st = check_blocks(fn, "dst_blocks", a->dblk, a->ndb, rw->blocks, "remote")) != LLM_SUCCESS)
+        return st;
+    if (!a->b2b && !kind_has_batches(rw)) {
+        mock_set_error("%s: the destination cache %lld is a blocks cache; a contiguous push needs batches (PR-15)", fn,
+                       (long long)rw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->b2b && !kind_has_blocks(rw)) {
+        mock_set_error("%s: the destination cache %lld has no blocks (PR-15)", fn, (long long)rw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (!a->b2b && lw->stride > rw->stride) {
+        mock_set_error("%s: source batch larger than destination batch: %llu > %llu bytes (PR-14)", fn,
+                       (unsigned long long)lw->stride, (unsigned long long)rw->stride);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->b2b && lw->stride != rw->stride) {
+        mock_set_error("%s: block sizes differ: source %llu bytes, destination %llu bytes (PR-13)", fn,
+                       (unsigned long long)lw->stride, (unsigned long long)rw->stride);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->b2b && (st = check_repeats(fn, "dst_blocks", a->dblk, a->ndb)) != LLM_SUCCESS)
+        return st;
+    /* step 7: the source's checks */
+    if (a->src_layer >= lw->num_tensors / a->n) {
+        mock_set_error("%s: source layer %u is out of range: the local cache has %u tensors, %u per layer", fn,
+                       (unsigned)a->src_layer, (unsigned)lw->num_tensors, (unsigned)a->n);
+        return LLM_PARAM_INVALID;
+    }
+    if (lw->num_tensors % a->n != 0) {
+        mock_set_error("%s: tensor_num_per_layer %u must divide the local cache's %u tensors (PR-3)", fn,
+                       (unsigned)a->n, (unsigned)lw->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    if (!a->b2b && !kind_has_batches(lw)) {
+        mock_set_error("%s: the local cache %lld is a blocks cache; a contiguous push needs batches (PR-15)", fn,
+                       (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (!a->b2b && a->src_batch >= lw->batches) {
+        mock_set_error("%s: src_batch_index %u is out of range: cache %lld has %llu batches", fn,
+                       (unsigned)a->src_batch, (long long)lw->id, (unsigned long long)lw->batches);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->b2b && !kind_has_blocks(lw)) {
+        mock_set_error("%s: the local cache %lld has no blocks", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->b2b && (st = check_blocks(fn, "src_blocks", a->sblk, a->nsb, lw->blocks, "local")) != LLM_SUCCESS)
+        return st;
+    /* step 8: the bytes */
+    plan p;
+    memset(&p, 0, sizeof p);
+    p.form = a->b2b ? PLAN_B2B : PLAN_C2C;
+    p.s_base = a->src_layer * a->n;
+    p.d_base = a->dst_layer * a->n;
+    p.pairs = a->n;
+    p.src_addrs = lc->addrs;
+    p.dst_addrs = dst->pc.addrs;
+    if (a->b2b) {
+        p.sblk = a->sblk;
+        p.dblk = a->dblk;
+        p.nblk = a->nsb;
+        p.block = lw->stride;
+    } else {
+        p.soff = (uint64_t)a->src_batch * lw->stride;
+        p.doff = (uint64_t)a->dst->batch_index * rw->stride;
+        p.len = lw->stride;
+    }
+    return move_bytes(xl, fn, &p, 0, rw->id);
+}
+
+MOCK_EXPORT lldd_status lldd_ext_push_layer(lldd_engine *e, int64_t src_cache_id, uint32_t src_batch_index,
+                                            uint32_t src_layer, const lldd_key *dst, uint32_t dst_layer,
+                                            uint32_t tensor_num_per_layer, const uint64_t *src_blocks,
+                                            size_t num_src_blocks, const uint64_t *dst_blocks, size_t num_dst_blocks)
+{
+    static const char fn[] = "lldd_ext_push_layer";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL || dst == NULL || (src_blocks == NULL && num_src_blocks > 0) ||
+        (dst_blocks == NULL && num_dst_blocks > 0)) {
+        mock_set_error("%s: %s must not be NULL", fn,
+                       e == NULL ? "engine" : dst == NULL ? "dst"
+                       : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
+                       : "dst_blocks (num_dst_blocks > 0)");
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = engine_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    epush a = {src_cache_id, src_batch_index, src_layer, dst_layer, tensor_num_per_layer, dst, src_blocks, dst_blocks,
+               num_src_blocks, num_dst_blocks, dst->kind == LLDD_KEY_BLOCKS};
+    mcache *lc = NULL;
+    if (e->gen == GEN_V1) {
+        mock_set_error("%s: push_cache and push_blocks do not exist in KvCacheManager (v1) mode", fn);
+        st = LLM_FEATURE_NOT_ENABLED;
+    } else if (e->mode != MODE_DIRECT) {
+        mock_set_error("%s: pushes are only supported while enable_remote_cache_accessible is True (direct mode, "
+                       "semantics §1.3)", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (dst->kind != LLDD_KEY_BY_ID && dst->kind != LLDD_KEY_BLOCKS) {
+        mock_set_error("%s: dst.kind %u: a push addresses a CacheKeyByIdAndIndex (LLDD_KEY_BY_ID) or a "
+                       "BlocksCacheKey (LLDD_KEY_BLOCKS)", fn, (unsigned)dst->kind);
+        st = LLM_PARAM_INVALID;
+    } else if (tensor_num_per_layer == 0) {
+        mock_set_error("%s: tensor_num_per_layer (0) is invalid, should [1, N] (PR-3)", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (!a.b2b && (num_src_blocks > 0 || num_dst_blocks > 0)) {
+        mock_set_error("%s: a push to a CacheKeyByIdAndIndex moves a batch; block lists are not read", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (a.b2b && num_dst_blocks == 0) {
+        mock_set_error("%s: dst_blocks is empty", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (a.b2b && num_src_blocks == 0) {
+        mock_set_error("%s: src_blocks is empty: block_mem_size of a cache-to-blocks push must > 0", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (a.b2b && num_src_blocks != num_dst_blocks) {
+        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, num_src_blocks, num_dst_blocks);
+        st = LLM_PARAM_INVALID;
+    } else if (dst->cluster_id == e->cluster_id) {
+        mock_set_error("%s: dst.cluster_id %llu is this engine's own cluster; push to a peer", fn,
+                       (unsigned long long)dst->cluster_id);
+        st = LLM_PARAM_INVALID;
+    } else if ((lc = cache_pin(e, src_cache_id)) == NULL) {
+        mock_set_error("%s: src_cache_id %lld does not exist", fn, (long long)src_cache_id);
+        st = LLM_KV_CACHE_NOT_EXIST;
+    } else {
+        xlink xl;
+        xsrc d;
+        memset(&xl, 0, sizeof xl);
+        memset(&d, 0, sizeof d);
+        st = push_checked(e, fn, &a, lc, &xl, &d);
+        if (xl.l != NULL)
+            peer_unpin(&xl, &d.pc);
+        link_release(&xl);
+        cache_unpin(e, lc);
+    }
+    engine_leave(e);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * lldd_ext_transfer_layer: one layer of a TransferConfig (server-assisted v2, v1) to raw
+ * peer addresses (semantics §8.7, PR-16, PR-40)
+ * ------------------------------------------------------------------------------------------ */
+
+/* The live remote-accessible peer tensor holding [addr, addr + len), pinned. */
+static lldd_status peer_pin_addr(xlink *x, const char *fn, uint64_t addr, uint64_t len, peer_cache *pc,
+                                 uint32_t *tensor)
+{
+    memset(pc, 0, sizeof *pc);
+    mlink *l = x->l;
+    const char *bad = "%s: destination range [0x%llx, +%llu) is not inside one tensor of a live, remote-accessible "
+                      "cache on cluster %llu (PR-40)";
+    if (l->same_process) {
+        engine *peer = x->peer;
+        lldd_status st = peer_local_enter(x, fn);
+        if (st != LLM_SUCCESS)
+            return st;
+        mcache *c = ext_find_addr_locked(peer, addr, len, tensor);
+        if (c != NULL) {
+            c->pins++;
+            pc->w = c->w;
+            pc->addrs = c->addrs;
+            pc->pc = c;
+            pc->pinned = 1;
+        }
+        pthread_mutex_unlock(&peer->mu);
+        if (c == NULL) {
+            mock_set_error(bad, fn, (unsigned long long)addr, (unsigned long long)len,
+                           (unsigned long long)l->peer_cluster);
+            return LLM_PARAM_INVALID;
+        }
+        return LLM_SUCCESS;
+    }
+    uint32_t timeout = x->e->sync_timeout_ms;
+    int64_t deadline = tp_deadline(timeout);
+    msg_hdr h;
+    msg_init(&h, MSG_PIN_ADDR);
+    h.a = addr;
+    h.b = len;
+    int r = msg_send(l->req_fd, &h, NULL, 0, deadline);
+    if (r == TP_OK)
+        r = msg_recv_hdr(l->req_fd, &h, deadline);
+    if (r == TP_OK && h.type != MSG_PIN_ADDR_REPLY)
+        r = TP_CLOSED;
+    if (r == TP_TIMEOUT)
+        return link_timeout(x, fn, "the peer did not answer within llm.SyncKvCacheWaitTime = %u ms", timeout);
+    if (r != TP_OK)
+        return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
+    if (h.status != LLM_SUCCESS) {
+        mock_set_error(bad, fn, (unsigned long long)addr, (unsigned long long)len,
+                       (unsigned long long)l->peer_cluster);
+        return LLM_PARAM_INVALID;
+    }
+    if (h.payload_len < sizeof pc->w)
+        return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
+    r = tp_recv_all(l->req_fd, &pc->w, sizeof pc->w, deadline);
+    uint64_t addr_bytes = (uint64_t)pc->w.num_tensors * sizeof(uint64_t);
+    if (r == TP_OK && (h.payload_len - sizeof pc->w != addr_bytes || h.a >= pc->w.num_tensors))
+        r = TP_CLOSED;
+    if (r == TP_OK) {
+        pc->owned_addrs = malloc(addr_bytes ? (size_t)addr_bytes : 1);
+        r = pc->owned_addrs == NULL ? TP_CLOSED : tp_recv_all(l->req_fd, pc->owned_addrs, (size_t)addr_bytes, deadline);
+    }
+    if (r != TP_OK) {
+        free(pc->owned_addrs);
+        pc->owned_addrs = NULL;
+        return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
+    }
+    pc->addrs = pc->owned_addrs;
+    pc->pinned = 1;
+    *tensor = (uint32_t)h.a;
+    return LLM_SUCCESS;
+}
+
+typedef struct etransfer {
+    int64_t src_id;
+    uint32_t src_batch, layer;
+    uint64_t dst_cluster;
+    const uint64_t *dst_addrs, *sblk, *dblk;
+    size_t nsb, ndb;
+    uint64_t bms;
+    int form;
+} etransfer;
+
+static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *a, mcache *lc, xlink *xl,
+                                    peer_cache pcs[2])
+{
+    const cache_wire *lw = &lc->w;
+    int v1 = e->gen == GEN_V1;
+    lldd_status st;
+    if (!v1 && lw->placement != LLDD_PLACEMENT_DEVICE) {
+        mock_set_error("%s: the source cache %lld is HOST-placed; transfer_cache_async needs a DEVICE source", fn,
+                       (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (lw->num_tensors % 2 != 0) {
+        mock_set_error("%s: the source cache %lld has %u tensors; a layer is 2 tensors, so it must be even", fn,
+                       (long long)lw->id, (unsigned)lw->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->layer >= lw->num_tensors / 2) {
+        mock_set_error("%s: layer %u is out of range: the source cache has %u layers of 2 tensors", fn,
+                       (unsigned)a->layer, (unsigned)(lw->num_tensors / 2));
+        return LLM_PARAM_INVALID;
+    }
+    if (a->form != PLAN_B2B && !kind_has_batches(lw)) {
+        mock_set_error("%s: the source cache %lld is a blocks cache; only blocks-to-blocks transfers read it (PR-15)",
+                       fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->form == PLAN_B2B && !kind_has_blocks(lw)) {
+        mock_set_error("%s: src_block_indices need a blocks source; cache %lld has no blocks (PR-15)", fn,
+                       (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->form != PLAN_B2B && a->src_batch >= lw->batches) {
+        mock_set_error("%s: src_batch_index %u is out of range: cache %lld has %llu batches", fn,
+                       (unsigned)a->src_batch, (long long)lw->id, (unsigned long long)lw->batches);
+        return LLM_PARAM_INVALID;
+    }
+    uint64_t S = lw->stride, lo = 0, hi = 0;
+    if (a->form == PLAN_B2B) {
+        if ((st = check_blocks(fn, "src_block_indices", a->sblk, a->nsb, lw->blocks, "source")) != LLM_SUCCESS)
+            return st;
+        if (a->bms != 0 && a->bms != S) {
+            mock_set_error("%s: dst_block_memory_size %llu differs from the source block size %llu (semantics §7.5)",
+                           fn, (unsigned long long)a->bms, (unsigned long long)S);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    if (a->form == PLAN_C2B) {
+        uint64_t chunks = S / a->bms + (S % a->bms != 0);
+        if (a->ndb > chunks) {
+            mock_set_error("%s: %zu destination blocks of %llu bytes, but one source batch of %llu bytes fills only "
+                           "%llu (PR-16)", fn, a->ndb, (unsigned long long)a->bms, (unsigned long long)S,
+                           (unsigned long long)chunks);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    /* the span each destination address is written at (PR-40) */
+    if (a->form == PLAN_C2C) {
+        hi = S;
+    } else {
+        uint64_t block = a->form == PLAN_B2B ? S : a->bms;
+        lo = UINT64_MAX;
+        for (size_t k = 0; k < a->ndb; k++) {
+            uint64_t len = a->form == PLAN_B2B ? S : (S - k * block < block ? S - k * block : block);
+            uint64_t start, end;
+            if (__builtin_mul_overflow(a->dblk[k], block, &start) || __builtin_add_overflow(start, len, &end)) {
+                mock_set_error("%s: dst_block_indices[%zu] = %llu times the block size overflows", fn, k,
+                               (unsigned long long)a->dblk[k]);
+                return LLM_PARAM_INVALID;
+            }
+            lo = start < lo ? start : lo;
+            hi = end > hi ? end : hi;
+        }
+    }
+    for (int j = 0; j < 2; j++) {
+        uint64_t end;
+        if (__builtin_add_overflow(a->dst_addrs[j], hi, &end)) {
+            mock_set_error("%s: dst_addrs[%d] + %llu overflows (PR-40)", fn, j, (unsigned long long)hi);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    if ((st = link_acquire_ex(e, fn, a->dst_cluster, xl, v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS)
+        return st;
+    if (!lw->owned && lw->id >= xl->l->own_next_at_link) {
+        mock_set_error("%s: cache registered after link is not remote accessible through this link: local cache %lld "
+                       "(PR-32)", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    uint32_t tensors[2];
+    for (int j = 0; j < 2; j++) {
+        if ((st = peer_pin_addr(xl, fn, a->dst_addrs[j] + lo, hi - lo, &pcs[j], &tensors[j])) != LLM_SUCCESS)
+            return st;
+        if (!pcs[j].w.owned && pcs[j].w.id >= xl->l->peer_next_at_link) {
+            mock_set_error("%s: dst_addrs[%d] lies in cache %lld of cluster %llu, registered after the link: not "
+                           "remote accessible through it (PR-32)", fn, j, (long long)pcs[j].w.id,
+                           (unsigned long long)a->dst_cluster);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    for (int j = 0; j < 2; j++) {
+        plan p;
+        memset(&p, 0, sizeof p);
+        p.form = a->form;
+        p.s_base = 2 * a->layer + (uint32_t)j;
+        p.d_base = tensors[j];
+        p.pairs = 1;
+        p.src_addrs = lc->addrs;
+        p.dst_addrs = pcs[j].addrs;
+        p.doff = a->dst_addrs[j] - pcs[j].addrs[tensors[j]];
+        if (a->form == PLAN_C2C) {
+            p.soff = (uint64_t)a->src_batch * S;
+            p.len = S;
+        } else if (a->form == PLAN_B2B) {
+            p.sblk = a->sblk;
+            p.dblk = a->dblk;
+            p.nblk = a->nsb;
+            p.block = S;
+        } else {
+            p.soff = (uint64_t)a->src_batch * S;
+            p.len = S;
+            p.dblk = a->dblk;
+            p.nblk = a->ndb;
+            p.block = a->bms;
+        }
+        if ((st = move_bytes(xl, fn, &p, 0, pcs[j].w.id)) != LLM_SUCCESS)
+            return st;
+    }
+    return LLM_SUCCESS;
+}
+
+MOCK_EXPORT lldd_status lldd_ext_transfer_layer(lldd_engine *e, int64_t src_cache_id, uint32_t src_batch_index,
+                                                uint32_t layer, uint64_t dst_cluster_id, const uint64_t *dst_addrs,
+                                                const uint64_t *src_blocks, size_t num_src_blocks,
+                                                const uint64_t *dst_blocks, size_t num_dst_blocks,
+                                                uint64_t dst_block_memory_size)
+{
+    static const char fn[] = "lldd_ext_transfer_layer";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL || dst_addrs == NULL || (src_blocks == NULL && num_src_blocks > 0) ||
+        (dst_blocks == NULL && num_dst_blocks > 0)) {
+        mock_set_error("%s: %s must not be NULL", fn,
+                       e == NULL ? "engine" : dst_addrs == NULL ? "dst_addrs (two addresses)"
+                       : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
+                       : "dst_blocks (num_dst_blocks > 0)");
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = engine_enter(e, fn);
+    if (st != LLM_SUCCESS)
+        return st;
+    int role = atomic_load(&e->role);
+    etransfer a = {src_cache_id, src_batch_index, layer, dst_cluster_id, dst_addrs, src_blocks, dst_blocks,
+                   num_src_blocks, num_dst_blocks, dst_block_memory_size,
+                   num_src_blocks > 0 ? PLAN_B2B : num_dst_blocks > 0 ? PLAN_C2B : PLAN_C2C};
+    mcache *lc = NULL;
+    if (e->gen == GEN_V2 && e->mode == MODE_DIRECT) {
+        mock_set_error("%s: a TransferConfig needs server-assisted mode; in direct mode transfer_cache_async takes "
+                       "TransferWithCacheKeyConfig (lldd_ext_push_layer)", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (e->gen == GEN_V1 && role != LLDD_ROLE_PROMPT) {
+        mock_set_error("%s: transfer_cache_async is not supported by %s (PROMPT only in v1, semantics §11)", fn,
+                       ext_role_name(role));
+        st = LLM_PARAM_INVALID;
+    } else if (num_src_blocks > 0 && num_dst_blocks == 0) {
+        mock_set_error("%s: transfer from blocks to cache is not supported (src_blocks without dst_blocks)", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (a.form == PLAN_B2B && num_src_blocks != num_dst_blocks) {
+        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, num_src_blocks, num_dst_blocks);
+        st = LLM_PARAM_INVALID;
+    } else if (a.form == PLAN_C2B && dst_block_memory_size == 0) {
+        mock_set_error("%s: dst_block_memory_size must > 0 for a cache-to-blocks transfer", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (a.form == PLAN_C2C && dst_block_memory_size != 0) {
+        mock_set_error("%s: dst_block_memory_size %llu is given without dst_blocks", fn,
+                       (unsigned long long)dst_block_memory_size);
+        st = LLM_PARAM_INVALID;
+    } else if (a.form == PLAN_B2B && src_batch_index != 0) {
+        mock_set_error("%s: src_batch_index %u must be 0 when src_blocks are given", fn, (unsigned)src_batch_index);
+        st = LLM_PARAM_INVALID;
+    } else if ((st = check_repeats(fn, "dst_blocks", dst_blocks, num_dst_blocks)) != LLM_SUCCESS) {
+        /* message set */
+    } else if (dst_cluster_id == e->cluster_id) {
+        mock_set_error("%s: dst_cluster_id %llu is this engine's own cluster", fn, (unsigned long long)dst_cluster_id);
+        st = LLM_PARAM_INVALID;
+    } else if ((lc = cache_pin(e, src_cache_id)) == NULL) {
+        mock_set_error("%s: src_cache_id %lld does not exist", fn, (long long)src_cache_id);
+        st = LLM_KV_CACHE_NOT_EXIST;
+    } else {
+        xlink xl;
+        peer_cache pcs[2];
+        memset(&xl, 0, sizeof xl);
+        memset(pcs, 0, sizeof pcs);
+        st = transfer_checked(e, fn, &a, lc, &xl, pcs);
+        if (xl.l != NULL) {
+            peer_unpin(&xl, &pcs[0]);
+            peer_unpin(&xl, &pcs[1]);
+        }
+        link_release(&xl);
+        cache_unpin(e, lc);
+    }
     st = ext_gen_status(e, st);
     engine_leave(e);
     return st;

@@ -328,6 +328,11 @@ class PeerServer:
             data = b"".join(self.x.view(a, size).tobytes() for a in addrs)
         return base64.b64encode(data).decode()
 
+    def op_addresses(self, cache_id: int) -> list[int]:
+        if cache_id in self.arrays:
+            return [int(a.ctypes.data) for a in self.arrays[cache_id]]
+        return list(self.sizes[cache_id][0])
+
     def op_deallocate(self, cache_id: int) -> int:
         return self.x.deallocate(self.engine, cache_id)
 
