@@ -10,30 +10,6 @@
         return LLM_FEATURE_NOT_ENABLED;                                                            \
     } while (0)
 
-MOCK_EXPORT lldd_status lldd_ext_copy_cache(lldd_engine *e, int64_t dst_cache_id, int64_t src_cache_id,
-                                            uint32_t dst_batch_index, uint32_t src_batch_index, uint64_t offset,
-                                            int64_t size)
-{
-    (void)e; (void)dst_cache_id; (void)src_cache_id; (void)dst_batch_index; (void)src_batch_index; (void)offset;
-    (void)size;
-    NOT_YET("lldd_ext_copy_cache");
-}
-
-MOCK_EXPORT lldd_status lldd_ext_copy_blocks(lldd_engine *e, int64_t cache_id, const uint64_t *pairs, size_t num_pairs)
-{
-    (void)e; (void)cache_id; (void)pairs; (void)num_pairs;
-    NOT_YET("lldd_ext_copy_blocks");
-}
-
-MOCK_EXPORT lldd_status lldd_ext_swap_blocks(lldd_engine *e, const uint64_t *src_addrs, const uint64_t *dst_addrs,
-                                             size_t num_tensors, uint64_t block_size, const uint64_t *pairs,
-                                             size_t num_pairs, uint32_t swap_in)
-{
-    (void)e; (void)src_addrs; (void)dst_addrs; (void)num_tensors; (void)block_size; (void)pairs; (void)num_pairs;
-    (void)swap_in;
-    NOT_YET("lldd_ext_swap_blocks");
-}
-
 MOCK_EXPORT lldd_status lldd_ext_link(lldd_engine *e, const char *comm_name, const uint64_t *cluster_ids,
                                       const uint32_t *ranks, size_t num_members, const char *rank_table,
                                       uint64_t *comm_id)
