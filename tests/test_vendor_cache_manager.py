@@ -310,7 +310,8 @@ def test_pull_blocks_checks_in_the_vendor_order(local: Local) -> None:
     lx(lambda: cm.pull_blocks(CacheKeyByIdAndIndex(1, 1), blocks, [0], [0]),
        "src_blocks should be empty when src_cache_key is not instance of BlocksCacheKey.")
     raises(AttributeError, lambda: cm.pull_blocks(key, None, [0], [0]), "dst_cache")  # type: ignore[arg-type]
-    raises(AttributeError, lambda: cm.pull_blocks(None, blocks, [0], [0]), "src_cache_key")  # type: ignore
+    raises(AttributeError, lambda: cm.pull_blocks(None, blocks, [], [0]), "src_cache_key")  # type: ignore
+    lx(lambda: cm.pull_blocks(None, blocks, [0], [0]), "src_blocks should be empty")  # type: ignore[arg-type]
     # dst_cache kind (step 5) before the empty dst_blocks (step 6)
     lx(lambda: cm.pull_blocks(key, cache, [0], []), "dst_cache must be a blocks cache")
 
