@@ -1050,6 +1050,60 @@ def test_push_cache_from_the_prompt_writes_one_batch_layer_by_layer() -> None:
             local.engine.finalize()
 
 
+def test_push_cache_from_several_threads_writes_each_batch_once() -> None:
+    port = vs.free_port()
+    with vs.Peer() as peer:
+        start_prompt(peer, port)
+        prompt_cache(peer, "ctx", seed=950, num=2, shape=(6, 256))
+        local = Local(vs.v2_options())
+        try:
+            dst, arrays = local.cache(num=2, shape=(6, 256))
+            link_to(local, port)
+            peer.run("import threading\n"
+                     "errors = []\n"
+                     "def work(b):\n"
+                     "    try:\n"
+                     f"        cm.push_cache(CacheKeyByIdAndIndex({D_ID}, {dst.cache_id}, 5 - b), ctx, b)\n"
+                     "    except Exception as exc:\n"
+                     "        errors.append(repr(exc))\n"
+                     "threads = [threading.Thread(target=work, args=(b,)) for b in range(6)]\n"
+                     "[t.start() for t in threads]; [t.join() for t in threads]")
+            assert peer.run(value="errors") == []
+            for t in range(2):
+                assert arrays[t].tobytes() == fill(950 + t, (6, 256))[::-1].tobytes()
+        finally:
+            local.engine.finalize()
+
+
+def test_server_mode_transfer_cache_async_writes_each_layer_to_the_given_addresses() -> None:
+    port = vs.free_port()
+    with vs.Peer() as peer:
+        start_prompt(peer, port, "direct=False")
+        prompt_cache(peer, "ctx", seed=980, num=4, shape=(2, 128))
+        local = Local(vs.v2_options(direct=False))
+        try:
+            dst, arrays = local.cache(num=4, shape=(3, 128))
+            link_to(local, port)
+            # layer 1 of source batch 1 into batch 2 of the destination's layer 0 (the caller offsets the addresses)
+            addrs = [arrays[0].ctypes.data + 2 * 128, arrays[1].ctypes.data + 2 * 128]
+            peer.run("class Sync(LayerSynchronizer):\n"
+                     "    def synchronize_layer(self, layer_index, timeout_in_millis): return True\n"
+                     f"config = TransferConfig({D_ID}, {addrs}, range(1, 2), src_batch_index=1)\n"
+                     "task = cm.transfer_cache_async(ctx, Sync(), [config])")
+            assert peer.run(value="[int(r) for r in task.get_results()]") == [0]
+            for t in range(4):
+                expected = np.zeros((3, 128), dtype=np.uint8)
+                if t < 2:
+                    expected[2] = fill(980 + 2 + t, (2, 128))[1]
+                assert arrays[t].tobytes() == expected.tobytes()
+            # an address outside every destination cache is the peer's PARAM_INVALID (PR-40), reported not raised
+            peer.run(f"bad = TransferConfig({D_ID}, [16, 32], range(0, 1))\n"
+                     "task = cm.transfer_cache_async(ctx, Sync(), [bad])")
+            assert peer.run(value="int(task.synchronize())") == int(S.LLM_PARAM_INVALID)
+        finally:
+            local.engine.finalize()
+
+
 def test_transfer_cache_async_pushes_each_layer_when_it_is_ready() -> None:
     port = vs.free_port()
     with vs.Peer() as peer:

@@ -553,3 +553,31 @@ def test_switch_role_in_v1_then_the_old_prompt_pulls() -> None:
                 assert got == bytes(256) + fill(700 + t, 512).tobytes()[:256]
         finally:
             d.finalize()
+
+
+def test_v1_transfer_cache_async_from_the_prompt_writes_each_layer_to_the_decoder() -> None:
+    with vs.Peer() as peer:
+        port = start_prompt(peer)
+        prompt_allocate(peer, "ctx", 800, "[]")
+        d = linked_decoder(port)
+        try:
+            kv = d.kv_cache_manager
+            dst = zeroed(kv)
+            addrs = dst.per_device_tensor_addrs[0]
+            # both layers of source batch 0 into destination batch 1
+            config_addrs = [a + 256 for a in addrs]
+            peer.run("class Sync(LayerSynchronizer):\n"
+                     "    def __init__(self): self.layers = []\n"
+                     "    def synchronize_layer(self, layer_index, timeout_in_millis):\n"
+                     "        self.layers.append(layer_index); return True\n"
+                     "sync = Sync()\n"
+                     f"task = kv.transfer_cache_async(ctx, sync, [TransferConfig({D_ID}, {config_addrs})])")
+            assert peer.run(value="[int(r) for r in task.get_results()]") == [0]
+            assert peer.run(value="sync.layers") == [0, 1]
+            got = contents(dst)
+            for t in range(4):
+                expected = np.zeros(SHAPE, dtype=np.uint8)
+                expected[1] = source(800, t)[0]
+                assert got[t].tobytes() == expected.tobytes()
+        finally:
+            d.finalize()
