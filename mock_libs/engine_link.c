@@ -448,6 +448,7 @@ typedef struct cluster_job {
     const lldd_cluster_info *ci;
     int32_t timeout_ms;
     int force;
+    int v1;                      /* the v1 link rules (semantics §10.5) */
     lldd_status status;
     char msg[MSG_LEN];
 } cluster_job;
@@ -549,7 +550,7 @@ static lldd_status link_one(cluster_job *job)
         snprintf(msg, MSG_LEN, "remote_ip_infos has %zu entries; exactly one is needed", ci->num_remote_ip_infos);
         return LLM_PARAM_INVALID;
     }
-    lldd_status st = check_comm_res(e, ci, msg);
+    lldd_status st = job->v1 ? LLM_SUCCESS : check_comm_res(e, ci, msg);
     if (st != LLM_SUCCESS)
         return st;
     uint64_t peer_id = ci->remote_cluster_id;
@@ -670,6 +671,21 @@ static lldd_status unlink_one(cluster_job *job)
     const lldd_cluster_info *ci = job->ci;
     char *msg = job->msg;
     uint64_t peer_id = ci->remote_cluster_id;
+    if (job->v1) {
+        /* v1: the device side knows the link, and refuses while it is in use (§10.5) */
+        pthread_mutex_lock(&e->mu);
+        mlink *l = link_find_locked(e, peer_id);
+        int known = l != NULL && l->ready && !l->removed, busy = known && atomic_load(&l->busy);
+        pthread_mutex_unlock(&e->mu);
+        if (!known) {
+            snprintf(msg, MSG_LEN, "cluster %llu is not linked", (unsigned long long)peer_id);
+            return LLM_NOT_YET_LINK;
+        }
+        if (busy) {
+            snprintf(msg, MSG_LEN, "the link to cluster %llu is busy with a pull or transfer", (unsigned long long)peer_id);
+            return LLM_LINK_BUSY;
+        }
+    }
     if (!job->force) {
         if (ci->num_remote_ip_infos != 1) {
             snprintf(msg, MSG_LEN, "remote_ip_infos has %zu entries; exactly one is needed",
@@ -732,7 +748,16 @@ static void run_group(batch *b, size_t g)
     for (size_t i = b->group_start[g]; i < b->group_start[g + 1]; i++) {
         cluster_job *job = &b->jobs[b->order[i]];
         job->msg[0] = '\0';
+        if (job->v1 && i > b->group_start[g]) {
+            /* v1: the device side refuses a cluster named twice in one request */
+            snprintf(job->msg, MSG_LEN, "remote_cluster_id %llu appears more than once in this request",
+                     (unsigned long long)job->ci->remote_cluster_id);
+            job->status = LLM_REPEAT_REQUEST;
+            continue;
+        }
         job->status = b->unlink ? unlink_one(job) : link_one(job);
+        if (job->v1 && job->status == LLM_TIMEOUT)
+            job->status = LLM_WAIT_PROC_TIMEOUT;
     }
 }
 
@@ -758,7 +783,8 @@ static int cmp_order(const void *a, const void *b, void *ctx)
 }
 
 static lldd_status run_clusters(engine *e, const char *fn, const lldd_cluster_info *clusters, size_t n,
-                                int32_t timeout_ms, int unlink, int force, lldd_status *rets, size_t *num_rets)
+                                int32_t timeout_ms, int unlink, int force, int v1, lldd_status *rets,
+                                size_t *num_rets)
 {
     batch b;
     memset(&b, 0, sizeof b);
@@ -778,6 +804,7 @@ static lldd_status run_clusters(engine *e, const char *fn, const lldd_cluster_in
         b.jobs[i].ci = &clusters[i];
         b.jobs[i].timeout_ms = timeout_ms;
         b.jobs[i].force = force;
+        b.jobs[i].v1 = v1;
         b.order[i] = i;
     }
     qsort_r(b.order, n, sizeof *b.order, cmp_order, b.jobs);
@@ -800,13 +827,23 @@ static lldd_status run_clusters(engine *e, const char *fn, const lldd_cluster_in
 
     lldd_status result = LLM_SUCCESS;
     size_t last_bad = n;
+    int rolled_back = 0, unlink_failed = 0;
     for (size_t i = 0; i < n; i++) {
-        rets[i] = b.jobs[i].status;
-        if (b.jobs[i].status != LLM_SUCCESS) {
-            result = b.jobs[i].status;
+        lldd_status st = b.jobs[i].status;
+        rets[i] = st;
+        if (v1 && unlink && st == LLM_NOT_YET_LINK)
+            continue; /* v1: not a failure of an unlink (§10.5) */
+        if (st != LLM_SUCCESS) {
+            result = st;
             last_bad = i;
+            rolled_back |= st == LLM_LINK_FAILED || st == LLM_WAIT_PROC_TIMEOUT || st == LLM_NOTIFY_PROMPT_UNLINK_FAILED;
+            unlink_failed = 1;
         }
     }
+    if (v1 && !unlink && rolled_back)
+        result = LLM_LINK_FAILED;
+    if (v1 && unlink && unlink_failed)
+        result = LLM_UNLINK_FAILED;
     *num_rets = n;
     if (last_bad < n)
         mock_set_error("%s: cluster %zu (remote_cluster_id %llu): %s", fn, last_bad,
@@ -866,6 +903,44 @@ static lldd_status check_ips(const char *fn, const lldd_cluster_info *clusters, 
     return LLM_SUCCESS;
 }
 
+/* The call-level rules of v1 links and unlinks (semantics §10.5); on success the
+ * caller holds e->v1_link_mu. */
+static lldd_status v1_link_checks(engine *e, const char *fn, const lldd_cluster_info *clusters, size_t n, int unlink)
+{
+    int role = atomic_load(&e->role);
+    if (!unlink && role != LLDD_ROLE_DECODER) {
+        mock_set_error("%s: link_clusters is not supported by %s; only a DECODER links in v1 (semantics §10.5)", fn,
+                       role == LLDD_ROLE_PROMPT ? "PROMPT" : role == LLDD_ROLE_MIX ? "MIX" : "this role");
+        return LLM_PARAM_INVALID;
+    }
+    if (n > 16) {
+        mock_set_error("%s: %zu clusters in one call; v1 allows at most 16", fn, n);
+        return LLM_CLUSTER_NUM_EXCEED_LIMIT;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const lldd_cluster_info *ci = &clusters[i];
+        const char *why = NULL;
+        if (ci->num_local_ip_infos == 0 || ci->num_remote_ip_infos == 0)
+            why = "local_ip_infos and remote_ip_infos must not be empty";
+        else if (ci->num_local_ip_infos != ci->num_remote_ip_infos)
+            why = "local_ip_infos and remote_ip_infos differ in size";
+        else if (ci->num_local_ip_infos != 1)
+            why = "the ip lists need one entry per device, and this engine has one device (PR-36)";
+        else if (i > 0 && (strcmp(ci->local_ip_infos[0].ip, clusters[0].local_ip_infos[0].ip) != 0 ||
+                           ci->local_ip_infos[0].port != clusters[0].local_ip_infos[0].port))
+            why = "local_ip_infos differ from those of clusters[0]";
+        if (why != NULL) {
+            mock_set_error("%s: clusters[%zu]: %s (v1, semantics §10.5)", fn, i, why);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    if (pthread_mutex_trylock(&e->v1_link_mu) != 0) {
+        mock_set_error("%s: another link_clusters or unlink_clusters of this engine is in progress", fn);
+        return LLM_PROCESSING_LINK;
+    }
+    return LLM_SUCCESS;
+}
+
 MOCK_EXPORT lldd_status lldd_link_clusters(lldd_engine *e, const lldd_cluster_info *clusters, size_t num_clusters,
                                            int32_t timeout_in_millis, lldd_status *rets, size_t *num_rets)
 {
@@ -881,8 +956,13 @@ MOCK_EXPORT lldd_status lldd_link_clusters(lldd_engine *e, const lldd_cluster_in
     if ((st = engine_enter(e, fn)) != LLM_SUCCESS)
         return st;
     st = check_ips(fn, clusters, num_clusters, timeout_in_millis);
+    int v1 = e->gen == GEN_V1, locked = 0;
+    if (st == LLM_SUCCESS && v1)
+        locked = (st = v1_link_checks(e, fn, clusters, num_clusters, 0)) == LLM_SUCCESS;
     if (st == LLM_SUCCESS)
-        st = run_clusters(e, fn, clusters, num_clusters, timeout_in_millis, 0, 0, rets, num_rets);
+        st = run_clusters(e, fn, clusters, num_clusters, timeout_in_millis, 0, 0, v1, rets, num_rets);
+    if (locked)
+        pthread_mutex_unlock(&e->v1_link_mu);
     engine_leave(e);
     return st;
 }
@@ -903,8 +983,13 @@ MOCK_EXPORT lldd_status lldd_unlink_clusters(lldd_engine *e, const lldd_cluster_
     if ((st = engine_enter(e, fn)) != LLM_SUCCESS)
         return st;
     st = check_ips(fn, clusters, num_clusters, timeout_in_millis);
+    int v1 = e->gen == GEN_V1, locked = 0;
+    if (st == LLM_SUCCESS && v1)
+        locked = (st = v1_link_checks(e, fn, clusters, num_clusters, 1)) == LLM_SUCCESS;
     if (st == LLM_SUCCESS)
-        st = run_clusters(e, fn, clusters, num_clusters, timeout_in_millis, 1, force_flag != 0, rets, num_rets);
+        st = run_clusters(e, fn, clusters, num_clusters, timeout_in_millis, 1, force_flag != 0, v1, rets, num_rets);
+    if (locked)
+        pthread_mutex_unlock(&e->v1_link_mu);
     engine_leave(e);
     return st;
 }
