@@ -108,7 +108,7 @@ def _pair(value: Any, name: str) -> tuple[int, int]:
     return (_int(value[0], f"{name}[0]", _I32, "int32"), _int(value[1], f"{name}[1]", _I32, "int32"))
 
 
-def _blocks(value: Any, name: str) -> tuple[Any, int, Optional["np.ndarray[Any, Any]"]]:
+def _blocks(value: Any, name: str) -> tuple[Any, int, "np.ndarray[Any, Any]"]:
     """A block list as (C pointer, count, array kept alive by the caller)."""
     if isinstance(value, np.ndarray):
         if value.ndim != 1:
@@ -593,7 +593,7 @@ class LlmDataDist:
         src_ptr, n_src, src_arr = _blocks(src_blocks, "src_blocks")
         dst_ptr, n_dst, dst_arr = _blocks(dst_blocks, "dst_blocks")
         ext = self._ext(ext_param, dst_cache.cache_id, False, tag)
-        if self._initialized and dst_arr is not None:
+        if self._initialized:
             _check_distinct(dst_arr, "dst_blocks", tag)
         _capi.lldd_pull_kv_blocks(self._engine(), src, dst, src_ptr, n_src, dst_ptr, n_dst, ext, tag)
         del keep, src_arr, dst_arr
@@ -634,7 +634,7 @@ class LlmDataDist:
         dst_ptr, n_dst, dst_arr = _blocks(dst_blocks, "dst_blocks")
         ext = self._ext(ext_param, src_cache.cache_id, True, tag)
         self._check_push_source(src_cache, tag)
-        if self._initialized and dst_arr is not None:
+        if self._initialized:
             _check_distinct(dst_arr, "dst_blocks", tag)
         _capi.lldd_push_kv_blocks(self._engine(), src, dst, src_ptr, n_src, dst_ptr, n_dst, ext, tag)
         del keep, src_arr, dst_arr
