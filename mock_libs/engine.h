@@ -156,6 +156,7 @@ typedef struct mlink {
 typedef struct pending_link {
     struct pending_link *next;
     hello_body peer;
+    uint64_t comm_key;           /* the HELLO's communicator key */
     int c1_fd;
     eng_thread *c1_thread;
     int state;                   /* 0 waiting, 1 installed, 2 abandoned */
@@ -503,7 +504,12 @@ void keys_teardown(engine *e);
 /* Stops every communicator of a finalizing engine (before its links go). */
 void comms_teardown(engine *e);
 size_t comm_count(engine *e);
-/* The rank-table links of a communicator become usable once it is OK. */
-int link_comm_ready(engine *e, const mlink *l);
+
+/* ---- engine_link.c: a link for a rank-table communicator ---- */
+/* Links to the member listening at 127.0.0.1:port, whose cluster id is `peer`; the
+ * link on both sides carries comm_key and stays unusable (comm_pending) until the
+ * communicator is OK. Returns the per-cluster status, reason in msg. */
+lldd_status link_comm_member(engine *e, uint64_t peer, uint16_t port, uint64_t comm_key, int32_t timeout_ms,
+                             char *msg, size_t msg_len);
 
 #endif /* LLDD_MOCK_ENGINE_H */

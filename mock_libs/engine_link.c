@@ -236,6 +236,7 @@ static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h)
         snprintf(text, sizeof text, "out of host memory");
     } else {
         p->peer = peer;
+        p->comm_key = h->b;
         p->c1_fd = fd;
         p->c1_thread = self;
         p->next = e->pending;
@@ -345,6 +346,8 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
         l->srv_fd = p->c1_fd;
         l->req_fd = fd;
         l->own_next_at_link = e->next_id;
+        l->comm_key = p->comm_key;
+        atomic_store(&l->comm_pending, p->comm_key != 0);
         l->ready = 1;
         /* c1's thread becomes the link's server thread; c2 belongs to the link */
         for (eng_thread **pp = &e->conns; *pp != NULL; pp = &(*pp)->next) {
@@ -449,6 +452,7 @@ typedef struct cluster_job {
     int32_t timeout_ms;
     int force;
     int v1;                      /* the v1 link rules (semantics §10.5) */
+    uint64_t comm_key;           /* a rank-table communicator's link */
     lldd_status status;
     char msg[MSG_LEN];
 } cluster_job;
@@ -550,7 +554,7 @@ static lldd_status link_one(cluster_job *job)
         snprintf(msg, MSG_LEN, "remote_ip_infos has %zu entries; exactly one is needed", ci->num_remote_ip_infos);
         return LLM_PARAM_INVALID;
     }
-    lldd_status st = job->v1 ? LLM_SUCCESS : check_comm_res(e, ci, msg);
+    lldd_status st = job->v1 || job->comm_key != 0 ? LLM_SUCCESS : check_comm_res(e, ci, msg);
     if (st != LLM_SUCCESS)
         return st;
     uint64_t peer_id = ci->remote_cluster_id;
@@ -594,6 +598,7 @@ static lldd_status link_one(cluster_job *job)
     }
     msg_init(&h, MSG_HELLO);
     h.a = existing != NULL ? HELLO_CHECK_ONLY : HELLO_LINK;
+    h.b = job->comm_key;
     h.payload_len = sizeof mine;
     r = msg_send(c1, &h, &mine, sizeof mine, deadline);
     if (r != TP_OK) {
@@ -640,6 +645,8 @@ static lldd_status link_one(cluster_job *job)
     l->peer_serial = peer.serial;
     l->same_process = peer.pid == (uint64_t)getpid();
     l->own_next_at_link = mine.next_cache_id;
+    l->comm_key = job->comm_key;
+    atomic_store(&l->comm_pending, job->comm_key != 0);
     l->peer_next_at_link = peer.next_cache_id;
     atomic_store(&l->vm_ok, l->same_process ? 0 : probe_vm(&peer));
     link_ref(l); /* held by the server thread */
@@ -727,6 +734,29 @@ static lldd_status unlink_one(cluster_job *job)
         link_unref(l);
     }
     return LLM_SUCCESS;
+}
+
+lldd_status link_comm_member(engine *e, uint64_t peer, uint16_t port, uint64_t comm_key, int32_t timeout_ms,
+                             char *msg, size_t msg_len)
+{
+    lldd_ip_info remote;
+    memset(&remote, 0, sizeof remote);
+    remote.ip = "127.0.0.1";
+    remote.port = port;
+    lldd_cluster_info ci;
+    memset(&ci, 0, sizeof ci);
+    ci.remote_cluster_id = peer;
+    ci.remote_ip_infos = &remote;
+    ci.num_remote_ip_infos = 1;
+    cluster_job job;
+    memset(&job, 0, sizeof job);
+    job.e = e;
+    job.ci = &ci;
+    job.timeout_ms = timeout_ms;
+    job.comm_key = comm_key;
+    lldd_status st = link_one(&job);
+    snprintf(msg, msg_len, "%s", job.msg);
+    return st;
 }
 
 /* ---------------------------------------------------------------------------------------------

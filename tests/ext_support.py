@@ -354,6 +354,17 @@ class PeerServer:
         converted = [self.x.u64(a) if isinstance(a, list) else a for a in args]
         return int(getattr(self.x.lib, name)(self.engine, *converted))
 
+    def op_ext_link(self, name: str, ids: list[int], ranks: list[int]) -> list[int]:
+        out = self.x.ffi.new("uint64_t *")
+        status = int(self.x.lib.lldd_ext_link(self.engine, name.encode(), self.x.u64(ids),
+                                              self.x.ffi.new("uint32_t[]", ranks), len(ids), b"{}", out))
+        return [status, int(out[0])]
+
+    def op_ext_query(self, comm_id: int) -> list[int]:
+        out = self.x.ffi.new("uint32_t *", 99)
+        status = int(self.x.lib.lldd_ext_query_register_mem_status(self.engine, comm_id, out))
+        return [status, int(out[0])]
+
     def op_serve_delay(self, ms: int) -> int:
         return int(self.x.lib.lldd_mock_set_serve_delay(self.engine, ms))
 
