@@ -188,17 +188,33 @@ void AclMessage(char *out, size_t capacity) {
 
 // ---- one call across the boundary -----------------------------------------------------------
 
-// A C argument the vendor's C++ signature cannot receive. Thrown by the conversion
-// helpers, caught by Guard; never crosses the C boundary.
+// A C argument the vendor's C++ signature cannot receive (or, after the call, a
+// result the C caller's arrays cannot take). Thrown by the conversion helpers,
+// caught by Guard; never crosses the C boundary.
 struct ArgumentError {
   char message[512];
+  bool vendor_called;  // the method ran and its effect was undone
 };
+
+__attribute__((format(printf, 2, 0))) void FormatInto(ArgumentError &error, const char *fmt, va_list ap) {
+  std::vsnprintf(error.message, sizeof error.message, fmt, ap);
+}
 
 [[noreturn]] __attribute__((format(printf, 1, 2))) void Reject(const char *fmt, ...) {
   ArgumentError error{};
   va_list ap;
   va_start(ap, fmt);
-  std::vsnprintf(error.message, sizeof error.message, fmt, ap);
+  FormatInto(error, fmt, ap);
+  va_end(ap);
+  throw error;
+}
+
+[[noreturn]] __attribute__((format(printf, 1, 2))) void RejectResult(const char *fmt, ...) {
+  ArgumentError error{};
+  error.vendor_called = true;
+  va_list ap;
+  va_start(ap, fmt);
+  FormatInto(error, fmt, ap);
   va_end(ap);
   throw error;
 }
@@ -243,8 +259,9 @@ lldd_status Guard(const char *function, const char *method, Body &&body) noexcep
     }
     return status;
   } catch (const ArgumentError &error) {
-    SetError("%s: %s (LLM_PARAM_INVALID, 0x%08X); %s was not called", function, error.message,
-             static_cast<uint32_t>(LLM_PARAM_INVALID), method);
+    SetError("%s: %s (LLM_PARAM_INVALID, 0x%08X)%s%s%s", function, error.message,
+             static_cast<uint32_t>(LLM_PARAM_INVALID), error.vendor_called ? "" : "; ",
+             error.vendor_called ? "" : method, error.vendor_called ? "" : " was not called");
     return LLM_PARAM_INVALID;
   } catch (const std::bad_alloc &error) {
     SetError("%s: out of host memory while calling %s (std::bad_alloc: %s) (LLM_FAILED)", function, method,
@@ -524,7 +541,6 @@ LLDD_SHIM_EXPORT lldd_status lldd_allocate_cache(lldd_engine *engine, const lldd
     vendor::LlmDataDist &dist = Engine(engine);
     const lldd_cache_desc &c_desc = Required(cache_desc, "cache_desc");
     RequireOut(cache_id, "cache_id");
-    RequireArray(tensor_addrs, addrs_capacity, "tensor_addrs");
     vendor::CacheDesc desc{};
     if (!ToCacheDesc(c_desc, "cache_desc->shape", desc)) {
       NoteSubstitutedDataType(call, c_desc.data_type);
@@ -535,13 +551,15 @@ LLDD_SHIM_EXPORT lldd_status lldd_allocate_cache(lldd_engine *engine, const lldd
     if (status != LLM_SUCCESS) {
       return status;
     }
-    // A generation that does allocate (v1) reports the addresses it filled in. The
+    // The room for the addresses is checked only now: the v2 class refuses every
+    // allocation anyway, and its answer comes first (as the mock's "no pool" does).
+    // A generation that does allocate (v1) reports the addresses it filled in; the
     // caller's array must hold them all, or the cache is given back at once.
-    if (cache.tensor_addrs.size() > addrs_capacity) {
+    if (tensor_addrs == nullptr || cache.tensor_addrs.size() > addrs_capacity) {
       const uint32_t undo = dist.DeallocateCache(cache.cache_id);
-      Reject("tensor_addrs has room for %zu addresses but the allocated cache has %zu; the cache was "
+      RejectResult("tensor_addrs has room for %zu addresses but the allocated cache has %zu; the cache was "
              "deallocated again (status 0x%08X)",
-             addrs_capacity, cache.tensor_addrs.size(), undo);
+             tensor_addrs == nullptr ? static_cast<size_t>(0) : addrs_capacity, cache.tensor_addrs.size(), undo);
     }
     *cache_id = cache.cache_id;
     for (size_t i = 0; i < cache.tensor_addrs.size(); ++i) {
@@ -578,7 +596,7 @@ LLDD_SHIM_EXPORT lldd_status lldd_register_kv_cache(lldd_engine *engine, const l
       // Unreachable with a vendor that rejects DT_UNDEFINED as documented; never
       // leave a cache registered under a type the caller did not ask for.
       const uint32_t undo = dist.UnregisterKvCache(id);
-      Reject("cache_desc->data_type %d is not a ge::DataType value, yet the vendor accepted it as "
+      RejectResult("cache_desc->data_type %d is not a ge::DataType value, yet the vendor accepted it as "
              "DT_UNDEFINED; the registration was undone (status 0x%08X)",
              c_desc.data_type, undo);
     }
