@@ -26,7 +26,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOUBLE = ROOT / "tests" / "vendor_double"
 SHIM_SOURCE = ROOT / "llm_datadist_ffi" / "_shim" / "lldd_shim.cpp"
-API_HEADER = ROOT / "include" / "lldd" / "api.h"
+UMBRELLA = ROOT / "include" / "llm_datadist_ffi.h"
 CXX = os.environ.get("CXX", "") or "g++"
 
 pytestmark = pytest.mark.skipif(shutil.which(CXX.split()[0]) is None, reason=f"no C++ compiler ({CXX})")
@@ -45,9 +45,12 @@ build_toolkit = _load(DOUBLE / "build_toolkit.py")
 
 
 def api_functions() -> set[str]:
-    """The function names declared by include/lldd/api.h."""
-    text = re.sub(r"/\*.*?\*/", "", API_HEADER.read_text(), flags=re.S)
-    return set(re.findall(r"(lldd_\w+)\s*\(", text))
+    """The functions the C ABI declares: every fragment the umbrella header includes."""
+    names: set[str] = set()
+    for fragment in re.findall(r'^#include "(lldd/\w+\.h)"', UMBRELLA.read_text(), flags=re.M):
+        text = re.sub(r"/\*.*?\*/", "", (UMBRELLA.parent / fragment).read_text(), flags=re.S)
+        names |= set(re.findall(r"(lldd_\w+)\s*\(", text))
+    return names
 
 
 def free_port() -> int:
@@ -112,8 +115,9 @@ def test_shim_exports_exactly_the_functions_of_the_c_abi(shim: Path) -> None:
     # double's mock exports the same names) would silently be the mock's.
     nm = run(["nm", "-D", "--defined-only", str(shim)])
     exported = {line.split()[-1] for line in nm.stdout.splitlines() if " T " in line}
-    assert exported == api_functions()
-    assert len(exported) == 21
+    declared = api_functions()
+    assert len(declared) >= 21            # a parser that found nothing would make this vacuous
+    assert exported == declared
 
 
 def test_shim_depends_on_the_vendor_libraries_only(shim: Path) -> None:

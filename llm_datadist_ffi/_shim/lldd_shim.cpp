@@ -16,6 +16,10 @@
 //     semantics.md is a mock-only rule; the shim forwards and lets the vendor say no);
 //  4. catches every C++ exception at the boundary and reports it as LLM_FAILED.
 //
+// The extension functions (include/lldd/ext.h: what only the vendor's Python layer
+// can do) have no counterpart in the C++ class; they answer LLM_FEATURE_NOT_ENABLED
+// and name what to use instead.
+//
 // After any non-zero status the calling thread's last-error text names the method,
 // the status and, when the ACL runtime is loaded, the runtime's own message for the
 // thread (aclGetRecentErrMsg: on a device the vendor's error-manager text, on the
@@ -707,4 +711,131 @@ LLDD_SHIM_EXPORT lldd_status lldd_copy_kv_blocks(lldd_engine *engine, const lldd
     call.instead = "copy blocks between registered buffers with aclrtMemcpy (DEVICE_TO_DEVICE) instead";
     return dist.CopyKvBlocks(src, dst, src_list, dst_lists);
   });
+}
+
+// ---- extension functions (include/lldd/ext.h) -----------------------------------------------
+// What only the vendor's Python layer can do (cache keys, cache kinds, v1, server-assisted
+// transfers, swaps, rank-table links) has no counterpart in the public C++ class, so on
+// this backend every extension answers LLM_FEATURE_NOT_ENABLED (the capability
+// LLDD_CAP_EXT_KEYS is not set) and says what to use instead. The arguments are not
+// looked at beyond the engine handle.
+
+namespace {
+
+lldd_status NotInCxxApi(const char *function, const lldd_engine *engine, const char *instead) {
+  if (engine == nullptr) {
+    SetError("%s: engine is NULL (LLM_PARAM_INVALID, 0x%08X)", function, static_cast<uint32_t>(LLM_PARAM_INVALID));
+    return LLM_PARAM_INVALID;
+  }
+  SetError("%s: not available on the ascend backend (LLM_FEATURE_NOT_ENABLED, 0x%08X): the vendor's public C++ "
+           "API has no equivalent; %s",
+           function, static_cast<uint32_t>(LLM_FEATURE_NOT_ENABLED), instead);
+  return LLM_FEATURE_NOT_ENABLED;
+}
+
+constexpr const char kUseRegister[] =
+    "cache keys and cache kinds do not exist there: register memory with lldd_register_kv_cache and address "
+    "caches by (cluster id, cache id)";
+constexpr const char kUseAclAlloc[] =
+    "the v2 class allocates no memory: allocate it with aclrtMalloc and register it with lldd_register_kv_cache";
+constexpr const char kUseAclCopy[] = "copy between registered buffers with aclrtMemcpy";
+constexpr const char kUseLinkClusters[] =
+    "link with lldd_link_clusters (a rank table can be given in the option llm.LocalCommRes)";
+
+}  // namespace
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_initialize(lldd_engine *engine, const lldd_option *, size_t) {
+  return NotInCxxApi("lldd_ext_initialize", engine,
+                     "initialize with lldd_initialize and the C++ option names (llm.DeviceId, llm.ListenIpInfo); "
+                     "the C++ class is always v2 in direct mode");
+}
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_switch_role(lldd_engine *engine, int32_t, const lldd_option *, size_t) {
+  return NotInCxxApi("lldd_ext_switch_role", engine, "use lldd_set_role with the option llm.ListenIpInfo");
+}
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_check_link_status(lldd_engine *engine, uint64_t) {
+  return NotInCxxApi("lldd_ext_check_link_status", engine,
+                     "it is a v1 call: use the per-cluster results of lldd_link_clusters");
+}
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *engine, const lldd_cache_desc *, const uint64_t *,
+                                                     size_t, uint32_t, uint32_t, const lldd_key *, size_t, int64_t *) {
+  return NotInCxxApi("lldd_ext_register_cache", engine, kUseRegister);
+}
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_unregister_cache(lldd_engine *engine, int64_t) {
+  return NotInCxxApi("lldd_ext_unregister_cache", engine, "use lldd_unregister_kv_cache");
+}
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *engine, const lldd_cache_desc *, uint32_t,
+                                                     const lldd_key *, size_t, int64_t *, uint64_t *, size_t) {
+  return NotInCxxApi("lldd_ext_allocate_cache", engine, kUseAclAlloc);
+}
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_deallocate_cache(lldd_engine *engine, int64_t) {
+  return NotInCxxApi("lldd_ext_deallocate_cache", engine,
+                     "unregister with lldd_unregister_kv_cache and free the memory with aclrtFree");
+}
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_remove_cache_key(lldd_engine *engine, const lldd_key *) {
+  return NotInCxxApi("lldd_ext_remove_cache_key", engine, kUseRegister);
+}
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_pull(lldd_engine *engine, const lldd_key *, int64_t, uint32_t, int64_t,
+                                           const uint64_t *, size_t, const uint64_t *, size_t, const uint64_t *,
+                                           size_t, const uint64_t *, size_t, int64_t, int64_t, uint32_t) {
+  return NotInCxxApi("lldd_ext_pull", engine,
+                     "pull with lldd_pull_kv_cache or lldd_pull_kv_blocks from a CacheIndex (cluster id, cache id); "
+                     "layer ranges select tensors, and there are no offsets");
+}
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_push_layer(lldd_engine *engine, int64_t, uint32_t, uint32_t, const lldd_key *,
+                                                 uint32_t, uint32_t, const uint64_t *, size_t, const uint64_t *,
+                                                 size_t) {
+  return NotInCxxApi("lldd_ext_push_layer", engine,
+                     "push with lldd_push_kv_cache or lldd_push_kv_blocks and a one-layer ext_param "
+                     "(src_layer_range = dst_layer_range = {l, l})");
+}
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_transfer_layer(lldd_engine *engine, int64_t, uint32_t, uint32_t, uint64_t,
+                                                     const uint64_t *, const uint64_t *, size_t, const uint64_t *,
+                                                     size_t, uint64_t) {
+  return NotInCxxApi("lldd_ext_transfer_layer", engine,
+                     "transfers to caller-given addresses are not expressible: register the destination on the peer "
+                     "and push with lldd_push_kv_blocks");
+}
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_copy_cache(lldd_engine *engine, int64_t, int64_t, uint32_t, uint32_t, uint64_t,
+                                                 int64_t) {
+  return NotInCxxApi("lldd_ext_copy_cache", engine, kUseAclCopy);
+}
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_copy_blocks(lldd_engine *engine, int64_t, const uint64_t *, size_t) {
+  return NotInCxxApi("lldd_ext_copy_blocks", engine, kUseAclCopy);
+}
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_swap_blocks(lldd_engine *engine, const uint64_t *, const uint64_t *, size_t,
+                                                  uint64_t, const uint64_t *, size_t, uint32_t) {
+  return NotInCxxApi("lldd_ext_swap_blocks", engine,
+                     "swap blocks with aclrtMemcpy (HOST_TO_DEVICE or DEVICE_TO_HOST), one copy per block run");
+}
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_link(lldd_engine *engine, const char *, const uint64_t *, const uint32_t *,
+                                           size_t, const char *, uint64_t *) {
+  return NotInCxxApi("lldd_ext_link", engine, kUseLinkClusters);
+}
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_unlink(lldd_engine *engine, uint64_t) {
+  return NotInCxxApi("lldd_ext_unlink", engine, "unlink with lldd_unlink_clusters");
+}
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_query_register_mem_status(lldd_engine *engine, uint64_t, uint32_t *) {
+  return NotInCxxApi("lldd_ext_query_register_mem_status", engine, kUseLinkClusters);
+}
+
+LLDD_SHIM_EXPORT lldd_status lldd_ext_remap_registered_memory(lldd_engine *engine, const uint64_t *, const uint64_t *,
+                                                              size_t) {
+  return NotInCxxApi("lldd_ext_remap_registered_memory", engine,
+                     "unregister the cache with lldd_unregister_kv_cache and register the new memory");
 }

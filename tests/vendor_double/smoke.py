@@ -29,7 +29,9 @@ from pathlib import Path
 import cffi
 
 INCLUDE = Path(__file__).resolve().parents[2] / "include"
-FRAGMENTS = ("lldd/status.h", "lldd/types.h", "lldd/api.h", "acl/types.h", "acl/api.h")
+# The C ABI fragments in the umbrella header's order, then the ACL subset's.
+FRAGMENTS = (*re.findall(r'^#include "(lldd/\w+\.h)"', (INCLUDE / "llm_datadist_ffi.h").read_text(), flags=re.M),
+             *re.findall(r'^#include "(acl/\w+\.h)"', (INCLUDE / "acl_subset.h").read_text(), flags=re.M))
 
 ffi = cffi.FFI()
 ffi.cdef("\n".join((INCLUDE / f).read_text() for f in FRAGMENTS))
@@ -240,6 +242,12 @@ class Smoke:
         self.expect(lib.lldd_copy_kv_cache(decoder, cache, cache, 0, 0, 0, -1), LLM_FEATURE_NOT_ENABLED,
                     "CopyKvCache returned LLM_FEATURE_NOT_ENABLED", "aclrtMemcpy")
 
+        # Extensions (vendor-Python-only features) are refused with what to use instead.
+        key = ffi.new("lldd_key *", {"kind": 3, "cluster_id": 1})
+        self.expect(lib.lldd_ext_remove_cache_key(decoder, key), LLM_FEATURE_NOT_ENABLED,
+                    "lldd_ext_remove_cache_key: not available on the ascend backend", "lldd_register_kv_cache")
+        self.expect(lib.lldd_ext_unlink(ffi.NULL, 1), LLM_PARAM_INVALID, "engine is NULL")
+
         if mock_lib:
             self.check_status_names(decoder, mock_lib)
 
@@ -256,8 +264,8 @@ class Smoke:
     def check_status_names(self, engine, mock_lib: str) -> None:
         """Every status of the C ABI, injected into the mock, is named by the shim."""
         mock_ffi = cffi.FFI()
-        mock_ffi.cdef("\n".join((INCLUDE / f).read_text() for f in ("lldd/status.h", "lldd/types.h",
-                                                                      "lldd/mock.h")))
+        fragments = [f for f in FRAGMENTS if f.startswith("lldd/")] + ["lldd/mock.h"]
+        mock_ffi.cdef("\n".join((INCLUDE / f).read_text() for f in fragments))
         mock = mock_ffi.dlopen(mock_lib)
         index = ffi.new("lldd_cache_index *", {"cluster_id": 1, "cache_id": 1})
         cache = ffi.new("lldd_cache *", {"cache_id": 1})
