@@ -182,6 +182,20 @@ def test_register_blocks_cache_does_not_mark_the_callers_desc_as_blocks(local: L
     assert later.is_blocks_cache is False and later.cache_id == 2
 
 
+def test_after_set_is_call_linked_registrations_are_not_remote_accessible(local: Local) -> None:
+    arrays = local.arrays(2)
+    desc = CacheDesc(2, [BLOCKS, BLOCK_BYTES], DataType.DT_UINT8)
+    addrs = [a.ctypes.data for a in arrays]
+    local.cm.set_is_call_linked()
+    message = "you can not register remote accessible cache after link."
+    lx(lambda: local.cm.register_blocks_cache(desc, addrs, remote_accessible=True), message)
+    lx(lambda: local.cm.register_cache(desc, addrs, remote_accessible=True), message)
+    # the after-link rule (step 5) comes before the empty addrs (step 6)
+    lx(lambda: local.cm.register_cache(desc, [], remote_accessible=True), message)
+    assert local.cm.register_blocks_cache(desc, addrs, remote_accessible=False).cache_id == 1
+    assert local.cm.register_blocks_cache(desc, addrs).cache_id == 2
+
+
 def test_unregister_cache_checks_an_int64_and_accepts_an_unknown_id(local: Local) -> None:
     raises(TypeError, lambda: local.cm.unregister_cache("1"), "cache_id")  # type: ignore[arg-type]
     raises(TypeError, lambda: local.cm.unregister_cache(None), "cache_id")  # type: ignore[arg-type]
@@ -440,6 +454,8 @@ def test_allocate_needs_the_pool_of_the_placement() -> None:
         lx(lambda: no_pool.cm.allocate_cache(desc), message)
         lx(lambda: no_pool.cm.allocate_blocks_cache(desc), message)
         raises(LLMException, lambda: no_pool.cm.remove_cache_key(CacheKey(1, 1)), status=S.LLM_FEATURE_NOT_ENABLED)
+        registered, _ = no_pool.cache()
+        raises(LLMException, lambda: no_pool.cm.deallocate_cache(registered), status=S.LLM_FEATURE_NOT_ENABLED)
     finally:
         no_pool.engine.finalize()
     device_only = Local(vs.v2_options(pool=True))

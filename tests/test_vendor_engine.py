@@ -447,6 +447,16 @@ def test_link_clusters_in_v2_needs_a_local_ip_then_a_uint64_remote_id(v2: LLMDat
     lx(lambda: v2.link_clusters([both]), "local_ip_info_list")
 
 
+def test_link_clusters_without_a_local_ip_is_allowed_with_a_non_empty_local_comm_res() -> None:
+    engine = LLMDataDist(LLMRole.DECODER, 2)
+    engine.init({"llm.LocalCommRes": '{"version": "1.3"}', "ge.exec.deviceId": "0"})
+    try:
+        no_local = vs.cluster_info(7, vs.free_port(), local=False)
+        assert engine.link_clusters([no_local], 1000) == (S.LLM_LINK_FAILED, [S.LLM_LINK_FAILED])
+    finally:
+        engine.finalize()
+
+
 def test_link_clusters_with_no_cluster_reports_param_invalid_without_raising(v2: LLMDataDist) -> None:
     assert v2.link_clusters([]) == (S.LLM_PARAM_INVALID, [])
 

@@ -163,6 +163,8 @@ def test_deallocate_cache_checks_and_reports_an_unknown_id(decoder: KvCacheManag
 
 def test_remove_cache_key_is_for_a_prompt_and_applies_the_validity_rule(decoder: KvCacheManager) -> None:
     lx(lambda: decoder.remove_cache_key(CacheKey(1, 1)), "[remove_cache_key] is not supported by LLMRole.DECODER")
+    # the role is checked before the type
+    lx(lambda: decoder.remove_cache_key("key"), "is not supported by LLMRole.DECODER")  # type: ignore[arg-type]
 
 
 def test_remove_cache_key_on_a_prompt(prompt: KvCacheManager) -> None:
