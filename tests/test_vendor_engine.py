@@ -321,6 +321,34 @@ def test_a_failing_core_init_leaves_the_instance_uninitialised_and_retryable() -
         engine.finalize()
 
 
+@pytest.mark.parametrize("key, value", [
+    ("llm.EnableRemoteCacheAccessible", "yes"),
+    ("llm.LinkRetryCount", "0"),
+    ("llm.LinkRetryCount", "101"),
+    ("llm.MemPoolConfig", '{"memory_size": 1048576, "page_shift": 9}'),
+    ("llm.MemPoolConfig", '{"memory_size": 0}'),
+    ("llm.RdmaTrafficClass", "abc"),
+])
+def test_v2_core_rejects_a_malformed_option_at_init(key: str, value: str) -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    raises(LLMException, lambda: engine.init(vs.v2_options(**{key: value})), "[LLMDataDist.init] failed",
+           S.LLM_PARAM_INVALID)
+    assert LLMDataDist.llm_engine_instance is None
+
+
+def test_v2_core_rejects_a_transfer_backend_other_than_hixl() -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    options = vs.v2_options(vs.free_port(), **{"llm.TransferBackend": "rdma"})
+    raises(LLMException, lambda: engine.init(options), "[LLMDataDist.init] failed", S.LLM_PARAM_INVALID)
+
+
+def test_v2_core_ignores_keys_it_does_not_read() -> None:
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    engine.init(vs.v2_options(**{"llm.MemoryUtilization": "0.95", "llm.EnableSwitchRole": "1",
+                                 "ge.session_device_id": "0", "llm.deployResPath": "/nowhere", "x.y": "z"}))
+    engine.finalize()
+
+
 def test_v2_core_rejects_two_device_ids_at_init() -> None:
     engine = LLMDataDist(LLMRole.PROMPT, 1)
     lx(lambda: engine.init(vs.v2_options(**{"ge.exec.deviceId": "0;1"})))
@@ -536,6 +564,11 @@ def test_v1_link_clusters_by_a_prompt_is_param_invalid_without_per_cluster_resul
         assert engine.link_clusters([vs.cluster_info(2, vs.free_port())], 1000) == (S.LLM_PARAM_INVALID, [])
     finally:
         engine.finalize()
+
+
+def test_v1_link_clusters_of_more_than_16_clusters_exceeds_the_limit(v1_decoder: LLMDataDist) -> None:
+    clusters = [vs.cluster_info(10 + i, 1) for i in range(17)]
+    assert v1_decoder.link_clusters(clusters, 1000) == (S.LLM_CLUSTER_NUM_EXCEED_LIMIT, [])
 
 
 def test_large_cluster_ids_round_trip_through_a_link() -> None:
