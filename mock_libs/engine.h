@@ -4,18 +4,26 @@
  * Locking, outermost first (never take a lock of an earlier row while holding a
  * later one):
  *   life_mu    Initialize / Finalize / destroy of one engine
+ *   v1_link_mu one v1 link_clusters / unlink_clusters call at a time (trylock:
+ *              PROCESSING_LINK); held across its per-cluster work
  *   listen_mu  the listener of one engine (Initialize, SetRole, Finalize)
  *   link->xfer_mu  serializes the transfers over one link; dropping a link takes it
- *   e->mu      state, active-call count, cache table, link table, pending
- *              handshakes, thread list. Held only for short bookkeeping, never
- *              across I/O or a wait other than pthread_cond_wait on e->cv.
+ *              (the v1 resolver only try-reads link->busy, never waits on it)
+ *   e->mu      state, active-call count, cache table, key table, link table,
+ *              communicator list, pending handshakes, thread list. Held only for
+ *              short bookkeeping, never across I/O or a wait other than
+ *              pthread_cond_wait on e->cv.
  *   g_registry (engine.c)  the process-wide engine list
- * Two engines' mu are never held at once.
+ * Two engines' mu are never held at once. A communicator's thread
+ * (engine_ext_comm.c) takes only e->mu and what a link handshake takes; Finalize
+ * joins it before links and caches go.
  *
  * Life of a cache: the table owns it; a transfer or copy that uses it holds a pin
- * (c->pins, under the owner's mu). Removal (deallocate, unregister, finalize)
- * takes the cache out of the table first, so no new pin can be taken, then waits
- * on e->cv until the pins are gone, and only then frees memory.
+ * (c->pins, under the owner's mu). Removal (deallocate, unregister, finalize, the
+ * release of its last key) takes the cache out of the table first, so no new pin
+ * can be taken, unbinds its keys, then waits on e->cv until the pins are gone, and
+ * only then frees memory. A pull that releases a key unpins its source before the
+ * release, so that the release may free it.
  */
 #ifndef LLDD_MOCK_ENGINE_H
 #define LLDD_MOCK_ENGINE_H

@@ -520,6 +520,7 @@ MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_des
     }
     c->w = w;
     c->pages_per_tensor = pages;
+    c->ext_ref = 1; /* the id handle (lldd_ext_deallocate_cache drops it) */
     pthread_mutex_lock(&e->mu);
     if (e->mode == MODE_DIRECT && e->table_bytes + cache_entry_bytes(w.num_tensors) > TABLE_LIMIT) {
         pthread_mutex_unlock(&e->mu);

@@ -508,3 +508,39 @@ def test_finalize_releases_every_allocation_and_key(x: Any) -> None:
     assert int(x.lib.lldd_mock_live_allocations()) == before
     assert x.init(engine, xs.v2_options(pool=True)) == 0
     assert x.allocate(engine, 1, [4, 16], keys=[x.req(0)])[:2] == (0, 1)       # a fresh table
+
+
+def test_a_cache_of_the_native_allocate_is_freed_by_the_extension_deallocate(x: Any) -> None:
+    engine = x.engine(1, xs.v2_options(pool=True, **{"llm.MemPoolConfig": '{"memory_size": 65536}'}))
+    d, keep = x.desc(1, [1, 65536])
+    out = x.ffi.new("int64_t *")
+    addrs = x.ffi.new("uint64_t[]", 1)
+    assert x.lib.lldd_allocate_cache(engine, d, out, addrs, 1) == 0
+    assert x.allocate(engine, 1, [1, 4096])[0] == S.LLM_OUT_OF_MEMORY
+    assert x.deallocate(engine, out[0]) == 0
+    assert x.allocate(engine, 1, [1, 4096])[0] == 0
+    del keep
+
+
+def test_keys_and_caches_under_concurrent_calls(x: Any) -> None:
+    import threading
+    engine = x.engine(1, xs.v2_options(pool=True))
+    errors: list[str] = []
+
+    def work(t: int) -> None:
+        for i in range(40):
+            key = x.req(1000 * t + i)
+            status, cache_id, _ = x.allocate(engine, 2, [2, 64], keys=[key, x.prefix(1000 * t + i)])
+            if status != 0 or x.deallocate(engine, cache_id) != 0 or x.remove_key(engine, key) != 0 \
+                    or x.remove_key(engine, x.prefix(1000 * t + i)) != 0:
+                errors.append(f"thread {t} step {i}: {x.last_error()}")
+                return
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert errors == []
+    # every cache was freed with its last key: the whole pool is free again
+    assert x.allocate(engine, 1, [1, 16777216])[0] == 0
