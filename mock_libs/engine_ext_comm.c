@@ -157,6 +157,7 @@ static void remove_own_files(const comm *c)
         file_path(c, c->cluster[c->self], "member", path, sizeof path);
         unlink(path);
     }
+    rmdir(c->dir); /* only when no member is left: the directory is empty then */
 }
 
 typedef struct member_info {

@@ -197,6 +197,9 @@ def test_a_member_file_of_a_dead_process_does_not_count(x: Any) -> None:
     assert wait_state(x, engine, comm) == FAILED
     assert x.lib.lldd_ext_unlink(engine, comm) == 0
     assert not (folders[0] / "1.member").exists()                        # this member's files are gone
+    (folders[0] / "2.member").unlink()
+    (folders[0] / "2.ok").unlink()
+    folders[0].rmdir()
 
 
 def test_members_in_another_process(x: Any) -> None:
