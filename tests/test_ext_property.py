@@ -1,0 +1,138 @@
+"""Randomised byte checks of lldd_ext_pull (C2C, B2B, C2B, with layer ranges) in both
+v2 modes against a numpy model written from semantics §8.2-§8.4: every destination
+byte the rules name is the source byte they name, every other byte is unchanged.
+Block lists may hold out-of-range or repeated destinations: then PARAM_INVALID and
+no byte changes (PR-4, PR-5).
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, strategies as st
+
+from llm_datadist_ffi import LLMStatusCode as S
+
+
+def _load(name: str) -> Any:
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+xs = _load("ext_support")
+pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
+
+
+@st.composite
+def scenarios(draw: Any) -> dict[str, Any]:
+    form = draw(st.sampled_from(["C2C", "B2B", "C2B"]))
+    direct = draw(st.booleans())
+    n = draw(st.sampled_from([1, 2]))
+    layers_src = draw(st.integers(1, 3))
+    layers_dst = draw(st.integers(1, 3))
+    block = draw(st.sampled_from([4, 8, 12]))
+    s_stride = block if form == "B2B" else draw(st.sampled_from([block, 2 * block, 2 * block + 4]))
+    s_count = draw(st.integers(1, 5))
+    d_count = draw(st.integers(1, 6))
+    scen: dict[str, Any] = {"form": form, "direct": direct, "n": n, "ns": layers_src * n, "nd": layers_dst * n,
+                            "block": block, "s_stride": s_stride, "s_count": s_count, "d_count": d_count,
+                            "seed": draw(st.integers(0, 2**16))}
+    ranged = draw(st.booleans()) or layers_src != layers_dst
+    if ranged:
+        span = draw(st.integers(1, min(layers_src, layers_dst)))
+        scen["src_layer"] = draw(st.integers(0, layers_src - span))
+        scen["dst_layer"] = draw(st.integers(0, layers_dst - span))
+        scen["span"] = span
+    if form == "C2C":
+        scen["src_batch"] = draw(st.integers(0, s_count - 1))
+        scen["dst_batch"] = draw(st.integers(0, d_count - 1))
+        scen["size"] = draw(st.one_of(st.just(-1), st.integers(1, min(block, s_stride))))
+    elif form == "B2B":
+        k = draw(st.integers(1, 6))
+        scen["sblk"] = draw(st.lists(st.integers(0, s_count), min_size=k, max_size=k))      # s_count: out of range
+        scen["dblk"] = draw(st.lists(st.integers(0, d_count), min_size=k, max_size=k))
+    else:
+        chunks = -(-s_stride // block)
+        k = draw(st.integers(1, chunks))
+        scen["src_batch"] = 0 if direct else draw(st.integers(0, s_count - 1))
+        scen["dblk"] = draw(st.lists(st.integers(0, d_count), min_size=k, max_size=k))
+    return scen
+
+
+def expected(scen: dict[str, Any], src: list[np.ndarray], dst: list[np.ndarray]) -> tuple[int, list[np.ndarray]]:
+    """The model: (status, destination tensors afterwards)."""
+    out = [d.copy() for d in dst]
+    n, form, block = scen["n"], scen["form"], scen["block"]
+    if "span" in scen:
+        pairs = [(scen["src_layer"] * n + i, scen["dst_layer"] * n + i) for i in range(scen["span"] * n)]
+    else:
+        pairs = [(i, i) for i in range(scen["nd"])]
+    if form in ("B2B", "C2B"):
+        dblk = scen["dblk"]
+        if len(set(dblk)) != len(dblk) or max(dblk) >= scen["d_count"]:
+            return S.LLM_PARAM_INVALID, out
+        if form == "B2B" and max(scen["sblk"]) >= scen["s_count"]:
+            return S.LLM_PARAM_INVALID, out
+    for s, d in pairs:
+        if form == "C2C":
+            length = block if scen["size"] == -1 else scen["size"]
+            so, do = scen["src_batch"] * scen["s_stride"], scen["dst_batch"] * block
+            out[d][do:do + length] = src[s][so:so + length]
+        elif form == "B2B":
+            for sb, db in zip(scen["sblk"], scen["dblk"]):
+                out[d][db * block:(db + 1) * block] = src[s][sb * block:(sb + 1) * block]
+        else:
+            base = scen["src_batch"] * scen["s_stride"]
+            for k, db in enumerate(scen["dblk"]):
+                length = min(block, scen["s_stride"] - k * block)
+                out[d][db * block:db * block + length] = src[s][base + k * block:base + k * block + length]
+    return S.LLM_SUCCESS, out
+
+
+@given(scen=scenarios())
+def test_pull_bytes_match_the_model(scen: dict[str, Any]) -> None:
+    x = xs.Ext()
+    try:
+        mode = xs.v2_options(direct=scen["direct"])
+        p, port = x.listening(1, {**mode, "llm.Role": "Prompt"})
+        d = x.engine(2, mode)
+        rng = np.random.default_rng(scen["seed"])
+        src = [rng.integers(0, 256, scen["s_count"] * scen["s_stride"], dtype=np.uint8) for _ in range(scen["ns"])]
+        dst = [rng.integers(0, 256, scen["d_count"] * scen["block"], dtype=np.uint8) for _ in range(scen["nd"])]
+        src_kind = xs.KIND_BLOCKS if scen["form"] == "B2B" else xs.KIND_CACHE
+        dst_kind = xs.KIND_CACHE if scen["form"] == "C2C" else xs.KIND_BLOCKS
+        status, src_id = x.register(p, src, src_kind, shape=[scen["s_count"], scen["s_stride"]],
+                                    keys=[x.blocks_key()] if src_kind == xs.KIND_BLOCKS else [])
+        assert status == 0
+        status, dst_id = x.register(d, dst, dst_kind, shape=[scen["d_count"], scen["block"]])
+        assert status == 0
+        assert x.link(d, [(1, port)]) == (0, [0])
+        n = scen["n"]
+        kwargs: dict[str, Any] = {"n": n}
+        if "span" in scen:
+            kwargs["src_tensors"] = [scen["src_layer"] * n + i for i in range(scen["span"] * n)]
+            kwargs["dst_tensors"] = [scen["dst_layer"] * n + i for i in range(scen["span"] * n)]
+        if scen["form"] == "C2C":
+            key = x.by_id(1, src_id, scen["src_batch"])
+            kwargs.update(batch_index=scen["dst_batch"], size=scen["size"])
+        elif scen["form"] == "B2B":
+            key = x.blocks_key(1)
+            kwargs.update(src_blocks=scen["sblk"], dst_blocks=scen["dblk"])
+        else:
+            key = x.by_id(1, src_id, scen["src_batch"])
+            kwargs.update(dst_blocks=scen["dblk"])
+        want_status, want = expected(scen, src, dst)
+        assert x.pull(d, key, dst_id, **kwargs) == want_status, x.last_error()
+        for got, exp in zip(dst, want):
+            assert (got == exp).all()
+    finally:
+        x.close()
