@@ -375,6 +375,7 @@ class LlmDataDist:
         self._lock = threading.Lock()
         self._initialized = False
         self._caches: dict[int, CacheDesc] = {}
+        self._owned: set[int] = set()          # ids from allocate_cache (deallocate frees only these)
         self._handle: Any = _capi.lldd_create(self._cluster_id, self._role, "LlmDataDist")
 
     # -- properties --
@@ -421,6 +422,7 @@ class LlmDataDist:
             _capi.lldd_finalize(self._handle)
         self._initialized = False
         self._caches.clear()
+        self._owned.clear()
 
     def close(self) -> None:
         """Finalize and free the native engine; the object is unusable afterwards."""
@@ -429,6 +431,7 @@ class LlmDataDist:
             _capi.lldd_destroy(handle)
         self._initialized = False
         self._caches.clear()
+        self._owned.clear()
 
     def __enter__(self) -> "LlmDataDist":
         return self
@@ -508,7 +511,8 @@ class LlmDataDist:
         """``UnregisterKvCache(cache_id)``; an unknown id succeeds."""
         cid = _int(cache_id, "cache_id", _I64, "int64")
         _capi.lldd_unregister_kv_cache(self._engine(), cid, "LlmDataDist.unregister_kv_cache")
-        self._caches.pop(cid, None)
+        if cid not in self._owned:             # an owned cache stays (PR-23 refuses the call)
+            self._caches.pop(cid, None)
 
     def allocate_cache(self, cache_desc: CacheDesc) -> Cache:
         """``AllocateCache``: a library-owned cache from the memory pool (PR-9).
@@ -524,13 +528,16 @@ class LlmDataDist:
                                                     "LlmDataDist.allocate_cache")
         del keep
         self._caches[cache_id] = cache_desc
+        self._owned.add(cache_id)
         return Cache(cache_id, addrs, cache_desc)
 
     def deallocate_cache(self, cache_id: int) -> None:
         """``DeallocateCache``: an unknown id succeeds (PR-9)."""
         cid = _int(cache_id, "cache_id", _I64, "int64")
         _capi.lldd_deallocate_cache(self._engine(), cid, "LlmDataDist.deallocate_cache")
-        self._caches.pop(cid, None)
+        if cid in self._owned:                 # a registered cache stays (semantics §3.6: a no-op)
+            self._owned.discard(cid)
+            self._caches.pop(cid, None)
 
     # -- transfers --
     def _ext(self, ext_param: Optional[KvCacheExtParam], local_id: int, is_push: bool, tag: str) -> Any:
