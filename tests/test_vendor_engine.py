@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -616,6 +617,10 @@ def test_link_needs_the_local_cluster_as_a_member(v2: LLMDataDist) -> None:
     lx(lambda: v2.link("comm", {5: 0, 6: 1}, RANK_TABLE), "link")
 
 
+def test_link_needs_a_json_rank_table(v2: LLMDataDist) -> None:
+    lx(lambda: v2.link(comm_name("json"), {1: 0, 2: 1}, "{not json"), "link")
+
+
 def test_unlink_and_query_check_the_comm_id(v2: LLMDataDist) -> None:
     for call in (v2.unlink, v2.query_register_mem_status):
         raises(TypeError, lambda: call("1"), "comm_id")  # type: ignore[arg-type]
@@ -624,23 +629,47 @@ def test_unlink_and_query_check_the_comm_id(v2: LLMDataDist) -> None:
         raises(LLMException, lambda: call(77), status=S.LLM_NOT_YET_LINK)
 
 
-def test_rank_table_link_is_preparing_until_every_member_joined_then_ok() -> None:
+def comm_name(what: str) -> str:
+    """A communicator name no other test run on this host uses (the mock's rendezvous
+    is by name, PR-39)."""
+    return f"{what}_{uuid.uuid4().hex}"
+
+
+def test_rank_table_link_is_preparing_until_every_member_joined_then_ok_and_carries_pulls() -> None:
+    import numpy as np
+
+    name = comm_name("pd_comm")
     with vs.Peer() as peer:
-        peer.run("p = LLMDataDist(LLMRole.PROMPT, 1); p.init(support.v2_options())")
+        peer.run("p = LLMDataDist(LLMRole.PROMPT, 1); p.init(support.v2_options())\n"
+                 "kv = [fill(70 + t, (8, 64)) for t in range(2)]\n"
+                 "p.cache_manager.register_blocks_cache(CacheDesc(2, [8, 64], DataType.DT_UINT8), "
+                 "[a.ctypes.data for a in kv], BlocksCacheKey(1, 0))")
         engine = LLMDataDist(LLMRole.DECODER, 2)
         engine.init(vs.v2_options())
         try:
-            comm_id = engine.link("pd_comm_1_2", {1: 0, 2: 1}, RANK_TABLE)
+            mine = [np.zeros((8, 64), dtype=np.uint8) for _ in range(2)]
+            cache = engine.cache_manager.register_blocks_cache(CacheDesc(2, [8, 64], DataType.DT_UINT8),
+                                                               [a.ctypes.data for a in mine])
+            comm_id = engine.link(name, {1: 0, 2: 1}, RANK_TABLE)
             assert comm_id == 1
             assert engine.query_register_mem_status(comm_id) is RegisterMemStatus.PREPARING
-            assert peer.run("c = p.link('pd_comm_1_2', {1: 0, 2: 1}, support.RANK_TABLE)", "c") == 1
+            raises(LLMException, lambda: engine.cache_manager.pull_blocks(BlocksCacheKey(1, 0), cache, [1], [2]),
+                   status=S.LLM_NOT_YET_LINK)
+            assert peer.run(f"c = p.link('{name}', {{1: 0, 2: 1}}, support.RANK_TABLE)", "c") == 1
             deadline = time.monotonic() + 20
             while engine.query_register_mem_status(comm_id) is not RegisterMemStatus.OK:
                 assert time.monotonic() < deadline, "the link never became OK"
                 time.sleep(0.05)
             assert peer.run(value="p.query_register_mem_status(c).name") == "OK"
+            engine.cache_manager.pull_blocks(BlocksCacheKey(1, 0), cache, [1, 5], [2, 3])
+            for t in range(2):
+                expected = np.zeros((8, 64), dtype=np.uint8)
+                expected[[2, 3]] = vs.fill(70 + t, (8, 64))[[1, 5]]
+                assert mine[t].tobytes() == expected.tobytes()
+            raises(LLMException, lambda: engine.switch_role(LLMRole.PROMPT), status=S.LLM_EXIST_LINK)
             engine.unlink(comm_id)
             raises(LLMException, lambda: engine.query_register_mem_status(comm_id), status=S.LLM_NOT_YET_LINK)
+            raises(LLMException, lambda: engine.unlink(comm_id), status=S.LLM_NOT_YET_LINK)
         finally:
             engine.finalize()
 
@@ -649,7 +678,7 @@ def test_rank_table_link_fails_when_a_member_does_not_join_in_time() -> None:
     engine = LLMDataDist(LLMRole.DECODER, 2)
     engine.init(vs.v2_options(**{"llm.LinkTotalTime": "1"}))
     try:
-        comm_id = engine.link("lonely", {1: 0, 2: 1}, RANK_TABLE)
+        comm_id = engine.link(comm_name("lonely"), {1: 0, 2: 1}, RANK_TABLE)
         deadline = time.monotonic() + 20
         while (status := engine.query_register_mem_status(comm_id)) is RegisterMemStatus.PREPARING:
             assert time.monotonic() < deadline, "the link stayed PREPARING"
@@ -663,7 +692,7 @@ def test_register_after_link_cannot_be_remote_accessible(v2: LLMDataDist) -> Non
     import numpy as np
 
     manager = v2.cache_manager
-    comm_id = v2.link("after_link", {1: 0, 2: 1}, RANK_TABLE)
+    comm_id = v2.link(comm_name("after_link"), {1: 0, 2: 1}, RANK_TABLE)
     assert comm_id == 1
     array = np.zeros((4, 16), dtype=np.uint8)
     desc = CacheDesc(1, [4, 16], DataType.DT_UINT8)
