@@ -163,12 +163,6 @@ class NativeEngines(RuleBasedStateMachine):
     def link(self, client: int, wrong_id: bool) -> None:
         server = other(client)
         port = self.h.nodes[server].port
-        world = self.h.world
-        if server in world.engines[client].links and world.listener(port) is None:
-            # Known mock bug, reproduced by test_property_native.py::
-            # test_link_from_a_stale_side_to_a_silent_peer_fails_to_connect (xfail, strict);
-            # remove this exclusion together with that xfail marker.
-            return
         self.h.link(client, 99 if wrong_id else server, port=port)              # 99: PR-28
 
     @rule(client=clusters, force=st.booleans())
@@ -206,16 +200,13 @@ class NativeEngines(RuleBasedStateMachine):
 
     @rule(cache=caches)
     def release_the_wrong_way(self, cache: tuple[int, int, bool]) -> None:
-        """unregister of an allocated cache (PR-23).
-
-        deallocate of a registered cache (a no-op, §3.6) is left out: the package then
-        forgets the cache in its own record and skips PR-3/PR-33, a known package bug
-        reproduced by test_property_native.py::
-        test_deallocate_of_a_registered_cache_keeps_the_package_record (xfail, strict);
-        restore the call here together with removing that xfail marker."""
+        """unregister of an allocated cache (PR-23); deallocate of a registered one (a
+        no-op, §3.6, after which the package still knows the cache: N-2)."""
         cluster, cache_id, allocated = cache
         if allocated:
             self.h.unregister(cluster, cache_id)
+        else:
+            self.h.deallocate(cluster, cache_id)
 
     # -- transfers --
     @rule(data=st.data(), dst=caches, src=caches, raw=c_abi)
