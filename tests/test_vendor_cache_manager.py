@@ -17,7 +17,6 @@ import ctypes
 import importlib.util
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
