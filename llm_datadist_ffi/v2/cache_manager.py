@@ -404,7 +404,7 @@ class CacheManager:
 
     # -- registration ----------------------------------------------------------------------
 
-    def _check_register_common(self, cache_desc: Any, addrs: Any, remote_accessible: Any) -> None:
+    def _check_register_common(self, addrs: Any, remote_accessible: Any) -> None:
         if self._is_call_linked and remote_accessible is True:
             raise_param_invalid("you can not register remote accessible cache after link.")
         if addrs is None:
@@ -452,7 +452,7 @@ class CacheManager:
         check_int_list(addrs, "addrs", containers=list)
         _check_key_list(cache_keys, "cache_keys")
         check_type(remote_accessible, bool, "remote_accessible")
-        self._check_register_common(cache_desc, addrs, remote_accessible)
+        self._check_register_common(addrs, remote_accessible)
         if cache_desc is None:
             raise none_error("cache_desc", "a CacheDesc", AttributeError)
         if len(addrs) != cache_desc.num_tensors:
@@ -483,7 +483,7 @@ class CacheManager:
         check_int_list(addrs, "addrs", containers=list)
         check_type(blocks_cache_key, BlocksCacheKey, "blocks_cache_key")
         check_type(remote_accessible, bool, "remote_accessible")
-        self._check_register_common(cache_desc, addrs, remote_accessible)
+        self._check_register_common(addrs, remote_accessible)
         keys = [] if blocks_cache_key is None else [blocks_cache_key]
         return self._register(tag, cache_desc, addrs, keys, True, remote_accessible)
 
