@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -33,12 +34,12 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from llm_datadist_ffi import LLMStatusCode as S
-from llm_datadist_ffi import native
+from llm_datadist_ffi import acl, native
 from llm_datadist_ffi.native import CachePlacement, GeDataType as G, LlmRole
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from oracle import Ext, tensor_layout  # noqa: E402
-from oracle.driver import Harness  # noqa: E402
+from oracle.driver import Harness, observe  # noqa: E402
 
 pytestmark = pytest.mark.mock_only(reason="property tests of the mock's rules against the oracle")
 
@@ -268,10 +269,11 @@ def ext_params(draw: st.DrawFn, f: Flaws, n_src: int, n_dst: int, n_local: int) 
     """Layer pairs and ``tensor_num_per_layer``: defaults, valid ranges and every malformed
     form (§4.2-§4.5, §5, PR-1, PR-3, PR-11, PR-12)."""
     divisors = [d for d in range(1, max(n_local, 1) + 1) if n_local % d == 0]
-    others = [d for d in range(1, n_local + 4) if d not in divisors]
+    below = [d for d in range(2, n_local) if n_local % d]            # PR-3: must divide N_local
     n = draw(f("n", st.sampled_from(divisors),
-               weighted((4, st.sampled_from(others or [n_local + 1])), (2, st.sampled_from([0, 255, 256, 300, U32_MAX])),
-                        (1, st.sampled_from([U32_MAX + 1, -1]))), 6))
+               weighted((4, st.sampled_from(below or [n_local + 1])), (2, st.integers(n_local + 1, n_local + 3)),
+                        (2, st.sampled_from([0, 255, 256, 300, U32_MAX])), (1, st.sampled_from([U32_MAX + 1, -1]))),
+               6))
     form = draw(f("layers", weighted((1, st.just("none")), (3, st.just("default")), (5, st.just("valid"))),
                   st.just("wild"), 4))
     if form == "none":
@@ -377,6 +379,7 @@ def block_lists(draw: st.DrawFn, f: Flaws, nb_src: int, nb_dst: int) -> tuple[An
 # ---- example set-up ---------------------------------------------------------------------------
 
 UNKNOWN_ID = 9_999
+U8 = int(G.DT_UINT8)
 
 
 def scaled(factor: int) -> settings:
@@ -463,7 +466,8 @@ def c_abi(half: bool = False) -> st.SearchStrategy[bool]:
 @st.composite
 def registrations(draw: st.DrawFn) -> tuple[int, int, tuple[int, ...], int, str]:
     """Descriptions for register/allocate: every size rule of §2.3, §2.4, PR-17."""
-    num_tensors = draw(weighted((8, st.integers(1, 4)), (1, st.sampled_from([0, U32_MAX + 1]))))
+    num_tensors = draw(weighted((8, st.integers(1, 4)), (1, st.sampled_from([0, U32_MAX + 1])),
+                                (1, st.sampled_from([131_060, 131_061, 131_062]))))     # the 1 MiB table (§15)
     data_type = draw(weighted((6, st.sampled_from(BYTE_TYPES + SUB_BYTE_TYPES)),
                               (1, st.sampled_from(UNSIZED_TYPES + [2**31])), (1, st.integers(0, 43))))
     big = st.sampled_from([2**31 - 1, 2**31, 2**32, 2**40, 2**61, 2**62, I64_MAX, 2**63])
@@ -471,8 +475,28 @@ def registrations(draw: st.DrawFn) -> tuple[int, int, tuple[int, ...], int, str]
     rank = draw(weighted((10, st.integers(1, 4)), (1, st.sampled_from([0, 30, 31, 32, 33]))))
     shape = tuple(draw(dims) for _ in range(rank)) if rank <= 4 else tuple([1] * rank)
     placement = draw(weighted((4, st.just(DEVICE)), (1, st.just(HOST))))
-    addresses = draw(weighted((8, st.just("own")), (1, st.just("zero")), (1, st.just("count"))))
+    addresses = draw(weighted((8, st.just("own")), (1, st.just("zero")), (1, st.just("count")),
+                              (2, st.sampled_from(["acl-3", "acl-1", "acl+0", "acl+5"]))))
     return num_tensors, int(data_type), shape, placement, addresses
+
+
+def in_acl_memory(h: Harness, num_tensors: int, data_type: int, shape: tuple[int, ...], placement: int,
+                  slack: int) -> None:
+    """Registers tensors laid end to end in one mock-ACL allocation ``slack`` bytes longer
+    (or shorter) than they need: PR-30 refuses a tensor that runs past it."""
+    layout = tensor_layout(shape, data_type) if 1 <= len(shape) <= 31 else "rank"
+    size = 64 if isinstance(layout, str) or layout.tensor_size > 1 << 20 else layout.tensor_size
+    count = max(0, min(num_tensors, 8))
+    acl.aclrtSetDevice(0)
+    base = acl.aclrtMalloc(max(1, count * size + slack), 0)
+    try:
+        h.world.acl_allocations = [(base, max(1, count * size + slack))]
+        h.register(A, num_tensors, data_type, shape, placement, addrs=[base + i * size for i in range(count)])
+        h.unregister(A, h.world.engines[A].next_id - 1)     # before the memory goes (a no-op if it failed)
+    finally:
+        h.world.acl_allocations = []
+        acl.aclrtFree(base)
+        acl.aclrtResetDevice(0)
 
 
 @scaled(2)
@@ -482,13 +506,20 @@ def registrations(draw: st.DrawFn) -> tuple[int, int, tuple[int, ...], int, str]
 @example(steps=[(1, int(G.DT_FLOAT), (2**61, 1), DEVICE, "own")])                  # byte overflow
 @example(steps=[(2, int(G.DT_UINT8), (4, 8), DEVICE, "zero"),
                 (2, int(G.DT_UINT8), (4, 8), DEVICE, "own")])                       # ids not taken
+@example(steps=[(2, int(G.DT_UINT8), (4, 8), DEVICE, "acl-1")])                     # PR-30
+@example(steps=[(131_061, int(G.DT_UINT8), (1,), DEVICE, "own"),
+                (1, int(G.DT_UINT8), (1,), DEVICE, "own")])                         # §15: 1 MiB table
 def test_register_kv_cache_agrees_with_oracle(pair: Harness, steps: list[Any]) -> None:
-    """Registration: codes, ids consumed (§3.1), sizes, ranks and data types (§2.3, §2.4)."""
+    """Registration: codes, ids consumed (§3.1), sizes, ranks and data types (§2.3, §2.4),
+    mock-ACL bounds (PR-30), the published table's 1 MiB (§15)."""
     pair.reset()
     keep: list[np.ndarray] = []
     for num_tensors, data_type, shape, placement, addresses in steps:
         if addresses == "own":
             pair.register(A, num_tensors, data_type, shape, placement)
+            continue
+        if addresses.startswith("acl"):
+            in_acl_memory(pair, num_tensors, data_type, shape, placement, int(addresses[3:]))
             continue
         buffer = np.ones(64, dtype=np.uint8)            # a stand-in: these descriptions never move bytes
         keep.append(buffer)
@@ -502,6 +533,7 @@ def test_register_kv_cache_agrees_with_oracle(pair: Harness, steps: list[Any]) -
 
 
 @scaled(2)
+@example(steps=[("allocate", (131_062, U8, (1,), DEVICE, "own"), 0)], cluster=A)    # §15 before the pool
 @given(steps=st.lists(st.tuples(st.sampled_from(["allocate", "allocate", "deallocate"]), registrations(),
                                  st.integers(0, 5)), min_size=1, max_size=8),
        cluster=weighted((5, st.just(A)), (1, st.just(B))))
@@ -520,6 +552,7 @@ def test_allocate_and_deallocate_agree_with_oracle(pair: Harness, steps: list[An
 
 
 # ---- transfers ----------------------------------------------------------------------------------
+
 
 def stride_of(spec: Spec) -> int:
     layout = tensor_layout(spec.shape, spec.data_type) if 1 <= len(spec.shape) <= 31 else "rank"
@@ -635,9 +668,6 @@ def make_call(h: Harness, call: str, case: Case, peer: int, src_id: int, dst_id:
                                case.ext, case.caller)
     return h.push_kv_blocks(case.local, src_id, (peer, dst_id, case.dst_batch), case.src_blocks, case.dst_blocks,
                             case.ext, case.caller)
-
-
-U8 = int(G.DT_UINT8)
 
 
 # Each test runs once per focus group (FOCUS) with the profile's example count. The data
@@ -829,3 +859,97 @@ def test_deallocate_of_a_registered_cache_keeps_the_package_record(pair: Harness
         pair.push_kv_cache(A, cache_id, (B, cache_id, 0), 0, -1, None, (DEVICE, 1))
     finally:
         pair.reset()
+
+
+@pytest.mark.parametrize("tensors", [1, 4])
+@pytest.mark.parametrize("runs_over_limit", [-1, 0, 1])
+def test_pull_requests_are_limited_by_their_entries(pair: Harness, tensors: int, runs_over_limit: int) -> None:
+    """§15, direct mode: a pull request has E = T + 2·R entries (T destination tensors, R
+    runs of block pairs), at most 131,064; pushes send no request (E-13). Scattered
+    pairs make one run each; the oracle decides each side of the boundary."""
+    runs = (131_064 - tensors) // 2 + runs_over_limit
+    nb = runs + 1
+    rng = np.random.default_rng(runs)
+    dst = rng.permutation(nb)[:runs].astype(np.uint64)
+    src = dst[::-1].copy()                     # descending against a random order: runs of one pair
+    made = set_up(pair, A, B, {"src": (B, Spec(tensors, U8, (nb, 1))), "dst": (A, Spec(tensors, U8, (nb, 1)))},
+                  linked=True)
+    expected = pair.pull_kv_blocks(A, (B, made.ids["src"], 0), made.ids["dst"], src, dst, Ext(n=1))
+    assert (expected.status == S.LLM_PARAM_INVALID) == (tensors + 2 * len(runs_of(src, dst)) > 131_064)
+    pushed = pair.push_kv_blocks(B, made.ids["src"], (A, made.ids["dst"], 0), src, dst, Ext(n=1), (DEVICE, tensors))
+    assert pushed.ok
+    tear_down(pair, A, B, linked=True)
+
+
+def runs_of(src: Any, dst: Any) -> list[tuple[int, int, int]]:
+    from oracle.model import runs
+    return runs(list(zip((int(s) for s in src), (int(d) for d in dst))))
+
+
+# ---- concurrency ---------------------------------------------------------------------------------
+
+@scaled(1)
+@given(data=st.data(), threads=st.integers(2, 6))
+def test_concurrent_transfers_agree_with_oracle(pair: Harness, data: Any, threads: int) -> None:
+    """§14: calls from several threads at once. Each thread pulls into (or pushes from) its
+    own caches over the one link between A and B, in either direction; each call must give
+    what the oracle says of it alone (the calls touch disjoint destinations), and memory
+    must then hold every call's bytes."""
+    calls = data.draw(st.lists(st.tuples(st.sampled_from(["pull_kv_cache", "pull_kv_blocks", "push_kv_cache",
+                                                          "push_kv_blocks"]), directions(),
+                                         st.integers(1, 4), st.integers(1, 6)),
+                               min_size=threads, max_size=threads), "calls")
+    caches = {}
+    for i, (call, (local, remote), tensors, count) in enumerate(calls):
+        push = call.startswith("push")
+        caches[f"src{i}"] = (local if push else remote, Spec(tensors, U8, (count, 16)))
+        caches[f"dst{i}"] = (remote if push else local, Spec(tensors, U8, (count, 16)))
+    made = set_up(pair, A, B, caches, linked=True)
+    prepared = []
+    for i, (call, (local, remote), tensors, count) in enumerate(calls):
+        src, dst = made.ids[f"src{i}"], made.ids[f"dst{i}"]
+        blocks = data.draw(st.permutations(list(range(count))), f"blocks {i}")
+        engine, world = pair.engine(local), pair.world
+        if call == "pull_kv_cache":
+            b = data.draw(st.integers(0, count - 1), f"batch {i}")
+            prepared.append((world.pull_kv_cache(local, (remote, src, b), dst, count - 1 - b),
+                             lambda e=engine, r=remote, s=src, d=dst, b=b, c=count:
+                             e.pull_kv_cache(native.CacheIndex(r, s, b), native.Cache(d), c - 1 - b)))
+        elif call == "pull_kv_blocks":
+            prepared.append((world.pull_kv_blocks(local, (remote, src, 0), dst, blocks, blocks[::-1]),
+                             lambda e=engine, r=remote, s=src, d=dst, k=blocks:
+                             e.pull_kv_blocks(native.CacheIndex(r, s), native.Cache(d), k, k[::-1])))
+        elif call == "push_kv_cache":
+            b = data.draw(st.integers(0, count - 1), f"batch {i}")
+            prepared.append((world.push_kv_cache(local, src, (remote, dst, b), count - 1 - b, -1, Ext(n=1),
+                                                 (DEVICE, tensors)),
+                             lambda e=engine, r=remote, s=src, d=dst, b=b, c=count, t=tensors:
+                             e.push_kv_cache(native.Cache(s, [], native.CacheDesc(t, G.DT_UINT8, [c, 16])),
+                                             native.CacheIndex(r, d, b), c - 1 - b, -1,
+                                             native.KvCacheExtParam(tensor_num_per_layer=1))))
+        else:
+            prepared.append((world.push_kv_blocks(local, src, (remote, dst, 0), blocks, blocks[::-1], Ext(n=1),
+                                                  (DEVICE, tensors)),
+                             lambda e=engine, r=remote, s=src, d=dst, k=blocks, c=count, t=tensors:
+                             e.push_kv_blocks(native.Cache(s, [], native.CacheDesc(t, G.DT_UINT8, [c, 16])),
+                                              native.CacheIndex(r, d), k, k[::-1],
+                                              native.KvCacheExtParam(tensor_num_per_layer=1))))
+    results: list[Any] = [None] * len(prepared)
+    start = threading.Barrier(len(prepared))
+
+    def run(i: int) -> None:
+        start.wait()
+        results[i] = observe(prepared[i][1])
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(len(prepared))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    for (expected, _), (kind, status, _, message), call in zip(prepared, results, calls):
+        want = ("ok", S.LLM_SUCCESS) if expected.ok else ("LLMException", expected.status)
+        assert (kind, status) == want, f"{call}: the oracle expects {expected.describe()}, got {kind} {status}: " \
+                                       f"{message}"
+        pair._apply(expected)
+    pair.check_memory()
+    tear_down(pair, A, B, linked=True)

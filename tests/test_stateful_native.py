@@ -165,6 +165,21 @@ class NativeEngines(RuleBasedStateMachine):
         port = self.h.nodes[server].port
         self.h.link(client, 99 if wrong_id else server, port=port)              # 99: PR-28
 
+    @rule(client=clusters, unlink=st.booleans(), force=st.booleans(),
+          form=st.sampled_from(["twice", "wrong id first", "no clusters", "timeout 0"]))
+    def link_several(self, client: int, unlink: bool, force: bool, form: str) -> None:
+        """A call with several clusters or odd arguments: PR-29 (a repeated cluster: the
+        input order decides, ALREADY_LINK), the call status is the last failure's; an
+        empty list or a timeout <= 0 is PARAM_INVALID without per-cluster results."""
+        server = other(client)
+        remotes: list[tuple[int, Optional[int]]] = {
+            "twice": [(server, None), (server, None)],
+            "wrong id first": [(99, self.h.nodes[server].port), (server, None)],
+            "no clusters": [],
+            "timeout 0": [(server, None)],
+        }[form]
+        self.h.link_clusters(client, remotes, 0 if form == "timeout 0" else 1000, unlink=unlink, force=force)
+
     @rule(client=clusters, force=st.booleans())
     def unlink(self, client: int, force: bool) -> None:
         self.h.unlink(client, other(client), force=force)

@@ -410,24 +410,30 @@ class Harness:
 
     def link(self, cluster_id: int, remote_cluster_id: int, port: Optional[int] = None,
              timeout: int = 1000) -> Outcome:
-        arg, info = self.cluster_info(remote_cluster_id, port)
-        expected = self.world.link(cluster_id, [arg], timeout)
-        call = f"link({cluster_id} -> {remote_cluster_id})"
-        self.log.append(call)
-        got = self.engine(cluster_id).link_llm_clusters([info], timeout)
-        if (got[0], list(got[1])) != (expected.status, expected.value):
-            raise Mismatch(f"{call}: got {got}, the oracle expects {(expected.status, expected.value)}")
-        return expected
+        return self.link_clusters(cluster_id, [(remote_cluster_id, port)], timeout)
 
     def unlink(self, cluster_id: int, remote_cluster_id: int, force: bool = False, port: Optional[int] = None,
                timeout: int = 1000) -> Outcome:
-        arg, info = self.cluster_info(remote_cluster_id, port, num_local=0)
-        expected = self.world.unlink(cluster_id, [arg], timeout, force)
-        call = f"unlink({cluster_id} -> {remote_cluster_id}, force={force})"
+        return self.link_clusters(cluster_id, [(remote_cluster_id, port)], timeout, unlink=True, force=force)
+
+    def link_clusters(self, cluster_id: int, remotes: Sequence[tuple[int, Optional[int]]], timeout: int = 1000,
+                      unlink: bool = False, force: bool = False) -> Outcome:
+        """link/unlink_llm_clusters with one ClusterInfo per ``(remote cluster id, port)``
+        (port None: where that engine listens); the call returns its statuses (N-5)."""
+        pairs = [self.cluster_info(remote, port, num_local=0 if unlink else 1) for remote, port in remotes]
+        args, infos = [a for a, _ in pairs], [i for _, i in pairs]
+        if unlink:
+            expected = self.world.unlink(cluster_id, args, timeout, force)
+        else:
+            expected = self.world.link(cluster_id, args, timeout)
+        call = (f"{'unlink' if unlink else 'link'}({cluster_id} -> {[r for r, _ in remotes]}, timeout={timeout}"
+                f"{', force' if force else ''})")
         self.log.append(call)
-        got = self.engine(cluster_id).unlink_llm_clusters([info], timeout, force)
+        engine = self.engine(cluster_id)
+        got = engine.unlink_llm_clusters(infos, timeout, force) if unlink else engine.link_llm_clusters(infos, timeout)
         if (got[0], list(got[1])) != (expected.status, expected.value):
-            raise Mismatch(f"{call}: got {got}, the oracle expects {(expected.status, expected.value)}")
+            raise Mismatch(f"{call}: got {got}, the oracle expects {(expected.status, expected.value)}; "
+                           f"calls so far: {self.log[-15:]}")
         return expected
 
     # -- transfers --

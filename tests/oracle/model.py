@@ -382,6 +382,8 @@ class World:
             if c.num_local != 1:
                 return PI
             e.comm_resource = True                            # the first link generates it
+        if c.remote_cluster_id == e.cluster_id:
+            return PI                                         # docs/semantics.md E-7, before connecting
         target = self.listener(c.remote_ports[0])
         if target is None:
             return S.LLM_LINK_FAILED
@@ -414,6 +416,9 @@ class World:
             target = self.listener(c.remote_ports[0])
             if target is None:
                 rets.append(S.LLM_UNLINK_FAILED)              # the local link is kept
+                continue
+            if target.cluster_id != c.remote_cluster_id:
+                rets.append(PI)                               # docs/semantics.md E-8: both links kept
                 continue
             # decision: the peer drops whatever link it holds to us, even when we hold none
             target.links.pop(e.cluster_id, None)
@@ -495,12 +500,13 @@ class World:
         layout = tensor_layout(shape, data_type)
         if isinstance(layout, str):
             return fail(PI, f"§2.3: {layout}")
+        # decision (§3.6 and §15 give no order): the table limit, which the description
+        # alone decides, before any pool page is taken
+        if e.table_bytes() + TABLE_PER_CACHE + TABLE_PER_ADDR * num_tensors > TABLE_LIMIT:
+            return fail(PI, "§15: the published table would exceed 1 MiB")
         pages = pool.take([layout.tensor_size] * num_tensors)
         if pages is None:
             return fail(S.LLM_OUT_OF_MEMORY, "PR-34: pool exhausted")
-        if e.table_bytes() + TABLE_PER_CACHE + TABLE_PER_ADDR * num_tensors > TABLE_LIMIT:
-            pool.give(pages)
-            return fail(PI, "§15: the published table would exceed 1 MiB")
         e.caches[cache_id] = CacheModel(cache_id, num_tensors, int(placement), layout, True, self.tick(), pages)
         e.known.add(cache_id)
         return success(cache_id)
