@@ -139,11 +139,14 @@ class NativeEngines(RuleBasedStateMachine):
         return src, dst
 
     # -- life cycle --
-    @rule(cluster=clusters, bad_wait=st.sampled_from([False, False, False, True]))
-    def initialize(self, cluster: int, bad_wait: bool) -> None:
+    @rule(cluster=clusters, bad=st.sampled_from([None, None, None, None, "wait time", "port"]))
+    def initialize(self, cluster: int, bad: Optional[str]) -> None:
+        """Initialize (a no-op when initialised, §12.1), sometimes with a bad option."""
         options = dict(self.h.nodes[cluster].options)
-        if bad_wait:
+        if bad == "wait time":
             options["llm.SyncKvCacheWaitTime"] = "0"             # PR-26
+        elif bad == "port":
+            options["llm.ListenIpInfo"] = "127.0.0.1:0"          # PR-27
         self.h.initialize(cluster, options)
 
     @rule(cluster=clusters, again=st.sampled_from([True, True, True, False]))
@@ -166,15 +169,17 @@ class NativeEngines(RuleBasedStateMachine):
         self.h.link(client, 99 if wrong_id else server, port=port)              # 99: PR-28
 
     @rule(client=clusters, unlink=st.booleans(), force=st.booleans(),
-          form=st.sampled_from(["twice", "wrong id first", "no clusters", "timeout 0"]))
+          form=st.sampled_from(["twice", "wrong id first", "own id", "no clusters", "timeout 0"]))
     def link_several(self, client: int, unlink: bool, force: bool, form: str) -> None:
         """A call with several clusters or odd arguments: PR-29 (a repeated cluster: the
-        input order decides, ALREADY_LINK), the call status is the last failure's; an
-        empty list or a timeout <= 0 is PARAM_INVALID without per-cluster results."""
+        input order decides, ALREADY_LINK), PR-28 and E-8 (another cluster answers), E-7
+        (the own cluster id); the call status is the last failure's; an empty list or a
+        timeout <= 0 is PARAM_INVALID without per-cluster results."""
         server = other(client)
         remotes: list[tuple[int, Optional[int]]] = {
             "twice": [(server, None), (server, None)],
             "wrong id first": [(99, self.h.nodes[server].port), (server, None)],
+            "own id": [(client, self.h.nodes[server].port)],       # E-7 (link); E-8 (unlink)
             "no clusters": [],
             "timeout 0": [(server, None)],
         }[form]
