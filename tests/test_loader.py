@@ -14,9 +14,11 @@ import pytest
 import llm_datadist_ffi
 
 
-def run_python(code: str, **env_overrides: str) -> subprocess.CompletedProcess[str]:
+def run_python(code: str, keep_backend: bool = False, **env_overrides: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter; without ``keep_backend`` the backend variables
+    of this process are removed first, so the child starts from a plain machine."""
     env = {k: v for k, v in os.environ.items()
-           if k not in ("LLM_DATADIST_FFI_BACKEND", "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")}
+           if keep_backend or k not in ("LLM_DATADIST_FFI_BACKEND", "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")}
     env.update(env_overrides)
     # Never run in the source tree: '' on sys.path would shadow the installed package.
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -88,7 +90,7 @@ def test_a_missing_mock_library_is_an_import_error_saying_how_to_build_it(tmp_pa
 
 def test_info_names_the_backend_libraries_abi_and_capabilities() -> None:
     result = run_python("import runpy, sys; sys.argv = ['x', 'info', '--json'];"
-                        "runpy.run_module('llm_datadist_ffi', run_name='__main__')")
+                        "runpy.run_module('llm_datadist_ffi', run_name='__main__')", keep_backend=True)
     assert result.returncode == 0, result.stderr
 
     info = json.loads(result.stdout)
