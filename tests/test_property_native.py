@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from llm_datadist_ffi import LLMStatusCode as S
-from llm_datadist_ffi import acl, native
+from llm_datadist_ffi import acl, mock_control, native
 from llm_datadist_ffi.native import CachePlacement, GeDataType as G, LlmRole
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -953,3 +953,59 @@ def test_concurrent_transfers_agree_with_oracle(pair: Harness, data: Any, thread
         pair._apply(expected)
     pair.check_memory()
     tear_down(pair, A, B, linked=True)
+
+
+# ---- slow peers ------------------------------------------------------------------------------------
+
+SLOW_STEPS = st.sampled_from([("pull", A), ("pull", B), ("push", A), ("push", B), ("delay", A, 0), ("delay", A, 20),
+                              ("delay", A, 100), ("delay", B, 0), ("delay", B, 20), ("delay", B, 100), ("relink",)])
+
+
+@settings(max_examples=max(10, settings.default.max_examples // 2))
+@given(steps=st.lists(SLOW_STEPS, min_size=1, max_size=8))
+@example(steps=[("delay", B, 100), ("pull", A), ("delay", B, 0), ("pull", A), ("relink",), ("pull", A)])
+def test_slow_peers_time_out_as_the_oracle_says(pair: Harness, steps: list[Any]) -> None:
+    """§13, PR-35, E-15: with llm.SyncKvCacheWaitTime = 60 ms on both engines, a peer
+    whose answers are delayed by 100 ms makes a transfer time out and poisons the link on
+    that side until it is linked again; 20 ms is in time.
+
+    The other side learns of the timeout when its serving thread sees the connection
+    close (E-9), at a moment no test can observe; so after a timeout only the side that
+    timed out transfers until the next re-link (E-9 itself: example tests)."""
+    pair.reset()
+    for cluster in (A, B):
+        pair.finalize(cluster)
+        pair.initialize(cluster, {**pair.nodes[cluster].options, "llm.SyncKvCacheWaitTime": "60"})
+    ids = {(cluster, role): pair.register(cluster, 2, U8, [2, 16]).value
+           for cluster in (A, B) for role in ("src", "dst")}
+    pair.link(A, B)
+    timed_out: Optional[int] = None            # the side that timed out since the last link
+    try:
+        for step in steps:
+            if step[0] == "delay":
+                mock_control.set_serve_delay(pair.engine(step[1]), step[2])
+                pair.world.serve_delay[step[1]] = step[2]
+            elif step[0] == "relink":
+                for cluster in (A, B):
+                    mock_control.set_serve_delay(pair.engine(cluster), 0)
+                    pair.world.serve_delay[cluster] = 0
+                pair.unlink(A, B)
+                pair.link(A, B)
+                timed_out = None
+            elif timed_out is not None and step[1] != timed_out:
+                continue
+            else:
+                local, remote = step[1], B if step[1] == A else A
+                if step[0] == "pull":
+                    outcome = pair.pull_kv_cache(local, (remote, ids[remote, "src"], 1), ids[local, "dst"], 0)
+                else:
+                    outcome = pair.push_kv_cache(local, ids[local, "src"], (remote, ids[remote, "dst"], 1), 0, -1,
+                                                 None, (DEVICE, 2))
+                if outcome.status == S.LLM_TIMEOUT:
+                    timed_out = local
+                event(outcome.describe())
+    finally:
+        for cluster in (A, B):
+            mock_control.set_serve_delay(pair.engine(cluster), 0)
+            pair.world.serve_delay[cluster] = 0
+    pair.reset()

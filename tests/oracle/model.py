@@ -116,6 +116,7 @@ class LinkEnd:
     born: int
     table: Optional[frozenset[int]] = None
     poisoned: bool = False       # PR-35
+    broken: bool = False         # the other side timed out (docs/semantics.md E-9)
 
 
 class Pool:
@@ -160,6 +161,7 @@ class EngineModel:
     initialized: bool = False
     listen_port: Optional[int] = None
     comm_resource: bool = False                   # §10.2: listen address or a first link
+    sync_timeout: int = 1000                      # llm.SyncKvCacheWaitTime, ms (§13)
     pools: dict[int, Pool] = field(default_factory=dict)     # by placement
     next_id: int = 1
     caches: dict[int, CacheModel] = field(default_factory=dict)
@@ -248,6 +250,9 @@ class World:
         self._tokens = 0
         #: live mock-ACL allocations (address, size) that registrations must respect (PR-30)
         self.acl_allocations: list[tuple[int, int]] = []
+        #: the mock's serve delay per engine (a test hook, E-15): a peer whose answers take
+        #: at least the caller's llm.SyncKvCacheWaitTime makes its transfers time out
+        self.serve_delay: dict[int, int] = {}
 
     def tick(self) -> int:
         self.clock += 1
@@ -263,6 +268,25 @@ class World:
             if engine.initialized and engine.listen_port == port:
                 return engine
         return None
+
+    def _link_usable(self, engine: EngineModel, end: LinkEnd) -> bool:
+        """PR-31, PR-35, E-9: a link is usable unless it timed out here, timed out on the
+        other side, or the other side is gone. An unusable link is poisoned."""
+        if end.poisoned or end.broken or not self._peer_side_alive(engine, end):
+            end.poisoned = True
+            return False
+        return True
+
+    def _answers_in_time(self, engine: EngineModel, end: LinkEnd) -> bool:
+        """§13: the peer's answer to the lookup arrives within llm.SyncKvCacheWaitTime;
+        otherwise this side is poisoned (PR-35) and the other side broken (E-9)."""
+        if self.serve_delay.get(end.peer, 0) < engine.sync_timeout:
+            return True
+        end.poisoned = True
+        other = self.engines[end.peer].links.get(engine.cluster_id)
+        if other is not None and other.token == end.token:
+            other.broken = True
+        return False
 
     def _peer_side_alive(self, engine: EngineModel, end: LinkEnd) -> bool:
         peer = self.engines.get(end.peer)
@@ -314,6 +338,7 @@ class World:
                 return fail(PI, f"§3.3, §15: {key} out of range")
             pools[int(placement)] = Pool(size, shift)
         e.initialized, e.listen_port, e.comm_resource, e.pools = True, port, port is not None, pools
+        e.sync_timeout = int(wait) if wait is not None else 1000
         e.next_id, e.caches, e.known, e.links = 1, {}, set(), {}
         return success()
 
@@ -671,9 +696,8 @@ class World:
         link = e.links.get(src_cluster)
         if link is None:
             return fail(S.LLM_NOT_YET_LINK, "§8.0.5: no link")
-        if link.poisoned or not self._peer_side_alive(e, link):
-            link.poisoned = True
-            return fail(S.LLM_TIMEOUT, "PR-31/PR-35: the peer side is gone")
+        if not self._link_usable(e, link):
+            return fail(S.LLM_TIMEOUT, "PR-31/PR-35/E-9: the link timed out or its peer side is gone")
         # 6. request construction
         if blocks is not None:
             sblk, dblk = blocks
@@ -690,6 +714,8 @@ class World:
         peer = self.engines[src_cluster]
         if src_id <= 0:
             return fail(KVNE, "PR-20: cache id <= 0")
+        if not self._answers_in_time(e, link):
+            return fail(S.LLM_TIMEOUT, "§13: the peer did not answer within llm.SyncKvCacheWaitTime")
         if link.table is None:
             link.table = frozenset(peer.caches)
         remote = peer.caches.get(src_id)
@@ -802,9 +828,8 @@ class World:
         link = e.links.get(dst_cluster)
         if link is None:
             return fail(S.LLM_NOT_YET_LINK, "§8.0 push 3: no link")
-        if link.poisoned or not self._peer_side_alive(e, link):
-            link.poisoned = True
-            return fail(S.LLM_TIMEOUT, "PR-31/PR-35: the peer side is gone")
+        if not self._link_usable(e, link):
+            return fail(S.LLM_TIMEOUT, "PR-31/PR-35/E-9: the link timed out or its peer side is gone")
         # 4. the local cache must be reachable through the link. Decision: PR-32 says a
         #    late registration is "not remote accessible through this link", so the local
         #    half of PR-32 is checked here with the local remote-accessible flag.
@@ -814,6 +839,8 @@ class World:
         peer = self.engines[dst_cluster]
         if dst_id <= 0:
             return fail(KVNE, "PR-20: cache id <= 0")
+        if not self._answers_in_time(e, link):
+            return fail(S.LLM_TIMEOUT, "§13: the peer did not answer within llm.SyncKvCacheWaitTime")
         if link.table is None:
             link.table = frozenset(peer.caches)
         remote = peer.caches.get(dst_id)
