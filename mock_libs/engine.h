@@ -337,6 +337,12 @@ int find_repeat(const uint64_t *v, size_t count, size_t *pos, size_t *earlier);
 lldd_status cache_layout(const char *fn, const lldd_cache_desc *desc, cache_wire *w);
 lldd_status cache_check_rank(const char *fn, const lldd_cache_desc *d);
 int64_t cache_take_id(engine *e);
+/* PR-30: a tensor range [addrs[i], +tensor_size) that starts in a live mock-ACL
+ * allocation must stay inside it (registration, native and extension). */
+lldd_status cache_check_acl_ranges(const char *fn, const uint64_t *addrs, size_t num_addrs, uint64_t tensor_size);
+/* A registered cache's record: w and a copy of the caller's addresses. NULL, with
+ * "out of host memory" set, when memory runs out. */
+mcache *cache_record_new(const char *fn, const cache_wire *w, const uint64_t *addrs, size_t num_addrs);
 /* Bytes of one cache's entry in the published table (§15), and of one key binding. */
 uint64_t cache_entry_bytes(uint32_t num_tensors);
 enum { TABLE_LIMIT = 1024 * 1024, TABLE_KEY_BYTES = 24 };

@@ -318,6 +318,37 @@ lldd_status cache_check_rank(const char *fn, const lldd_cache_desc *d)
  * RegisterKvCache / UnregisterKvCache
  * ------------------------------------------------------------------------------------------ */
 
+lldd_status cache_check_acl_ranges(const char *fn, const uint64_t *addrs, size_t num_addrs, uint64_t tensor_size)
+{
+    for (size_t i = 0; i < num_addrs; i++) {
+        mock_alloc_info a;
+        if (mock_acl_lookup((uintptr_t)addrs[i], &a) && a.live) {
+            uint64_t off = addrs[i] - (uint64_t)a.base;
+            if (off > a.size || tensor_size > a.size - off) {
+                mock_set_error("%s: tensor %zu: [0x%llx, +%llu) runs past the end of its aclrtMalloc%s allocation "
+                               "[0x%llx, +%zu) (PR-30)", fn, i, (unsigned long long)addrs[i],
+                               (unsigned long long)tensor_size, a.kind == MOCK_MEM_HOST ? "Host" : "",
+                               (unsigned long long)a.base, a.size);
+                return LLM_PARAM_INVALID;
+            }
+        }
+    }
+    return LLM_SUCCESS;
+}
+
+mcache *cache_record_new(const char *fn, const cache_wire *w, const uint64_t *addrs, size_t num_addrs)
+{
+    mcache *c = calloc(1, sizeof *c);
+    if (c == NULL || (c->addrs = malloc(num_addrs * sizeof *c->addrs)) == NULL) {
+        free(c);
+        mock_set_error("%s: out of host memory", fn);
+        return NULL;
+    }
+    memcpy(c->addrs, addrs, num_addrs * sizeof *c->addrs);
+    c->w = *w;
+    return c;
+}
+
 MOCK_EXPORT lldd_status lldd_register_kv_cache(lldd_engine *e, const lldd_cache_desc *desc, const uint64_t *addrs,
                                                size_t num_addrs, int64_t *cache_id)
 {
@@ -361,29 +392,12 @@ MOCK_EXPORT lldd_status lldd_register_kv_cache(lldd_engine *e, const lldd_cache_
     if ((st = cache_layout(fn, desc, &w)) != LLM_SUCCESS)
         goto out;
     w.id = id;
-    /* PR-30: a range starting in a live mock-ACL allocation must stay inside it */
-    for (size_t i = 0; i < num_addrs; i++) {
-        mock_alloc_info a;
-        if (mock_acl_lookup((uintptr_t)addrs[i], &a) && a.live) {
-            uint64_t off = addrs[i] - (uint64_t)a.base;
-            if (off > a.size || w.tensor_size > a.size - off) {
-                mock_set_error("%s: tensor %zu: [0x%llx, +%llu) runs past the end of its aclrtMalloc%s allocation "
-                               "[0x%llx, +%zu) (PR-30)", fn, i, (unsigned long long)addrs[i],
-                               (unsigned long long)w.tensor_size, a.kind == MOCK_MEM_HOST ? "Host" : "",
-                               (unsigned long long)a.base, a.size);
-                st = LLM_PARAM_INVALID;
-                goto out;
-            }
-        }
-    }
-    c = calloc(1, sizeof *c);
-    if (c == NULL || (c->addrs = malloc(num_addrs * sizeof *c->addrs)) == NULL) {
-        mock_set_error("%s: out of host memory", fn);
+    if ((st = cache_check_acl_ranges(fn, addrs, num_addrs, w.tensor_size)) != LLM_SUCCESS)
+        goto out;
+    if ((c = cache_record_new(fn, &w, addrs, num_addrs)) == NULL) {
         st = LLM_FAILED;
         goto out;
     }
-    memcpy(c->addrs, addrs, num_addrs * sizeof *c->addrs);
-    c->w = w;
     pthread_mutex_lock(&e->mu);
     if (e->mode == MODE_DIRECT && e->table_bytes + cache_entry_bytes(w.num_tensors) > TABLE_LIMIT) {
         pthread_mutex_unlock(&e->mu);

@@ -430,28 +430,12 @@ MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache
             goto out;
         }
     }
-    for (size_t i = 0; i < num_addrs; i++) {
-        mock_alloc_info a;
-        if (mock_acl_lookup((uintptr_t)addrs[i], &a) && a.live) {
-            uint64_t off = addrs[i] - (uint64_t)a.base;
-            if (off > a.size || w.tensor_size > a.size - off) {
-                mock_set_error("%s: tensor %zu: [0x%llx, +%llu) runs past the end of its aclrtMalloc%s allocation "
-                               "[0x%llx, +%zu) (PR-30)", fn, i, (unsigned long long)addrs[i],
-                               (unsigned long long)w.tensor_size, a.kind == MOCK_MEM_HOST ? "Host" : "",
-                               (unsigned long long)a.base, a.size);
-                st = LLM_PARAM_INVALID;
-                goto out;
-            }
-        }
-    }
-    c = calloc(1, sizeof *c);
-    if (c == NULL || (c->addrs = malloc(num_addrs * sizeof *c->addrs)) == NULL) {
-        mock_set_error("%s: out of host memory", fn);
+    if ((st = cache_check_acl_ranges(fn, addrs, num_addrs, w.tensor_size)) != LLM_SUCCESS)
+        goto out;
+    if ((c = cache_record_new(fn, &w, addrs, num_addrs)) == NULL) {
         st = LLM_FAILED;
         goto out;
     }
-    memcpy(c->addrs, addrs, num_addrs * sizeof *c->addrs);
-    c->w = w;
     pthread_mutex_lock(&e->mu);
     uint64_t keys_bytes = kind == LLDD_CACHE_KIND_BLOCKS ? (uint64_t)num_keys * TABLE_KEY_BYTES : 0;
     if (kind == LLDD_CACHE_KIND_CACHE) {
