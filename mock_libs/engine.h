@@ -458,6 +458,13 @@ lldd_status move_bytes(xlink *x, const char *fn, const plan *p, int pull, int64_
 lldd_status check_blocks(const char *fn, const char *name, const uint64_t *blk, size_t n, uint64_t limit,
                          const char *whose);
 lldd_status check_repeats(const char *fn, const char *name, const uint64_t *v, size_t n);
+/* Step 6 of a push (native and extension), in this order: the destination cache is
+ * remote accessible and, unless pool-owned, registered before the link (PR-32). */
+lldd_status push_dst_access_checks(const char *fn, const cache_wire *rw, const mlink *l, uint64_t cluster_id);
+/* Step 6 of a push, after the batch index: destination blocks in range, the kind
+ * (PR-15), batch or block sizes (PR-14, PR-13), no repeated destination block. */
+lldd_status push_dst_shape_checks(const char *fn, int b2b, const cache_wire *lw, const cache_wire *rw,
+                                  const uint64_t *dblk, size_t ndblk);
 
 /* ---- engine_ext_xfer.c: the peer's side of extension transfers (engine_serve.c) ---- */
 /* A source to resolve on the engine that holds it: by key, live (server-assisted, v1)

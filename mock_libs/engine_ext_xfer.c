@@ -777,15 +777,8 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
         return st;
     const cache_wire *rw = &dst->pc.w;
     /* step 6: the destination's checks */
-    if (!rw->remote_accessible) {
-        mock_set_error("%s: the remote cache %lld is not remote accessible", fn, (long long)rw->id);
-        return LLM_PARAM_INVALID;
-    }
-    if (!rw->owned && rw->id >= xl->l->peer_next_at_link) {
-        mock_set_error("%s: cache registered after link is not remote accessible through this link: cache %lld on "
-                       "cluster %llu (PR-32)", fn, (long long)rw->id, (unsigned long long)a->dst->cluster_id);
-        return LLM_PARAM_INVALID;
-    }
+    if ((st = push_dst_access_checks(fn, rw, xl->l, a->dst->cluster_id)) != LLM_SUCCESS)
+        return st;
     if (a->dst_layer >= rw->num_tensors / a->n) {
         mock_set_error("%s: destination layer %u is out of range: the remote cache has %u tensors, %u per layer", fn,
                        (unsigned)a->dst_layer, (unsigned)rw->num_tensors, (unsigned)a->n);
@@ -796,28 +789,7 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
                        (unsigned)a->dst->batch_index, (long long)rw->id, (unsigned long long)rw->batches);
         return LLM_PARAM_INVALID;
     }
-    if (a->b2b && (st = check_blocks(fn, "dst_blocks", a->dblk, a->ndb, rw->blocks, "remote")) != LLM_SUCCESS)
-        return st;
-    if (!a->b2b && !kind_has_batches(rw)) {
-        mock_set_error("%s: the destination cache %lld is a blocks cache; a contiguous push needs batches (PR-15)", fn,
-                       (long long)rw->id);
-        return LLM_PARAM_INVALID;
-    }
-    if (a->b2b && !kind_has_blocks(rw)) {
-        mock_set_error("%s: the destination cache %lld has no blocks (PR-15)", fn, (long long)rw->id);
-        return LLM_PARAM_INVALID;
-    }
-    if (!a->b2b && lw->stride > rw->stride) {
-        mock_set_error("%s: source batch larger than destination batch: %llu > %llu bytes (PR-14)", fn,
-                       (unsigned long long)lw->stride, (unsigned long long)rw->stride);
-        return LLM_PARAM_INVALID;
-    }
-    if (a->b2b && lw->stride != rw->stride) {
-        mock_set_error("%s: block sizes differ: source %llu bytes, destination %llu bytes (PR-13)", fn,
-                       (unsigned long long)lw->stride, (unsigned long long)rw->stride);
-        return LLM_PARAM_INVALID;
-    }
-    if (a->b2b && (st = check_repeats(fn, "dst_blocks", a->dblk, a->ndb)) != LLM_SUCCESS)
+    if ((st = push_dst_shape_checks(fn, a->b2b, lw, rw, a->dblk, a->ndb)) != LLM_SUCCESS)
         return st;
     /* step 7: the source's checks */
     if (a->src_layer >= lw->num_tensors / a->n) {

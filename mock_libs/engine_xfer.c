@@ -963,6 +963,50 @@ typedef struct push_args {
     ext_norm x;
 } push_args;
 
+lldd_status push_dst_access_checks(const char *fn, const cache_wire *rw, const mlink *l, uint64_t cluster_id)
+{
+    if (!rw->remote_accessible) {
+        mock_set_error("%s: the remote cache %lld is not remote accessible", fn, (long long)rw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (!rw->owned && rw->id >= l->peer_next_at_link) {
+        mock_set_error("%s: cache registered after link is not remote accessible through this link: cache %lld "
+                       "on cluster %llu (PR-32)", fn, (long long)rw->id, (unsigned long long)cluster_id);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+lldd_status push_dst_shape_checks(const char *fn, int b2b, const cache_wire *lw, const cache_wire *rw,
+                                  const uint64_t *dblk, size_t ndblk)
+{
+    lldd_status st;
+    if (b2b && (st = check_blocks(fn, "dst_blocks", dblk, ndblk, rw->blocks, "remote")) != LLM_SUCCESS)
+        return st;
+    if (!b2b && !has_batches(rw)) {
+        mock_set_error("%s: the destination cache %lld is a blocks cache; a contiguous push needs batches (PR-15)",
+                       fn, (long long)rw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (b2b && !has_blocks(rw)) {
+        mock_set_error("%s: the destination cache %lld has no blocks (PR-15)", fn, (long long)rw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (!b2b && lw->stride > rw->stride) {
+        mock_set_error("%s: source batch larger than destination batch: %llu > %llu bytes (PR-14)", fn,
+                       (unsigned long long)lw->stride, (unsigned long long)rw->stride);
+        return LLM_PARAM_INVALID;
+    }
+    if (b2b && lw->stride != rw->stride) {
+        mock_set_error("%s: block sizes differ: source %llu bytes, destination %llu bytes (PR-13)", fn,
+                       (unsigned long long)lw->stride, (unsigned long long)rw->stride);
+        return LLM_PARAM_INVALID;
+    }
+    if (b2b && (st = check_repeats(fn, "dst_blocks", dblk, ndblk)) != LLM_SUCCESS)
+        return st;
+    return LLM_SUCCESS;
+}
+
 /* Steps 6 and 7 of the push order for one layer pair; `first` runs the checks that
  * do not depend on the layer (they give the same answer for every layer). */
 static lldd_status push_layer_checks(const char *fn, const push_args *a, const cache_wire *lw, const cache_wire *rw,
@@ -971,15 +1015,8 @@ static lldd_status push_layer_checks(const char *fn, const push_args *a, const c
     const ext_norm *x = &a->x;
     lldd_status st;
     if (first) {
-        if (!rw->remote_accessible) {
-            mock_set_error("%s: the remote cache %lld is not remote accessible", fn, (long long)rw->id);
-            return LLM_PARAM_INVALID;
-        }
-        if (!rw->owned && rw->id >= l->peer_next_at_link) {
-            mock_set_error("%s: cache registered after link is not remote accessible through this link: cache %lld "
-                           "on cluster %llu (PR-32)", fn, (long long)rw->id, (unsigned long long)a->dst->cluster_id);
-            return LLM_PARAM_INVALID;
-        }
+        if ((st = push_dst_access_checks(fn, rw, l, a->dst->cluster_id)) != LLM_SUCCESS)
+            return st;
     }
     if (ld >= rw->num_tensors / x->n) {
         mock_set_error("%s: destination layer %llu is out of range: the remote cache has %u tensors, %u per layer", fn,
@@ -992,28 +1029,7 @@ static lldd_status push_layer_checks(const char *fn, const push_args *a, const c
                            (unsigned)a->dst->batch_index, (unsigned long long)rw->batches);
             return LLM_PARAM_INVALID;
         }
-        if (a->b2b && (st = check_blocks(fn, "dst_blocks", a->dblk, a->nblk, rw->blocks, "remote")) != LLM_SUCCESS)
-            return st;
-        if (!a->b2b && !has_batches(rw)) {
-            mock_set_error("%s: the destination cache %lld is a blocks cache; a contiguous push needs batches (PR-15)",
-                           fn, (long long)rw->id);
-            return LLM_PARAM_INVALID;
-        }
-        if (a->b2b && !has_blocks(rw)) {
-            mock_set_error("%s: the destination cache %lld has no blocks (PR-15)", fn, (long long)rw->id);
-            return LLM_PARAM_INVALID;
-        }
-        if (!a->b2b && lw->stride > rw->stride) {
-            mock_set_error("%s: source batch larger than destination batch: %llu > %llu bytes (PR-14)", fn,
-                           (unsigned long long)lw->stride, (unsigned long long)rw->stride);
-            return LLM_PARAM_INVALID;
-        }
-        if (a->b2b && lw->stride != rw->stride) {
-            mock_set_error("%s: block sizes differ: source %llu bytes, destination %llu bytes (PR-13)", fn,
-                           (unsigned long long)lw->stride, (unsigned long long)rw->stride);
-            return LLM_PARAM_INVALID;
-        }
-        if (a->b2b && (st = check_repeats(fn, "dst_blocks", a->dblk, a->nblk)) != LLM_SUCCESS)
+        if ((st = push_dst_shape_checks(fn, a->b2b, lw, rw, a->dblk, a->nblk)) != LLM_SUCCESS)
             return st;
     }
     if (ls >= lw->num_tensors / x->n) {
