@@ -78,17 +78,26 @@ class Worker:
         self.proc.stdout.close()
 
 
+#: A prebuilt fake toolkit and shim (e.g. the sanitizer builds of ci_stage.sh, run
+#: with the sanitizer runtimes in LD_PRELOAD); by default the test builds plain ones.
+TOOLKIT_ENV, SHIM_ENV = "LLDD_SHIM_PARITY_TOOLKIT", "LLDD_SHIM_PARITY_SHIM"
+
+
 @pytest.fixture(scope="module")
 def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Worker, Worker]]:
     build_toolkit = _load(DOUBLE / "build_toolkit.py")
-    build_shim = _load(ROOT / "llm_datadist_ffi" / "_shim" / "build_shim.py")
-    base = tmp_path_factory.mktemp("parity")
-    toolkit = Path(build_toolkit.build(base / "toolkit"))
-    shim = Path(build_shim.build(toolkit, base / "shim"))
+    if os.environ.get(TOOLKIT_ENV) and os.environ.get(SHIM_ENV):
+        toolkit, shim = Path(os.environ[TOOLKIT_ENV]), Path(os.environ[SHIM_ENV])
+        env = dict(os.environ)
+    else:
+        build_shim = _load(ROOT / "llm_datadist_ffi" / "_shim" / "build_shim.py")
+        base = tmp_path_factory.mktemp("parity")
+        toolkit = Path(build_toolkit.build(base / "toolkit"))
+        shim = Path(build_shim.build(toolkit, base / "shim"))
+        env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}    # plain builds
     mock = (toolkit / "lib64" / "libacl_rt.so").resolve()
-    plain_env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD",)}
-    mock_side = Worker(["--mock", str(mock)], plain_env)
-    shim_side = Worker(["--shim", str(shim)], build_toolkit.toolkit_env(toolkit, plain_env))
+    mock_side = Worker(["--mock", str(mock)], env)
+    shim_side = Worker(["--shim", str(shim)], build_toolkit.toolkit_env(toolkit, env))
     assert (mock_side.backend, shim_side.backend) == ("mock", "ascend")
     yield mock_side, shim_side
     mock_side.close()

@@ -11,8 +11,8 @@
 #    the mock, same results; tests marked mock_only are skipped with their reason
 #    (tests/test_shim.py and tests/test_shim_parity.py are left out: they build
 #    their own toolkits, do not depend on the backend, and ran already);
-# 4. the shim, the double and the mock rebuilt with ASan + UBSan, and the smoke run
-#    and the native tests repeated under the sanitizers.
+# 4. the shim, the double and the mock rebuilt with ASan + UBSan, and the smoke run,
+#    the suite and the differential test (test_shim_parity.py) repeated under them.
 # Runs in the caller's Python environment (.ci/run's virtual environment).
 set -euo pipefail
 out=${1:?usage: ci_stage.sh OUT_DIR}
@@ -49,7 +49,11 @@ run_stage "$out/plain" ""
 echo "-- shim + vendor double under AddressSanitizer + UndefinedBehaviorSanitizer"
 build "$out/asan" --sanitize
 cxx=${CXX:-g++}
-LD_PRELOAD="$($cxx -print-file-name=libasan.so) $($cxx -print-file-name=libubsan.so)" \
-ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1" \
-UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-    run_stage "$out/asan" --no-bad-alloc   # ASan's operator new aborts rather than throw
+export LD_PRELOAD="$($cxx -print-file-name=libasan.so) $($cxx -print-file-name=libubsan.so)"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:halt_on_error=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+run_stage "$out/asan" --no-bad-alloc   # ASan's operator new aborts rather than throw
+
+echo "-- the differential test against the mock, sanitizer builds on both sides"
+LLDD_SHIM_PARITY_TOOLKIT="$out/asan/toolkit" LLDD_SHIM_PARITY_SHIM="$out/asan/shim/libllm_datadist_ffi_shim.so" \
+    pytest -p no:cacheprovider -q "$root/tests/test_shim_parity.py"
