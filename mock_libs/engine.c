@@ -276,6 +276,35 @@ int engine_parse_digits(const char *s, uint64_t max, uint64_t *out)
     return 0;
 }
 
+lldd_status engine_parse_device_list(const char *fn, const char *key, const char *dev, size_t *items,
+                                     int32_t *first)
+{
+    const char *p = dev;
+    *items = 0;
+    for (;;) {
+        const char *semi = strchr(p, ';');
+        size_t len = semi ? (size_t)(semi - p) : strlen(p);
+        char item[32];
+        uint64_t v;
+        if (len == 0 || len >= sizeof item) {
+            mock_set_error("%s: option %s \"%s\": item %zu is not an int32 >= 0", fn, key, dev, *items);
+            return LLM_PARAM_INVALID;
+        }
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (engine_parse_digits(item, INT32_MAX, &v) != 0) {
+            mock_set_error("%s: option %s \"%s\": \"%s\" is not an int32 >= 0", fn, key, dev, item);
+            return LLM_PARAM_INVALID;
+        }
+        if (*items == 0)
+            *first = (int32_t)v;
+        (*items)++;
+        if (semi == NULL)
+            return LLM_SUCCESS;
+        p = semi + 1;
+    }
+}
+
 lldd_status engine_parse_pool_cfg(const char *fn, const char *key, const char *text, pool_cfg *out)
 {
     memset(out, 0, sizeof *out);
@@ -341,36 +370,16 @@ static lldd_status parse_init_options(engine *e, const char *fn, const lldd_opti
     }
     {
         size_t items = 0;
-        int64_t first = -1;
-        const char *p = dev;
-        for (;;) {
-            const char *semi = strchr(p, ';');
-            size_t len = semi ? (size_t)(semi - p) : strlen(p);
-            char item[32];
-            uint64_t v;
-            if (len == 0 || len >= sizeof item) {
-                mock_set_error("%s: option llm.DeviceId \"%s\": item %zu is not an int32 >= 0", fn, dev, items);
-                return LLM_PARAM_INVALID;
-            }
-            memcpy(item, p, len);
-            item[len] = '\0';
-            if (engine_parse_digits(item, INT32_MAX, &v) != 0) {
-                mock_set_error("%s: option llm.DeviceId \"%s\": \"%s\" is not an int32 >= 0", fn, dev, item);
-                return LLM_PARAM_INVALID;
-            }
-            if (items == 0)
-                first = (int64_t)v;
-            items++;
-            if (semi == NULL)
-                break;
-            p = semi + 1;
-        }
+        int32_t first = -1;
+        lldd_status st = engine_parse_device_list(fn, "llm.DeviceId", dev, &items, &first);
+        if (st != LLM_SUCCESS)
+            return st;
         if (items != 1) {
             mock_set_error("%s: option llm.DeviceId \"%s\" lists %zu devices; this engine uses exactly one", fn,
                            dev, items);
             return LLM_PARAM_INVALID;
         }
-        c->device = (int32_t)first;
+        c->device = first;
     }
 
     const char *listen = engine_opt_get(opts, n, "llm.ListenIpInfo");

@@ -373,6 +373,10 @@ static inline int kind_has_blocks(const cache_wire *w)
 /* ---- engine.c: options and the shared part of Initialize / SetRole ---- */
 const char *engine_opt_get(const lldd_option *options, size_t count, const char *key);
 int engine_parse_digits(const char *s, uint64_t max, uint64_t *out);
+/* A device option's ";"-separated ids, each an int32 >= 0 (llm.DeviceId, ge.exec.deviceId):
+ * *items of them, the first in *first. The caller judges the count. */
+lldd_status engine_parse_device_list(const char *fn, const char *key, const char *dev, size_t *items,
+                                     int32_t *first);
 
 typedef struct pool_cfg {
     int present;

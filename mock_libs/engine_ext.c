@@ -153,29 +153,9 @@ static lldd_status parse_sync_wait(const char *fn, const lldd_option *o, size_t 
 static lldd_status parse_devices(const char *fn, const char *dev, int v1, int32_t *device)
 {
     size_t items = 0;
-    const char *p = dev;
-    for (;;) {
-        const char *semi = strchr(p, ';');
-        size_t len = semi ? (size_t)(semi - p) : strlen(p);
-        char item[32];
-        uint64_t v;
-        if (len == 0 || len >= sizeof item) {
-            mock_set_error("%s: option ge.exec.deviceId \"%s\": item %zu is not an int32 >= 0", fn, dev, items);
-            return LLM_PARAM_INVALID;
-        }
-        memcpy(item, p, len);
-        item[len] = '\0';
-        if (engine_parse_digits(item, INT32_MAX, &v) != 0) {
-            mock_set_error("%s: option ge.exec.deviceId \"%s\": \"%s\" is not an int32 >= 0", fn, dev, item);
-            return LLM_PARAM_INVALID;
-        }
-        if (items == 0)
-            *device = (int32_t)v;
-        items++;
-        if (semi == NULL)
-            break;
-        p = semi + 1;
-    }
+    lldd_status st = engine_parse_device_list(fn, "ge.exec.deviceId", dev, &items, device);
+    if (st != LLM_SUCCESS)
+        return st;
     if (items != 1 && v1) {
         mock_set_error("%s: option ge.exec.deviceId \"%s\" lists %zu devices; a v1 engine of the mock has exactly "
                        "one (PR-36)", fn, dev, items);
