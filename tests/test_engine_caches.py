@@ -29,7 +29,6 @@ def _support() -> ModuleType:
 
 sup = _support()
 raw = sup.Raw()
-pytestmark = pytest.mark.mock_only(reason="mock engine: native pools (PR-9) and mock project rules")
 
 Engines = Callable[..., native.LlmDataDist]
 POOL = '{"memory_size": 16384, "page_shift": 10}'          # 16 pages of 1 KiB
@@ -47,6 +46,7 @@ def zeros(n: int, shape: tuple[int, ...]) -> list[np.ndarray]:
 
 # ---- registration -------------------------------------------------------------------------
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_register_ids_start_at_one_and_later_failures_consume_ids(eng: native.LlmDataDist) -> None:
     arrays = zeros(2, (4, 8))
     assert sup.register(eng, arrays) == 1
@@ -65,6 +65,7 @@ def test_register_ids_start_at_one_and_later_failures_consume_ids(eng: native.Ll
     assert eng.allocate_cache(sup.desc(1, [2, 8])).cache_id == 6
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_ids_are_never_reused_within_one_initialisation(eng: native.LlmDataDist) -> None:
     arrays = zeros(1, (2, 8))
     first = sup.register(eng, arrays)
@@ -146,6 +147,7 @@ SIZES = [
 ]
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 @pytest.mark.parametrize("dtype,shape,stride", SIZES)
 def test_tensor_sizes_follow_the_data_type_table(eng: native.LlmDataDist, dtype: GeDataType, shape: list[int],
                                                 stride: int | None) -> None:
@@ -189,6 +191,7 @@ def test_register_rejects_a_tensor_running_past_its_acl_allocation(eng: native.L
         acl.aclrtResetDevice(0)
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_the_published_table_is_limited_to_one_mib(eng: native.LlmDataDist) -> None:
     a = np.zeros(1, np.uint8)
     # 24 + (64 + 8 * 131060) = 1 048 568 bytes fit; one more tensor would not
@@ -207,6 +210,7 @@ def test_unregister_of_an_unknown_id_succeeds(eng: native.LlmDataDist) -> None:
     eng.unregister_kv_cache(-1)
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_unregister_removes_the_cache(eng: native.LlmDataDist) -> None:
     arrays = zeros(1, (2, 2))
     cid = sup.register(eng, arrays)
@@ -216,6 +220,7 @@ def test_unregister_removes_the_cache(eng: native.LlmDataDist) -> None:
     eng.unregister_kv_cache(cid)
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_unregister_of_an_allocated_cache_is_refused(eng: native.LlmDataDist) -> None:
     cache = eng.allocate_cache(sup.desc(1, [2, 8]))
     assert sup.status_of(eng.unregister_kv_cache, cache.cache_id) == S.LLM_PARAM_INVALID
@@ -225,6 +230,7 @@ def test_unregister_of_an_allocated_cache_is_refused(eng: native.LlmDataDist) ->
 
 # ---- pools --------------------------------------------------------------------------------
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_allocate_checks_count_placement_and_shape_in_order(engines: Engines) -> None:
     e = engines(1, options={native.OPTION_MEM_POOL_CONFIG: POOL})
     assert sup.status_of(e.allocate_cache, sup.desc(0, [2, 2], placement=0)) == S.LLM_PARAM_INVALID
@@ -236,6 +242,7 @@ def test_allocate_checks_count_placement_and_shape_in_order(engines: Engines) ->
     assert e.allocate_cache(sup.desc(1, [2, 2])).cache_id == 2
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_allocated_tensors_are_whole_pages_of_the_pool_first_fit(eng: native.LlmDataDist) -> None:
     a = eng.allocate_cache(sup.desc(2, [1, 1500]))      # 2 pages per tensor: pages 0-1, 2-3
     b = eng.allocate_cache(sup.desc(1, [1, 1024]))      # pages 4
@@ -247,6 +254,7 @@ def test_allocated_tensors_are_whole_pages_of_the_pool_first_fit(eng: native.Llm
     assert c.tensor_addrs == [base, base + 1024, base + 2048]
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_an_exhausted_pool_is_out_of_memory_until_memory_is_freed(eng: native.LlmDataDist) -> None:
     first = eng.allocate_cache(sup.desc(8, [1, 2048]))  # all 16 pages
     assert sup.status_of(eng.allocate_cache, sup.desc(1, [1, 1])) == S.LLM_OUT_OF_MEMORY
@@ -257,6 +265,7 @@ def test_an_exhausted_pool_is_out_of_memory_until_memory_is_freed(eng: native.Ll
     assert sup.status_of(eng.allocate_cache, sup.desc(1, [1, 1])) == S.LLM_OUT_OF_MEMORY
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_pool_pages_are_64_kib_when_page_shift_is_not_given(engines: Engines) -> None:
     e = engines(1, options={native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 131072}'})   # 2 pages
     a = e.allocate_cache(sup.desc(1, [1, 1]))
@@ -265,6 +274,7 @@ def test_pool_pages_are_64_kib_when_page_shift_is_not_given(engines: Engines) ->
     assert sup.status_of(e.allocate_cache, sup.desc(1, [1, 1])) == S.LLM_OUT_OF_MEMORY
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_the_pool_calls_without_a_pool_are_feature_not_enabled_in_every_state(engines: Engines) -> None:
     e = engines(1, options={})
     arrays = zeros(1, (4, 4))
@@ -287,6 +297,7 @@ def test_the_pool_calls_without_a_pool_are_feature_not_enabled_in_every_state(en
     assert "PR-9" in raw.last_error()
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_host_caches_come_from_the_host_pool(eng: native.LlmDataDist) -> None:
     h = eng.allocate_cache(sup.desc(2, [2, 2048], placement=0))
     assert sup.status_of(eng.allocate_cache, sup.desc(1, [1, 1], placement=0)) == S.LLM_OUT_OF_MEMORY
@@ -298,6 +309,7 @@ def test_host_caches_come_from_the_host_pool(eng: native.LlmDataDist) -> None:
     assert (got[:2048] == 7).all()
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_deallocate_of_unknown_and_registered_caches_succeeds_and_keeps_them(eng: native.LlmDataDist) -> None:
     src = [np.arange(8, dtype=np.uint8).reshape(2, 4)]
     dst = zeros(1, (2, 4))
@@ -308,6 +320,7 @@ def test_deallocate_of_unknown_and_registered_caches_succeeds_and_keeps_them(eng
     assert (dst[0][1] == src[0][1]).all()
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_pool_memory_is_tracked_as_acl_allocations(engines: Engines) -> None:
     before = mock_control.live_allocations()
     e = engines(1, options={native.OPTION_MEM_POOL_CONFIG: POOL, native.OPTION_HOST_MEM_POOL_CONFIG: HOST_POOL})
@@ -320,6 +333,7 @@ def test_pool_memory_is_tracked_as_acl_allocations(engines: Engines) -> None:
 
 # ---- CopyKvCache --------------------------------------------------------------------------
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_copy_kv_cache_copies_size_bytes_from_the_offset(eng: native.LlmDataDist) -> None:
     src = sup.random_arrays(2, (4, 16), 3)
     dst = zeros(2, (3, 32))
@@ -334,6 +348,7 @@ def test_copy_kv_cache_copies_size_bytes_from_the_offset(eng: native.LlmDataDist
         assert (d[0, 5:16] == s[3, 5:]).all() and (d[0, :5] == 0).all() and (d[0, 16:] == 0).all()
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 @pytest.mark.parametrize("args,status,words", [
     ((1, 2, 0, 0, 0, 0), S.LLM_PARAM_INVALID, "size 0"),
     ((1, 2, 0, 0, 0, -2), S.LLM_PARAM_INVALID, "size -2"),
@@ -362,6 +377,7 @@ def test_copy_kv_cache_checks(eng: native.LlmDataDist, args: tuple[int, ...], st
     assert all((a == b).all() for a, b in zip(src + dst, before))
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_copy_kv_cache_within_one_cache_needs_disjoint_ranges(eng: native.LlmDataDist) -> None:
     arrays = sup.random_arrays(1, (4, 16), 9)
     before = arrays[0].copy()
@@ -374,6 +390,7 @@ def test_copy_kv_cache_within_one_cache_needs_disjoint_ranges(eng: native.LlmDat
 
 # ---- CopyKvBlocks -------------------------------------------------------------------------
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_copy_kv_blocks_copies_each_list(eng: native.LlmDataDist) -> None:
     src = sup.random_arrays(2, (8, 8), 4)
     dst = zeros(2, (8, 8))
@@ -383,6 +400,7 @@ def test_copy_kv_blocks_copies_each_list(eng: native.LlmDataDist) -> None:
         assert (d[[0, 1, 2, 7, 4, 5, 6, 3]] == s[[1, 2, 3, 1, 1, 2, 3, 1]]).all()
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_copy_kv_blocks_within_one_cache(eng: native.LlmDataDist) -> None:
     arrays = sup.random_arrays(1, (6, 4), 5)
     before = arrays[0].copy()
@@ -398,6 +416,7 @@ def _flat_copy(e: native.LlmDataDist, s: int, d: int, src_blocks: list[int], lis
                                            len(src_blocks), raw.blocks(flat), lens, len(lists)))
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 @pytest.mark.parametrize("s,d,src_blocks,lists,status,words", [
     (1, 2, [], [[0]], S.LLM_PARAM_INVALID, "src_blocks is empty"),
     (1, 2, [0], [], S.LLM_PARAM_INVALID, "dst_blocks_list is empty"),
@@ -426,6 +445,7 @@ def test_copy_kv_blocks_checks(eng: native.LlmDataDist, s: int, d: int, src_bloc
     assert all((a == b).all() for a, b in zip(src + dst, before))
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_copy_kv_blocks_checks_repeated_destinations_in_python_first(eng: native.LlmDataDist) -> None:
     # PR-5 is an [all] rule: the native layer decides it before any backend call, so an
     # injected fault of the backend function is still armed afterwards
@@ -437,6 +457,7 @@ def test_copy_kv_blocks_checks_repeated_destinations_in_python_first(eng: native
         assert _flat_copy(eng, src, dst, [0], [[1]]) == S.LLM_WAIT_PROCESS_TIMEOUT
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_copy_kv_blocks_with_large_lists(eng: native.LlmDataDist) -> None:
     n = 100_000
     src = sup.random_arrays(2, (n, 2), 6)

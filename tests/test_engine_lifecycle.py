@@ -32,12 +32,12 @@ def _support() -> ModuleType:
 
 sup = _support()
 raw = sup.Raw()
-pytestmark = pytest.mark.mock_only(reason="mock engine behaviour, control functions and project rules")
 
 Engines = Callable[..., native.LlmDataDist]
 POOL = '{"memory_size": 65536, "page_shift": 10}'
 
 
+@pytest.mark.mock_only(reason="describes the mock backend's own ABI, capabilities and name")
 def test_version_capabilities_and_backend_name_describe_the_mock() -> None:
     lib = raw.lib
     from llm_datadist_ffi._loader import const
@@ -47,6 +47,7 @@ def test_version_capabilities_and_backend_name_describe_the_mock() -> None:
     assert raw.ffi.string(lib.lldd_backend_name()) == b"mock"
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_live_engine_count_follows_create_and_destroy() -> None:
     before = mock_control.live_engines()
     a, b = native.LlmDataDist(1, 1), native.LlmDataDist(2, 2)
@@ -130,6 +131,7 @@ def test_initialize_takes_a_sync_wait_time_of_1_to_2_31_minus_1_ms(value: str, s
         assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.SyncKvCacheWaitTime", value)]) == status
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_the_native_layer_checks_pr_26_and_pr_27_before_the_backend(engines: Engines) -> None:
     # [all] rules: decided in Python, so an injected fault of the C function stays armed
     e = engines(1)
@@ -185,6 +187,7 @@ def test_initialize_rejects_malformed_pool_configurations(key: str, value: str) 
         assert key in raw.last_error()
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_a_repeated_pool_json_key_keeps_its_last_value(engines: Engines) -> None:
     # decision E-4 (docs/semantics.md): the last "memory_size" counts
     with native.LlmDataDist(1, 1) as e:
@@ -248,6 +251,7 @@ def test_initialize_with_an_unknown_device_fails_and_may_be_retried() -> None:
         assert raw.initialize(e, [("llm.DeviceId", "3")]) == S.LLM_SUCCESS
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_initialize_fails_when_the_listen_port_is_taken_and_undoes_everything() -> None:
     allocations = mock_control.live_allocations()
     with socket.socket() as taken:
@@ -264,6 +268,7 @@ def test_initialize_fails_when_the_listen_port_is_taken_and_undoes_everything() 
             assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.ListenIpInfo", f"127.0.0.1:{free}")]) == 0
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_a_pool_larger_than_the_device_is_out_of_memory() -> None:
     allocations = mock_control.live_allocations()
     with native.LlmDataDist(1, 1) as e:
@@ -275,6 +280,7 @@ def test_a_pool_larger_than_the_device_is_out_of_memory() -> None:
     assert mock_control.live_allocations() == allocations
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_finalize_forgets_everything_and_ids_restart_at_one(engines: Engines) -> None:
     e = engines(1, options={native.OPTION_MEM_POOL_CONFIG: POOL})
     arrays = [np.zeros((2, 4), np.uint8)]
@@ -315,6 +321,7 @@ def test_finalize_resets_the_device_it_set() -> None:
     assert result == {"current": 7, "after": 107002}     # ACL_ERROR_RT_CONTEXT_NULL
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_finalize_waits_for_running_calls_and_calls_after_it_began_fail(engines: Engines) -> None:
     server = engines(1, listen=True)
     client = engines(2, options={native.OPTION_SYNC_CACHE_WAIT_TIME: "5000"})
@@ -353,6 +360,7 @@ def test_finalize_waits_for_running_calls_and_calls_after_it_began_fail(engines:
     assert late_done < results["pull_done"] <= finalize_done
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_pool_calls_fail_while_finalize_runs(engines: Engines) -> None:
     # decision E-2: FAILED once Finalize has begun (PR-37), FEATURE_NOT_ENABLED after it
     server = engines(1, listen=True)
@@ -392,6 +400,7 @@ def test_pool_calls_fail_while_finalize_runs(engines: Engines) -> None:
     assert sup.status_of(client.allocate_cache, sup.desc(1, [2, 8])) == S.LLM_FEATURE_NOT_ENABLED
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_the_last_error_message_belongs_to_the_calling_thread(engines: Engines) -> None:
     idle = engines(1)                                   # not initialised
     first, second = threading.Barrier(2), threading.Barrier(2)
@@ -418,6 +427,7 @@ def test_the_last_error_message_belongs_to_the_calling_thread(engines: Engines) 
     assert seen["b"] == "lldd_mock_set_serve_delay: engine must not be NULL"
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_destroy_finalizes_an_initialised_engine() -> None:
     before = mock_control.live_allocations()
     e = native.LlmDataDist(1, 1)
@@ -524,6 +534,7 @@ def test_set_role_cannot_change_the_listen_address_with_hixl(engines: Engines) -
 
 # ---- NULL arguments and injected faults -------------------------------------------------------
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_null_engines_and_pointers_are_param_invalid(engines: Engines) -> None:
     lib, ffi, NULL = raw.lib, raw.ffi, raw.ffi.NULL
     P = S.LLM_PARAM_INVALID
@@ -579,6 +590,7 @@ def test_link_with_null_rets_count_reports_nothing(engines: Engines) -> None:
     assert num[0] == 0
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_an_injected_fault_is_returned_before_any_check(engines: Engines) -> None:
     e = engines(1, options={})
     with mock_control.fault("lldd_pull_kv_cache", S.LLM_TIMEOUT):
@@ -591,12 +603,14 @@ def test_an_injected_fault_is_returned_before_any_check(engines: Engines) -> Non
         assert sup.register(e, [np.zeros((1, 1), np.uint8)]) == 2
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_an_acl_fault_in_initialize_is_llm_failed() -> None:
     with native.LlmDataDist(1, 1) as e, mock_control.fault("aclrtSetDevice", 107001):
         assert raw.initialize(e, [("llm.DeviceId", "0")]) == S.LLM_FAILED
         assert "aclrtSetDevice" in raw.last_error()
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_drop_connections_needs_an_initialised_engine() -> None:
     with native.LlmDataDist(1, 1) as e:
         assert raw.lib.lldd_mock_drop_connections(e._engine()) == S.LLM_FAILED

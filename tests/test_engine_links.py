@@ -34,7 +34,6 @@ def _support() -> ModuleType:
 
 sup = _support()
 raw = sup.Raw()
-pytestmark = pytest.mark.mock_only(reason="links over the mock's loopback transport and mock project rules")
 
 Engines = Callable[..., native.LlmDataDist]
 
@@ -174,6 +173,7 @@ def test_clusters_of_one_call_are_linked_concurrently(engines: Engines) -> None:
     assert elapsed < 0.9                                          # not 4 x 300 ms
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_a_serve_delay_makes_the_handshake_time_out(pair: Any) -> None:
     server, client = pair
     mock_control.set_serve_delay(server, 500)
@@ -321,6 +321,7 @@ def test_the_side_still_holding_a_link_gets_already_link_until_it_force_unlinks(
     assert pull(client, 1, s_src, c_dst) == S.LLM_SUCCESS
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_dropped_connections_leave_dead_links_on_both_sides(pair: Any) -> None:
     server, client = pair
     s_src, c_dst = pullable(client, server)
@@ -344,6 +345,7 @@ def test_a_finalized_peer_makes_transfers_time_out(pair: Any) -> None:
     assert pull(client, 1, s_src, c_dst) == S.LLM_TIMEOUT
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_unlink_waits_for_a_transfer_in_flight(pair: Any) -> None:
     server, client = pair
     s_src, c_dst = pullable(client, server)

@@ -34,7 +34,6 @@ def _support() -> ModuleType:
 
 sup = _support()
 raw = sup.Raw()
-pytestmark = pytest.mark.mock_only(reason="data plane and project rules of the mock engine")
 
 P, NX, NL, T = S.LLM_PARAM_INVALID, S.LLM_KV_CACHE_NOT_EXIST, S.LLM_NOT_YET_LINK, S.LLM_TIMEOUT
 Engines = Callable[..., native.LlmDataDist]
@@ -363,6 +362,7 @@ def test_a_push_to_a_peer_cache_registered_after_the_link_is_refused(world: Call
     assert all((a[1] == 9).all() and (a[0] == 0).all() for a in late)
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_allocated_caches_are_reachable_whatever_their_age(world: Callable[..., World]) -> None:
     pool = {native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 65536, "page_shift": 10}'}
     w = world([], [(2, (2, 8))], options=pool)
@@ -387,6 +387,7 @@ def test_a_peer_cache_that_is_gone_is_never_touched(world: Callable[..., World])
     assert w.unchanged(snap)
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_deallocation_during_transfers_is_safe(world: Callable[..., World]) -> None:
     pool = {native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 1048576, "page_shift": 12}'}
     w = world([], [(2, (4, 4096))], options=pool, link=False)
@@ -600,6 +601,7 @@ def test_the_role_restricts_no_call(engines: Engines) -> None:
 
 # ---- timeouts (PR-31, PR-35) ------------------------------------------------------------------
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_a_slow_peer_times_out_and_poisons_the_link(world: Callable[..., World]) -> None:
     options = {native.OPTION_SYNC_CACHE_WAIT_TIME: "150"}
     w = world([(2, (2, 8))], [(2, (2, 8))], options=options)
@@ -617,6 +619,7 @@ def test_a_slow_peer_times_out_and_poisons_the_link(world: Callable[..., World])
     assert all((d[0] == s[1]).all() for d, s in zip(w.c[0], w.s[0]))
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_the_sync_wait_time_defaults_to_1000_ms(world: Callable[..., World]) -> None:
     w = world([(2, (2, 8))], [(2, (2, 8))])                   # no llm.SyncKvCacheWaitTime
     mock_control.set_serve_delay(w.server, 1300)
@@ -632,6 +635,7 @@ def test_the_sync_wait_time_defaults_to_1000_ms(world: Callable[..., World]) -> 
     assert all((d[0] == s[0]).all() and (d[1] == 0).all() for d, s in zip(w.c[0], w.s[0]))
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_a_timed_out_link_is_dead_on_the_peer_side_too(world: Callable[..., World]) -> None:
     # decision E-9 (docs/semantics.md §5): the side that timed out drops its request
     # connection; the peer notices and its own transfers over the link time out (PR-31)
@@ -711,6 +715,7 @@ ALL_RULE_CASES = [
 ]
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 @pytest.mark.parametrize("rule,function,call", ALL_RULE_CASES,
                          ids=[f"{c[0]} {c[1]}" for c in ALL_RULE_CASES])
 def test_the_native_layer_checks_the_all_rules_before_the_backend(world: Callable[..., World], rule: str,
@@ -731,6 +736,7 @@ def test_the_native_layer_checks_the_all_rules_before_the_backend(world: Callabl
         assert valid == S.LLM_WAIT_PROCESS_TIMEOUT and "injected" in raw.last_error()
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_transfers_over_one_link_are_serialized_and_over_two_links_are_not(engines: Engines) -> None:
     # §14: each transfer waits 300 ms for its (slow) peer while it holds its link
     servers = [engines(10 + k, listen=True) for k in range(2)]
@@ -822,6 +828,7 @@ def test_peer_caches_between_processes_follow_the_table_copy(remote: Any) -> Non
     assert all((a == 0).all() for a in zeros)
 
 
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_a_slow_peer_process_times_out(remote: Any) -> None:
     peer, client, zeros, _, theirs = remote
     client.pull_kv_cache(CacheIndex(1, 1), Cache(1))
