@@ -449,6 +449,12 @@ typedef struct plan {
 enum { ACQUIRE_V1 = 1 };
 lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *x, int flags);
 void link_release(xlink *x);
+/* The entry of a transfer call (native and extension): an injected fault, then NULL
+ * arguments in parameter order (engine, a, b unless b_name is NULL, block lists that
+ * have entries), then engine_enter. Anything but LLM_SUCCESS is the call's answer. */
+lldd_status xfer_call_enter(engine *e, const char *fn, const char *a_name, const void *a, const char *b_name,
+                            const void *b, const uint64_t *src_blocks, size_t num_src_blocks,
+                            const uint64_t *dst_blocks, size_t num_dst_blocks);
 lldd_status link_timeout(xlink *x, const char *fn, const char *fmt, ...) MOCK_PRINTF(3, 4);
 /* Same process: emulates the peer's serve delay, then locks peer->mu and checks that
  * the peer still holds its side of the link (TIMEOUT otherwise, PR-31). */

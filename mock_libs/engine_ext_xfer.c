@@ -846,18 +846,8 @@ MOCK_EXPORT lldd_status lldd_ext_push_layer(lldd_engine *e, int64_t src_cache_id
                                             size_t num_src_blocks, const uint64_t *dst_blocks, size_t num_dst_blocks)
 {
     static const char fn[] = "lldd_ext_push_layer";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL || dst == NULL || (src_blocks == NULL && num_src_blocks > 0) ||
-        (dst_blocks == NULL && num_dst_blocks > 0)) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : dst == NULL ? "dst"
-                       : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
-                       : "dst_blocks (num_dst_blocks > 0)");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = xfer_call_enter(e, fn, "dst", dst,
+                                     NULL, NULL, src_blocks, num_src_blocks, dst_blocks, num_dst_blocks);
     if (st != LLM_SUCCESS)
         return st;
     epush a = {src_cache_id, src_batch_index, src_layer, dst_layer, tensor_num_per_layer, dst, src_blocks, dst_blocks,
@@ -1132,18 +1122,8 @@ MOCK_EXPORT lldd_status lldd_ext_transfer_layer(lldd_engine *e, int64_t src_cach
                                                 uint64_t dst_block_memory_size)
 {
     static const char fn[] = "lldd_ext_transfer_layer";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL || dst_addrs == NULL || (src_blocks == NULL && num_src_blocks > 0) ||
-        (dst_blocks == NULL && num_dst_blocks > 0)) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : dst_addrs == NULL ? "dst_addrs (two addresses)"
-                       : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
-                       : "dst_blocks (num_dst_blocks > 0)");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = xfer_call_enter(e, fn, "dst_addrs (two addresses)", dst_addrs,
+                                     NULL, NULL, src_blocks, num_src_blocks, dst_blocks, num_dst_blocks);
     if (st != LLM_SUCCESS)
         return st;
     int role = atomic_load(&e->role);

@@ -868,20 +868,33 @@ static lldd_status do_pull(engine *e, const char *fn, const pull_args *a)
     return st;
 }
 
+lldd_status xfer_call_enter(engine *e, const char *fn, const char *a_name, const void *a, const char *b_name,
+                            const void *b, const uint64_t *src_blocks, size_t num_src_blocks,
+                            const uint64_t *dst_blocks, size_t num_dst_blocks)
+{
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    const char *missing = e == NULL ? "engine"
+                          : a == NULL ? a_name
+                          : b_name != NULL && b == NULL ? b_name
+                          : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
+                          : dst_blocks == NULL && num_dst_blocks > 0 ? "dst_blocks (num_dst_blocks > 0)"
+                          : NULL;
+    if (missing != NULL) {
+        mock_set_error("%s: %s must not be NULL", fn, missing);
+        return LLM_PARAM_INVALID;
+    }
+    return engine_enter(e, fn);
+}
+
 MOCK_EXPORT lldd_status lldd_pull_kv_cache(lldd_engine *e, const lldd_cache_index *src_cache_index,
                                            const lldd_cache *dst_cache, uint32_t batch_index, int64_t size,
                                            const lldd_ext_param *ext_param)
 {
     static const char fn[] = "lldd_pull_kv_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL || src_cache_index == NULL || dst_cache == NULL) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : src_cache_index == NULL ? "src_cache_index" : "dst_cache");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = xfer_call_enter(e, fn, "src_cache_index", src_cache_index,
+                                     "dst_cache", dst_cache, NULL, 0, NULL, 0);
     if (st != LLM_SUCCESS)
         return st;
     pull_args a;
@@ -906,19 +919,8 @@ MOCK_EXPORT lldd_status lldd_pull_kv_blocks(lldd_engine *e, const lldd_cache_ind
                                             const lldd_ext_param *ext_param)
 {
     static const char fn[] = "lldd_pull_kv_blocks";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL || src_cache_index == NULL || dst_cache == NULL || (src_blocks == NULL && num_src_blocks > 0) ||
-        (dst_blocks == NULL && num_dst_blocks > 0)) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : src_cache_index == NULL ? "src_cache_index"
-                       : dst_cache == NULL ? "dst_cache"
-                       : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
-                       : "dst_blocks (num_dst_blocks > 0)");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = xfer_call_enter(e, fn, "src_cache_index", src_cache_index, "dst_cache",
+                                     dst_cache, src_blocks, num_src_blocks, dst_blocks, num_dst_blocks);
     if (st != LLM_SUCCESS)
         return st;
     pull_args a;
@@ -1155,15 +1157,8 @@ MOCK_EXPORT lldd_status lldd_push_kv_cache(lldd_engine *e, const lldd_cache *src
                                            int64_t size, const lldd_ext_param *ext_param)
 {
     static const char fn[] = "lldd_push_kv_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL || src_cache == NULL || dst_cache_index == NULL) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : src_cache == NULL ? "src_cache" : "dst_cache_index");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = xfer_call_enter(e, fn, "src_cache", src_cache,
+                                     "dst_cache_index", dst_cache_index, NULL, 0, NULL, 0);
     if (st != LLM_SUCCESS)
         return st;
     push_args a;
@@ -1190,19 +1185,8 @@ MOCK_EXPORT lldd_status lldd_push_kv_blocks(lldd_engine *e, const lldd_cache *sr
                                             const lldd_ext_param *ext_param)
 {
     static const char fn[] = "lldd_push_kv_blocks";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL || src_cache == NULL || dst_cache_index == NULL || (src_blocks == NULL && num_src_blocks > 0) ||
-        (dst_blocks == NULL && num_dst_blocks > 0)) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : src_cache == NULL ? "src_cache"
-                       : dst_cache_index == NULL ? "dst_cache_index"
-                       : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
-                       : "dst_blocks (num_dst_blocks > 0)");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = xfer_call_enter(e, fn, "src_cache", src_cache, "dst_cache_index",
+                                     dst_cache_index, src_blocks, num_src_blocks, dst_blocks, num_dst_blocks);
     if (st != LLM_SUCCESS)
         return st;
     push_args a;
