@@ -57,6 +57,32 @@ static int send_status(int fd, uint16_t type, uint32_t status, uint64_t a, uint6
     return msg_send(fd, &h, NULL, 0, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
 }
 
+/* Pins c for this connection and answers with its description and addresses (a reply
+ * of `type` carrying a and b). Called with e->mu held; releases it. */
+static int pin_reply_unlock(engine *e, int fd, mcache *c, pin_list *pins, uint16_t type, uint64_t a, uint64_t b)
+{
+    size_t addr_bytes = (size_t)c->w.num_tensors * sizeof(uint64_t);
+    char *body = malloc(sizeof(cache_wire) + addr_bytes);
+    if (body == NULL || pins_reserve(pins) != 0) {
+        pthread_mutex_unlock(&e->mu);
+        free(body);
+        return -1;
+    }
+    c->pins++;
+    pins->items[pins->count++] = c;
+    memcpy(body, &c->w, sizeof c->w);
+    memcpy(body + sizeof c->w, c->addrs, addr_bytes);
+    pthread_mutex_unlock(&e->mu);
+    msg_hdr r;
+    msg_init(&r, type);
+    r.a = a;
+    r.b = b;
+    r.payload_len = sizeof(cache_wire) + addr_bytes;
+    int rc = msg_send(fd, &r, body, (size_t)r.payload_len, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
+    free(body);
+    return rc;
+}
+
 static int serve_pin(engine *e, int fd, const msg_hdr *h, pin_list *pins)
 {
     int64_t id = (int64_t)h->a;
@@ -72,26 +98,7 @@ static int serve_pin(engine *e, int fd, const msg_hdr *h, pin_list *pins)
         pthread_mutex_unlock(&e->mu);
         return send_status(fd, MSG_PIN_REPLY, LLM_KV_CACHE_NOT_EXIST, (uint64_t)watermark, bind_mark);
     }
-    size_t addr_bytes = (size_t)c->w.num_tensors * sizeof(uint64_t);
-    char *body = malloc(sizeof(cache_wire) + addr_bytes);
-    if (body == NULL || pins_reserve(pins) != 0) {
-        pthread_mutex_unlock(&e->mu);
-        free(body);
-        return -1;
-    }
-    c->pins++;
-    pins->items[pins->count++] = c;
-    memcpy(body, &c->w, sizeof c->w);
-    memcpy(body + sizeof c->w, c->addrs, addr_bytes);
-    pthread_mutex_unlock(&e->mu);
-    msg_hdr r;
-    msg_init(&r, MSG_PIN_REPLY);
-    r.a = (uint64_t)watermark;
-    r.b = bind_mark;
-    r.payload_len = sizeof(cache_wire) + addr_bytes;
-    int rc = msg_send(fd, &r, body, (size_t)r.payload_len, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
-    free(body);
-    return rc;
+    return pin_reply_unlock(e, fd, c, pins, MSG_PIN_REPLY, (uint64_t)watermark, bind_mark);
 }
 
 static void serve_unpin(engine *e, const msg_hdr *h, pin_list *pins)
@@ -267,25 +274,7 @@ static int serve_pin_addr(engine *e, int fd, const msg_hdr *h, pin_list *pins)
         pthread_mutex_unlock(&e->mu);
         return send_status(fd, MSG_PIN_ADDR_REPLY, LLM_PARAM_INVALID, 0, 0);
     }
-    size_t addr_bytes = (size_t)c->w.num_tensors * sizeof(uint64_t);
-    char *body = malloc(sizeof(cache_wire) + addr_bytes);
-    if (body == NULL || pins_reserve(pins) != 0) {
-        pthread_mutex_unlock(&e->mu);
-        free(body);
-        return -1;
-    }
-    c->pins++;
-    pins->items[pins->count++] = c;
-    memcpy(body, &c->w, sizeof c->w);
-    memcpy(body + sizeof c->w, c->addrs, addr_bytes);
-    pthread_mutex_unlock(&e->mu);
-    msg_hdr r;
-    msg_init(&r, MSG_PIN_ADDR_REPLY);
-    r.a = tensor;
-    r.payload_len = sizeof(cache_wire) + addr_bytes;
-    int rc = msg_send(fd, &r, body, (size_t)r.payload_len, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
-    free(body);
-    return rc;
+    return pin_reply_unlock(e, fd, c, pins, MSG_PIN_ADDR_REPLY, tensor, 0);
 }
 
 void link_serve(mlink *l)
