@@ -146,6 +146,28 @@ void engine_leave(engine *e)
  * listener
  * ------------------------------------------------------------------------------------------ */
 
+void engine_adopt_conn(engine *e, int fd)
+{
+    tp_tune(fd);
+    eng_thread *t = calloc(1, sizeof *t);
+    if (t == NULL) {
+        close(fd);
+        return;
+    }
+    t->fd = fd;
+    pthread_mutex_lock(&e->mu);
+    t->next = e->conns;
+    e->conns = t;
+    if (thread_start(e, t, conn_thread_main, t) != 0) {
+        e->conns = t->next;
+        pthread_mutex_unlock(&e->mu);
+        close(fd);
+        free(t);
+        return;
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
 static void *listener_main(void *arg)
 {
     engine *e = arg;
@@ -165,25 +187,7 @@ static void *listener_main(void *arg)
                 tp_sleep_ms(50, &e->stopping);
             continue;
         }
-        tp_tune(fd);
-        eng_thread *t = calloc(1, sizeof *t);
-        if (t == NULL) {
-            close(fd);
-            continue;
-        }
-        t->fd = fd;
-        pthread_mutex_lock(&e->mu);
-        t->next = e->conns;
-        e->conns = t;
-        int err = thread_start(e, t, conn_thread_main, t);
-        if (err != 0) {
-            e->conns = t->next;
-            pthread_mutex_unlock(&e->mu);
-            close(fd);
-            free(t);
-            continue;
-        }
-        pthread_mutex_unlock(&e->mu);
+        engine_adopt_conn(e, fd);
     }
     return NULL;
 }

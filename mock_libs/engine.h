@@ -246,6 +246,9 @@ uint64_t engine_probe_addr(void);
 int thread_start(engine *e, eng_thread *t, void *(*fn)(void *), void *arg);
 void thread_join_free(eng_thread *t);
 void engine_reap_conns(engine *e, int all);
+/* An accepted connection (engine listener or communicator): a connection thread
+ * (conn_thread_main) in e->conns serves it; on failure the fd is closed. */
+void engine_adopt_conn(engine *e, int fd);
 
 /* ---- engine_cache.c ---- */
 /* The cache with this id, or NULL. Caller holds e->mu. */

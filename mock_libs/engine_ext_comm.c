@@ -217,24 +217,7 @@ static void accept_pending(comm *c)
         int fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0)
             return;
-        tp_tune(fd);
-        eng_thread *t = calloc(1, sizeof *t);
-        if (t == NULL) {
-            close(fd);
-            continue;
-        }
-        t->fd = fd;
-        pthread_mutex_lock(&e->mu);
-        t->next = e->conns;
-        e->conns = t;
-        if (thread_start(e, t, conn_thread_main, t) != 0) {
-            e->conns = t->next;
-            pthread_mutex_unlock(&e->mu);
-            close(fd);
-            free(t);
-            continue;
-        }
-        pthread_mutex_unlock(&e->mu);
+        engine_adopt_conn(e, fd);
     }
 }
 
