@@ -26,11 +26,11 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from llm_datadist_ffi import LLMStatusCode as S
@@ -298,9 +298,10 @@ def ext_params(draw: st.DrawFn, f: Flaws, n_src: int, n_dst: int, n_local: int) 
     if shape == "one_default":       # PR-1
         pair = (draw(st.integers(0, layers)), draw(st.integers(0, layers)))
         return Ext(pair, (-1, -1), n) if draw(st.booleans()) else Ext((-1, -1), pair, n)
-    if shape == "reversed":
+    if shape == "reversed":          # first > second on one side, or on both (spans then equal)
         first = draw(st.integers(1, layers + 2))
-        return Ext((first, first - 1), (0, 0), n) if draw(st.booleans()) else Ext((0, 0), (first, first - 1), n)
+        other = draw(st.sampled_from([(0, 0), (first, first - 1), (1, 0)]))
+        return Ext((first, first - 1), other, n) if draw(st.booleans()) else Ext(other, (first, first - 1), n)
     if shape in ("src_past", "dst_past"):
         # one range reaches one layer past its cache (src: PR-12 for pulls, §4.3 for
         # pushes; dst: §4.2, §4.3), the other is valid and of the same span
@@ -860,6 +861,24 @@ def test_deallocate_of_a_registered_cache_keeps_the_package_record(pair: Harness
     finally:
         pair.reset()
 
+
+
+@pytest.mark.parametrize("raw", [False, True])
+def test_layer_ranges_up_to_int32_max_agree_with_oracle(pair: Harness, raw: bool) -> None:
+    """Found by the property tests: pairs such as {0, 2^31 - 1} once made the oracle build
+    lists of 2^31 tensor indexes (the process ran out of memory); every such pull and push
+    is PARAM_INVALID (§4.2, §4.3) and moves nothing."""
+    made = set_up(pair, A, B, {"src": (B, Spec(2, U8, (2, 8))), "dst": (A, Spec(2, U8, (2, 8)))}, linked=True)
+    with pair.layer(raw):
+        for pairs in [((0, I32_MAX), (0, I32_MAX)), ((I32_MAX, I32_MAX), (0, 0)), ((0, 0), (I32_MAX, I32_MAX))]:
+            for n in (1, 2, 255):
+                ext = Ext(pairs[0], pairs[1], n)
+                assert not pair.pull_kv_cache(A, (B, made.ids["src"], 0), made.ids["dst"], 0, -1, ext).ok
+                assert not pair.pull_kv_blocks(A, (B, made.ids["src"], 0), made.ids["dst"], [0], [1], ext).ok
+                assert not pair.push_kv_cache(B, made.ids["src"], (A, made.ids["dst"], 0), 0, -1, ext, (DEVICE, 2)).ok
+                assert not pair.push_kv_blocks(B, made.ids["src"], (A, made.ids["dst"], 0), [0], [1], ext,
+                                               (DEVICE, 2)).ok
+    tear_down(pair, A, B, linked=True)
 
 @pytest.mark.parametrize("tensors", [1, 4])
 @pytest.mark.parametrize("runs_over_limit", [-1, 0, 1])

@@ -79,6 +79,7 @@ class CacheMemory:
         view = self.views[i]
         if isinstance(view, tuple):
             return np.frombuffer(ctypes.string_at(view[0], view[1]), dtype=np.uint8)
+        assert isinstance(view, np.ndarray)
         return view
 
     def mismatch(self) -> Optional[str]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Iterable, Mapping, Optional, Sequence
 
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi.native import CachePlacement, LlmRole
@@ -305,8 +305,8 @@ class World:
             if wait is not None and not (wait.isascii() and wait.isdigit() and 1 <= int(wait) <= 2**31 - 1):
                 return fail(PI, "PR-26: llm.SyncKvCacheWaitTime")
             if listen is not None:
-                _, sep, port = listen.rpartition(":")
-                if sep and port.isascii() and port.isdigit() and not 1 <= int(port) <= 65535:
+                _, sep, port_text = listen.rpartition(":")
+                if sep and port_text.isascii() and port_text.isdigit() and not 1 <= int(port_text) <= 65535:
                     return fail(PI, "PR-27: listen port")
         if e.initialized:
             return success(rule="§12.1: already initialised, options ignored")
@@ -334,7 +334,7 @@ class World:
                 return fail(PI, f"§3.3: {key} is not JSON")
             size, shift = config.get("memory_size"), config.get("page_shift", 16)
             if not isinstance(size, int) or not isinstance(shift, int) or not 10 <= shift < 31 \
-                    or size >> shift >= 2**32 - 1:
+                    or size <= 0 or size >> shift >= 2**32 - 1:           # size 0: docs/semantics.md E-4
                 return fail(PI, f"§3.3, §15: {key} out of range")
             pools[int(placement)] = Pool(size, shift)
         e.initialized, e.listen_port, e.comm_resource, e.pools = True, port, port is not None, pools
@@ -683,15 +683,16 @@ class World:
         reason = _tensor_num_rule(ext, local.num_tensors, push=False)
         if reason:
             return fail(PI, reason)
+        # (range objects, not lists: a pair may name layers up to 2^31 - 1)
         if ext.ranged:
-            dst_tensors = list(range(ext.dst[0] * n, (ext.dst[1] + 1) * n))
-            src_tensors = list(range(ext.src[0] * n, (ext.src[1] + 1) * n))
+            dst_tensors = range(ext.dst[0] * n, (ext.dst[1] + 1) * n)
+            src_tensors = range(ext.src[0] * n, (ext.src[1] + 1) * n)
             if dst_tensors[-1] >= local.num_tensors:
                 return fail(PI, "§4.2: a destination tensor past the local cache")
             if len(src_tensors) != len(dst_tensors):
                 return fail(PI, "§4.2: layer ranges select different tensor counts")
         else:
-            dst_tensors = src_tensors = list(range(local.num_tensors))
+            dst_tensors = src_tensors = range(local.num_tensors)
         # 5. the link
         link = e.links.get(src_cluster)
         if link is None:
@@ -813,9 +814,9 @@ class World:
         # the layer pairs (cpp-api.md §6.11 step 6; PR-1 leaves two of its three cases)
         if ext.src[0] < 0:
             last = 0 if given < n else (given // n - 1 if given % n == 0 else given // n)
-            layers = [(k, k) for k in range(last + 1)]
-        else:
-            layers = [(ext.src[0] + k, ext.dst[0] + k) for k in range(ext.src[1] - ext.src[0] + 1)]
+            layers: Iterable[tuple[int, int]] = ((k, k) for k in range(last + 1))
+        else:   # lazily: the per-layer checks stop the loop at the first layer past either cache
+            layers = ((ext.src[0] + k, ext.dst[0] + k) for k in range(ext.src[1] - ext.src[0] + 1))
         # 2. the local (source) cache, and PR-33 against it
         local = e.caches.get(src_id)
         if local is None:
