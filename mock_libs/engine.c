@@ -134,6 +134,18 @@ lldd_status engine_enter(engine *e, const char *fn)
     return LLM_SUCCESS;
 }
 
+lldd_status engine_call_enter(engine *e, const char *fn)
+{
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    if (e == NULL) {
+        mock_set_error("%s: engine must not be NULL", fn);
+        return LLM_PARAM_INVALID;
+    }
+    return engine_enter(e, fn);
+}
+
 void engine_leave(engine *e)
 {
     pthread_mutex_lock(&e->mu);

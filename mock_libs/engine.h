@@ -237,6 +237,9 @@ int dtype_is_sub_byte(int32_t data_type);
 /* Begins an API call: LLM_FAILED with "not initialized" unless the engine is ready
  * (PR-37), else counts the call as running. */
 lldd_status engine_enter(engine *e, const char *fn);
+/* The entry of an API call that takes only an engine: an injected fault, then a NULL
+ * engine (PARAM_INVALID), then engine_enter. Anything but LLM_SUCCESS is the answer. */
+lldd_status engine_call_enter(engine *e, const char *fn);
 void engine_leave(engine *e);
 /* Finds a live engine of this process by serial and holds it (NULL if gone). */
 engine *registry_acquire(uint64_t serial);

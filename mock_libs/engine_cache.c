@@ -425,14 +425,7 @@ out:
 MOCK_EXPORT lldd_status lldd_unregister_kv_cache(lldd_engine *e, int64_t cache_id)
 {
     static const char fn[] = "lldd_unregister_kv_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL) {
-        mock_set_error("%s: engine must not be NULL", fn);
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_call_enter(e, fn);
     if (st != LLM_SUCCESS)
         return st;
     pthread_mutex_lock(&e->mu);

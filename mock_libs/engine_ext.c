@@ -435,14 +435,7 @@ out:
 MOCK_EXPORT lldd_status lldd_ext_check_link_status(lldd_engine *e, uint64_t remote_cluster_id)
 {
     static const char fn[] = "lldd_ext_check_link_status";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL) {
-        mock_set_error("%s: engine must not be NULL", fn);
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_call_enter(e, fn);
     if (st != LLM_SUCCESS)
         return st;
     int role = atomic_load(&e->role);

@@ -480,14 +480,7 @@ out:
 MOCK_EXPORT lldd_status lldd_ext_unregister_cache(lldd_engine *e, int64_t cache_id)
 {
     static const char fn[] = "lldd_ext_unregister_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL) {
-        mock_set_error("%s: engine must not be NULL", fn);
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_call_enter(e, fn);
     if (st != LLM_SUCCESS)
         return st;
     mcache *c = NULL;
@@ -738,14 +731,7 @@ static mcache *maybe_free_locked(engine *e, mcache *c)
 MOCK_EXPORT lldd_status lldd_ext_deallocate_cache(lldd_engine *e, int64_t cache_id)
 {
     static const char fn[] = "lldd_ext_deallocate_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL) {
-        mock_set_error("%s: engine must not be NULL", fn);
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_call_enter(e, fn);
     if (st != LLM_SUCCESS)
         return st;
     mcache *gone = NULL;

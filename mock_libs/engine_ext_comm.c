@@ -514,14 +514,7 @@ static lldd_status comm_call_checks(engine *e, const char *fn)
 MOCK_EXPORT lldd_status lldd_ext_unlink(lldd_engine *e, uint64_t comm_id)
 {
     static const char fn[] = "lldd_ext_unlink";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL) {
-        mock_set_error("%s: engine must not be NULL", fn);
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_call_enter(e, fn);
     if (st != LLM_SUCCESS)
         return st;
     if ((st = comm_call_checks(e, fn)) == LLM_SUCCESS) {

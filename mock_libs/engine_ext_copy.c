@@ -20,14 +20,7 @@ MOCK_EXPORT lldd_status lldd_ext_copy_cache(lldd_engine *e, int64_t dst_cache_id
                                             int64_t size)
 {
     static const char fn[] = "lldd_ext_copy_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL) {
-        mock_set_error("%s: engine must not be NULL", fn);
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_call_enter(e, fn);
     if (st != LLM_SUCCESS)
         return st;
     st = cache_copy(e, fn, src_cache_id, dst_cache_id, src_batch_index, dst_batch_index, offset, size,
