@@ -470,6 +470,10 @@ lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc);
 void peer_unpin(xlink *x, peer_cache *pc);
 /* Records the table copy (§9.7) taken now on the peer, if the link has none. */
 void link_note_table_copy(mlink *l, int64_t id_mark, uint64_t bind_mark);
+/* PR-32: a registered (not pool-owned) cache with an id given out after the link was
+ * made is not reachable through it; the local side's and the peer's wording. */
+lldd_status pr32_check_local(const char *fn, const mlink *l, const cache_wire *lw);
+lldd_status pr32_check_peer(const char *fn, const mlink *l, const cache_wire *rw, uint64_t cluster_id);
 lldd_status move_bytes(xlink *x, const char *fn, const plan *p, int pull, int64_t peer_cache_id);
 lldd_status check_blocks(const char *fn, const char *name, const uint64_t *blk, size_t n, uint64_t limit,
                          const char *whose);

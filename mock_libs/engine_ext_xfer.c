@@ -500,16 +500,10 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
                        (long long)(!rw->remote_accessible ? rw->id : lw->id));
         return LLM_PARAM_INVALID;
     }
-    if (!lw->owned && lw->id >= xl->l->own_next_at_link) {
-        mock_set_error("%s: cache registered after link is not remote accessible through this link: local cache %lld "
-                       "(PR-32)", fn, (long long)lw->id);
-        return LLM_PARAM_INVALID;
-    }
-    if (!rw->owned && rw->id >= xl->l->peer_next_at_link) {
-        mock_set_error("%s: cache registered after link is not remote accessible through this link: cache %lld on "
-                       "cluster %llu (PR-32)", fn, (long long)rw->id, (unsigned long long)a->src->cluster_id);
-        return LLM_PARAM_INVALID;
-    }
+    if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
+        return st;
+    if ((st = pr32_check_peer(fn, xl->l, rw, a->src->cluster_id)) != LLM_SUCCESS)
+        return st;
 
     /* step 9: the source's checks */
     if (form != PLAN_B2B && !kind_has_batches(rw)) {
@@ -754,11 +748,8 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
         mock_set_error("%s: the local cache %lld is not remote accessible", fn, (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    if (!lw->owned && lw->id >= xl->l->own_next_at_link) {
-        mock_set_error("%s: cache registered after link is not remote accessible through this link: local cache %lld "
-                       "(PR-32)", fn, (long long)lw->id);
-        return LLM_PARAM_INVALID;
-    }
+    if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
+        return st;
     /* step 5: the destination, in the table copy */
     resolve_req q;
     memset(&q, 0, sizeof q);
@@ -1068,11 +1059,8 @@ static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *
     }
     if ((st = link_acquire_ex(e, fn, a->dst_cluster, xl, v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS)
         return st;
-    if (!lw->owned && lw->id >= xl->l->own_next_at_link) {
-        mock_set_error("%s: cache registered after link is not remote accessible through this link: local cache %lld "
-                       "(PR-32)", fn, (long long)lw->id);
-        return LLM_PARAM_INVALID;
-    }
+    if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
+        return st;
     uint32_t tensors[2];
     for (int j = 0; j < 2; j++) {
         if ((st = peer_pin_addr(xl, fn, a->dst_addrs[j] + lo, hi - lo, &pcs[j], &tensors[j])) != LLM_SUCCESS)

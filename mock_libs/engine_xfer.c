@@ -779,16 +779,10 @@ static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, m
         mock_set_error("%s: the %s cache is not remote accessible", fn, !rw->remote_accessible ? "remote" : "local");
         return LLM_PARAM_INVALID;
     }
-    if (!lw->owned && lw->id >= xl->l->own_next_at_link) {
-        mock_set_error("%s: cache registered after link is not remote accessible through this link: local cache %lld "
-                       "(PR-32)", fn, (long long)lw->id);
-        return LLM_PARAM_INVALID;
-    }
-    if (!rw->owned && rw->id >= xl->l->peer_next_at_link) {
-        mock_set_error("%s: cache registered after link is not remote accessible through this link: cache %lld on "
-                       "cluster %llu (PR-32)", fn, (long long)rw->id, (unsigned long long)a->src->cluster_id);
-        return LLM_PARAM_INVALID;
-    }
+    if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
+        return st;
+    if ((st = pr32_check_peer(fn, xl->l, rw, a->src->cluster_id)) != LLM_SUCCESS)
+        return st;
     /* step 9: source checks */
     if (!a->b2b && !has_batches(rw)) {
         mock_set_error("%s: the source cache %lld is a blocks cache; a contiguous pull needs batches (PR-15)", fn,
@@ -866,6 +860,26 @@ static lldd_status do_pull(engine *e, const char *fn, const pull_args *a)
     link_release(&xl);
     cache_unpin(e, lc);
     return st;
+}
+
+lldd_status pr32_check_local(const char *fn, const mlink *l, const cache_wire *lw)
+{
+    if (!lw->owned && lw->id >= l->own_next_at_link) {
+        mock_set_error("%s: cache registered after link is not remote accessible through this link: local cache %lld "
+                       "(PR-32)", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+lldd_status pr32_check_peer(const char *fn, const mlink *l, const cache_wire *rw, uint64_t cluster_id)
+{
+    if (!rw->owned && rw->id >= l->peer_next_at_link) {
+        mock_set_error("%s: cache registered after link is not remote accessible through this link: cache %lld on "
+                       "cluster %llu (PR-32)", fn, (long long)rw->id, (unsigned long long)cluster_id);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
 }
 
 lldd_status xfer_call_enter(engine *e, const char *fn, const char *a_name, const void *a, const char *b_name,
@@ -971,12 +985,7 @@ lldd_status push_dst_access_checks(const char *fn, const cache_wire *rw, const m
         mock_set_error("%s: the remote cache %lld is not remote accessible", fn, (long long)rw->id);
         return LLM_PARAM_INVALID;
     }
-    if (!rw->owned && rw->id >= l->peer_next_at_link) {
-        mock_set_error("%s: cache registered after link is not remote accessible through this link: cache %lld "
-                       "on cluster %llu (PR-32)", fn, (long long)rw->id, (unsigned long long)cluster_id);
-        return LLM_PARAM_INVALID;
-    }
-    return LLM_SUCCESS;
+    return pr32_check_peer(fn, l, rw, cluster_id);
 }
 
 lldd_status push_dst_shape_checks(const char *fn, int b2b, const cache_wire *lw, const cache_wire *rw,
@@ -1095,11 +1104,8 @@ static lldd_status push_checked(engine *e, const char *fn, const push_args *a, m
         mock_set_error("%s: the local cache %lld is not remote accessible", fn, (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    if (!lw->owned && lw->id >= xl->l->own_next_at_link) {
-        mock_set_error("%s: cache registered after link is not remote accessible through this link: local cache %lld "
-                       "(PR-32)", fn, (long long)lw->id);
-        return LLM_PARAM_INVALID;
-    }
+    if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
+        return st;
     /* step 5: the destination */
     if ((st = peer_pin(xl, fn, a->dst->cache_id, pc)) != LLM_SUCCESS)
         return st;
