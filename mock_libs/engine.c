@@ -621,24 +621,32 @@ MOCK_EXPORT lldd_status lldd_create(uint64_t cluster_id, int32_t role, lldd_engi
     return LLM_SUCCESS;
 }
 
-MOCK_EXPORT lldd_status lldd_initialize(lldd_engine *e, const lldd_option *options, size_t num_options)
+lldd_status engine_options_call_check(engine *e, const char *fn, const lldd_option *options, size_t num_options)
 {
     uint32_t code;
-    if (mock_fault_take("lldd_initialize", &code))
+    if (mock_fault_take(fn, &code))
         return code;
     if (e == NULL) {
-        mock_set_error("lldd_initialize: engine must not be NULL");
+        mock_set_error("%s: engine must not be NULL", fn);
         return LLM_PARAM_INVALID;
     }
     if (options == NULL && num_options > 0) {
-        mock_set_error("lldd_initialize: options is NULL but num_options is %zu", num_options);
+        mock_set_error("%s: options is NULL but num_options is %zu", fn, num_options);
         return LLM_PARAM_INVALID;
     }
+    return LLM_SUCCESS;
+}
+
+MOCK_EXPORT lldd_status lldd_initialize(lldd_engine *e, const lldd_option *options, size_t num_options)
+{
+    lldd_status st = engine_options_call_check(e, "lldd_initialize", options, num_options);
+    if (st != LLM_SUCCESS)
+        return st;
     pthread_mutex_lock(&e->life_mu);
     pthread_mutex_lock(&e->mu);
     int ready = e->state == ENGINE_READY;
     pthread_mutex_unlock(&e->mu);
-    lldd_status st = ready ? LLM_SUCCESS : do_initialize(e, options, num_options);
+    st = ready ? LLM_SUCCESS : do_initialize(e, options, num_options);
     pthread_mutex_unlock(&e->life_mu);
     return st;
 }
@@ -723,19 +731,10 @@ MOCK_EXPORT void lldd_destroy(lldd_engine *e)
 MOCK_EXPORT lldd_status lldd_set_role(lldd_engine *e, int32_t role, const lldd_option *options, size_t num_options)
 {
     static const char fn[] = "lldd_set_role";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL) {
-        mock_set_error("%s: engine must not be NULL", fn);
-        return LLM_PARAM_INVALID;
-    }
-    if (options == NULL && num_options > 0) {
-        mock_set_error("%s: options is NULL but num_options is %zu", fn, num_options);
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_options_call_check(e, fn, options, num_options);
     if (st != LLM_SUCCESS)
+        return st;
+    if ((st = engine_enter(e, fn)) != LLM_SUCCESS)
         return st;
     if (role < LLDD_ROLE_PROMPT || role > LLDD_ROLE_MIX) {
         mock_set_error("%s: role %d is invalid; expected PROMPT (1), DECODER (2) or MIX (3)", fn, (int)role);

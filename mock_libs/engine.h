@@ -377,6 +377,9 @@ static inline int kind_has_blocks(const cache_wire *w)
 }
 
 /* ---- engine.c: options and the shared part of Initialize / SetRole ---- */
+/* The first checks of Initialize and SetRole (native and extension): an injected fault,
+ * a NULL engine, NULL options with num_options > 0. The caller enters the engine. */
+lldd_status engine_options_call_check(engine *e, const char *fn, const lldd_option *options, size_t num_options);
 const char *engine_opt_get(const lldd_option *options, size_t count, const char *key);
 int engine_parse_digits(const char *s, uint64_t max, uint64_t *out);
 /* A device option's ";"-separated ids, each an int32 >= 0 (llm.DeviceId, ge.exec.deviceId):

@@ -337,22 +337,13 @@ static lldd_status parse_ext_options(const char *fn, const lldd_option *o, size_
 MOCK_EXPORT lldd_status lldd_ext_initialize(lldd_engine *e, const lldd_option *options, size_t num_options)
 {
     static const char fn[] = "lldd_ext_initialize";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL) {
-        mock_set_error("%s: engine must not be NULL", fn);
-        return LLM_PARAM_INVALID;
-    }
-    if (options == NULL && num_options > 0) {
-        mock_set_error("%s: options is NULL but num_options is %zu", fn, num_options);
-        return LLM_PARAM_INVALID;
-    }
+    lldd_status st = engine_options_call_check(e, fn, options, num_options);
+    if (st != LLM_SUCCESS)
+        return st;
     pthread_mutex_lock(&e->life_mu);
     pthread_mutex_lock(&e->mu);
     int ready = e->state == ENGINE_READY;
     pthread_mutex_unlock(&e->mu);
-    lldd_status st = LLM_SUCCESS;
     if (!ready) {
         engine_cfg c;
         st = parse_ext_options(fn, options, num_options, &c);
@@ -371,19 +362,10 @@ MOCK_EXPORT lldd_status lldd_ext_switch_role(lldd_engine *e, int32_t role, const
                                              size_t num_options)
 {
     static const char fn[] = "lldd_ext_switch_role";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL) {
-        mock_set_error("%s: engine must not be NULL", fn);
-        return LLM_PARAM_INVALID;
-    }
-    if (options == NULL && num_options > 0) {
-        mock_set_error("%s: options is NULL but num_options is %zu", fn, num_options);
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_options_call_check(e, fn, options, num_options);
     if (st != LLM_SUCCESS)
+        return st;
+    if ((st = engine_enter(e, fn)) != LLM_SUCCESS)
         return st;
     int v1 = e->gen == GEN_V1;
     int has = 0;
