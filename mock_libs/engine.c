@@ -321,6 +321,26 @@ lldd_status engine_parse_device_list(const char *fn, const char *key, const char
     }
 }
 
+lldd_status engine_parse_sync_wait(const char *fn, const lldd_option *o, size_t n, uint32_t *out)
+{
+    const char *wait = engine_opt_get(o, n, "llm.SyncKvCacheWaitTime");
+    uint64_t v;
+    *out = 1000;
+    if (wait == NULL)
+        return LLM_SUCCESS;
+    if (engine_parse_digits(wait, UINT64_MAX, &v) != 0) {
+        mock_set_error("%s: option llm.SyncKvCacheWaitTime \"%s\" is not a decimal number of milliseconds", fn,
+                       wait);
+        return LLM_PARAM_INVALID;
+    }
+    if (v < 1 || v > INT32_MAX) {
+        mock_set_error("%s: option llm.SyncKvCacheWaitTime %s is outside [1, 2^31 - 1] ms (PR-26)", fn, wait);
+        return LLM_PARAM_INVALID;
+    }
+    *out = (uint32_t)v;
+    return LLM_SUCCESS;
+}
+
 lldd_status engine_parse_pool_cfg(const char *fn, const char *key, const char *text, pool_cfg *out)
 {
     memset(out, 0, sizeof *out);
@@ -417,23 +437,11 @@ static lldd_status parse_init_options(engine *e, const char *fn, const lldd_opti
         c->hixl = 1;
     }
 
-    const char *wait = engine_opt_get(opts, n, "llm.SyncKvCacheWaitTime");
-    c->sync_timeout_ms = 1000;
-    if (wait != NULL) {
-        uint64_t v;
-        if (engine_parse_digits(wait, UINT64_MAX, &v) != 0) {
-            mock_set_error("%s: option llm.SyncKvCacheWaitTime \"%s\" is not a decimal number of milliseconds", fn,
-                           wait);
-            return LLM_PARAM_INVALID;
-        }
-        if (v < 1 || v > INT32_MAX) {
-            mock_set_error("%s: option llm.SyncKvCacheWaitTime %s is outside [1, 2^31 - 1] ms (PR-26)", fn, wait);
-            return LLM_PARAM_INVALID;
-        }
-        c->sync_timeout_ms = (uint32_t)v;
-    }
+    lldd_status st = engine_parse_sync_wait(fn, opts, n, &c->sync_timeout_ms);
+    if (st != LLM_SUCCESS)
+        return st;
 
-    lldd_status st = engine_parse_pool_cfg(fn, "llm.MemPoolConfig", engine_opt_get(opts, n, "llm.MemPoolConfig"), &c->dev_pool);
+    st = engine_parse_pool_cfg(fn, "llm.MemPoolConfig", engine_opt_get(opts, n, "llm.MemPoolConfig"), &c->dev_pool);
     if (st != LLM_SUCCESS)
         return st;
     st = engine_parse_pool_cfg(fn, "llm.HostMemPoolConfig", engine_opt_get(opts, n, "llm.HostMemPoolConfig"), &c->host_pool);

@@ -382,6 +382,8 @@ static inline int kind_has_blocks(const cache_wire *w)
 lldd_status engine_options_call_check(engine *e, const char *fn, const lldd_option *options, size_t num_options);
 const char *engine_opt_get(const lldd_option *options, size_t count, const char *key);
 int engine_parse_digits(const char *s, uint64_t max, uint64_t *out);
+/* llm.SyncKvCacheWaitTime: milliseconds in [1, 2^31 - 1] (PR-26), 1000 when absent. */
+lldd_status engine_parse_sync_wait(const char *fn, const lldd_option *o, size_t n, uint32_t *out);
 /* A device option's ";"-separated ids, each an int32 >= 0 (llm.DeviceId, ge.exec.deviceId):
  * *items of them, the first in *first. The caller judges the count. */
 lldd_status engine_parse_device_list(const char *fn, const char *key, const char *dev, size_t *items,

@@ -129,26 +129,6 @@ static lldd_status v1_listen(const char *fn, const lldd_option *o, size_t n, int
     return LLM_SUCCESS;
 }
 
-static lldd_status parse_sync_wait(const char *fn, const lldd_option *o, size_t n, uint32_t *out)
-{
-    const char *wait = engine_opt_get(o, n, "llm.SyncKvCacheWaitTime");
-    uint64_t v;
-    *out = 1000;
-    if (wait == NULL)
-        return LLM_SUCCESS;
-    if (engine_parse_digits(wait, UINT64_MAX, &v) != 0) {
-        mock_set_error("%s: option llm.SyncKvCacheWaitTime \"%s\" is not a decimal number of milliseconds", fn,
-                       wait);
-        return LLM_PARAM_INVALID;
-    }
-    if (v < 1 || v > INT32_MAX) {
-        mock_set_error("%s: option llm.SyncKvCacheWaitTime %s is outside [1, 2^31 - 1] ms (PR-26)", fn, wait);
-        return LLM_PARAM_INVALID;
-    }
-    *out = (uint32_t)v;
-    return LLM_SUCCESS;
-}
-
 /* ge.exec.deviceId: ids separated by ";" (v1 lists one per device). */
 static lldd_status parse_devices(const char *fn, const char *dev, int v1, int32_t *device)
 {
@@ -269,7 +249,7 @@ static lldd_status parse_ext_options(const char *fn, const lldd_option *o, size_
             if ((st = v1_listen(fn, o, n, &c->has_listen, &c->listen)) != LLM_SUCCESS)
                 return st;
         }
-        if ((st = parse_sync_wait(fn, o, n, &c->sync_timeout_ms)) != LLM_SUCCESS)
+        if ((st = engine_parse_sync_wait(fn, o, n, &c->sync_timeout_ms)) != LLM_SUCCESS)
             return st;
         if ((st = parse_v1_pool(fn, o, n, c)) != LLM_SUCCESS)
             return st;
@@ -290,7 +270,7 @@ static lldd_status parse_ext_options(const char *fn, const lldd_option *o, size_
         }
         c->hixl = 1;
     }
-    if ((st = parse_sync_wait(fn, o, n, &c->sync_timeout_ms)) != LLM_SUCCESS)
+    if ((st = engine_parse_sync_wait(fn, o, n, &c->sync_timeout_ms)) != LLM_SUCCESS)
         return st;
     const char *era = engine_opt_get(o, n, "llm.EnableRemoteCacheAccessible");
     if (era != NULL && strcmp(era, "0") != 0 && strcmp(era, "1") != 0) {
