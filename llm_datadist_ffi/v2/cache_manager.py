@@ -371,6 +371,30 @@ def _transfer_cache_async(src_cache: Any, num_tensors: int, batch_size: int, lay
 
 # ---- CacheManager (v2) ---------------------------------------------------------------------
 
+
+def _ext_pull(tag: str, key: Any, cache: Any, batch_index: int, size: int, blocks: Tuple[Any, Any],
+              ranges: Tuple[Optional[range], Optional[range]], n: int, offsets: Tuple[int, int],
+              names: Tuple[str, str, str]) -> None:
+    """The project checks every pull of both managers makes last (tensor counts, ranges,
+    repeated destination blocks, a cache of a finalized engine), then the native pull.
+    ``names`` are the caller's parameter names for the two block lists and the cache."""
+    src_range, dst_range = ranges
+    num_local = int(cache.cache_desc.num_tensors)
+    _check_pull_tensor_num(n, num_local, src_range is not None or dst_range is not None, tag)
+    src_tensors = _pull_tensors(src_range, n, num_local, "src_layer_range", tag)
+    dst_tensors = _pull_tensors(dst_range, n, num_local, "dst_layer_range", tag)
+    src = _native.block_list(blocks[0], names[0])
+    dst = _native.block_list(blocks[1], names[1])
+    _check_distinct(dst, names[1], tag)
+    _native.check_live(cache, names[2], tag)
+    key_ptr = _native.c_key(key)
+    src_t = _native.c_u64(src_tensors, "src tensor indexes")
+    dst_t = _native.c_u64(dst_tensors, "dst tensor indexes")
+    _capi.lldd_ext_pull(_native.engine_for(tag), key_ptr, int(cache.cache_id), batch_index, size, src.pointer,
+                        src.count, dst.pointer, dst.count, src_t, len(src_tensors), dst_t, len(dst_tensors),
+                        offsets[0], offsets[1], n, tag)
+    del src, dst
+
 class CacheManager:
     """The v2 cache manager, from ``LLMDataDist.cache_manager``; never made by users.
 
@@ -545,21 +569,8 @@ class CacheManager:
 
     def _pull(self, tag: str, key: Any, cache: Cache, batch_index: int, size: int, src_blocks: Any, dst_blocks: Any,
               src_range: Optional[range], dst_range: Optional[range], n: int) -> None:
-        num_local = int(cache.cache_desc.num_tensors)
-        _check_pull_tensor_num(n, num_local, src_range is not None or dst_range is not None, tag)
-        src_tensors = _pull_tensors(src_range, n, num_local, "src_layer_range", tag)
-        dst_tensors = _pull_tensors(dst_range, n, num_local, "dst_layer_range", tag)
-        src = _native.block_list(src_blocks, "src_blocks")
-        dst = _native.block_list(dst_blocks, "dst_blocks")
-        _check_distinct(dst, "dst_blocks", tag)
-        _native.check_live(cache, "cache" if tag == "pull_cache" else "dst_cache", tag)
-        key_ptr = _native.c_key(key)
-        src_t = _native.c_u64(src_tensors, "src tensor indexes")
-        dst_t = _native.c_u64(dst_tensors, "dst tensor indexes")
-        _capi.lldd_ext_pull(_native.engine_for(tag), key_ptr, int(cache.cache_id), batch_index, size, src.pointer,
-                            src.count, dst.pointer, dst.count, src_t, len(src_tensors), dst_t, len(dst_tensors),
-                            -1, -1, n, tag)
-        del src, dst
+        _ext_pull(tag, key, cache, batch_index, size, (src_blocks, dst_blocks), (src_range, dst_range), n, (-1, -1),
+                  ("src_blocks", "dst_blocks", "cache" if tag == "pull_cache" else "dst_cache"))
 
     def pull_blocks(self, src_cache_key: Union[CacheKey, CacheKeyByIdAndIndex, BlocksCacheKey], dst_cache: Cache,
                     src_blocks: Optional[BlockList] = (), dst_blocks: BlockList = (), **kwargs: Any) -> None:
@@ -1122,21 +1133,8 @@ class KvCacheManager:
     def _pull(self, tag: str, key: Any, cache: KvCache, batch_index: int, size: int, src_blocks: Any,
               dst_blocks: Any, src_range: Optional[range], dst_range: Optional[range], n: int,
               offsets: Tuple[int, int]) -> None:
-        num_local = int(cache.cache_desc.num_tensors)
-        _check_pull_tensor_num(n, num_local, src_range is not None or dst_range is not None, tag)
-        src_tensors = _pull_tensors(src_range, n, num_local, "src_layer_range", tag)
-        dst_tensors = _pull_tensors(dst_range, n, num_local, "dst_layer_range", tag)
-        src = _native.block_list(src_blocks, "prompt_blocks")
-        dst = _native.block_list(dst_blocks, "decoder_blocks")
-        _check_distinct(dst, "decoder_blocks", tag)
-        _native.check_live(cache, "kv_cache" if tag == "pull_cache" else "decoder_kv_cache", tag)
-        key_ptr = _native.c_key(key)
-        src_t = _native.c_u64(src_tensors, "src tensor indexes")
-        dst_t = _native.c_u64(dst_tensors, "dst tensor indexes")
-        _capi.lldd_ext_pull(_native.engine_for(tag), key_ptr, int(cache.cache_id), batch_index, size, src.pointer,
-                            src.count, dst.pointer, dst.count, src_t, len(src_tensors), dst_t, len(dst_tensors),
-                            offsets[0], offsets[1], n, tag)
-        del src, dst
+        _ext_pull(tag, key, cache, batch_index, size, (src_blocks, dst_blocks), (src_range, dst_range), n, offsets,
+                  ("prompt_blocks", "decoder_blocks", "kv_cache" if tag == "pull_cache" else "decoder_kv_cache"))
 
     def pull_cache(self, cache_key: Union[CacheKey, CacheKeyByIdAndIndex], kv_cache: KvCache, batch_index: int = 0,
                    size: int = -1, **kwargs: Any) -> None:
