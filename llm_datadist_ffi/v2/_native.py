@@ -24,7 +24,7 @@ for the calls already running (PR-37).
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
@@ -282,8 +282,7 @@ def check_block_types(value: Any, name: str, containers: Tuple[type, ...] = (lis
     if not isinstance(value, containers):
         raise TypeError(f"{name} must be {' | '.join(c.__name__ for c in containers)} of int, not "
                         f"{type_name(value)}")
-    items: Sequence[Any] = value
-    for index, item in enumerate(items):
+    for index, item in enumerate(cast(Sequence[Any], value)):   # a list or tuple, checked above
         if not isinstance(item, int):
             raise TypeError(f"{name}[{index}] must be int, not {type_name(item)}")
 
