@@ -291,8 +291,8 @@ def ext_params(draw: st.DrawFn, f: Flaws, n_src: int, n_dst: int, n_local: int) 
     layers = max(ls, ld)
     member = weighted((6, st.integers(-3, layers + 2)), (1, st.sampled_from([I32_MAX, -(2**31)])),
                       (1, st.sampled_from([I32_MAX + 1, -(2**31) - 1])))
-    shape = draw(st.sampled_from(["pairs", "half_default", "one_default", "reversed", "src_past", "src_past",
-                                  "dst_past", "dst_past", "spans"]))
+    shape = draw(st.sampled_from(["pairs", "half_default", "half_default", "one_default", "one_default", "reversed",
+                                  "reversed", "src_past", "src_past", "dst_past", "dst_past", "spans"]))
     if shape == "half_default":      # {-1, s}: PR-11
         return Ext((-1, draw(st.integers(0, layers + 1))), draw(st.sampled_from([(-1, -1), (0, 0)])), n)
     if shape == "one_default":       # PR-1
