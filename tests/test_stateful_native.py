@@ -310,4 +310,5 @@ class NativeEngines(RuleBasedStateMachine):
 def test_native_engines_follow_the_model(harness: Harness) -> None:
     """Every call of every random walk agrees with the model; memory matches after every step."""
     run_state_machine_as_test(lambda: NativeEngines(harness),
-                              settings=settings(settings.default, stateful_step_count=40))
+                              settings=settings(settings.default, max_examples=3 * settings.default.max_examples,
+                                                stateful_step_count=40))
