@@ -94,7 +94,8 @@ class Flaws:
     bytes unless the caches themselves differ), has exactly one flawed knob (so that
     the rule behind that knob decides the outcome, whatever its place in the check
     order), or is chaotic (any knob may be flawed: the check order decides between
-    them). Shrinking goes towards clean examples."""
+    them). Each test runs every focus group (FOCUS) with the profile's example count;
+    within a group, shrinking goes towards valid values."""
 
     chosen: Optional[str] = None
     chaos: bool = False
@@ -109,10 +110,6 @@ class Flaws:
         return flawed if self.chosen == knob else valid
 
 
-def flaws(*knobs: str) -> st.SearchStrategy[Flaws]:
-    return weighted((3, st.just(Flaws())), (6, st.sampled_from(knobs).map(Flaws)), (2, st.just(Flaws(chaos=True))))
-
-
 def focused(focus: str) -> st.SearchStrategy[Flaws]:
     """The flaws of an example of one FOCUS group: "clean", "chaos", or one knob of the group."""
     if focus == "clean":
@@ -122,13 +119,7 @@ def focused(focus: str) -> st.SearchStrategy[Flaws]:
     return st.sampled_from({**FOCUS, **COPY_FOCUS}[focus]).map(Flaws)
 
 
-# The knobs of a transfer example; a knob listed twice is chosen twice as often (those
-# behind several rules: layer ranges, tensor_num_per_layer, registration time).
-TRANSFER_KNOBS = (
-    "local.tensors", "local.dtype", "local.shape", "local.when", "local.when", "local.placement",
-    "remote.tensors", "remote.dtype", "remote.shape", "remote.when", "remote.when", "remote.placement",
-    "pair", "pair", "n", "n", "layers", "layers", "layers", "link", "peer", "src_id", "dst_id",
-    "src_batch", "dst_batch", "size", "caller")
+# The knobs of block lists (one per focus group of BLOCK_GROUPS).
 BLOCK_KNOBS = ("blocks.oob", "blocks.dup", "blocks.shape", "blocks.values")
 
 #: Copies: "local" is the source cache, "remote" the destination (both on one engine).
@@ -446,10 +437,6 @@ def tear_down(h: Harness, local: int, remote: int, linked: bool) -> None:
     h.check_memory()
 
 
-def choose_id(draw: st.DrawFn, made: int) -> int:
-    return draw(weighted((12, st.just(made)), (1, st.sampled_from([UNKNOWN_ID, 0, -1, -(2**63)]))))
-
-
 def directions() -> st.SearchStrategy[tuple[int, int]]:
     return st.sampled_from([(A, B), (B, A)])
 
@@ -560,13 +547,6 @@ def stride_of(spec: Spec) -> int:
     return 8 if isinstance(layout, str) else layout.stride
 
 
-def sizes(s_dst: int, s_src: int) -> st.SearchStrategy[int]:
-    """``size`` of a contiguous pull: −1, within the strides, and every invalid value."""
-    return weighted((5, st.just(-1)), (3, st.integers(1, max(s_dst, 1))),
-                    (2, st.sampled_from([0, -2, s_dst + 1, s_src, s_src + 1, I64_MAX])),
-                    (1, st.sampled_from([-(2**63), I64_MAX + 1])))
-
-
 @dataclass(frozen=True)
 class Case:
     """One transfer example: where the caches live, when they are created, the call."""
@@ -591,10 +571,10 @@ class Case:
 
 
 @st.composite
-def cases(draw: st.DrawFn, call: str, focus: Optional[str] = None) -> Case:
+def cases(draw: st.DrawFn, call: str, focus: str) -> Case:
     blocks = call.endswith("blocks")
     push = call.startswith("push")
-    f = draw(focused(focus) if focus else flaws(*TRANSFER_KNOBS, *(BLOCK_KNOBS if blocks else ())))
+    f = draw(focused(focus))
     local, remote = draw(directions())
     max_count = 16 if blocks else 8
     # the local cache is the destination of a pull and the source of a push; only A has pools
