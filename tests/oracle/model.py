@@ -167,6 +167,7 @@ class EngineModel:
     caches: dict[int, CacheModel] = field(default_factory=dict)
     known: set[int] = field(default_factory=set)  # the package's own record (N-2)
     links: dict[int, LinkEnd] = field(default_factory=dict)  # by peer cluster id
+    finalizing: bool = False                      # §12.3: Finalize has begun and not returned
 
     def table_bytes(self) -> int:
         """Size of the published cache table (§15; native engines bind no keys)."""
@@ -345,9 +346,21 @@ class World:
     def finalize(self, cluster_id: int) -> Outcome:
         """Drops every link locally (peers keep theirs, §10.4), frees everything."""
         e = self.engines[cluster_id]
-        e.initialized, e.listen_port, e.comm_resource = False, None, False
+        e.initialized, e.listen_port, e.comm_resource, e.finalizing = False, None, False, False
         e.pools, e.caches, e.known, e.links = {}, {}, set(), {}
         return success()
+
+    def begin_finalize(self, cluster_id: int) -> None:
+        """``Finalize`` has begun on another thread and waits for the running calls (PR-37)."""
+        self.engines[cluster_id].finalizing = True
+
+    def call_while_finalizing(self, cluster_id: int, name: str) -> Outcome:
+        """§12.3, PR-37: a call that starts after ``Finalize`` began returns ``FAILED``,
+        whatever its arguments; the pool calls too (decision E-2), where an engine that
+        was never initialised answers them ``FEATURE_NOT_ENABLED`` (PR-9)."""
+        assert self.engines[cluster_id].finalizing, "the engine is not finalizing"
+        assert name not in ("initialize", "finalize"), "PR-37 says nothing of Initialize/Finalize during Finalize"
+        return fail(S.LLM_FAILED, "PR-37: Finalize is running")
 
     def set_role(self, cluster_id: int, role: int, options: Optional[Mapping[str, str]] = None) -> Outcome:
         """cpp-api.md §6.6; the listen address must be on 127.0.0.1."""
