@@ -25,7 +25,6 @@ a loaded 2-core machine (the same margin as the example test
 """
 from __future__ import annotations
 
-import socket
 import sys
 import threading
 import time
@@ -43,7 +42,8 @@ from llm_datadist_ffi.native import CachePlacement, GeDataType as G, LlmRole
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from oracle import Ext  # noqa: E402
-from oracle.driver import Harness, Mismatch, agree, observe  # noqa: E402
+from oracle.driver import Harness, observe  # noqa: E402
+from vendor_support import free_port  # noqa: E402
 
 pytestmark = pytest.mark.mock_only(reason="uses the mock's serve delay to hold a transfer while Finalize runs")
 
@@ -57,16 +57,10 @@ LATE_CALLS = ("register", "unregister", "allocate", "deallocate", "pull_kv_cache
 EXAMPLES = max(5, settings.default.max_examples // 4)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def pair() -> Iterator[Harness]:
     h = Harness(seed=37)
-    pa, pb = _free_port(), _free_port()
+    pa, pb = free_port(), free_port()
     h.add(A, LlmRole.DECODER, {"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{pa}",
                                "llm.SyncKvCacheWaitTime": "5000", "llm.MemPoolConfig": POOL}, pa)
     h.add(B, LlmRole.PROMPT, {"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{pb}"}, pb)
