@@ -1,0 +1,371 @@
+"""Property tests: v2 transfers between two processes agree with the oracle
+(tests/oracle/vendor_v2.py).
+
+One peer process (``vendor_peer.py``, cluster 1, PROMPT) lives for the whole module;
+this process is the Decoder (cluster 2). Every example starts both engines afresh in
+direct or server-assisted mode, creates the caches it draws on both sides (registered
+over guarded numpy buffers or allocated from a pool; CACHE or BLOCKS; placements;
+remote-accessible flags; keys bound at allocation or registration, with placeholders),
+before the link, after it, or after the link's first use (a warm-up pull that takes
+the direct-mode table copy), makes one pull or push with clean arguments or with one
+flawed knob, and then makes the same call **again**: the second call shows what the
+first did to the key tables (a server-assisted pull through a request key releases it,
+§9.5, so the repeat gives ``KV_CACHE_NOT_EXIST``). After every call the outcome
+(exception type and status code) must be the oracle's, and every byte of every cache of
+both processes (guards and unregistered buffers included) must equal the oracle's memory.
+
+Flaws (``FLAWS``) name the rules they break; ``event()`` records which rule decided,
+so ``--hypothesis-show-statistics`` shows what the examples covered.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Iterator, Optional, Tuple
+
+import pytest
+from hypothesis import event, example, given, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import vendor_support as vs  # noqa: E402
+import vendor_v2_peer_support as v2s  # noqa: E402
+from oracle import vendor_v2 as oracle  # noqa: E402
+
+pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
+
+U64 = 2**64 - 1
+P, D = v2s.P_ID, v2s.D_ID
+
+PULL_FLAWS = ["unbound key", "released key", "prefix key", "by id past the batch", "id <= 0", "kinds",
+              "block bounds", "repeated blocks", "layer range past the source", "layer range past the destination",
+              "n non-divisor", "size", "remote_accessible False", "placement pair", "mode mismatch",
+              "withdrawn after the table copy", "deallocated source", "wrong cluster", "registered late"]
+PUSH_FLAWS = ["server mode", "unknown destination", "id <= 0", "kinds", "block bounds", "repeated blocks",
+              "layer range past the destination", "layer range past the source", "n non-divisor",
+              "destination batch", "source batch", "stride", "remote_accessible False",
+              "withdrawn after the table copy", "registered late", "mode mismatch"]
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[v2s.Pair]:
+    with vs.Peer() as peer:
+        made = v2s.Pair(peer, oracle, vs.free_port(), vs.free_port())
+        try:
+            yield made
+        finally:
+            made.stop()
+
+
+def request_key(req_id: int, model_id: int = 0) -> Tuple[Any, ...]:
+    return ("key", P, req_id, model_id, U64)
+
+
+def prefix_key(prefix_id: int, model_id: int = 0) -> Tuple[Any, ...]:
+    return ("key", P, U64, model_id, prefix_id)
+
+
+PLACEHOLDER = ("key", P, U64, 0, U64)
+
+
+def warm_caches(pair: v2s.Pair) -> Tuple[int, int]:
+    """A peer cache and a local cache registered before the link, for ``warm_up``."""
+    source = pair.make("peer", False, False, 2, 1, 16, ra=True)
+    target = pair.make("local", False, False, 2, 1, 16, ra=True)
+    assert source is not None and target is not None
+    return source, target
+
+
+def warm_up(pair: v2s.Pair, warm: Tuple[int, int]) -> None:
+    """A clean pull by id: the link's first use, which takes the direct-mode table copy (§9.7)."""
+    assert pair.pull("cache", ("id", P, warm[0], 0), warm[1]).ok
+
+
+def when(choice: Any, flaw: Optional[str]) -> str:
+    """When a cache is made: before the link, after it, or after its first use."""
+    if flaw == "registered late":
+        return str(choice(["after link", "after use"]))
+    return str(choice(["before link", "before link", "after use"]))
+
+
+# ---------------------------------------------------------------------------
+# pulls: pull_cache (C2C), pull_blocks (B2B, C2B)
+# ---------------------------------------------------------------------------
+
+
+@settings(max_examples=settings.default.max_examples * 6)
+@given(form=st.sampled_from(["c2c", "b2b", "c2b"]),
+       flaw=st.one_of(st.none(), st.sampled_from(PULL_FLAWS)), seed=st.integers(0, 2**32 - 1))
+def test_pulls_agree_with_oracle(pair: v2s.Pair, form: str, flaw: Optional[str], seed: int) -> None:
+    data = _Draw(seed)
+    direct = data.choice([True, False]) if flaw not in ("prefix key", "remote_accessible False",
+                                                        "withdrawn after the table copy") else True
+    if flaw == "placement pair":
+        direct = False
+    peer_direct = (not direct) if flaw == "mode mismatch" else direct
+    peer_pools = (True, data.choice([True, False]))
+    local_pools = (data.choice([True, True, False]) if not direct else True, True)
+    pair.start(direct, peer_direct, local_pools, peer_pools)
+
+    n = data.choice([1, 2, 2])
+    layers_src, layers_dst = data.choice([1, 2, 2, 3]), None
+    layers_dst = layers_src if data.choice([True, True, False]) else data.choice([1, 2, 3])
+    n_src, n_dst = layers_src * n, layers_dst * n
+    dst_rows = data.choice([16, 32, 48])
+    src_rows = dst_rows if form == "b2b" else dst_rows * data.choice([1, 1, 2, 3])
+    src_dim0, dst_dim0 = data.choice([1, 2, 3, 4]), data.choice([1, 2, 3, 4])
+    if form != "c2c":
+        dst_dim0 = data.choice([3, 4, 6])
+    src_blocks_kind = form == "b2b"
+    if flaw == "kinds":
+        src_blocks_kind = not src_blocks_kind
+    owned = data.choice([True, False]) if peer_pools[0] else False
+    src_place = dst_place = "DEVICE"
+    if not direct:
+        src_place = data.choice(["DEVICE", "DEVICE", "HOST"]) if not owned or peer_pools[1] else "DEVICE"
+        dst_place = data.choice(["DEVICE", "DEVICE", "HOST"])
+        if flaw == "placement pair":
+            src_place = dst_place = "HOST"
+            if owned and not peer_pools[1]:
+                owned = False
+    src_ra = dst_ra = None
+    if flaw == "remote_accessible False":
+        src_ra, dst_ra = data.choice([(False, None), (None, False)])
+
+    # the source's keys: request and prefix keys bound at allocation or registration, with placeholders
+    key_kind = data.choice(["id", "request", "prefix"] if not src_blocks_kind else ["blocks", "id"])
+    if form == "b2b" and not src_blocks_kind:
+        key_kind = "id"            # a B2B pull names a blocks key; "kinds" reaches the source by id below
+    keys: list = []
+    slot = 0
+    if not src_blocks_kind:
+        slots = min(src_dim0, 3)
+        slot = data.choice(list(range(slots)))
+        for s in range(slots):
+            if s == slot:
+                keys.append(request_key(10) if key_kind != "prefix" else prefix_key(20))
+            else:
+                keys.append(data.choice([PLACEHOLDER if s == 0 or keys[-1] != PLACEHOLDER else request_key(30 + s),
+                                         request_key(30 + s), prefix_key(40 + s)]))
+        while keys and keys[-1] == PLACEHOLDER:
+            keys.pop()
+    blocks_key = ("blocks", P, 0) if src_blocks_kind and data.choice([True, True, False]) else None
+
+    src_time = when(data.choice, flaw)
+    dst_time = "before link" if flaw != "registered late" else data.choice(["before link", "after link"])
+    if direct and dst_time != "before link":
+        src_time = data.choice(["before link", src_time])
+
+    def make_source() -> Optional[int]:
+        return pair.make("peer", src_blocks_kind, owned, n_src, src_dim0, src_rows, src_place, keys, blocks_key,
+                         src_ra)
+
+    def make_destination() -> Optional[int]:
+        return pair.make("local", form != "c2c", data.choice([False, False, True]) and local_pools[0], n_dst,
+                         dst_dim0, dst_rows, dst_place, (), None, dst_ra)
+
+    warm = warm_caches(pair)
+    src = make_source() if src_time == "before link" else None
+    dst = make_destination() if dst_time == "before link" else None
+    pair.link(from_peer=data.choice([True, False]))
+    if not pair.world.link:
+        src = make_source() if src is None else src
+        dst = make_destination() if dst is None else dst
+    if src_time == "after link" or dst_time == "after link":
+        src = make_source() if src is None else src
+        dst = make_destination() if dst is None else dst
+    if src is None and pair.world.link:
+        warm_up(pair, warm)
+        src = make_source()
+    if dst is None:
+        dst = make_destination()
+    assert dst is not None
+    if src is None:
+        src = 1   # the source's registration failed (keys, PR-21): the id it consumed
+
+    # the key naming the source
+    if key_kind == "id" or flaw == "id <= 0":
+        batch = slot if form != "b2b" else 0
+        if flaw == "by id past the batch":
+            batch = (1 if src_blocks_kind else src_dim0) + data.choice([0, 0, 1, 7])
+        cache_id = data.choice([0, -1]) if flaw == "id <= 0" else src
+        key: Tuple[Any, ...] = ("id", P, cache_id, batch)
+    elif key_kind == "blocks":
+        key = ("blocks", P, 0)
+    else:
+        key = request_key(10) if key_kind == "request" else prefix_key(20)
+    if flaw == "unbound key":
+        key = ("blocks", P, 5) if key[0] == "blocks" else request_key(99)
+    if flaw == "wrong cluster":
+        key = (key[0], data.choice([D, 7])) + key[2:]
+    if flaw == "released key" and key[0] == "key":
+        pair.remove_key(key)
+    if flaw == "withdrawn after the table copy" or flaw == "deallocated source":
+        if flaw == "withdrawn after the table copy" and pair.world.link and pair.world.link.table is None:
+            warm_up(pair, warm)
+        what = data.choice(["deallocate", "unregister", "remove key"])
+        if owned and what == "deallocate" or flaw == "deallocated source":
+            if owned:
+                pair.deallocate(src)
+            else:
+                pair.unregister(src)
+        elif what == "remove key" and key[0] == "key":
+            pair.remove_key(key)
+        elif not owned:
+            pair.unregister(src)
+        else:
+            pair.deallocate(src)
+
+    # the call's arguments
+    kw: dict = {"n": n}
+    if flaw == "n non-divisor":
+        kw["n"] = data.choice([3, n_dst + 1])
+    if data.choice([True, False, False]) or flaw in ("layer range past the source", "layer range past the destination",
+                                                     "n non-divisor"):
+        span = min(layers_src, layers_dst)
+        a = data.choice(list(range(layers_src - span + 1)))
+        b = data.choice(list(range(layers_dst - span + 1)))
+        src_range, dst_range = range(a, a + span), range(b, b + span)
+        if flaw == "layer range past the source":
+            src_range = range(layers_src - span + 1, layers_src + 1)
+        if flaw == "layer range past the destination":
+            dst_range = range(layers_dst - span + 1, layers_dst + 1)
+        which = data.choice(["both", "both", "src", "dst"])
+        kw["src_range"] = src_range if which != "dst" else None
+        kw["dst_range"] = dst_range if which != "src" else None
+    if form == "c2c":
+        kw["batch_index"] = data.choice(list(range(dst_dim0)))
+        kw["size"] = data.choice([-1, -1, 1, dst_rows // 2, dst_rows])
+        if flaw == "size":
+            kw["size"] = data.choice([dst_rows + 1, src_rows + 1, 0])
+    elif form == "b2b":
+        count = data.choice([1, 2, 3])
+        kw["src_blocks"] = [data.choice(list(range(src_dim0))) for _ in range(count)]
+        kw["dst_blocks"] = data.sample(list(range(dst_dim0)), count)
+        if flaw == "block bounds":
+            side = data.choice(["src_blocks", "dst_blocks"])
+            kw[side][-1] = (src_dim0 if side == "src_blocks" else dst_dim0) + data.choice([0, 0, 3])
+    else:
+        chunks = -(-src_rows // dst_rows)
+        kw["dst_blocks"] = data.sample(list(range(dst_dim0)), data.choice(list(range(1, min(chunks, dst_dim0) + 1))))
+        if flaw == "block bounds":
+            kw["dst_blocks"] = data.sample(list(range(dst_dim0)), min(chunks + 1, dst_dim0)) \
+                if data.choice([True, False]) and chunks < dst_dim0 else kw["dst_blocks"][:-1] + [dst_dim0]
+    if flaw == "repeated blocks" and form != "c2c":
+        kw["dst_blocks"] = list(kw["dst_blocks"]) + [kw["dst_blocks"][0]]
+        if form == "b2b":
+            kw["src_blocks"] = list(kw["src_blocks"]) + [0]
+
+    first = pair.pull("cache" if form == "c2c" else "blocks", key, dst, **kw)
+    event(f"pull {form}: {first.describe()}")
+    pair.check_memory()
+    second = pair.pull("cache" if form == "c2c" else "blocks", key, dst, **kw)
+    event(f"pull {form} again: {second.describe()}")
+    pair.check_memory()
+
+
+# ---------------------------------------------------------------------------
+# pushes: push_cache (C2C), push_blocks (B2B), from this process into the peer
+# ---------------------------------------------------------------------------
+
+
+@settings(max_examples=settings.default.max_examples * 4)
+@given(form=st.sampled_from(["c2c", "b2b"]), flaw=st.one_of(st.none(), st.sampled_from(PUSH_FLAWS)),
+       seed=st.integers(0, 2**32 - 1))
+def test_pushes_agree_with_oracle(pair: v2s.Pair, form: str, flaw: Optional[str], seed: int) -> None:
+    data = _Draw(seed)
+    direct = flaw != "server mode"
+    pair.start(direct, (not direct) if flaw == "mode mismatch" else direct)
+    n = data.choice([1, 2, 2])
+    layers_src = data.choice([1, 2, 3])
+    layers_dst = layers_src if data.choice([True, True, False]) else data.choice([1, 2, 3, 4])
+    rows = data.choice([16, 32])
+    dst_rows = rows if form == "b2b" or flaw != "stride" else rows // 2
+    if form == "c2c" and flaw != "stride" and data.choice([True, False]):
+        dst_rows = rows * 2
+    src_dim0, dst_dim0 = data.choice([1, 2, 3, 4]), data.choice([1, 2, 3, 4])
+    dst_blocks_kind = (form == "b2b") != (flaw == "kinds")
+    owned = data.choice([True, False])
+    src_ra = False if flaw == "remote_accessible False" and data.choice([True, False]) else None
+    dst_ra = False if flaw == "remote_accessible False" and src_ra is None else None
+    blocks_key = ("blocks", P, 0) if dst_blocks_kind else None
+    late = flaw == "registered late"
+
+    def destination() -> Optional[int]:
+        return pair.make("peer", dst_blocks_kind, owned and not late, layers_dst * n, dst_dim0, dst_rows, "DEVICE",
+                         (), blocks_key, dst_ra)
+
+    warm = warm_caches(pair)
+    src = pair.make("local", form == "b2b", data.choice([True, False]) and not late, layers_src * n, src_dim0, rows,
+                    "DEVICE", (), None, src_ra)
+    dst = None if late else destination()
+    pair.link(from_peer=data.choice([True, False]))
+    if late or dst is None:
+        if data.choice([True, False]) and pair.world.link:
+            warm_up(pair, warm)
+        dst = destination()
+    assert src is not None and dst is not None
+    if flaw == "withdrawn after the table copy":
+        warm_up(pair, warm)
+        pair.deallocate(dst) if owned else pair.unregister(dst)
+        if dst_blocks_kind and data.choice([True, False]):
+            dst = destination()      # the blocks key re-bound to a cache the table copy does not list (PR-19)
+
+    kw: dict = {"n": n}
+    if data.choice([True, False]) or flaw in ("layer range past the destination", "layer range past the source",
+                                              "n non-divisor"):
+        span = min(layers_src, layers_dst)
+        a = data.choice(list(range(layers_src - span + 1)))
+        b = data.choice(list(range(layers_dst - span + 1)))
+        kw["src_range"], kw["dst_range"] = range(a, a + span), range(b, b + span)
+        if flaw == "layer range past the destination":
+            kw["dst_range"] = range(layers_dst - span + 1, layers_dst + 1)
+        if flaw == "layer range past the source":
+            kw["src_range"] = range(layers_src - span + 1, layers_src + 1)
+        if data.choice([True, False, False]):
+            kw[data.choice(["src_range", "dst_range"])] = None
+    if flaw == "n non-divisor":
+        kw["n"] = data.choice([3, 4])
+    if form == "c2c":
+        cache_id = data.choice([0, -1]) if flaw == "id <= 0" else dst + (5 if flaw == "unknown destination" else 0)
+        batch = data.choice(list(range(1 if dst_blocks_kind else dst_dim0)))
+        if flaw == "destination batch":
+            batch = dst_dim0 + data.choice([0, 2])
+        key: Tuple[Any, ...] = ("id", P, cache_id, batch)
+        kw["src_batch_index"] = data.choice(list(range(src_dim0)))
+        if flaw == "source batch":
+            kw["src_batch_index"] = src_dim0
+    else:
+        key = ("blocks", P, 5 if flaw == "unknown destination" else 0)
+        count = data.choice([1, 2, 3])
+        kw["src_blocks"] = [data.choice(list(range(src_dim0))) for _ in range(count)]
+        kw["dst_blocks"] = data.sample(list(range(dst_dim0)), min(count, dst_dim0))
+        kw["src_blocks"] = kw["src_blocks"][:len(kw["dst_blocks"])]
+        if flaw == "block bounds":
+            side = data.choice(["src_blocks", "dst_blocks"])
+            kw[side][-1] = (src_dim0 if side == "src_blocks" else dst_dim0) + data.choice([0, 4])
+        if flaw == "repeated blocks":
+            kw["dst_blocks"] = list(kw["dst_blocks"]) + [kw["dst_blocks"][0]]
+            kw["src_blocks"] = list(kw["src_blocks"]) + [0]
+    first = pair.push("cache" if form == "c2c" else "blocks", key, src, **kw)
+    event(f"push {form}: {first.describe()}")
+    pair.check_memory()
+    second = pair.push("cache" if form == "c2c" else "blocks", key, src, **kw)
+    event(f"push {form} again: {second.describe()}")
+    pair.check_memory()
+
+
+class _Draw:
+    """Reproducible choices from one drawn seed (Hypothesis shrinks the seed and the flaw;
+    the choices that follow from them are fixed by the seed)."""
+
+    def __init__(self, seed: int) -> None:
+        import random
+
+        self.random = random.Random(seed)
+
+    def choice(self, options: Any) -> Any:
+        return self.random.choice(list(options))
+
+    def sample(self, options: Any, count: int) -> Any:
+        return self.random.sample(list(options), count)
