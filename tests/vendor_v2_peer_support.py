@@ -311,7 +311,7 @@ class Pair:
     def link(self, from_peer: bool = False) -> bool:
         import vendor_support
 
-        model = self.world.link_clusters()
+        model = self.world.link_clusters(from_peer)
         if from_peer:
             got = self.peer.run(value=f"v2s.peer_link({self.local_port})")
         else:

@@ -242,6 +242,7 @@ class World:
         self.local: Optional[VEngine] = None
         self.peer: Optional[VEngine] = None
         self.link: Optional[Link] = None
+        self.peer_side = False
 
     def tick(self) -> int:
         self.clock += 1
@@ -252,6 +253,7 @@ class World:
     def init_local(self, cluster_id: int, direct: bool, device_pool: bool, host_pool: bool) -> VEngine:
         self.local = VEngine(cluster_id, direct, device_pool, host_pool)
         self.link = None   # finalize drops every link locally (§10.4)
+        self.peer_side = False   # (used at the start of an example, when both engines are fresh)
         return self.local
 
     def init_peer(self, cluster_id: int, direct: bool, device_pool: bool, host_pool: bool) -> VEngine:
@@ -260,6 +262,7 @@ class World:
             for cache in list(self.peer.caches.values()):
                 self.peer.free(cache)
         self.peer = VEngine(cluster_id, direct, device_pool, host_pool)
+        self.peer_side = False
         if self.link is not None:
             self.link.stale = True
         return self.peer
@@ -384,20 +387,27 @@ class World:
 
     # -- links (§10, §1.4) -------------------------------------------------
 
-    def link_clusters(self) -> Outcome:
-        """A link between local and peer, made from either side."""
+    def link_clusters(self, from_peer: bool = False) -> Outcome:
+        """A link between local and peer, made from either side (§10.2, §10.4).
+
+        Each side holds its own end: ``self.link`` is the local end, ``self.peer_side``
+        says whether the peer holds one. The client that already holds an end gets
+        ``ALREADY_LINK`` (PR-42); a client without one replaces the other side's old end."""
         local, peer = self.engine("local"), self.engine("peer")
-        if self.link is not None and not self.link.stale:
-            return fail(S.LLM_ALREADY_LINK, "§10.2 already linked")
-        if self.link is not None and self.link.stale:
-            return fail(S.LLM_ALREADY_LINK, "PR-42 the client still holds its side")
+        if (self.peer_side if from_peer else self.link is not None):
+            return fail(S.LLM_ALREADY_LINK, "§10.2/PR-42 the client already holds a link")
         if local.direct != peer.direct:
             return fail(PI, "§1.4 transfer modes differ")
         self.link = Link(born=self.tick())
+        self.peer_side = True
         return success()
 
     def unlink(self, force: bool) -> Outcome:
+        """Unlink from the local side (§10.3): forced drops only the local end; otherwise the
+        peer drops its end too."""
         self.link = None
+        if not force:
+            self.peer_side = False
         return success()
 
     # -- resolution (§9.4, §9.7) -------------------------------------------
@@ -454,7 +464,7 @@ class World:
         peer = self.engine("peer")
         if self.link is None or remote_cluster != peer.cluster_id:
             return fail(S.LLM_NOT_YET_LINK, "§8.0 step 5 no link")
-        if self.link.stale or self.link.timed_out:
+        if self.link.stale or self.link.timed_out or not self.peer_side:
             self.link.timed_out = True
             return fail(S.LLM_TIMEOUT, "PR-31/PR-35 peer side gone")
         return None
@@ -674,14 +684,18 @@ class World:
             return problem
         if not src.remote_accessible:
             return fail(PI, "§8.0 push step 4 local cache not remote-accessible")
+        if self._pr32(src):
+            # decision: the local cache's PR-32 is its remote access through this link, step 4 (the spec
+            # lists PR-32 under step 6 with the destination's checks)
+            return fail(PI, "PR-32 local cache registered after the link (push step 4)")
         dst, dst_batch, _, rule = self._resolve(key)
         if dst is None:
             return fail(KNE, rule)
         # step 6: destination checks
         if not dst.remote_accessible:
             return fail(PI, "§1.3 destination not remote-accessible")
-        if self._pr32(src) or self._pr32(dst):
-            return fail(PI, "PR-32 registered after the link")
+        if self._pr32(dst):
+            return fail(PI, "PR-32 destination registered after the link")
         if ld >= dst.num // n:
             return fail(PI, "§4.3 destination layer >= N_remote / n")
         if form == "cache":
