@@ -627,9 +627,6 @@ class CacheManager:
         if n > num_tensors:
             raise_param_invalid(f"[{tag}] tensor_num_per_layer ({n}) is invalid, should be in [1, {num_tensors}], the "
                                 "source cache's tensor count; with the default layer ranges nothing would move (PR-3)")
-        if num_tensors % n:
-            raise_param_invalid(f"[{tag}] tensor_num_per_layer ({n}) must divide the source cache's tensor count "
-                                f"({num_tensors}) (PR-3)")
         default = range(0, num_tensors // n)
         src_layers = default if src_range is None else src_range
         dst_layers = default if dst_range is None else dst_range
@@ -637,6 +634,15 @@ class CacheManager:
             raise_param_invalid(f"[{tag}] src_layer_range {src_layers!r} and dst_layer_range {dst_layers!r} must have "
                                 "the same length")
         return src_layers, dst_layers
+
+    @staticmethod
+    def _check_push_divides(src_cache: Cache, n: int, tag: str) -> None:
+        # PR-3 [all]: after every vendor check, so a call that also breaks one of them
+        # raises the vendor's error (docs/semantics.md §5.1)
+        num_tensors = int(src_cache.cache_desc.num_tensors)
+        if num_tensors % n:
+            raise_param_invalid(f"[{tag}] tensor_num_per_layer ({n}) must divide the source cache's tensor count "
+                                f"({num_tensors}) (PR-3)")
 
     def _check_direct(self, tag: str) -> None:
         if not self._direct_mode:
@@ -673,6 +679,7 @@ class CacheManager:
         check_int(size, "size", INT64)
         if size != -1:
             raise_param_invalid(f"[{tag}] size is {size}; push_cache only supports -1")
+        self._check_push_divides(src_cache, n, tag)
         _native.check_live(src_cache, "src_cache", tag)
         key = _native.c_key(dst_cache_key)
         for src_layer, dst_layer in zip(src_layers, dst_layers):
@@ -712,6 +719,7 @@ class CacheManager:
             raise_param_invalid(f"[{tag}] dst_blocks must not be empty")
         n = _tensor_num(tensor_num_per_layer, tag)
         src_layers, dst_layers = self._push_ranges(src_cache, src_layer_range, dst_layer_range, n, tag)
+        self._check_push_divides(src_cache, n, tag)
         if dst_cache_key is None:
             raise none_error("dst_cache_key", "a BlocksCacheKey", AttributeError)
         src = _native.block_list(src_blocks, "src_blocks")
