@@ -265,6 +265,64 @@ def test_pulls_agree_with_oracle(pair: v2s.Pair, form: str, flaw: Optional[str],
 
 
 # ---------------------------------------------------------------------------
+# §9.5: the remaining-tensor set shared by the keys of one cache
+# ---------------------------------------------------------------------------
+
+STEP = st.one_of(
+    st.tuples(st.just("pull"), st.integers(0, 2), st.sampled_from(["c2c", "c2b", "by id"]),
+              st.one_of(st.none(), st.tuples(st.integers(0, 2), st.integers(1, 3)))),
+    st.tuples(st.just("remove"), st.integers(0, 2)),
+    st.tuples(st.just("deallocate")),
+)
+
+
+@settings(max_examples=settings.default.max_examples * 3)
+@given(slots=st.lists(st.sampled_from(["request", "prefix", "placeholder"]), min_size=1, max_size=3),
+       owned=st.booleans(), layers=st.integers(1, 3), steps=st.lists(STEP, min_size=1, max_size=6))
+def test_server_mode_keys_are_released_as_the_remaining_tensor_set_says(
+        pair: v2s.Pair, slots: list, owned: bool, layers: int, steps: list) -> None:
+    """Pulls through the keys of one cache (C2C, C2B and by id on a bound slot) with and
+    without source layer ranges, ``remove_cache_key`` and ``deallocate_cache`` with keys
+    outstanding, in any order: every outcome and every byte as the oracle says (§9.5,
+    §9.6, §9.8)."""
+    pair.start(direct=False)
+    keys = [request_key(10 + s) if kind == "request" else prefix_key(20 + s) if kind == "prefix" else PLACEHOLDER
+            for s, kind in enumerate(slots)]
+    if keys.count(PLACEHOLDER) > 1:
+        keys = [k for k in keys if k != PLACEHOLDER] or [request_key(10)]
+    n_src = 2 * layers
+    src = pair.make("peer", False, owned, n_src, 3, 32, "DEVICE", keys)
+    dst = pair.make("local", False, False, 2, 3, 32)
+    blocks = pair.make("local", True, False, 2, 4, 16)
+    assert src is not None and dst is not None and blocks is not None
+    pair.link()
+    for step in steps:
+        if step[0] == "remove":
+            pair.remove_key(keys[step[1] % len(keys)])
+        elif step[0] == "deallocate":
+            if owned:
+                pair.deallocate(src)
+            else:
+                pair.unregister(src)
+        else:
+            _, which, form, rng = step
+            slot = which % len(keys)
+            key = keys[slot] if form != "by id" else ("id", P, src, slot)
+            src_range = None if rng is None else range(rng[0] % layers, min(rng[0] % layers + 1, layers))
+            kw: dict = {"src_range": src_range, "dst_range": range(0, 1) if src_range is not None else None}
+            if src_range is None and n_src != 2:
+                kw["dst_range"] = None
+                kw["src_range"] = range(0, 1) if rng is not None else None
+            if form == "c2b":
+                outcome = pair.pull("blocks", key, blocks, dst_blocks=[3, 1], **kw)
+            else:
+                outcome = pair.pull("cache", key if form == "by id" or key[0] == "key" else key, dst,
+                                    batch_index=slot % 3, **kw)
+            event(f"{form}: {outcome.describe()}")
+        pair.check_memory()
+
+
+# ---------------------------------------------------------------------------
 # pushes: push_cache (C2C), push_blocks (B2B), from this process into the peer
 # ---------------------------------------------------------------------------
 
@@ -369,3 +427,86 @@ class _Draw:
 
     def sample(self, options: Any, count: int) -> Any:
         return self.random.sample(list(options), count)
+
+
+# ---------------------------------------------------------------------------
+# transfer_cache_async (§8.7, PR-40, V-9)
+# ---------------------------------------------------------------------------
+
+
+@st.composite
+def async_transfers(draw: Any) -> dict:
+    """A source, one or two peer destinations, and one or two configs that cover some layers."""
+    direct = draw(st.booleans())
+    blocks = direct and draw(st.booleans())
+    src_layers = draw(st.integers(1, 3))
+    odd = draw(st.sampled_from([False] * 9 + [True]))
+    rows = draw(st.sampled_from([16, 32]))
+    dst_rows = rows if draw(st.integers(0, 4)) else draw(st.sampled_from([8, 16, 32, 64]))
+    dims = (draw(st.integers(1, 3)), draw(st.integers(1, 4)))
+    dst_layers = draw(st.integers(src_layers, 3)) if draw(st.integers(0, 3)) else draw(st.integers(1, 3))
+    configs = []
+    for _ in range(draw(st.integers(1, 2))):
+        start = draw(st.integers(0, src_layers - 1))
+        stop = draw(st.integers(start + 1, src_layers + (1 if draw(st.integers(0, 9)) == 0 else 0)))
+        dst_start = draw(st.integers(0, max(dst_layers - (stop - start), 0) + (1 if draw(st.integers(0, 5)) == 0
+                                                                                else 0)))
+        configs.append((start, stop, dst_start, draw(st.integers(0, dims[0] if draw(st.integers(0, 9)) == 0
+                                                                 else dims[0] - 1)),
+                        draw(st.integers(0, dims[1] - 1))))
+    pairs = []
+    if blocks:
+        pairs = draw(st.lists(st.tuples(st.integers(0, dims[0]), st.integers(0, dims[1])), min_size=1, max_size=3,
+                              unique_by=(lambda p: p[1]) if draw(st.integers(0, 9)) else (lambda p: p)))
+    return dict(direct=direct, blocks=blocks, src_layers=src_layers, odd=odd, rows=rows, dst_rows=dst_rows,
+                dims=dims, dst_layers=dst_layers, configs=configs, pairs=pairs,
+                not_ready=draw(st.one_of(st.none(), st.none(), st.none(), st.integers(0, src_layers - 1))),
+                outside=draw(st.sampled_from([None] * 6 + ["address 16", "HOST destination", "past the tensor"])),
+                by_key=draw(st.booleans()))
+
+
+@settings(max_examples=settings.default.max_examples * 3)
+@given(t=async_transfers())
+def test_transfer_cache_async_agrees_with_oracle(pair: v2s.Pair, t: dict) -> None:
+    """Layer-wise transfers from this process into the peer: ``TransferWithCacheKeyConfig``
+    (by id or blocks key) in direct mode, ``TransferConfig`` to raw peer addresses in
+    server-assisted mode; a synchronizer that refuses one layer; results per destination
+    cluster after ``synchronize`` (§8.7, PR-40, V-9)."""
+    direct, blocks = t["direct"], t["blocks"]
+    pair.start(direct)
+    num = 2 * t["src_layers"] + (1 if t["odd"] else 0)
+    src = pair.make("local", blocks, False, num, t["dims"][0], t["rows"])
+    placement = "HOST" if t["outside"] == "HOST destination" else "DEVICE"
+    dst = pair.make("peer", blocks, False, 2 * t["dst_layers"], t["dims"][1], t["dst_rows"], placement, (),
+                    ("blocks", P, 0) if blocks else None)
+    assert src is not None and dst is not None
+    pair.link()
+    configs: list = []
+    addrs: list = []
+    peer_addrs = pair.peer_addrs(dst)
+    for start, stop, dst_start, src_batch, dst_batch in t["configs"]:
+        span = stop - start
+        if direct:
+            key = oracle.BlocksKey(P, 0) if blocks else oracle.ById(P, dst, dst_batch)
+            configs.append(oracle.KeyConfig(key, range(start, stop), range(dst_start, dst_start + span),
+                                            0 if blocks else src_batch))
+        else:
+            where, raw = [], []
+            for i in range(span):
+                for j in range(2):
+                    tensor = 2 * (dst_start + i) + j
+                    offset = dst_batch * t["dst_rows"]
+                    if t["outside"] == "past the tensor":
+                        offset = t["dims"][1] * t["dst_rows"] - t["rows"] // 2
+                    if tensor >= 2 * t["dst_layers"] or t["outside"] == "address 16":
+                        where.append((None, 0, 0))
+                        raw.append(16)
+                    else:
+                        where.append((dst, tensor, offset))
+                        raw.append(peer_addrs[tensor] + offset)
+            configs.append(oracle.AddrConfig(P, tuple(where), range(start, stop), src_batch))
+            addrs.append(raw)
+    pairs = t["pairs"]
+    model = pair.transfer_async(src, configs, [p[0] for p in pairs], [p[1] for p in pairs], t["not_ready"], addrs)
+    event(f"transfer_cache_async: {model.call.describe()} {model.synchronize.name} {model.rule.split(': ')[-1]}")
+    pair.check_memory()

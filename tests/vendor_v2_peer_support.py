@@ -209,6 +209,7 @@ class Pair:
         self.memory = Memory()
         self.world = oracle.World()
         self.guards: Dict[Tuple[str, int], List[Tuple[bytes, bytes]]] = {}
+        self.kinds: Dict[Tuple[str, int], bool] = {}
         self.seed = 1000
         peer.run("import vendor_v2_peer_support as v2s")
 
@@ -231,6 +232,7 @@ class Pair:
         self.world.init_peer(P_ID, peer_direct, *peer_pools)
         self.world.init_local(D_ID, direct, *pools)
         self.guards = {}
+        self.kinds = {}
 
     def restart_peer(self) -> None:
         """finalize + init of the peer alone: its caches are gone, the local side keeps a stale link."""
@@ -282,6 +284,7 @@ class Pair:
             return None
         assert got == model.value, f"cache id {got} != {model.value}"
         cache = self.world.engine(side).caches[got]
+        self.kinds[(side, got)] = blocks
         if owned:
             for t in range(num):
                 cache.memory[t][:] = fill_bytes(seed + t, size)
@@ -291,8 +294,7 @@ class Pair:
         return int(got)
 
     def deallocate(self, cache_id: int) -> None:
-        blocks = self.world.engine("peer").caches[cache_id].blocks
-        model = self.world.deallocate("peer", cache_id, blocks)
+        model = self.world.deallocate("peer", cache_id, self.kinds[("peer", cache_id)])
         seen, _ = peer_observe(self.peer, f"v2s.peer_deallocate({cache_id})")
         assert seen == expected(model), f"deallocate {cache_id}: {seen} != {expected(model)} ({model.rule})"
 
@@ -397,3 +399,49 @@ class Pair:
                         diff = [i for i in range(len(w)) if g[i] != w[i]]
                         raise AssertionError(f"{side} cache {cache.cache_id} tensor {t}: {len(diff)} bytes differ, "
                                              f"first at {diff[0]} (guard {GUARD}, size {cache.tensor_size})")
+
+    def peer_addrs(self, cache_id: int) -> List[int]:
+        """The tensor addresses of a peer cache (for server-assisted ``TransferConfig``)."""
+        return [int(a) for a in self.peer.run(value=f"v2s.PEER['memory'].held[{cache_id}].addrs")]
+
+    def transfer_async(self, src_id: int, configs: Sequence[Any], src_blocks: Sequence[int] = (),
+                       dst_blocks: Sequence[int] = (), not_ready: Optional[int] = None,
+                       addrs: Optional[Sequence[Sequence[int]]] = None) -> Any:
+        """``transfer_cache_async`` on the engine and the world. ``configs`` are the oracle's
+        ``KeyConfig``/``AddrConfig``; ``addrs[i]`` are the raw addresses of ``AddrConfig`` i."""
+        from llm_datadist_ffi.vendor import LayerSynchronizer, TransferConfig, TransferWithCacheKeyConfig
+
+        model = self.oracle.transfer_cache_async(self.world, src_id, configs, src_blocks, dst_blocks, not_ready)
+
+        class Sync(LayerSynchronizer):
+            def synchronize_layer(self, layer_index: int, timeout_in_millis: Optional[int]) -> bool:
+                return layer_index != not_ready
+
+        vendor = []
+        for i, config in enumerate(configs):
+            if isinstance(config, self.oracle.KeyConfig):
+                key = config.key
+                data = ("blocks", key.cluster, key.model_id) if isinstance(key, self.oracle.BlocksKey) else \
+                    ("id", key.cluster, key.cache_id, key.batch_index)
+                vendor.append(TransferWithCacheKeyConfig(vendor_key(data), config.src_range, config.dst_range,
+                                                         config.src_batch_index))
+            else:
+                assert addrs is not None
+                vendor.append(TransferConfig(config.cluster, list(addrs[i]), config.src_range, config.src_batch_index))
+        src = self.memory.held[src_id].cache
+        task: Any = None
+
+        def call() -> None:
+            nonlocal task
+            task = self.cm.transfer_cache_async(src, Sync(), vendor, list(src_blocks) or None,
+                                                list(dst_blocks) or None, None)
+        seen = observe(call)
+        assert seen == expected(model.call), f"transfer_cache_async {configs}: {seen} != {expected(model.call)} " \
+                                             f"({model.call.rule})"
+        if model.call.ok:
+            status = task.synchronize()
+            results = task.get_results()
+            assert (int(status), [None if r is None else int(r) for r in results]) == \
+                (int(model.synchronize), [None if r is None else int(r) for r in model.results]), \
+                f"task of {configs}: {status}, {results} != {model.synchronize}, {model.results}"
+        return model

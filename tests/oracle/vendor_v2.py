@@ -743,3 +743,146 @@ def _apply(copies: Sequence[Copy], src: Sequence[bytearray], dst: Sequence[bytea
         assert c.src_offset + c.length <= len(src[c.src_tensor]), f"{c} reads past the source"
         assert c.dst_offset + c.length <= len(dst[c.dst_tensor]), f"{c} writes past the destination"
         dst[c.dst_tensor][c.dst_offset:c.dst_offset + c.length] = chunk
+
+
+@dataclass(frozen=True)
+class KeyConfig:
+    """A ``TransferWithCacheKeyConfig(key, src_layer_range, dst_layer_range, src_batch_index)``
+    (direct mode)."""
+
+    key: Union[ById, BlocksKey]
+    src_range: range
+    dst_range: range
+    src_batch_index: int = 0
+
+
+@dataclass(frozen=True)
+class AddrConfig:
+    """A ``TransferConfig(dst_cluster_id, dst_addrs, src_layer_range, src_batch_index)``
+    (server-assisted mode): ``dst_addrs`` are peer addresses, given here as
+    ``(cache_id, tensor, offset)`` so the model can say where they point (PR-40); an
+    address outside every peer cache is ``(None, 0, 0)``."""
+
+    cluster: int
+    dst: Tuple[Tuple[Optional[int], int, int], ...]
+    src_range: Optional[range] = None
+    src_batch_index: int = 0
+
+
+@dataclass
+class AsyncOutcome:
+    """The outcome of ``transfer_cache_async``: ``call`` for the call itself (a Python
+    error, or success: a ``CacheTask``), then the task's ``results`` (one per config, the
+    result recorded for its destination cluster or ``None``) and ``synchronize``."""
+
+    call: Outcome
+    results: List[Optional[S]] = field(default_factory=list)
+    synchronize: S = S.LLM_SUCCESS
+    rule: str = ""
+
+
+def transfer_cache_async(world: World, src_id: int, configs: Sequence[Union[KeyConfig, AddrConfig]],
+                         src_blocks: Sequence[int] = (), dst_blocks: Sequence[int] = (),
+                         not_ready: Optional[int] = None) -> AsyncOutcome:
+    """``transfer_cache_async`` from the local cache ``src_id`` (python-api.md §11.4,
+    semantics §8.7, PR-40, V-9); the synchronizer answers False for layer ``not_ready``."""
+    local = world.engine("local")
+    src = local.caches[src_id]
+    # Python layer, python-api.md §11.4
+    if src.placement == HOST:
+        return AsyncOutcome(fail(PI, "§2.6 transfer_cache_async from a HOST cache (LX)"))
+    if src_blocks:
+        if not dst_blocks:
+            return AsyncOutcome(fail(PI, "§7.1 blocks to cache (LX)"))
+        if len(src_blocks) != len(dst_blocks):
+            return AsyncOutcome(fail(PI, "§7.2 index lists of different lengths (LX)"))
+    for config in configs:
+        if isinstance(config, KeyConfig) != local.direct:
+            return AsyncOutcome(python_error(TypeError, "§11.4 step 7 config type of the mode"))
+    if src.num % 2:
+        return AsyncOutcome(fail(PI, "§4.3 odd tensor count (LX)"))
+    layers_total = src.num // 2
+    mapped: List[Tuple[Union[KeyConfig, AddrConfig], range, Optional[range]]] = []
+    for config in configs:
+        src_range = config.src_range if config.src_range is not None else range(0, layers_total)
+        if src_blocks and config.src_batch_index != 0:
+            return AsyncOutcome(fail(PI, "§6.2 source blocks need src_batch_index 0 (LX)"))
+        if config.src_batch_index >= src.dim0:
+            return AsyncOutcome(fail(PI, "V-9 src_batch_index past the source's batches (LX)"))
+        if not 0 <= src_range.start < src_range.stop <= layers_total:
+            return AsyncOutcome(fail(PI, "§4.3 source range past N_src / 2 (LX)"))
+        if isinstance(config, AddrConfig) and len(config.dst) != 2 * len(src_range):
+            return AsyncOutcome(fail(PI, "§11.4 dst_addrs != 2 x layers (LX)"))
+        mapped.append((config, src_range, config.dst_range if isinstance(config, KeyConfig) else None))
+    if len(set(dst_blocks)) != len(dst_blocks):
+        return AsyncOutcome(fail(PI, "PR-5 repeated destination block (LX)"))
+    # the thread (§8.7)
+    results: Dict[int, S] = {}
+    rule = ""
+    stop = False
+    for layer in range(layers_total):
+        covering = [(c, r, d) for c, r, d in mapped if layer in r]
+        if not covering:
+            continue
+        if layer == not_ready:
+            for c, _, _ in covering:
+                results[_cluster(c)] = PI      # §8.7: False stops the thread
+            rule = "§8.7 layer not ready"
+            break
+        for config, src_range, dst_range in covering:
+            index = layer - src_range.start
+            if isinstance(config, KeyConfig):
+                assert dst_range is not None
+                form = "blocks" if isinstance(config.key, BlocksKey) else "cache"
+                outcome = world._push_layer(form, config.key, src, config.src_batch_index, layer, dst_range[index],
+                                            2, src_blocks, dst_blocks)
+            else:
+                outcome = _transfer_layer(world, config, src, layer, index, src_blocks, dst_blocks)
+            if not outcome.ok:
+                results[_cluster(config)] = outcome.status
+                rule = f"layer {layer}: {outcome.rule}"
+                stop = True
+                break
+            if isinstance(config, KeyConfig):
+                _apply(outcome.copies, src.memory, outcome.value.memory)
+            if layer == src_range.stop - 1:
+                results[_cluster(config)] = S.LLM_SUCCESS
+        if stop:
+            break
+    per_config = [results.get(_cluster(c)) for c in configs]
+    first_failure = next((r for r in per_config if r is not None and r != S.LLM_SUCCESS), S.LLM_SUCCESS)
+    return AsyncOutcome(success(), per_config, first_failure, rule)
+
+
+def _cluster(config: Union[KeyConfig, AddrConfig]) -> int:
+    return config.key.cluster if isinstance(config, KeyConfig) else config.cluster
+
+
+def _transfer_layer(world: World, config: AddrConfig, src: VCache, layer: int, index: int,
+                    src_blocks: Sequence[int], dst_blocks: Sequence[int]) -> Outcome:
+    """One server-assisted layer of a ``TransferConfig`` (§8.7, PR-40): tensors ``2L``,
+    ``2L+1``, ``S_src`` bytes from ``src_batch_index`` (or the listed blocks) to the given
+    peer addresses, each written range inside one live remote-accessible peer tensor."""
+    problem = world._link_problem(config.cluster)
+    if problem is not None:
+        return problem
+    peer = world.engine("peer")
+    copies: List[Tuple[VCache, Copy]] = []
+    for j in range(2):
+        cache_id, tensor, offset = config.dst[2 * index + j]
+        target = peer.live(cache_id) if cache_id is not None else None
+        ranges: List[Tuple[int, int, int]] = []      # (dst offset, src offset, length)
+        if src_blocks:
+            for sb, db in zip(src_blocks, dst_blocks):
+                ranges.append((offset + db * src.stride, sb * src.stride, src.stride))
+        else:
+            ranges.append((offset, config.src_batch_index * src.stride, src.stride))
+        if target is None or not target.remote_accessible or tensor >= target.num or \
+                any(o + length > target.tensor_size for o, _, length in ranges):
+            return fail(PI, "PR-40 a written range outside one live remote-accessible peer tensor")
+        for o, so, length in ranges:
+            copies.append((target, Copy(tensor, o, 2 * layer + j, so, length)))
+    # one destination cache per layer in the tests; the copies go to whichever cache each names
+    for target, copy in copies:
+        _apply([copy], src.memory, target.memory)
+    return success(None, [])
