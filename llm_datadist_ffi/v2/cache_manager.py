@@ -380,11 +380,13 @@ def _ext_pull(tag: str, key: Any, cache: Any, batch_index: int, size: int, block
     ``names`` are the caller's parameter names for the two block lists and the cache."""
     src_range, dst_range = ranges
     num_local = int(cache.cache_desc.num_tensors)
+    # the binding's conversion of the block lists is the vendor's (TypeError), so it comes
+    # before the project rules (docs/semantics.md §5.1)
+    src = _native.block_list(blocks[0], names[0])
+    dst = _native.block_list(blocks[1], names[1])
     _check_pull_tensor_num(n, num_local, src_range is not None or dst_range is not None, tag)
     src_tensors = _pull_tensors(src_range, n, num_local, "src_layer_range", tag)
     dst_tensors = _pull_tensors(dst_range, n, num_local, "dst_layer_range", tag)
-    src = _native.block_list(blocks[0], names[0])
-    dst = _native.block_list(blocks[1], names[1])
     _check_distinct(dst, names[1], tag)
     _native.check_live(cache, names[2], tag)
     key_ptr = _native.c_key(key)
@@ -719,11 +721,11 @@ class CacheManager:
             raise_param_invalid(f"[{tag}] dst_blocks must not be empty")
         n = _tensor_num(tensor_num_per_layer, tag)
         src_layers, dst_layers = self._push_ranges(src_cache, src_layer_range, dst_layer_range, n, tag)
-        self._check_push_divides(src_cache, n, tag)
         if dst_cache_key is None:
             raise none_error("dst_cache_key", "a BlocksCacheKey", AttributeError)
         src = _native.block_list(src_blocks, "src_blocks")
         dst = _native.block_list(dst_blocks, "dst_blocks")
+        self._check_push_divides(src_cache, n, tag)
         _check_distinct(dst, "dst_blocks", tag)
         _native.check_live(src_cache, "src_cache", tag)
         key = _native.c_key(dst_cache_key)
