@@ -136,6 +136,8 @@ def test_pulls_agree_with_oracle(pair: v2s.Pair, form: str, flaw: Optional[str],
     key_kind = data.choice(["id", "request", "prefix"] if not src_blocks_kind else ["blocks", "id"])
     if form == "b2b" and not src_blocks_kind:
         key_kind = "id"            # a B2B pull names a blocks key; "kinds" reaches the source by id below
+    if flaw in ("by id past the batch", "id <= 0") or (flaw == "kinds" and form != "b2b"):
+        key_kind = "id"            # the keys of a blocks cache are blocks keys: a contiguous source kind by id
     keys: list = []
     slot = 0
     if not src_blocks_kind:
@@ -184,7 +186,7 @@ def test_pulls_agree_with_oracle(pair: v2s.Pair, form: str, flaw: Optional[str],
         src = 1   # the source's registration failed (keys, PR-21): the id it consumed
 
     # the key naming the source
-    if key_kind == "id" or flaw == "id <= 0":
+    if key_kind == "id":
         batch = slot if form != "b2b" else 0
         if flaw == "by id past the batch":
             batch = (1 if src_blocks_kind else src_dim0) + data.choice([0, 0, 1, 7])
