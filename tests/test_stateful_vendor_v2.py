@@ -165,6 +165,20 @@ class V2Machine(RuleBasedStateMachine):
         self.pair.push("blocks", ("blocks", P, model_id), src, src_blocks=[p[0] for p in pairs],
                        dst_blocks=[p[1] for p in pairs])
 
+    @rule(dst=local_caches)
+    def pull_through_every_binding(self, dst: int) -> None:
+        """Every binding the model holds on the peer (request, prefix and blocks keys) resolves
+        as the model says: a pull through each, a cache-to-blocks pull for cache keys and a
+        one-block pull for blocks keys (resolution decides between ``KV_CACHE_NOT_EXIST`` and
+        the later checks, §8.0 step 7)."""
+        for (namespace, identifier, model_id) in sorted(self.pair.world.engine("peer").bindings):
+            if namespace == "prefix":
+                self.pair.pull("blocks", ("key", P, U64, model_id, identifier), dst, dst_blocks=[0])
+            elif identifier == U64:
+                self.pair.pull("blocks", ("blocks", P, model_id), dst, src_blocks=[0], dst_blocks=[0])
+            else:
+                self.pair.pull("blocks", ("key", P, identifier, model_id, U64), dst, dst_blocks=[0])
+
     @invariant()
     def memory_matches_the_model(self) -> None:
         if self.pair.engine is not None:
@@ -189,3 +203,40 @@ def test_two_v2_engines_follow_the_model(pair: v2s.Pair) -> None:
     run_state_machine_as_test(V2Machine, settings=settings(settings.default,
                                                            max_examples=settings.default.max_examples * 3,
                                                            stateful_step_count=40))
+
+
+# ---------------------------------------------------------------------------
+# regressions: sequences the state machine found, kept as plain tests
+# ---------------------------------------------------------------------------
+
+
+def test_a_push_from_a_cache_registered_after_the_link_fails_before_the_destination_lookup(pair: v2s.Pair) -> None:
+    """Found by the state machine: a push whose local cache was registered after the link,
+    to a blocks key the table copy does not list, gives ``PARAM_INVALID`` (the local cache's
+    PR-32 is checked with its remote access, push step 4), not ``KV_CACHE_NOT_EXIST``. The
+    oracle had put the local PR-32 with the destination's checks (step 6), where the spec
+    lists PR-32; it now takes the mock's order (a decision, see docs/testing.md)."""
+    from llm_datadist_ffi import LLMStatusCode as S
+
+    pair.start(direct=True)
+    pair.link()
+    src = pair.make("local", True, False, 2, 2, 32)
+    assert src is not None
+    outcome = pair.push("blocks", ("blocks", P, 0), src, src_blocks=[0], dst_blocks=[0])   # engine == oracle
+    assert outcome.status == S.LLM_PARAM_INVALID and "PR-32" in outcome.rule
+    pair.stop()
+
+
+def test_after_a_forced_unlink_the_peer_still_holds_its_end_and_gets_already_link(pair: v2s.Pair) -> None:
+    """Found by the state machine: after this side force-unlinks, the peer keeps its end
+    (§10.3), so a link made from the peer gets ``ALREADY_LINK`` (PR-42), while a link made
+    from this side (which has none) replaces the peer's old end (§10.4). The oracle had
+    kept one link for both sides."""
+    from llm_datadist_ffi import LLMStatusCode as S
+
+    pair.start(direct=False)
+    assert pair.link()
+    pair.unlink(force=True)
+    assert pair.peer.run(value=f"v2s.peer_link({pair.local_port})") == [int(S.LLM_ALREADY_LINK)] * 2
+    assert pair.link()                  # from this side: SUCCESS (checked against the oracle inside)
+    pair.stop()
