@@ -1,0 +1,801 @@
+"""The Python-side checks of the vendor-compatible managers, in the vendor's order.
+
+Written from spec/python-api.md §7, §11 and §12 (each method's numbered steps), the
+project rules of its §14 and of semantics.md ([all] rules PR-2, PR-3, PR-5, PR-8, PR-18,
+PR-25, PR-41) and docs/semantics.md V-4 (``None``), V-5 (ranges wider than the local
+cache), V-10 (numpy block lists) and V-13 (messages name the parameter). Given the
+engine's generation, transfer mode, role and pools, a method and its arguments, the
+oracle says what the package must do: raise ``TypeError``, ``ValueError``,
+``AttributeError`` or ``LLMException`` (with its ``status_code``) at the first check that
+fails, or pass the Python checks and hand the call to the core. For a call that passes,
+``Checks`` asks the single-engine core model (``vendor_local.Engine``) or, for transfers,
+models the engine's answer without a peer: semantics §8.0 puts the local cache checks
+before the link lookup, so a pull that is locally sound ends in ``NOT_YET_LINK``.
+
+Arguments are plain Python values, except the package's own objects, which the tests
+describe: ``Key`` (a ``CacheKey``, ``CacheKeyByIdAndIndex`` or ``BlocksCacheKey``) and
+``Ref`` (a ``Cache`` or ``KvCache`` the engine made, or one of ``create_cpu_cache``).
+The tests build the real objects from these descriptions; the oracle reads only the
+descriptions, so it shares nothing with the package.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from llm_datadist_ffi import LLMStatusCode as S
+
+from .vendor_local import DEVICE, HOST, U64_MAX, CacheM, Engine, KeyM, swap, valid_id
+
+U32_MAX, I32_MIN, I32_MAX, I64_MIN, I64_MAX = 2**32 - 1, -2**31, 2**31 - 1, -2**63, 2**63 - 1
+
+
+# ---- what the tests pass ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Key:
+    """A key object (python-api.md §7); ``key()`` is what the core sees."""
+
+    kind: str                       # "CacheKey", "CacheKeyByIdAndIndex", "BlocksCacheKey"
+    cluster_id: int = 1
+    req_id: int = U64_MAX
+    prefix_id: int = U64_MAX
+    model_id: int = 0
+    cache_id: int = 1
+    batch_index: int = 0
+
+    def key(self) -> KeyM:
+        return KeyM(self.kind, self.cluster_id, self.req_id, self.prefix_id, self.model_id, self.cache_id,
+                    self.batch_index)
+
+
+@dataclass
+class Ref:
+    """A ``Cache`` (v2) or ``KvCache`` (v1) object as the Python layer sees it: its class,
+    id, descriptor fields, blocks flag and address list."""
+
+    name: str
+    cls: str                        # "Cache" or "KvCache"
+    cache_id: int
+    num_tensors: int
+    shape: Tuple[int, ...]
+    data_type: int
+    placement: int
+    blocks: bool
+    batch_dim: int = 0
+    cpu: bool = False               # made by create_cpu_cache (no engine, id -1)
+    deallocated: bool = False       # tensor_addrs became [] (§3.4)
+
+    @property
+    def desc_size(self) -> int:
+        """``CacheDesc.size``: one tensor's bytes (python-api.md §6)."""
+        from .vendor_local import PY_ELEMENT_BYTES
+        size = PY_ELEMENT_BYTES[self.data_type]
+        for d in self.shape:
+            size *= d
+        return size
+
+    @property
+    def batch_size(self) -> int:
+        return self.shape[self.batch_dim]
+
+
+@dataclass
+class Verdict:
+    """``kind`` is ``"T"``, ``"V"``, ``"A"`` (AttributeError), ``"LX"`` (an LLMException the
+    Python layer raises, with ``status``), or ``"core"``: the Python checks passed and the
+    core answered ``status`` (an LLMException unless SUCCESS). ``name`` is a fragment the
+    message must contain (the parameter or keyword), ``rule`` the rule that decided."""
+
+    kind: str
+    status: S = S.LLM_PARAM_INVALID
+    name: str = ""
+    rule: str = ""
+    value: Any = None
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.status.name} [{self.name}] ({self.rule})"
+
+
+class _Stop(Exception):
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.describe())
+        self.verdict = verdict
+
+
+def _t(name: str, rule: str) -> None:
+    raise _Stop(Verdict("T", name=name, rule=rule))
+
+
+def _v(name: str, rule: str) -> None:
+    raise _Stop(Verdict("V", name=name, rule=rule))
+
+
+def _lx(rule: str, name: str = "", status: S = S.LLM_PARAM_INVALID) -> None:
+    raise _Stop(Verdict("LX", status=status, name=name, rule=rule))
+
+
+def _attr(name: str, rule: str) -> None:
+    raise _Stop(Verdict("A", name=name, rule=rule))
+
+
+# ---- the vendor's check helpers (python-api.md §0) ---------------------------------------------
+
+def is_int(x: Any) -> bool:
+    """``isinstance(x, int)``: bools pass, numpy integers do not."""
+    return isinstance(x, int)
+
+
+def is_numpy_int_array(x: Any) -> bool:
+    """V-10: a one-dimensional numpy array of an integer dtype."""
+    kind = getattr(getattr(x, "dtype", None), "kind", None)
+    return kind in ("i", "u") and getattr(x, "ndim", None) == 1
+
+
+def of(x: Any, cls: str) -> bool:
+    if cls == "int":
+        return is_int(x)
+    if cls in ("CacheKey", "CacheKeyByIdAndIndex", "BlocksCacheKey"):
+        return isinstance(x, Key) and x.kind == cls
+    if cls in ("Cache", "KvCache", "CacheDesc"):
+        return isinstance(x, Ref) and x.cls == cls
+    return type(x).__name__ == cls or isinstance(x, {"list": list, "tuple": tuple, "dict": dict,
+                                                     "range": range, "bool": bool, "str": str}[cls])
+
+
+def type_check(x: Any, classes: Sequence[str], name: str, none_ok: bool = True) -> None:
+    if x is None and none_ok:
+        return
+    if not any(of(x, c) for c in classes):
+        _t(name, f"{name} type {'|'.join(classes)}")
+
+
+def int_range(x: Any, lo: int, hi: int, name: str) -> None:
+    """The vendor's range check: ``None`` and non-ints → T, then the range → V."""
+    if not is_int(x):
+        _t(name, f"{name} is not an int")
+    if not lo <= x <= hi:
+        _v(name, f"{name} outside [{lo}, {hi}]")
+
+
+def seq_of(x: Any, containers: Sequence[str], elem: str, name: str, none_ok: bool = False,
+           numpy_ok: bool = False) -> None:
+    """A ``list``/``tuple`` (as listed) whose every element is ``elem`` (T); V-10 arrays."""
+    if x is None:
+        if none_ok:
+            return
+        _t(name, f"{name} is None")
+    if numpy_ok and is_numpy_int_array(x):
+        return                    # V-10: its elements are converted with the lists' (convert_blocks)
+    if not any(of(x, c) for c in containers):
+        _t(name, f"{name} type {'|'.join(containers)}")
+    for i, item in enumerate(x):
+        if not of(item, elem):
+            _t(name, f"{name}[{i}] is not {elem}")
+
+
+def blocks_of(x: Any) -> List[int]:
+    return [] if x is None else [int(v) for v in list(x)]
+
+
+def convert_blocks(x: Any, name: str) -> None:
+    """The binding's conversion of a block list (§11.2, V-10): negative or > 2**64-1 → T."""
+    for v in blocks_of(x):
+        if not 0 <= v <= U64_MAX:
+            _t(name, f"{name} element {v} is not a uint64")
+
+
+def validity(key: Key, rule: str = "§7.5") -> None:
+    """python-api.md §7.5: exactly one of req_id and prefix_id valid."""
+    if key.kind != "CacheKey":
+        return
+    r, p = valid_id(key.req_id), valid_id(key.prefix_id)
+    if r == p:
+        _lx(rule, "req id" if not r else "only one")
+
+
+def pull_ranges(src: Any, dst: Any) -> Tuple[Optional[range], Optional[range]]:
+    """The layer-range conversion of pulls (§11.2) with PR-2 at the vendor's place."""
+    type_check(src, ["range"], "src_layer_range")
+    type_check(dst, ["range"], "dst_layer_range")
+    if src is not None and src.step != 1:
+        _lx("§11.2 step", "src_layer_range")
+    if dst is not None and dst.step != 1:
+        _lx("§11.2 step", "dst_layer_range")
+    # PR-2 sits where the vendor turns an empty range into "all layers": right after both
+    # step checks, for src then dst (docs/semantics.md §5.1, rule 7)
+    for r, name in ((src, "src_layer_range"), (dst, "dst_layer_range")):
+        if r is not None and len(r) == 0:
+            _lx("PR-2", name)
+    out: List[Optional[range]] = []
+    for r, name in ((src, "src_layer_range"), (dst, "dst_layer_range")):
+        if r is None:
+            out.append(None)
+            continue
+        if r[0] < 0:
+            _lx("§11.2 first < 0", name)
+        if not 0 <= r[0] <= U32_MAX or not 0 <= r[-1] <= U32_MAX:
+            _v(name, "§11.2 uint32")
+        out.append(r)
+    return out[0], out[1]
+
+
+def project_pull(src: Optional[range], dst: Optional[range], n: int, n_local: int) -> None:
+    """The project rules of every pull, after the vendor's checks (docs/semantics.md §5.1):
+    PR-3 (``n`` in [1, N_local], dividing N_local when a range is given), then V-5 (a range
+    selecting more tensors than the local cache has)."""
+    if n > n_local or ((src is not None or dst is not None) and n_local % n):
+        _lx("PR-3", "tensor_num_per_layer")
+    for r, name in ((src, "src_layer_range"), (dst, "dst_layer_range")):
+        if r is not None and len(r) * n > n_local:
+            _lx("V-5", name)
+
+
+def tensor_num(n: Any) -> int:
+    int_range(n, 0, U32_MAX, "tensor_num_per_layer")
+    if n <= 0:
+        _lx("tensor_num_per_layer <= 0", "tensor_num_per_layer")
+    return int(n)
+
+
+def keywords(kwargs: Dict[str, Any], allowed: Sequence[str]) -> None:
+    """PR-8: any keyword the call does not read raises LX naming it, first."""
+    for name in kwargs:
+        if name not in allowed:
+            _lx("PR-8", name)
+
+
+# ---- the engine and its mode ------------------------------------------------------------------
+
+@dataclass
+class Mode:
+    """The initialised engine as the Python layer sees it."""
+
+    generation: int                      # 2 (CacheManager) or 1 (KvCacheManager)
+    cluster_id: int
+    role: str = "DECODER"                # "PROMPT", "DECODER", "MIX"
+    direct: bool = True                  # v2: llm.EnableRemoteCacheAccessible == "1"
+    device_pool: bool = False
+    host_pool: bool = False
+
+
+@dataclass
+class Checks:
+    """One engine: its mode, the core model of its caches and the Python objects' view."""
+
+    mode: Mode
+    engine: Engine
+    refs: Dict[str, Ref] = field(default_factory=dict)
+
+    def run(self, method: str, *args: Any, **kwargs: Any) -> Verdict:
+        """The verdict of ``method(*args, **kwargs)``; a call the core accepts is applied
+        to the model (ids, bindings, bytes)."""
+        try:
+            return getattr(self, "_" + method)(*args, **kwargs)
+        except _Stop as stop:
+            return stop.verdict
+
+    def live(self, ref: Ref) -> Optional[CacheM]:
+        return self.engine.caches.get(ref.cache_id)
+
+    # ---- v2 pulls (§11.2) -------------------------------------------------------------------
+
+    def _pull_core(self, key: Key, cache: Ref, batch_index: int, size: int, src: Optional[range],
+                   dst: Optional[range], n: int, blocks: bool) -> Verdict:
+        """semantics §8.0 steps 2–5 without a link: the source cluster, the local cache, the
+        local checks, then NOT_YET_LINK."""
+        if key.cluster_id == self.mode.cluster_id:
+            return Verdict("core", S.LLM_PARAM_INVALID, rule="§8.0 step 2: own cluster")
+        local = self.live(cache)
+        if local is None:
+            return Verdict("core", S.LLM_KV_CACHE_NOT_EXIST, rule="§8.0 step 3")
+        if not blocks:
+            if batch_index >= local.batches:
+                return Verdict("core", S.LLM_PARAM_INVALID, rule="§6.2 batch_index")
+            if size > local.stride:
+                return Verdict("core", S.LLM_PARAM_INVALID, rule="§6.1 size > S_dst")
+        nl = local.num_tensors
+        if src is not None and dst is not None and len(src) != len(dst):
+            return Verdict("core", S.LLM_PARAM_INVALID, rule="§4.2 spans differ")
+        if src is not None and dst is None and len(src) * n != nl:
+            return Verdict("core", S.LLM_PARAM_INVALID, rule="§4.2 src count != N_local")
+        if dst is not None and (dst[-1] + 1) * n > nl:
+            return Verdict("core", S.LLM_PARAM_INVALID, rule="§4.2 dst past N_local")
+        return Verdict("core", S.LLM_NOT_YET_LINK, rule="§8.0 step 5")
+
+    def _pull_cache(self, cache_key: Any, cache: Any, batch_index: Any = 0, size: Any = -1,
+                    **kwargs: Any) -> Verdict:
+        if self.mode.generation == 1:
+            return self._v1_pull_cache(cache_key, cache, batch_index, size, **kwargs)
+        keywords(kwargs, ("src_layer_range", "dst_layer_range", "tensor_num_per_layer"))
+        key_types = ["CacheKeyByIdAndIndex"] if self.mode.direct else ["CacheKey", "CacheKeyByIdAndIndex"]
+        type_check(cache_key, key_types, "cache_key")
+        type_check(cache, ["Cache"], "cache")
+        int_range(batch_index, 0, U32_MAX, "batch_index")
+        int_range(size, I64_MIN, I64_MAX, "size")
+        if cache is None:
+            _attr("cache", "V-4")
+        if cache.blocks:
+            _lx("§11.2 step 5", "cache can not be blocks cache")
+        if size != -1 and size <= 0:
+            _lx("§11.2 step 6", "size")
+        n = tensor_num(kwargs.get("tensor_num_per_layer", 2))
+        if isinstance(cache_key, Key):
+            validity(cache_key)
+        src, dst = pull_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"))
+        if cache_key is None:
+            _attr("cache_key", "V-4")
+        project_pull(src, dst, n, cache.num_tensors)
+        return self._pull_core(cache_key, cache, batch_index, size, src, dst, n, blocks=False)
+
+    def _pull_blocks(self, src_cache_key: Any, dst_cache: Any, src_blocks: Any = (), dst_blocks: Any = (),
+                     **kwargs: Any) -> Verdict:
+        if self.mode.generation == 1:
+            return self._v1_pull_blocks(src_cache_key, dst_cache, src_blocks, dst_blocks, **kwargs)
+        keywords(kwargs, ("src_layer_range", "dst_layer_range", "tensor_num_per_layer"))
+        type_check(src_cache_key, ["CacheKey", "CacheKeyByIdAndIndex", "BlocksCacheKey"], "src_cache_key")
+        type_check(dst_cache, ["Cache"], "dst_cache")
+        seq_of(src_blocks, ["list", "tuple"], "int", "src_blocks", none_ok=True, numpy_ok=True)
+        seq_of(dst_blocks, ["list", "tuple"], "int", "dst_blocks", none_ok=True, numpy_ok=True)
+        if dst_cache is None:
+            _attr("dst_cache", "V-4")
+        if not dst_cache.blocks:
+            _lx("§11.2 pull_blocks step 5", "dst_cache")
+        if len(blocks_of(dst_blocks)) == 0:
+            _lx("§11.2 pull_blocks step 6", "dst_blocks")
+        n = tensor_num(kwargs.get("tensor_num_per_layer", 2))
+        if isinstance(src_cache_key, Key) and src_cache_key.kind == "BlocksCacheKey":
+            if len(blocks_of(src_blocks)) == 0:
+                _lx("§11.2 pull_blocks step 8", "src_blocks")
+        elif isinstance(src_cache_key, Key):
+            validity(src_cache_key)
+            if len(blocks_of(src_blocks)) != 0:
+                _lx("§11.2 pull_blocks step 8", "src_blocks should be empty")
+        src, dst = pull_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"))
+        if src_cache_key is None:
+            _attr("src_cache_key", "V-4")
+        convert_blocks(src_blocks, "src_blocks")      # the binding's conversion (the vendor's T)
+        convert_blocks(dst_blocks, "dst_blocks")
+        project_pull(src, dst, n, dst_cache.num_tensors)
+        d = blocks_of(dst_blocks)
+        if len(set(d)) != len(d):
+            _lx("PR-5", "dst_blocks")
+        return self._pull_core(src_cache_key, dst_cache, 0, -1, src, dst, n, blocks=True)
+
+    # ---- v2 pushes (§11.3) ------------------------------------------------------------------
+
+    def _push_ranges(self, src_cache: Ref, src: Any, dst: Any, n: int) -> None:
+        for r, name in ((src, "src_layer_range"), (dst, "dst_layer_range")):
+            type_check(r, ["range"], name)
+            if r is not None and r.step != 1:
+                _lx("§9.1 step", name)
+            if r is not None and not 0 <= r.start < r.stop:
+                _lx("§9.1 0 <= start < stop", name)
+        default = range(0, src_cache.num_tensors // n)
+        src = default if src is None else src
+        dst = default if dst is None else dst
+        if len(default) == 0:
+            _lx("PR-3 (empty default range)", "tensor_num_per_layer")
+        if len(src) != len(dst):
+            _lx("§11.3 lengths differ", "layer_range")
+
+    def _push_cache(self, dst_cache_key: Any, src_cache: Any, src_batch_index: Any = 0, src_layer_range: Any = None,
+                    dst_layer_range: Any = None, size: Any = -1, tensor_num_per_layer: Any = 2) -> Verdict:
+        if not self.mode.direct:
+            _lx("§11.3 step 1", "push_cache is only supported while enable_remote_cache_accessible is True")
+        type_check(dst_cache_key, ["CacheKeyByIdAndIndex"], "dst_cache_key", none_ok=False)
+        type_check(src_cache, ["Cache"], "src_cache", none_ok=False)
+        int_range(src_batch_index, 0, U32_MAX, "src_batch_index")
+        if src_cache.blocks:
+            _lx("§11.3 step 5", "src_cache")
+        n = tensor_num(tensor_num_per_layer)
+        self._push_ranges(src_cache, src_layer_range, dst_layer_range, n)
+        int_range(size, I64_MIN, I64_MAX, "size")
+        if size != -1:
+            _lx("§11.3 step 10", "size")
+        if n > src_cache.num_tensors or src_cache.num_tensors % n:
+            _lx("PR-3", "tensor_num_per_layer")
+        return self._push_core(src_cache, dst_cache_key)
+
+    def _push_blocks(self, dst_cache_key: Any, src_cache: Any, src_blocks: Any = (), dst_blocks: Any = (),
+                     src_layer_range: Any = None, dst_layer_range: Any = None, tensor_num_per_layer: Any = 2) -> Verdict:
+        if not self.mode.direct:
+            _lx("§11.3 step 1", "push_blocks is only supported while enable_remote_cache_accessible is True")
+        type_check(dst_cache_key, ["BlocksCacheKey"], "dst_cache_key")
+        type_check(src_cache, ["Cache"], "src_cache")
+        seq_of(src_blocks, ["list", "tuple"], "int", "src_blocks", none_ok=True, numpy_ok=True)
+        seq_of(dst_blocks, ["list", "tuple"], "int", "dst_blocks", none_ok=True, numpy_ok=True)
+        if src_cache is None:
+            _attr("src_cache", "V-4")
+        if not src_cache.blocks:
+            _lx("§11.3 push_blocks step 5", "src_cache")
+        if len(blocks_of(dst_blocks)) == 0:
+            _lx("§11.3 push_blocks step 6", "dst_blocks")
+        n = tensor_num(tensor_num_per_layer)
+        self._push_ranges(src_cache, src_layer_range, dst_layer_range, n)
+        if dst_cache_key is None:
+            _attr("dst_cache_key", "V-4")
+        convert_blocks(src_blocks, "src_blocks")
+        convert_blocks(dst_blocks, "dst_blocks")
+        if src_cache.num_tensors % n:
+            _lx("PR-3", "tensor_num_per_layer")
+        d = blocks_of(dst_blocks)
+        if len(set(d)) != len(d):
+            _lx("PR-5", "dst_blocks")
+        s = blocks_of(src_blocks)
+        if not s or len(s) != len(d):
+            # §7.2: an empty src_blocks or lists of different lengths are PARAM_INVALID; the
+            # C++ API layer checks them before the engine (cpp-api.md §6), so before the link
+            # lookup too (decision: the position §8.0 leaves open for py push_blocks)
+            return Verdict("core", S.LLM_PARAM_INVALID, rule="§7.2 push_blocks lists")
+        return self._push_core(src_cache, dst_cache_key)
+
+    def _push_core(self, src_cache: Ref, key: Key) -> Verdict:
+        """§8.0 push steps 2–3: the local cache, then the link.
+
+        Decision: a push addressed to the engine's own cluster id is PARAM_INVALID before
+        the local cache lookup, as step 2 of the pull order is. §8.0 lists that step for
+        pulls only and is silent for pushes; no link to oneself can exist (E-7), so the
+        push fails either way, and naming the wrong cluster is what a user needs."""
+        if key.cluster_id == self.mode.cluster_id:
+            return Verdict("core", S.LLM_PARAM_INVALID, rule="decision: push to the own cluster")
+        if self.live(src_cache) is None:
+            return Verdict("core", S.LLM_KV_CACHE_NOT_EXIST, rule="§8.0 push step 2")
+        return Verdict("core", S.LLM_NOT_YET_LINK, rule="§8.0 push step 3")
+
+    # ---- v2 registration (§11.1) ------------------------------------------------------------
+
+    def _register_cache(self, desc: Ref, addrs: Any, cache_keys: Any = (), remote_accessible: Any = None,
+                        contents: Sequence[bytes] = ()) -> Verdict:
+        """``desc`` describes the CacheDesc (a ``Ref`` whose id is ignored)."""
+        type_check(desc, ["CacheDesc"], "cache_desc")
+        seq_of(addrs, ["list"], "int", "addrs", none_ok=True)
+        # decision (V-4): None cache_keys fail at their type check, which iterates the
+        # elements; None addrs pass it and fail where step 6 takes len()
+        seq_of(cache_keys, ["list", "tuple"], "CacheKey", "cache_keys")
+        type_check(remote_accessible, ["bool"], "remote_accessible")
+        if addrs is None:
+            _t("addrs", "V-4: step 6 takes len()")
+        if len(addrs) == 0:
+            _lx("§11.1 step 6", "addrs")
+        if desc is None:
+            _attr("cache_desc", "V-4: step 7 reads num_tensors")
+        if len(addrs) != desc.num_tensors:
+            _lx("§11.1 step 7", "addrs")
+        if any(a == 0 for a in addrs):
+            _lx("§11.1 step 8", "addr")
+        if desc.batch_dim != 0:
+            _lx("PR-18", "batch_dim_index")
+        keys = [k.key() for k in cache_keys]
+        status, cache_id = self.engine.register(desc.num_tensors, desc.shape, desc.data_type, desc.placement,
+                                                contents, addrs, keys, blocks=False)
+        return Verdict("core", status, rule="§3.2", value=cache_id)
+
+    def _register_blocks_cache(self, desc: Ref, addrs: Any, blocks_cache_key: Any = None,
+                               remote_accessible: Any = None, contents: Sequence[bytes] = ()) -> Verdict:
+        type_check(desc, ["CacheDesc"], "cache_desc")
+        seq_of(addrs, ["list"], "int", "addrs", none_ok=True)
+        type_check(blocks_cache_key, ["BlocksCacheKey"], "blocks_cache_key")
+        type_check(remote_accessible, ["bool"], "remote_accessible")
+        if addrs is None:
+            _t("addrs", "V-4: step 6 takes len()")
+        if len(addrs) == 0:
+            _lx("§11.1 blocks step 6", "addrs")
+        if desc is None:
+            _attr("cache_desc", "V-4: the native call reads it")
+        if desc.batch_dim != 0:
+            _lx("PR-18", "batch_dim_index")
+        keys = [blocks_cache_key.key()] if blocks_cache_key is not None else []
+        status, cache_id = self.engine.register(desc.num_tensors, desc.shape, desc.data_type, desc.placement,
+                                                contents, addrs, keys, blocks=True)
+        return Verdict("core", status, rule="§3.2", value=cache_id)
+
+    def _unregister_cache(self, cache_id: Any) -> Verdict:
+        int_range(cache_id, I64_MIN, I64_MAX, "cache_id")
+        return Verdict("core", self.engine.unregister(cache_id), rule="§3.5")
+
+    # ---- allocation (§11.5, §12) ------------------------------------------------------------
+
+    def _allocate(self, desc: Ref, keys: Any, blocks: bool) -> Verdict:
+        g = self.mode.generation
+        type_check(desc, ["CacheDesc"], "cache_desc")
+        if blocks:
+            type_check(keys, ["BlocksCacheKey"], "blocks_cache_key")
+        else:
+            seq_of(keys, ["list", "tuple"], "CacheKey", "cache_keys")
+        if desc is None:
+            _attr("cache_desc", "V-4: step 3 reads num_tensors")
+        if desc.num_tensors <= 0:
+            _lx("§11.5 step 3", "num_tensors")
+        if g == 2:
+            has_pool = self.mode.device_pool if desc.placement == DEVICE else self.mode.host_pool
+            if not has_pool:
+                _lx("§11.5 step 4", "memory pool")
+        else:
+            if desc.placement != DEVICE:
+                _lx("§12 allocate: only device", "device")
+            if blocks and keys is not None and self.mode.role == "DECODER":
+                _lx("§12 allocate_blocks_cache: DECODER with a key", "")
+            if not blocks and len(keys) and self.mode.role != "PROMPT":
+                _lx("§12 allocate_cache: keys need PROMPT", "")
+        if desc.batch_dim != 0:
+            _lx("PR-18", "batch_dim_index")
+        key_list = ([keys.key()] if keys is not None else []) if blocks else [k.key() for k in keys]
+        status, cache_id = self.engine.allocate(desc.num_tensors, desc.shape, desc.data_type, desc.placement,
+                                                key_list, blocks)
+        return Verdict("core", status, rule="§3.3, §9.2", value=cache_id)
+
+    def _allocate_cache(self, desc: Ref, cache_keys: Any = ()) -> Verdict:
+        return self._allocate(desc, cache_keys, blocks=False)
+
+    def _allocate_blocks_cache(self, desc: Ref, blocks_cache_key: Any = None) -> Verdict:
+        return self._allocate(desc, blocks_cache_key, blocks=True)
+
+    def _deallocate_cache(self, cache: Any) -> Verdict:
+        if self.mode.generation == 1:
+            type_check(cache, ["KvCache"], "cache")
+            if cache is None:
+                _attr("cache", "V-4")
+            if cache.placement == HOST:
+                _lx("§12 deallocate HOST", "")
+        else:
+            type_check(cache, ["Cache"], "cache")
+            if cache is None:
+                _attr("cache", "V-4")
+            if cache.blocks:
+                _lx("§11.5 deallocate_cache of a blocks cache", "")
+        return self._dealloc_core(cache)
+
+    def _dealloc_core(self, cache: Ref) -> Verdict:
+        if self.mode.generation == 1 and cache.deallocated:
+            return Verdict("core", S.LLM_SUCCESS, rule="v1: an invalid KvCache is not freed again")
+        status = self.engine.deallocate(cache.cache_id)
+        if status == S.LLM_SUCCESS:
+            cache.deallocated = True
+        return Verdict("core", status, rule="§3.4")
+
+    def _deallocate_blocks_cache(self, cache: Any) -> Verdict:
+        type_check(cache, ["Cache"], "cache")
+        if cache is None:
+            _attr("cache", "V-4")
+        if not cache.blocks:
+            _lx("§11.5 deallocate_blocks_cache of a non-blocks cache", "")
+        return self._dealloc_core(cache)
+
+    def _remove_cache_key(self, cache_key: Any) -> Verdict:
+        if self.mode.generation == 1 and self.mode.role != "PROMPT":
+            _lx("§12 remove_cache_key: PROMPT only", "")
+        type_check(cache_key, ["CacheKey"], "cache_key")
+        if cache_key is None:
+            _attr("cache_key", "V-4")
+        validity(cache_key, "PR-41")
+        return Verdict("core", self.engine.remove_cache_key(cache_key.key()), rule="§9.6")
+
+    # ---- local copies (§11.6, §12) ----------------------------------------------------------
+
+    def _copy_cache(self, dst: Any, src: Any, dst_batch_index: Any = 0, src_batch_index: Any = 0, offset: Any = 0,
+                    size: Any = -1, req_id: Any = None) -> Verdict:
+        if self.mode.generation == 1:
+            type_check(dst, ["KvCache"], "dst")
+            if dst is not None and dst.placement == HOST:
+                _lx("§12 copy_cache dst HOST", "")
+            type_check(src, ["KvCache"], "src")
+            if src is not None and src.placement == HOST:
+                _lx("§12 copy_cache src HOST", "")
+        else:
+            type_check(dst, ["Cache"], "dst")
+            type_check(src, ["Cache"], "src")
+        int_range(dst_batch_index, 0, U32_MAX, "dst_batch_index")
+        int_range(src_batch_index, 0, U32_MAX, "src_batch_index")
+        int_range(offset, 0, U64_MAX, "offset")
+        int_range(size, I64_MIN, I64_MAX, "size")
+        if self.mode.generation == 2:
+            if src is None:
+                _attr("src", "V-4")
+            if src.blocks:
+                _lx("§11.6 src blocks", "src")
+            if dst is None:
+                _attr("dst", "V-4")
+            if dst.blocks:
+                _lx("§11.6 dst blocks", "dst")
+        if size != -1 and size <= 0:
+            _lx("§11.6 size", "size")
+        if req_id is not None:
+            if self.mode.generation == 2:
+                int_range(req_id, 0, U64_MAX, "req_id")
+            else:
+                type_check(req_id, ["int"], "req_id")
+        if src is None:
+            _attr("src", "V-4")
+        if dst is None:
+            _attr("dst", "V-4")
+        status = self.engine.copy_cache(dst.cache_id, src.cache_id, dst_batch_index, src_batch_index, offset, size)
+        return Verdict("core", status, rule="§6.6")
+
+    def _copy_blocks(self, cache: Any, copy_block_info: Any) -> Verdict:
+        g = self.mode.generation
+        type_check(cache, ["KvCache" if g == 1 else "Cache"], "cache")
+        if not isinstance(copy_block_info, dict):
+            _t("copy_block_info", "§11.6 dict")
+        for k, v in copy_block_info.items():
+            if not is_int(k):
+                _t("copy_block_info", "§11.6 int keys")
+            if not isinstance(v, list) or not all(is_int(x) for x in v):
+                _t("copy_block_info", "§11.6 list values of int")
+        if cache is None:
+            _attr("cache", "V-4")
+        if g == 2 and not cache.blocks:
+            _lx("§11.6 copy_blocks of a non-blocks cache", "")
+        if g == 1:
+            if cache.placement == HOST:
+                _lx("§12 copy_blocks HOST", "")
+            for k, v in copy_block_info.items():
+                for x in [k, *v]:
+                    if not 0 <= x <= U64_MAX:
+                        _v("copy_block_info", "§12 copy_blocks uint64")
+        pairs = [(s, d) for s, ds in copy_block_info.items() for d in ds]
+        if not pairs:
+            _lx("PR-25", "copy")
+        dsts = [d for _, d in pairs]
+        if len(set(dsts)) != len(dsts):
+            _lx("PR-5", "")
+        if g == 2:
+            for s, d in pairs:
+                if not 0 <= s <= U64_MAX or not 0 <= d <= U64_MAX:
+                    _t("copy_block_info", "§7.3 native conversion (decision)")
+        return Verdict("core", self.engine.copy_blocks(cache.cache_id, pairs), rule="§8.9")
+
+    def _swap_blocks(self, src_cache: Any, dst_cache: Any, src_to_dst: Any,
+                     memory: Optional[Dict[str, List[bytearray]]] = None) -> Verdict:
+        g = self.mode.generation
+        cls = "KvCache" if g == 1 else "Cache"
+        type_check(src_cache, [cls], "src")
+        type_check(dst_cache, [cls], "dst")
+        if g == 2:
+            if src_cache is None:
+                _attr("src", "V-4")
+            if not src_cache.blocks:
+                _lx("§11.6 swap src not blocks", "")
+            if dst_cache is None:
+                _attr("dst", "V-4")
+            if not dst_cache.blocks:
+                _lx("§11.6 swap dst not blocks", "")
+        if src_cache is None:
+            _attr("src", "V-4")
+        if dst_cache is None:
+            _attr("dst", "V-4")
+        if not isinstance(src_to_dst, dict) or not all(is_int(k) for k in src_to_dst):
+            _t("src_to_dst", "§11.6 dict of int keys")
+        if src_cache.desc_size // src_cache.batch_size != dst_cache.desc_size // dst_cache.batch_size:
+            _lx("§11.6 block sizes", "")
+        if src_cache.num_tensors != dst_cache.num_tensors:
+            _lx("§11.6 num_tensors", "")
+        for k, v in src_to_dst.items():
+            if not 0 <= k < src_cache.batch_size or not 0 <= v < dst_cache.batch_size:
+                _lx("§11.6 indexes", "")
+        if (src_cache.placement, dst_cache.placement) not in ((HOST, DEVICE), (DEVICE, HOST)):
+            _lx("§11.6 placements", "")
+        if src_cache.batch_dim != 0 or dst_cache.batch_dim != 0:
+            _lx("PR-18", "batch_dim_index")
+        if not src_to_dst:
+            _lx("PR-25", "swap")
+        if len(set(src_to_dst.values())) != len(src_to_dst):
+            _lx("PR-5", "")
+        if g == 1 and (src_cache.deallocated or dst_cache.deallocated):
+            _lx("V-11: a deallocated KvCache", "")
+        block = src_cache.desc_size // src_cache.batch_size
+        if memory is not None:
+            swap(memory[src_cache.name], memory[dst_cache.name], block, list(src_to_dst.items()))
+        return Verdict("core", S.LLM_SUCCESS, rule="§8.10")
+
+    def _check_cache_key(self, cache_key: Any) -> Verdict:
+        """§7.5 as a static method: the validity rule of a ``CacheKey``."""
+        if isinstance(cache_key, Key):
+            validity(cache_key)
+        return Verdict("core", S.LLM_SUCCESS, rule="§7.5")
+
+    # ---- v1 (§12) ---------------------------------------------------------------------------
+
+    def _v1_pull_core(self, key: Any, cache: Ref, batch_index: int, size: int, src: Optional[range],
+                      dst: Optional[range], n: int, dst_offset: int, blocks: bool) -> Verdict:
+        """The v1 core without a link: semantics §8.0's pull order (own cluster, local cache,
+        local checks, link) with the v1 length rule of §6.1 (decision: §8.0 is written for
+        v2; v1 pulls are answered by the same engine steps before the link)."""
+        if key.cluster_id == self.mode.cluster_id:
+            return Verdict("core", S.LLM_PARAM_INVALID, rule="§8.0 step 2: own cluster")
+        local = self.live(cache)
+        if local is None:
+            return Verdict("core", S.LLM_KV_CACHE_NOT_EXIST, rule="v1 local cache")
+        if not blocks:
+            if batch_index >= local.batches:
+                return Verdict("core", S.LLM_PARAM_INVALID, rule="§6.2 batch_index")
+            off = max(dst_offset, 0)
+            length = size if size > 0 else local.stride - off
+            if length <= 0 or off + length > local.stride:
+                return Verdict("core", S.LLM_PARAM_INVALID, rule="§6.1 v1 dst_cache_offset + L > S_dst")
+        nl = local.num_tensors
+        if src is not None and dst is not None and len(src) != len(dst):
+            return Verdict("core", S.LLM_PARAM_INVALID, rule="§4.2 spans differ")
+        if src is not None and dst is None and len(src) * n != nl:
+            return Verdict("core", S.LLM_PARAM_INVALID, rule="§4.2 src count != N_local")
+        if dst is not None and (dst[-1] + 1) * n > nl:
+            return Verdict("core", S.LLM_PARAM_INVALID, rule="§4.2 dst past N_local")
+        return Verdict("core", S.LLM_NOT_YET_LINK, rule="no link")
+
+    def _v1_pull_cache(self, cache_key: Any, kv_cache: Any, batch_index: Any = 0, size: Any = -1,
+                       **kwargs: Any) -> Verdict:
+        keywords(kwargs, ("src_layer_range", "dst_layer_range", "src_cache_offset", "dst_cache_offset",
+                          "tensor_num_per_layer"))
+        if self.mode.role != "DECODER":
+            _lx("§12 pull_cache step 1: DECODER only", "is not supported by")
+        type_check(cache_key, ["CacheKey", "CacheKeyByIdAndIndex"], "cache_key")
+        type_check(kv_cache, ["KvCache"], "kv_cache")
+        if kv_cache is None:
+            _attr("kv_cache", "V-4")
+        if kv_cache.placement == HOST:
+            _lx("§12 pull_cache step 4", "Only support device cache")
+        int_range(size, I64_MIN, I64_MAX, "size")
+        int_range(batch_index, 0, U32_MAX, "batch_index")
+        if size != -1 and size <= 0:
+            _lx("§12 pull_cache step 7", "size")
+        offsets = []
+        for name in ("src_cache_offset", "dst_cache_offset"):
+            if name in kwargs:
+                int_range(kwargs[name], I64_MIN, I64_MAX, name)
+                if kwargs[name] < 0:
+                    _v(name, "§6.3 offset < 0")
+                offsets.append(kwargs[name])
+            else:
+                offsets.append(-1)
+        if isinstance(cache_key, Key):
+            validity(cache_key)
+        n = tensor_num(kwargs.get("tensor_num_per_layer", 2))
+        src, dst = pull_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"))
+        if cache_key is None:
+            _attr("cache_key", "V-4")
+        project_pull(src, dst, n, kv_cache.num_tensors)
+        return self._v1_pull_core(cache_key, kv_cache, batch_index, size, src, dst, n, offsets[1], blocks=False)
+
+    def _v1_pull_blocks(self, prompt_cache_key: Any, decoder_kv_cache: Any, prompt_blocks: Any,
+                        decoder_blocks: Any, **kwargs: Any) -> Verdict:
+        keywords(kwargs, ("src_layer_range", "dst_layer_range", "tensor_num_per_layer"))
+        if self.mode.role != "DECODER":
+            _lx("§12 pull_blocks step 1: DECODER only", "is not supported by")
+        type_check(prompt_cache_key, ["BlocksCacheKey"], "prompt_cache_key")
+        type_check(decoder_kv_cache, ["KvCache"], "decoder_kv_cache")
+        # decision: None passes the type check (python-api.md §0) and counts as an empty
+        # list, as V-4 says for v2's block lists; the emptiness checks then raise LX
+        seq_of(prompt_blocks, ["list"], "int", "prompt_blocks", none_ok=True, numpy_ok=True)
+        seq_of(decoder_blocks, ["list"], "int", "decoder_blocks", none_ok=True, numpy_ok=True)
+        if decoder_kv_cache is None:
+            _attr("decoder_kv_cache", "V-4")
+        if decoder_kv_cache.placement == HOST:
+            _lx("§12 pull_blocks step 6", "")
+        if len(blocks_of(prompt_blocks)) == 0:
+            _lx("§12 pull_blocks step 7", "prompt_blocks")
+        if len(blocks_of(decoder_blocks)) == 0:
+            _lx("§12 pull_blocks step 8", "decoder_blocks")
+        if len(blocks_of(prompt_blocks)) != len(blocks_of(decoder_blocks)):
+            _lx("§12 pull_blocks step 9", "")
+        n = tensor_num(kwargs.get("tensor_num_per_layer", 2))
+        src, dst = pull_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"))
+        if prompt_cache_key is None:
+            _attr("prompt_cache_key", "V-4")
+        convert_blocks(prompt_blocks, "prompt_blocks")
+        convert_blocks(decoder_blocks, "decoder_blocks")
+        project_pull(src, dst, n, decoder_kv_cache.num_tensors)
+        d = blocks_of(decoder_blocks)
+        if len(set(d)) != len(d):
+            _lx("PR-5", "decoder_blocks")
+        return self._v1_pull_core(prompt_cache_key, decoder_kv_cache, 0, -1, src, dst, n, -1, blocks=True)
+
+    def _get_cache_tensors(self, cache: Any, tensor_index: Any = 0) -> Verdict:
+        type_check(cache, ["KvCache"], "cache")
+        int_range(tensor_index, I32_MIN, I32_MAX, "tensor_index")
+        if cache is None:
+            _attr("cache", "V-4")
+        if not 0 <= tensor_index < cache.num_tensors:
+            _lx("§12 get_cache_tensors index", "tensor_index")
+        if cache.deallocated:
+            return Verdict("core", S.LLM_KV_CACHE_NOT_EXIST, rule="V-11")
+        return Verdict("core", S.LLM_SUCCESS, rule="§12 get_cache_tensors", value=tensor_index)
