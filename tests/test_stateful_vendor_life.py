@@ -1,0 +1,360 @@
+"""A stateful test of the ``LLMDataDist`` life cycle and links, both generations,
+between this process and a peer process, against ``tests/oracle/vendor_life.py``.
+
+A ``RuleBasedStateMachine`` drives this process's ``LLMDataDist`` objects (several
+may exist, one may be initialised, V-1) and the peer's engine
+(``vendor_v1_peer_support`` in a ``vendor_support.Peer``). Rules: ``init`` in v1 or
+v2 with any role, also of a second object while one lives (``LLM_FAILED``) and with
+a bad ``llm.SyncKvCacheWaitTime`` (PR-26); ``finalize`` of the live or another
+object; the peer's init and finalize; ``link_clusters`` (v1 by the Decoder side,
+§10.5; v2 by this side, §10.2) and forced ``unlink_clusters``;
+``check_link_status`` (§10.8); ``switch_role`` (§10.7); rank-table ``link`` /
+``unlink`` / ``query_register_mem_status`` (§10.6, PR-39); v1 allocation with keys
+on a Prompt (into the ``caches`` Bundle) and deallocation (``consumes``);
+``remove_cache_key``; the peer Decoder's pulls through keys (§9.4, §9.5); and a
+manager and caches kept from a finalized generation (V-2).
+
+Each rule's outcome must be the model's. The invariant compares the model's view
+with what the package reports: which object is initialised
+(``LLMDataDist.llm_engine_instance``), the link status a v1 Decoder sees, the state
+of every live communicator, and every byte of every live cache here.
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invariant, precondition, rule
+
+from llm_datadist_ffi import LLMException, LLMStatusCode as S
+from llm_datadist_ffi.vendor import CacheDesc, CacheKey, DataType, LLMDataDist, LLMRole, RegisterMemStatus
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from oracle.outcome import Outcome  # noqa: E402
+from oracle.vendor_life import ProcessModel, link, stale, unlink_forced  # noqa: E402
+from oracle.vendor_v1 import U64_MAX, Key  # noqa: E402
+
+pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
+
+
+def _load(name: str) -> Any:
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+vs = _load("vendor_support")
+HERE, THERE = 1, 2
+ROLES = [LLMRole.PROMPT, LLMRole.DECODER, LLMRole.MIX]
+KEYS = [Key(HERE, 10), Key(HERE, 11), Key(HERE, 12), Key(HERE, U64_MAX, 0, 30), Key(HERE, U64_MAX)]
+PEER_DST = (2, 4, 32)           # the peer Decoder's destination cache: 2 tensors of 4 batches of 32 bytes
+
+_peer: Optional[Any] = None
+
+
+def observed(call: Callable[[], Any]) -> Tuple[str, Any]:
+    try:
+        return "ok", call()
+    except LLMException as exc:
+        return "status", exc.status_code
+    except (TypeError, ValueError, RuntimeError) as exc:
+        return "error", type(exc).__name__
+
+
+def expect(outcome: Outcome, got: Tuple[str, Any], what: str) -> None:
+    if outcome.python_error is not None:
+        wanted: Tuple[str, Any] = ("error", outcome.python_error.__name__)
+    elif outcome.status == S.LLM_SUCCESS:
+        wanted = ("ok", got[1] if got[0] == "ok" else None)
+    else:
+        wanted = ("status", outcome.status)
+    assert got == wanted, f"{what}: got {got}, the model says {outcome.describe()}"
+
+
+def options(version: str, port: Optional[int], bad: bool) -> Dict[str, str]:
+    made = vs.v2_options(port) if version == "v2" else vs.v1_options(port, **{"llm.EnableSwitchRole": "1"})
+    if bad:
+        made["llm.SyncKvCacheWaitTime"] = "0"
+    return made
+
+
+class LifeMachine(RuleBasedStateMachine):
+    caches = Bundle("caches")
+
+    def __init__(self) -> None:
+        super().__init__()
+        assert _peer is not None
+        self.peer = _peer
+        self.peer.run("ps.stop()")
+        self.me = ProcessModel(cluster_id=HERE)
+        self.them = ProcessModel(cluster_id=THERE)
+        self.objects: Dict[str, LLMDataDist] = {}
+        self.old_manager: Optional[Any] = None
+        self.port = vs.free_port()
+        self.peer_port = vs.free_port()
+        self.comm_names = 0
+        self.memory: Dict[Tuple[int, int], bytes] = {}
+        self.cache_objects: Dict[Tuple[int, int], Any] = {}
+
+    def teardown(self) -> None:
+        live = LLMDataDist.llm_engine_instance
+        if live is not None:
+            live.finalize()
+        self.peer.run("ps.stop()")
+
+    # ---- life cycle -----------------------------------------------------------------------------
+
+    @rule(name=st.sampled_from(["A", "B"]), version=st.sampled_from(["v1", "v2"]), role=st.sampled_from(ROLES),
+          bad=st.integers(0, 7), unlistening=st.integers(0, 7))
+    def init_here(self, name: str, version: str, role: LLMRole, bad: int, unlistening: int) -> None:
+        """``init`` of the live object (a no-op), of another object while one lives
+        (``LLM_FAILED``), with a bad option (LX), or of a fresh object."""
+        listen = version == "v2" or (role is LLMRole.PROMPT and unlistening != 0)
+        if self.me.live == name:
+            target = self.objects[name]
+        else:
+            target = self.objects[name] = LLMDataDist(role, HERE)
+        outcome = self.me.init(name, HERE, version, role, listen, bad_wait_time=bad == 0)
+        got = observed(lambda: target.init(options(version, self.port if listen else None, bad == 0)))
+        expect(outcome, got, f"init of {name} ({version}, {role})")
+
+    @rule(name=st.sampled_from(["A", "B"]))
+    def finalize_here(self, name: str) -> None:
+        obj = self.objects.get(name)
+        if obj is None:
+            return
+        if self.me.live == name and self.me.version == "v1":
+            self.old_manager = obj.kv_cache_manager
+        expect(self.me.finalize(name), observed(obj.finalize), f"finalize of {name}")
+        # a finalized object's manager property is a plain RuntimeError (§12.2)
+        if self.me.live != name:
+            got = observed(lambda: obj.kv_cache_manager)
+            assert got == ("error", "RuntimeError"), got
+
+    @rule(version=st.sampled_from(["v1", "v2"]), role=st.sampled_from([LLMRole.PROMPT, LLMRole.DECODER]))
+    def init_peer(self, version: str, role: LLMRole) -> None:
+        listen = version == "v2" or role is LLMRole.PROMPT
+        self.them.finalize("peer")
+        assert self.them.init("peer", THERE, version, role, listen).ok
+        opts = {"llm.EnableSwitchRole": "1"} if version == "v1" else {}
+        self.peer.run(f"ps.start({role.name!r}, {THERE}, {self.peer_port if listen else None}, {opts}, "
+                      f"v2={version == 'v2'})")
+        if version == "v1" and role is LLMRole.DECODER:
+            num, batches, width = PEER_DST
+            assert self.them.v1 is not None
+            assert self.them.v1.allocate(num, batches, batches * width).value == 1
+            self.peer.run(f"ps.allocate('dst', {num}, {[batches, width]}, [], False, None, 5000)")
+            self.memory[(THERE, 1)] = b"".join(vs.fill(5000 + t, batches * width).tobytes() for t in range(num))
+
+    @precondition(lambda self: self.them.initialised)
+    @rule()
+    def peer_unlinks_forced(self) -> None:
+        outcome = unlink_forced(self.them, HERE)
+        answer = self.peer.run(value=f"ps.unlink({HERE}, {self.port}, True)")
+        assert (S(answer[0]), [S(r) for r in answer[1]]) == (outcome.status, outcome.value)
+
+    @rule()
+    def finalize_peer(self) -> None:
+        self.them.finalize("peer")
+        self.peer.run("ps.stop()")
+
+    # ---- links ----------------------------------------------------------------------------------
+
+    @precondition(lambda self: self.me.initialised and (not self.them.initialised or
+                                                        self.them.version == self.me.version))
+    @rule()
+    def link_clusters(self) -> None:
+        peer_links_me = (self.me.version == "v1" and self.them.role is LLMRole.DECODER
+                         and self.me.role is not LLMRole.DECODER and self.them.initialised)
+        if peer_links_me:
+            outcome = link(self.them, self.me)
+            answer = self.peer.run(value=f"ps.link({HERE}, {self.port})")
+            got = (S(answer[0]), [S(r) for r in answer[1]])
+        else:
+            outcome = link(self.me, self.them)
+            got = self.objects[self.me.live].link_clusters([vs.cluster_info(THERE, self.peer_port)], 2000)
+        assert got == (outcome.status, outcome.value), f"link: {got}, the model says {outcome.status} {outcome.value}"
+
+    @precondition(lambda self: self.me.initialised)
+    @rule()
+    def unlink_forced(self) -> None:
+        outcome = unlink_forced(self.me, THERE)
+        got = self.objects[self.me.live].unlink_clusters([vs.cluster_info(THERE, self.peer_port)], 2000, True)
+        assert got == (outcome.status, outcome.value), f"unlink: {got}, the model says {outcome.value}"
+
+    @precondition(lambda self: self.me.initialised)
+    @rule(role=st.sampled_from(ROLES))
+    def switch_role(self, role: LLMRole) -> None:
+        outcome = self.me.switch_role(role)
+        obj = self.objects[self.me.live]
+        opts = {"llm.listenIpInfo": f"127.0.0.1:{self.port}"} if role is LLMRole.PROMPT or self.me.version == "v2" \
+            else {}
+        expect(outcome, observed(lambda: obj.switch_role(role, opts)), f"switch_role to {role}")
+
+    @precondition(lambda self: self.me.initialised)
+    @rule(comm=st.sampled_from([1, 2, 77]))
+    def rank_table_calls_on_an_unknown_comm(self, comm: int) -> None:
+        """§10.6: no communicator was made, so every comm id is unknown
+        (``NOT_YET_LINK``); v1 has no rank-table calls (LX)."""
+        obj = self.objects[self.me.live]
+        code = S.LLM_NOT_YET_LINK if self.me.version == "v2" else S.LLM_PARAM_INVALID
+        expect(Outcome(status=code), observed(lambda: obj.unlink(comm)), "unlink of an unknown comm")
+        expect(Outcome(status=code), observed(lambda: obj.query_register_mem_status(comm)),
+               "query_register_mem_status of an unknown comm")
+
+    # ---- v1 caches and keys ---------------------------------------------------------------------
+
+    @precondition(lambda self: self.me.version == "v1")
+    @rule(target=caches, keys=st.lists(st.sampled_from(KEYS), max_size=4), batches=st.integers(1, 4),
+          width=st.sampled_from([16, 32]))
+    def allocate(self, keys: list, batches: int, width: int) -> Any:
+        assert self.me.v1 is not None
+        manager = self.objects[self.me.live].kv_cache_manager
+        outcome = self.me.v1.allocate(2, batches, batches * width, keys)
+        got = observed(lambda: manager.allocate_cache(CacheDesc(2, [batches, width], DataType.DT_UINT8),
+                                                      [CacheKey(k.cluster_id, k.req_id, k.model_id, k.prefix_id)
+                                                       for k in keys]))
+        expect(outcome, got, f"allocate with {keys}")
+        if got[0] != "ok":
+            return None
+        cache = got[1]
+        seed = 7000 + 10 * cache.cache_id + 1000 * self.me.generation
+        size = batches * width
+        for t in range(2):
+            ctypes.memmove(cache.per_device_tensor_addrs[0][t], vs.fill(seed + t, size).tobytes(), size)
+        self.memory[(HERE, cache.cache_id)] = b"".join(vs.fill(seed + t, size).tobytes() for t in range(2))
+        self.cache_objects[(self.me.generation, cache.cache_id)] = cache
+        return (self.me.generation, cache)
+
+    @rule(entry=consumes(caches))
+    def deallocate(self, entry: Any) -> None:
+        if entry is None or not self.me.initialised or self.me.version != "v1":
+            return
+        generation, cache = entry
+        manager = self.objects[self.me.live].kv_cache_manager
+        if generation != self.me.generation:
+            outcome = Outcome(status=S.LLM_PARAM_INVALID, rule="V-2: a KvCache of a finalized engine")
+        else:
+            assert self.me.v1 is not None
+            outcome = self.me.v1.deallocate(cache.cache_id)
+        expect(outcome, observed(lambda: manager.deallocate_cache(cache)), "deallocate")
+
+    @precondition(lambda self: self.me.version == "v1")
+    @rule(key=st.sampled_from(KEYS + [Key(HERE, 10, 0, 30)]))
+    def remove_cache_key(self, key: Key) -> None:
+        assert self.me.v1 is not None
+        manager = self.objects[self.me.live].kv_cache_manager
+        outcome = self.me.v1.remove_cache_key(key)
+        got = observed(lambda: manager.remove_cache_key(CacheKey(key.cluster_id, key.req_id, key.model_id,
+                                                                 key.prefix_id)))
+        expect(outcome, got, f"remove_cache_key {key}")
+
+    @precondition(lambda self: self.them.version == "v1" and self.them.role is LLMRole.DECODER)
+    @rule(key=st.sampled_from(KEYS[:4]), batch=st.integers(0, 3), offset=st.sampled_from([None, 0, 4]))
+    def peer_pulls_through_a_key(self, key: Key, batch: int, offset: Optional[int]) -> None:
+        assert self.them.v1 is not None
+        source = self.me.v1 if self.me.initialised and self.me.version == "v1" else None
+        if stale(self.them, self.me):
+            outcome = Outcome(status=S.LLM_TIMEOUT, rule="PR-31, PR-35: the peer side of the link is gone")
+        else:
+            outcome = self.them.v1.pull_cache(source, key, 1, batch, 8, src_offset=offset)
+        spec = ["key", key.cluster_id, key.req_id, key.model_id, key.prefix_id]
+        kwargs = {} if offset is None else {"src_cache_offset": offset}
+        try:
+            self.peer.run(f"ps.pull_cache({spec}, 'dst', {batch}, 8, {kwargs})")
+            got: Tuple[str, Any] = ("ok", None)
+        except vs.PeerError as exc:
+            got = ("status", S(exc.status)) if exc.status is not None else ("error", exc.type)
+        expect(outcome, got, f"the peer's pull through {key}")
+        if outcome.ok:
+            dst = bytearray(self.memory[(THERE, 1)])
+            src = self.memory[outcome.src]  # type: ignore[index]
+            src_size = len(src) // 2
+            dst_size = len(dst) // 2
+            for c in outcome.copies:
+                chunk = src[c.src_tensor * src_size + c.src_offset:c.src_tensor * src_size + c.src_offset + c.length]
+                start = c.dst_tensor * dst_size + c.dst_offset
+                dst[start:start + c.length] = chunk
+            self.memory[(THERE, 1)] = bytes(dst)
+        got_bytes = bytes.fromhex(self.peer.run(value="ps.dump(ps.caches['dst'].per_device_tensor_addrs[0], 128)"))
+        assert got_bytes == self.memory[(THERE, 1)], "the peer's destination cache differs from the model"
+
+    @precondition(lambda self: self.old_manager is not None and not self.me.initialised)
+    @rule()
+    def a_manager_of_a_finalized_engine(self) -> None:
+        # V-2: with no engine live, allocate through a kept manager is LLM_FAILED
+        manager = self.old_manager
+        got = observed(lambda: manager.allocate_cache(CacheDesc(2, [1, 16], DataType.DT_UINT8)))
+        assert got == ("status", S.LLM_FAILED), got
+
+    # ---- invariants -----------------------------------------------------------------------------
+
+    @invariant()
+    def the_live_object_is_the_models(self) -> None:
+        live = LLMDataDist.llm_engine_instance
+        if self.me.live is None:
+            assert live is None
+        else:
+            assert live is self.objects[self.me.live]
+
+    @invariant()
+    def the_link_status_is_the_models(self) -> None:
+        if not self.me.initialised:
+            return
+        obj = self.objects[self.me.live]
+        expect(self.me.check_link_status(THERE), observed(lambda: obj.check_link_status(THERE)),
+               "check_link_status")
+
+    @invariant()
+    def live_communicators_are_ok(self) -> None:
+        if self.me.initialised and self.me.version == "v2":
+            obj = self.objects[self.me.live]
+            for comm in self.me.comms:
+                assert obj.query_register_mem_status(comm) is RegisterMemStatus.OK
+
+    @invariant()
+    def live_caches_hold_their_bytes(self) -> None:
+        if not self.me.initialised or self.me.v1 is None:
+            return
+        for cache_id, cache in self.me.v1.caches.items():
+            if cache.freed:
+                continue
+            # the Prompt's caches are only read: their seed bytes never change
+            wanted = self.memory[(HERE, cache_id)]
+            addrs = self.addrs_of(cache_id)
+            if addrs is None:
+                continue
+            got = b"".join(ctypes.string_at(a, cache.tensor_size) for a in addrs)
+            assert got == wanted, f"cache {cache_id} differs from the model"
+
+    def addrs_of(self, cache_id: int) -> Optional[list]:
+        cache = self.cache_objects.get((self.me.generation, cache_id))
+        if cache is None or not cache.per_device_tensor_addrs:
+            return None
+        return list(cache.per_device_tensor_addrs[0])
+
+
+@pytest.fixture(scope="module")
+def peer() -> Any:
+    global _peer
+    with vs.Peer() as made:
+        made.run("import vendor_v1_peer_support as ps")
+        _peer = made
+        yield made
+        _peer = None
+
+
+def test_the_life_cycle_and_links_of_both_generations_follow_the_model(peer: Any) -> None:
+    from hypothesis.stateful import run_state_machine_as_test
+    run_state_machine_as_test(LifeMachine, settings=settings(max_examples=settings.default.max_examples,
+                                                             stateful_step_count=25))
