@@ -547,8 +547,6 @@ class Checks:
         return self._dealloc_core(cache)
 
     def _dealloc_core(self, cache: Ref) -> Verdict:
-        if self.mode.generation == 1 and cache.deallocated:
-            return Verdict("core", S.LLM_SUCCESS, rule="v1: an invalid KvCache is not freed again")
         status = self.engine.deallocate(cache.cache_id)
         if status == S.LLM_SUCCESS:
             cache.deallocated = True

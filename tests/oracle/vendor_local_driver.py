@@ -81,7 +81,8 @@ class Env:
             self.dd.finalize()
             self.dd = None
 
-    def start(self, mode_name: str, rng: np.random.Generator) -> None:
+    def start(self, mode_name: str, rng: np.random.Generator, bare: bool = False) -> None:
+        """A fresh engine in ``mode_name``; unless ``bare``, with the standard caches."""
         self.stop()
         mode = MODES[mode_name]
         self.mode = Mode(**mode.__dict__)
@@ -96,6 +97,10 @@ class Env:
         self.buffers: Dict[str, List[np.ndarray]] = {}   # name -> guarded numpy buffers
         self.expected_buffers: Dict[str, List[bytearray]] = {}
         self.cpu_memory: Dict[str, List[bytearray]] = {}
+        self.addrs: Dict[str, List[int]] = {}            # name -> addresses when it was made
+        if bare:
+            self.cpu_cache("cpu", 4, (8, 16))
+            return
         if mode.generation == 2:
             self.register("c", 4, (4, 32), blocks=False, keys=(BOUND[0],))
             self.register("b", 4, (8, 16), blocks=True, keys=(BOUND_BLOCKS,))
@@ -152,6 +157,8 @@ class Env:
         """Make the model's tensors and the expected numpy buffers one memory."""
         model = self.checks.engine.caches[cache_id]
         model.tensors = [memoryview(b)[GUARD:GUARD + size] for b in self.expected_buffers[name]]  # type: ignore
+        self.cpu_memory[name] = model.tensors          # swaps address it even after unregistration
+        self.addrs[name] = self.addrs_of(self.objects[name])
 
     def allocate(self, name: str, num: int, shape: Tuple[int, ...], blocks: bool, placement: int = DEVICE,
                  keys: Sequence[Key] = ()) -> None:
@@ -173,6 +180,7 @@ class Env:
     def fill_allocated(self, cache: Any) -> None:
         """Random bytes into a new pool cache, through its addresses, and into the model."""
         model = self.checks.engine.caches[cache.cache_id]
+        self.addrs[next(n for n, o in self.objects.items() if o is cache)] = self.addrs_of(cache)
         for t, addr in enumerate(self.addrs_of(cache)):
             data = self.rng.integers(0, 256, model.tensor_size, dtype=np.uint8).tobytes()
             ctypes.memmove(addr, data, len(data))
@@ -210,7 +218,7 @@ class Env:
             model = self.checks.engine.caches.get(ref.cache_id)
             if model is None or not model.owned:
                 continue
-            for t, addr in enumerate(self.addrs_of(self.objects[name])):
+            for t, addr in enumerate(self.addrs[name]):
                 assert ctypes.string_at(addr, model.tensor_size) == bytes(model.tensors[t]), \
                     f"pool tensor {name}[{t}] differs from the model"
 
@@ -269,13 +277,17 @@ def assert_agrees(verdict: Verdict, got: Tuple[str, Any, str], what: str) -> Non
         assert verdict.name.lower() in message.lower(), f"{what}: {verdict.name!r} not in {message!r}"
 
 
-def one_call(env: Env, method: str, args: List[Any], kwargs: Dict[str, Any], record: bool = True) -> None:
+def one_call(env: Env, method: str, args: List[Any], kwargs: Dict[str, Any], record: bool = True,
+             name: str = "new") -> Verdict:
+    """Make ``method(*args, **kwargs)`` on the package and on the oracle; both must agree,
+    and every byte of memory must equal the model's. A cache the call makes is kept as
+    ``name`` (a registration uses the buffers ``env.guarded(name, ...)`` made)."""
     real_args = [env.build(a) for a in args]
     real_kwargs = {k: env.build(v) for k, v in kwargs.items()}
     extra: Dict[str, Any] = {"memory": env.memory()} if method == "swap_blocks" else {}
-    if method.startswith("register") and "new" in env.buffers and args and isinstance(args[0], Ref):
+    if method.startswith("register") and name in env.buffers and args and isinstance(args[0], Ref):
         size = args[0].desc_size if args[0].num_tensors > 0 else 0
-        extra["contents"] = [bytes(b[GUARD:GUARD + size]) for b in env.expected_buffers["new"]]
+        extra["contents"] = [bytes(b[GUARD:GUARD + size]) for b in env.expected_buffers[name]]
     verdict = env.checks.run(method, *args, **kwargs, **extra)
     if record:
         event(f"{method}: {verdict.kind} {verdict.status.name if verdict.kind in ('LX', 'core') else ''}")
@@ -283,21 +295,22 @@ def one_call(env: Env, method: str, args: List[Any], kwargs: Dict[str, Any], rec
     got = outcome_of(lambda: call(*real_args, **real_kwargs))
     assert_agrees(verdict, got, f"{method}{tuple(args)} {kwargs}")
     if got[0] == "ok" and (method.startswith("register") or method.startswith("allocate")):
-        adopt(env, method, args[0], got[1], verdict)
+        adopt(env, method, args[0], got[1], verdict, name)
     env.check_memory()
+    return verdict
 
 
-def adopt(env: Env, method: str, desc: Ref, cache: Any, verdict: Verdict) -> None:
+def adopt(env: Env, method: str, desc: Ref, cache: Any, verdict: Verdict, name: str) -> None:
     """A cache the call made: the object the package returned must be what the model made;
     its memory joins the comparison."""
     blocks = "blocks" in method
     assert cache.cache_id == verdict.value, f"cache id {cache.cache_id}, the model says {verdict.value}"
     if env.mode.generation == 2:
         assert (cache.is_blocks_cache, len(cache.tensor_addrs)) == (blocks, desc.num_tensors)
-    env.objects["new"] = cache
+    env.objects[name] = cache
     cls = "Cache" if env.mode.generation == 2 else "KvCache"
-    env.ref("new", cls, cache.cache_id, desc.num_tensors, desc.shape, desc.placement, blocks)
+    env.ref(name, cls, cache.cache_id, desc.num_tensors, desc.shape, desc.placement, blocks)
     if method.startswith("register"):
-        env.link_payload("new", cache.cache_id, desc.desc_size)
+        env.link_payload(name, cache.cache_id, desc.desc_size)
     else:
         env.fill_allocated(cache)
