@@ -5,7 +5,7 @@ A ``RuleBasedStateMachine`` drives this process's ``LLMDataDist`` objects (sever
 may exist, one may be initialised, V-1) and the peer's engine
 (``vendor_v1_peer_support`` in a ``vendor_support.Peer``). Rules: ``init`` in v1 or
 v2 with any role, also of a second object while one lives (``LLM_FAILED``) and with
-a bad ``llm.SyncKvCacheWaitTime`` (PR-26); ``finalize`` of the live or another
+a bad ``llm.SyncKvCacheWaitTime`` (PR-26) or two device ids (PR-36); ``finalize`` of the live or another
 object; the peer's init and finalize; ``link_clusters`` (v1 by the Decoder side,
 §10.5; v2 by this side, §10.2) and forced ``unlink_clusters``;
 ``check_link_status`` (§10.8); ``switch_role`` (§10.7); rank-table ``link`` /
@@ -124,8 +124,11 @@ class LifeMachine(RuleBasedStateMachine):
             target = self.objects[name]
         else:
             target = self.objects[name] = LLMDataDist(role, HERE)
-        outcome = self.me.init(name, HERE, version, role, listen, bad_wait_time=bad == 0)
-        got = observed(lambda: target.init(options(version, self.port if listen else None, bad == 0)))
+        outcome = self.me.init(name, HERE, version, role, listen, bad_wait_time=bad == 0, two_devices=bad == 1)
+        opts = options(version, self.port if listen else None, bad == 0)
+        if bad == 1:
+            opts["ge.exec.deviceId"] = "0;1"
+        got = observed(lambda: target.init(opts))
         expect(outcome, got, f"init of {name} ({version}, {role})")
 
     @rule(name=st.sampled_from(["A", "B"]))

@@ -63,7 +63,7 @@ class ProcessModel:
         return self.live is not None
 
     def init(self, name: str, cluster_id: int, version: str, role: LLMRole, listen: bool,
-             bad_wait_time: bool = False) -> Outcome:
+             bad_wait_time: bool = False, two_devices: bool = False) -> Outcome:
         """``LLMDataDist(role, cluster_id).init(options)`` of the object ``name``
         (python-api.md §10.2 steps 1-2; PR-26 at init in both generations, V-6)."""
         if self.live == name:
@@ -74,6 +74,12 @@ class ProcessModel:
             return python_error_lx("PR-26: llm.SyncKvCacheWaitTime outside [1, 2^31-1]")
         if version == "v1" and role is LLMRole.PROMPT and not listen:
             return python_error_lx("python-api.md §10.2 step 11: a v1 PROMPT needs llm.listenIpInfo")
+        if two_devices:
+            if version == "v2":
+                return fail(PI, "python-api.md §10.2: the v2 core takes one device id")
+            if role is LLMRole.PROMPT:
+                return python_error_lx("V-6: one llm.listenIpInfo entry per device id")
+            return fail(S.LLM_FEATURE_NOT_ENABLED, "PR-36: one device per v1 engine")
         self.live, self.cluster_id, self.version, self.role = name, cluster_id, version, role
         self.generation += 1
         self.listening = listen
