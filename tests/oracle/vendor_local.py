@@ -26,6 +26,7 @@ from llm_datadist_ffi import LLMStatusCode as S
 from .model import Pool
 
 U64_MAX = 2**64 - 1
+TABLE_LIMIT = 1 << 20            # §15: the published cache table of direct mode
 HOST, DEVICE = 0, 1
 REQUEST, PREFIX = "request", "prefix"
 
@@ -109,8 +110,10 @@ class Engine:
     """One initialised engine: its caches, key bindings, pools and the next cache id."""
 
     def __init__(self, generation: int, device_pool: Optional[Tuple[int, int]] = None,
-                 host_pool: Optional[Tuple[int, int]] = None, v1_pool: Optional[int] = None) -> None:
+                 host_pool: Optional[Tuple[int, int]] = None, v1_pool: Optional[int] = None,
+                 direct: bool = False) -> None:
         self.generation = generation
+        self.direct = generation == 2 and direct
         self.device_pool = Pool(*device_pool) if device_pool else None
         self.host_pool = Pool(*host_pool) if host_pool else None
         if generation == 1 and v1_pool is not None:
@@ -157,6 +160,22 @@ class Engine:
         for ident in self.keys_of(cache_id):
             del self.bindings[ident]
 
+    # ---- the published cache table (§15, direct mode) ---------------------------------------------
+
+    def table_bytes(self, extra_tensors: Sequence[int] = (), extra_bindings: int = 0) -> int:
+        """§15: 24 B + Σ over caches (64 B + 8 B × N) + 24 B per request/blocks key binding
+        (prefix keys are not published, §9.7)."""
+        bindings = sum(1 for ident in self.bindings if ident[0] == REQUEST) + extra_bindings
+        caches = list(self.caches.values())
+        return (24 + sum(64 + 8 * c.num_tensors for c in caches) + sum(64 + 8 * n for n in extra_tensors)
+                + 24 * bindings)
+
+    def table_full(self, num_tensors: int, keys: Sequence[KeyM]) -> bool:
+        if not self.direct:
+            return False
+        new = {k.identity() for k in keys if not k.placeholder and k.identity()[0] == REQUEST}  # type: ignore
+        return self.table_bytes([num_tensors], len(new)) > TABLE_LIMIT
+
     # ---- registration (§3.2, §9.3) ---------------------------------------------------------------
 
     def register(self, num_tensors: int, shape: Sequence[int], data_type: int, placement: int,
@@ -168,6 +187,8 @@ class Engine:
         cache_id = self._take_id()
         size = tensor_size(shape, data_type)
         if size is None or any(a == 0 for a in addrs):       # X-5: address 0 refused
+            return S.LLM_PARAM_INVALID, None
+        if self.table_full(num_tensors, keys):                # §3.2: the table limit, then the keys
             return S.LLM_PARAM_INVALID, None
         if blocks:
             # §9.3: a blocks key already bound moves to the new cache (last registration wins)
@@ -215,9 +236,15 @@ class Engine:
             why = self._check_keys(keys, shape[0], strict=True)
         else:
             why = self._check_keys(keys, shape[0], strict)
+        if self.table_full(num_tensors, []):
+            return S.LLM_PARAM_INVALID, None                   # E-22: the cache's entry, before any page
         pages = pool.take([size] * num_tensors)
         if pages is None:
             return (S.LLM_OUT_OF_MEMORY if self.generation == 2 else S.LLM_DEVICE_OUT_OF_MEMORY), None
+        if not why and self.table_full(num_tensors, keys):
+            # decision (§15 and E-22 give no order for the keys' 24 B): the bindings are
+            # counted with the keys, after the pool; the pages go back
+            why = "the key bindings would push the table past 1 MiB"
         if why:
             pool.give(pages)
             if self.generation == 1 and "already bound" in why:

@@ -92,7 +92,7 @@ class Env:
         self.manager: Any = self.dd.cache_manager if mode.generation == 2 else self.dd.kv_cache_manager
         self.checks = Checks(self.mode, Engine(mode.generation, (1048576, 12) if mode.device_pool else None,
                                                (524288, 10) if mode.host_pool else None,
-                                               V1_POOL if mode.generation == 1 else None))
+                                               V1_POOL if mode.generation == 1 else None, mode.direct))
         self.objects: Dict[str, Any] = {}          # name -> Cache/KvCache
         self.buffers: Dict[str, List[np.ndarray]] = {}   # name -> guarded numpy buffers
         self.expected_buffers: Dict[str, List[bytearray]] = {}
