@@ -151,15 +151,19 @@ def test_copies_and_swaps_move_the_bytes_the_model_moves(env: Env, mode: str, se
             what = data.draw(st.sampled_from(["copy_cache", "copy_blocks", "swap_blocks"]), label="call")
             if what == "copy_cache":
                 dst, src = (refs[data.draw(st.sampled_from(contiguous), label=s)] for s in ("dst", "src"))
-                stride = min(dst.desc_size // dst.shape[0], src.desc_size // src.shape[0])
-                offset = data.draw(st.integers(0, stride - 1), label="offset")
-                size = data.draw(st.one_of(st.just(-1), st.integers(1, stride - offset)), label="size")
+                strides = sorted({dst.desc_size // dst.shape[0], src.desc_size // src.shape[0]})
+                # offsets and lengths up to, at and just past both strides (§6.6)
+                offset = data.draw(st.one_of(st.integers(0, strides[0] - 1), st.sampled_from(
+                    [strides[0], strides[-1] - 1, strides[-1]])), label="offset")
+                size = data.draw(st.one_of(st.just(-1), st.integers(1, strides[-1] + 1),
+                                           st.just(max(strides[0] - offset, 1))), label="size")
                 args = [dst, src, data.draw(st.integers(0, dst.shape[0] - 1), label="dst batch"),
                         data.draw(st.integers(0, src.shape[0] - 1), label="src batch"), offset, size]
                 one_call(env, what, args, {}, record=False)
             elif what == "copy_blocks":
-                sources = data.draw(st.lists(st.integers(0, 3), min_size=1, max_size=3, unique=True), label="srcs")
-                dsts = data.draw(st.lists(st.integers(4, 7), min_size=len(sources), max_size=len(sources),
+                # indexes up to the block count (8), one past the last block (§7.3)
+                sources = data.draw(st.lists(st.integers(0, 8), min_size=1, max_size=3, unique=True), label="srcs")
+                dsts = data.draw(st.lists(st.integers(0, 8), min_size=len(sources), max_size=len(sources),
                                           unique=True), label="dsts")
                 mapping: Dict[int, List[int]] = {s: [d] for s, d in zip(sources, dsts)}
                 one_call(env, what, [refs[data.draw(st.sampled_from(blocks), label="cache")], mapping], {},
@@ -169,8 +173,8 @@ def test_copies_and_swaps_move_the_bytes_the_model_moves(env: Env, mode: str, se
                         refs[data.draw(st.sampled_from(blocks), label="device")]]
                 if data.draw(st.booleans(), label="swap out"):
                     pair.reverse()
-                keys = data.draw(st.lists(st.integers(0, 7), min_size=1, max_size=5, unique=True), label="from")
-                values = data.draw(st.lists(st.integers(0, 7), min_size=len(keys), max_size=len(keys),
+                keys = data.draw(st.lists(st.integers(0, 8), min_size=1, max_size=5, unique=True), label="from")
+                values = data.draw(st.lists(st.integers(0, 8), min_size=len(keys), max_size=len(keys),
                                             unique=True), label="to")
                 one_call(env, what, [*pair, dict(zip(keys, values))], {}, record=False)
     finally:
