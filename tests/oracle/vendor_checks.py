@@ -347,8 +347,9 @@ class Checks:
         if isinstance(src_cache_key, Key) and src_cache_key.kind == "BlocksCacheKey":
             if len(blocks_of(src_blocks)) == 0:
                 _lx("§11.2 pull_blocks step 8", "src_blocks")
-        elif isinstance(src_cache_key, Key):
-            validity(src_cache_key)
+        else:                                     # the cache→blocks form: anything but a BlocksCacheKey
+            if isinstance(src_cache_key, Key):
+                validity(src_cache_key)
             if len(blocks_of(src_blocks)) != 0:
                 _lx("§11.2 pull_blocks step 8", "src_blocks should be empty")
         src, dst = pull_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"))
@@ -575,10 +576,14 @@ class Checks:
                     size: Any = -1, req_id: Any = None) -> Verdict:
         if self.mode.generation == 1:
             type_check(dst, ["KvCache"], "dst")
-            if dst is not None and dst.placement == HOST:
+            if dst is None:
+                _attr("dst", "V-4: the HOST check reads its placement")
+            if dst.placement == HOST:
                 _lx("§12 copy_cache dst HOST", "")
             type_check(src, ["KvCache"], "src")
-            if src is not None and src.placement == HOST:
+            if src is None:
+                _attr("src", "V-4: the HOST check reads its placement")
+            if src.placement == HOST:
                 _lx("§12 copy_cache src HOST", "")
         else:
             type_check(dst, ["Cache"], "dst")
