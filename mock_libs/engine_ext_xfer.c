@@ -165,6 +165,11 @@ static lldd_status src_resolve(xlink *x, const char *fn, const resolve_req *q, x
     memset(s, 0, sizeof *s);
     char why[256];
     why[0] = '\0';
+    if (q->key_kind == LLDD_KEY_BY_ID && q->cache_id <= 0) {
+        /* refused before the lookup reaches the peer, so no table copy is taken (E-10) */
+        mock_set_error("%s: cache id %lld never names a cache (ids start at 1, PR-20)", fn, (long long)q->cache_id);
+        return LLM_KV_CACHE_NOT_EXIST;
+    }
     if (l->same_process) {
         engine *peer = x->peer;
         lldd_status st = peer_local_enter(x, fn);
