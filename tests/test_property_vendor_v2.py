@@ -270,15 +270,20 @@ def test_pulls_agree_with_oracle(pair: v2s.Pair, form: str, flaw: Optional[str],
 # §9.5: the remaining-tensor set shared by the keys of one cache
 # ---------------------------------------------------------------------------
 
+PULL_STEP = st.tuples(st.just("pull"), st.integers(0, 2), st.sampled_from(["c2c", "c2b", "by id"]),
+                      st.one_of(st.none(), st.tuples(st.integers(0, 2), st.integers(1, 3))))
 STEP = st.one_of(
-    st.tuples(st.just("pull"), st.integers(0, 2), st.sampled_from(["c2c", "c2b", "by id"]),
-              st.one_of(st.none(), st.tuples(st.integers(0, 2), st.integers(1, 3)))),
+    PULL_STEP, PULL_STEP, PULL_STEP,
     st.tuples(st.just("remove"), st.integers(0, 2)),
     st.tuples(st.just("deallocate")),
 )
 
 
 @settings(max_examples=settings.default.max_examples * 3)
+# a layer at a time through one key: the key stays until the second layer is pulled (§9.5)
+@example(slots=["request", "request"], owned=True, layers=2,
+         steps=[("pull", 0, "c2c", (0, 1)), ("pull", 1, "c2b", (0, 1)), ("pull", 0, "c2c", (1, 1)),
+                ("pull", 0, "c2c", None)])
 @given(slots=st.lists(st.sampled_from(["request", "prefix", "placeholder"]), min_size=1, max_size=3),
        owned=st.booleans(), layers=st.integers(1, 3), steps=st.lists(STEP, min_size=1, max_size=6))
 def test_server_mode_keys_are_released_as_the_remaining_tensor_set_says(

@@ -347,7 +347,8 @@ class Pair:
             call = lambda: self.cm.pull_blocks(vkey, dst, list(kw.get("src_blocks", ())),  # noqa: E731
                                                list(kw.get("dst_blocks", ())), **args)
         seen = observe(call)
-        assert seen == expected(model), f"pull_{form} {key} -> {dst_id} {kw}: {seen} != {expected(model)} ({model.rule})"
+        assert seen == expected(model), \
+            f"pull_{form} {key} -> {dst_id} {kw}: {seen} != {expected(model)} ({model.rule})"
         return model
 
     def push(self, form: str, key: KeyData, src_id: int, **kw: Any) -> Any:
@@ -363,7 +364,8 @@ class Pair:
                                                list(kw.get("dst_blocks", ())), kw.get("src_range"),
                                                kw.get("dst_range"), kw.get("n", 2))
         seen = observe(call)
-        assert seen == expected(model), f"push_{form} {key} <- {src_id} {kw}: {seen} != {expected(model)} ({model.rule})"
+        assert seen == expected(model), \
+            f"push_{form} {key} <- {src_id} {kw}: {seen} != {expected(model)} ({model.rule})"
         return model
 
     def model_key(self, key: KeyData) -> Any:

@@ -478,7 +478,6 @@ class World:
         the local cache ``dst_id``."""
         local = self.engine("local")
         dst = local.caches.get(dst_id)
-        assert dst is not None or form == "cache" or True
         b2b = isinstance(key, BlocksKey)
         # Python layer, python-api.md §11.2
         if form == "cache":
