@@ -261,6 +261,13 @@ def outcome_of(call: Any) -> Tuple[str, Any, str]:
     return "ok", value, ""
 
 
+#: what the package's message of a native failure names: the extension function that
+#: answered (``... error code is ..., lldd_ext_pull: ...``). A Python-side rejection must
+#: not carry it: an [all] rule is checked before any native call, so that it also holds
+#: on a backend whose core does not repeat it (semantics §0.3).
+NATIVE_MARK = "lldd_ext_"
+
+
 def assert_agrees(verdict: Verdict, got: Tuple[str, Any, str], what: str) -> None:
     kind, status, message = got
     if verdict.kind == "core":
@@ -269,10 +276,12 @@ def assert_agrees(verdict: Verdict, got: Tuple[str, Any, str], what: str) -> Non
         else:
             assert (kind, status) == ("LX", verdict.status), \
                 f"{what}: expected core {verdict.status.name} ({verdict.rule}), got {kind} {status} {message}"
+            assert NATIVE_MARK in message, f"{what}: the core's answer was expected, got {message!r}"
         return
     expected_status = verdict.status if verdict.kind == "LX" else None
     assert (kind, status) == (verdict.kind, expected_status), \
         f"{what}: expected {verdict.describe()}, got {kind} {status}: {message}"
+    assert NATIVE_MARK not in message, f"{what}: expected the Python check {verdict.rule}, the core answered"
     if verdict.name and verdict.kind != "A":
         assert verdict.name.lower() in message.lower(), f"{what}: {verdict.name!r} not in {message!r}"
 
