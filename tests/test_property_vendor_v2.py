@@ -120,6 +120,8 @@ def test_pulls_agree_with_oracle(pair: v2s.Pair, form: str, flaw: Optional[str],
     if flaw == "kinds":
         src_blocks_kind = not src_blocks_kind
     owned = data.choice([True, False]) if peer_pools[0] else False
+    if flaw == "remote_accessible False":
+        owned = False                  # pool allocations are always remote-accessible (decision)
     src_place = dst_place = "DEVICE"
     if not direct:
         src_place = data.choice(["DEVICE", "DEVICE", "HOST"]) if not owned or peer_pools[1] else "DEVICE"
@@ -163,8 +165,8 @@ def test_pulls_agree_with_oracle(pair: v2s.Pair, form: str, flaw: Optional[str],
                          src_ra)
 
     def make_destination() -> Optional[int]:
-        return pair.make("local", form != "c2c", data.choice([False, False, True]) and local_pools[0], n_dst,
-                         dst_dim0, dst_rows, dst_place, (), None, dst_ra)
+        owned_dst = data.choice([False, False, True]) and local_pools[0] and dst_ra is None
+        return pair.make("local", form != "c2c", owned_dst, n_dst, dst_dim0, dst_rows, dst_place, (), None, dst_ra)
 
     warm = warm_caches(pair)
     src = make_source() if src_time == "before link" else None
@@ -250,9 +252,9 @@ def test_pulls_agree_with_oracle(pair: v2s.Pair, form: str, flaw: Optional[str],
     else:
         chunks = -(-src_rows // dst_rows)
         kw["dst_blocks"] = data.sample(list(range(dst_dim0)), data.choice(list(range(1, min(chunks, dst_dim0) + 1))))
-        if flaw == "block bounds":
-            kw["dst_blocks"] = data.sample(list(range(dst_dim0)), min(chunks + 1, dst_dim0)) \
-                if data.choice([True, False]) and chunks < dst_dim0 else kw["dst_blocks"][:-1] + [dst_dim0]
+        if flaw == "block bounds":     # one chunk past the source batch (PR-16), or a block past the destination
+            kw["dst_blocks"] = data.sample(list(range(dst_dim0)), chunks + 1) \
+                if data.choice([True, True, False]) and chunks < dst_dim0 else kw["dst_blocks"][:-1] + [dst_dim0]
     if flaw == "repeated blocks" and form != "c2c":
         kw["dst_blocks"] = list(kw["dst_blocks"]) + [kw["dst_blocks"][0]]
         if form == "b2b":
@@ -357,12 +359,12 @@ def test_pushes_agree_with_oracle(pair: v2s.Pair, form: str, flaw: Optional[str]
     late = flaw == "registered late"
 
     def destination() -> Optional[int]:
-        return pair.make("peer", dst_blocks_kind, owned and not late, layers_dst * n, dst_dim0, dst_rows, "DEVICE",
-                         (), blocks_key, dst_ra)
+        return pair.make("peer", dst_blocks_kind, owned and not late and dst_ra is None, layers_dst * n, dst_dim0,
+                         dst_rows, "DEVICE", (), blocks_key, dst_ra)
 
     warm = warm_caches(pair)
-    src = pair.make("local", form == "b2b", data.choice([True, False]) and not late, layers_src * n, src_dim0, rows,
-                    "DEVICE", (), None, src_ra)
+    src = pair.make("local", form == "b2b", data.choice([True, False]) and not late and src_ra is None, layers_src * n,
+                    src_dim0, rows, "DEVICE", (), None, src_ra)
     dst = None if late else destination()
     pair.link(from_peer=data.choice([True, False]))
     if late or dst is None:
