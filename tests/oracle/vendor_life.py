@@ -54,7 +54,8 @@ class ProcessModel:
     role: Optional[LLMRole] = None
     listening: bool = False
     links: Dict[int, int] = field(default_factory=dict)    # remote cluster -> the link's token
-    comms: Dict[int, str] = field(default_factory=dict)    # comm id -> state
+    comms: Dict[int, int] = field(default_factory=dict)    # comm id -> the peer's comm id (both joined: OK)
+    orphans: Dict[int, int] = field(default_factory=dict)  # comms whose other member finalized
     next_comm: int = 1
     v1: Optional[V1Engine] = None
 
@@ -83,7 +84,7 @@ class ProcessModel:
         self.live, self.cluster_id, self.version, self.role = name, cluster_id, version, role
         self.generation += 1
         self.listening = listen
-        self.links, self.comms, self.next_comm = {}, {}, 1
+        self.links, self.comms, self.orphans, self.next_comm = {}, {}, {}, 1
         self.v1 = V1Engine(cluster_id, role) if version == "v1" else None
         return success()
 
@@ -94,7 +95,7 @@ class ProcessModel:
             return success(rule="§12.2: not initialised, a no-op")
         self.live, self.version, self.role, self.v1 = None, None, None, None
         self.listening = False
-        self.links, self.comms = {}, {}
+        self.links, self.comms, self.orphans = {}, {}, {}
         return success()
 
     def check_link_status(self, remote: int) -> Outcome:
@@ -112,7 +113,7 @@ class ProcessModel:
         ``llm.EnableSwitchRole`` at init)."""
         if self.version == "v1" and role is self.role:
             return python_error_lx("§10.7: v1 role not changed")
-        if self.links or self.comms:
+        if self.links or self.comms or self.orphans:
             return fail(S.LLM_EXIST_LINK, "§10.7: a link is alive")
         self.role = role
         if self.v1 is not None:
@@ -129,7 +130,8 @@ def link(client: ProcessModel, server: ProcessModel) -> Outcome:
     if not server.initialised or not server.listening:
         code = S.LLM_LINK_FAILED
         return Outcome(status=code, rule="§10.2: connection refused", value=[code])
-    if server.cluster_id in client.links:
+    if server.cluster_id in client.links or client.comms:
+        # decision: a communicator's link is the one link per peer (§10.1, §10.6)
         return Outcome(status=S.LLM_ALREADY_LINK, rule="§10.2, PR-42", value=[S.LLM_ALREADY_LINK])
     token = next(_TOKENS)
     client.links[server.cluster_id] = token
@@ -150,3 +152,22 @@ def unlink_forced(client: ProcessModel, remote: int) -> Outcome:
     if client.v1 is not None:
         client.v1.links.discard(remote)
     return Outcome(value=[S.LLM_SUCCESS])
+
+
+def rank_table_link(a: ProcessModel, b: ProcessModel) -> tuple:
+    """Both members call ``link`` with the same arguments (§10.6): each gets the next
+    comm id of its engine (from 1), and the communicator reaches ``OK``."""
+    mine, theirs = a.next_comm, b.next_comm
+    a.next_comm += 1
+    b.next_comm += 1
+    a.comms[mine] = theirs
+    b.comms[theirs] = mine
+    return mine, theirs
+
+
+def orphan_comms(gone: ProcessModel, other: ProcessModel) -> None:
+    """``gone`` finalizes: the other member's communicators lose their partner; the
+    model no longer states their status (the specification does not)."""
+    for comm, partner in list(other.comms.items()):
+        if partner in gone.comms:
+            other.orphans[comm] = other.comms.pop(comm)
