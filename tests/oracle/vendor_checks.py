@@ -709,6 +709,10 @@ class Checks:
         local = self.live(cache)
         if local is None:
             return Verdict("core", S.LLM_KV_CACHE_NOT_EXIST, rule="v1 local cache")
+        if blocks and local.blocks == 0:
+            # §7.6: a block pull into a local cache without blocks (a v1 KvCache carries no
+            # blocks flag, so only the engine can tell)
+            return Verdict("core", S.LLM_PARAM_INVALID, rule="§7.6 local cache kind")
         if not blocks:
             if batch_index >= local.batches:
                 return Verdict("core", S.LLM_PARAM_INVALID, rule="§6.2 batch_index")
