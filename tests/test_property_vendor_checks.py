@@ -33,11 +33,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llm_datadist_ffi import LLMException, LLMStatusCode as S
+from llm_datadist_ffi.v2.cache_manager import CacheManager, KvCacheManager
+from llm_datadist_ffi.vendor import CacheDesc, CacheKeyByIdAndIndex, DataType, LLMDataDist, LLMRole
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle.vendor_checks import Key, Ref  # noqa: E402
+from oracle.vendor_checks import Key, Ref, init_selection  # noqa: E402
 from oracle.vendor_local import DEVICE, HOST  # noqa: E402
 from oracle.vendor_local_driver import (  # noqa: E402
-    BOUND, CLUSTER, I64, MODES, U32, U64, Env, one_call)
+    BOUND, CLUSTER, I64, MODES, U32, U64, Env, _free_port, one_call)
 
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API runs on the mock's extension functions")
 
@@ -326,3 +330,63 @@ def test_pull_blocks_converts_block_lists_before_the_project_rules(env: Env) -> 
         one_call(env, "pull_blocks", args, kwargs, record=False)
     finally:
         env.stop()
+
+
+# ---- LLMDataDist.init: which manager, which mode (semantics §1.1, §1.3) -------------------------
+
+OPTION_VALUES = {
+    "llm.EnableCacheManager": [None, "1", "0", "true"],
+    "llm.LocalCommRes": [None, "", '{"version": "1.3"}'],
+    "llm.TransferBackend": [None, None, "hixl"],
+    "llm.EnableRemoteCacheAccessible": [None, "1", "0"],
+    "llm.listenIpInfo": [None, "LISTEN"],
+}
+
+
+@settings(max_examples=settings.default.max_examples * 2)
+@given(data=st.data(), role=st.sampled_from(["PROMPT", "DECODER", "MIX"]))
+def test_init_selects_the_generation_and_mode_the_oracle_selects(data: st.DataObject, role: str) -> None:
+    """Options drawn around llm.EnableCacheManager, llm.LocalCommRes, llm.TransferBackend,
+    llm.EnableRemoteCacheAccessible and llm.listenIpInfo: ``init`` raises LX where §10.2
+    steps 8, 9 and 11 say so; otherwise exactly one manager is available (the other
+    property raises LX) and in v2 the transfer mode shows in ``push_cache`` (LX outside
+    direct mode, the core's NOT_YET_LINK in it)."""
+    options = {"ge.exec.deviceId": "0"}
+    for key, values in OPTION_VALUES.items():
+        value = data.draw(st.sampled_from(values), label=key)
+        if value is not None:
+            options[key] = f"127.0.0.1:{_free_port()}" if value == "LISTEN" else value
+    given_options = dict(options)
+    expected, detail = init_selection(options, role)
+    dd = LLMDataDist(LLMRole[role], CLUSTER)
+    try:
+        if expected == "LX":
+            with pytest.raises(LLMException) as info:
+                dd.init(options)
+            assert info.value.status_code == S.LLM_PARAM_INVALID, f"{detail}: {info.value}"
+            assert LLMDataDist.llm_engine_instance is None
+            return
+        dd.init(options)
+        assert options == given_options, "init changed the caller's options (§10.2 step 5 works on a copy)"
+        if expected == "v2":
+            assert isinstance(dd.cache_manager, CacheManager)
+            with pytest.raises(LLMException) as info:
+                dd.kv_cache_manager
+            assert info.value.status_code == S.LLM_PARAM_INVALID
+            buffers = [np.zeros(64, np.uint8) for _ in range(2)]
+            cache = dd.cache_manager.register_cache(CacheDesc(2, [2, 32], DataType.DT_UINT8),
+                                                    [b.ctypes.data for b in buffers])
+            with pytest.raises(LLMException) as info:
+                dd.cache_manager.push_cache(CacheKeyByIdAndIndex(CLUSTER + 1, 1, 0), cache)
+            if detail == "direct":
+                assert info.value.status_code == S.LLM_NOT_YET_LINK, str(info.value)
+            else:
+                assert info.value.status_code == S.LLM_PARAM_INVALID and "push_cache is only supported" in \
+                    str(info.value)
+        else:
+            assert isinstance(dd.kv_cache_manager, KvCacheManager)
+            with pytest.raises(LLMException) as info:
+                dd.cache_manager
+            assert info.value.status_code == S.LLM_PARAM_INVALID
+    finally:
+        dd.finalize()

@@ -806,3 +806,29 @@ class Checks:
         if cache.deallocated:
             return Verdict("core", S.LLM_KV_CACHE_NOT_EXIST, rule="V-11")
         return Verdict("core", S.LLM_SUCCESS, rule="§12 get_cache_tensors", value=tensor_index)
+
+
+# ---- LLMDataDist.init: the generation and the transfer mode (semantics §1.1, §1.3) -------------
+
+def init_selection(options: Dict[str, str], role: str) -> Tuple[str, str]:
+    """What ``init(options)`` selects (python-api.md §10.2 steps 5–11): ``("LX", why)`` or
+    ``("v2", "direct"|"server")`` or ``("v1", "")``."""
+    opts = dict(options)
+    if "llm.LocalCommRes" in opts:                                    # step 6
+        opts.setdefault("llm.EnableCacheManager", "1")
+        opts.setdefault("llm.EnableRemoteCacheAccessible", "1")
+    v2 = opts.get("llm.EnableCacheManager") == "1"                    # step 7
+    if "llm.LocalCommRes" in opts and not v2:
+        return "LX", "step 8: llm.LocalCommRes without CacheManager mode"
+    if "llm.TransferBackend" in opts:                                 # step 9
+        if not v2:
+            return "LX", "step 9: llm.TransferBackend without CacheManager mode"
+        if opts.setdefault("llm.EnableRemoteCacheAccessible", "1") != "1":
+            return "LX", "step 9: llm.TransferBackend needs llm.EnableRemoteCacheAccessible 1"
+        if "llm.listenIpInfo" not in opts:
+            return "LX", "step 9: llm.TransferBackend needs llm.listenIpInfo"
+    if v2:
+        return "v2", "direct" if opts.get("llm.EnableRemoteCacheAccessible") == "1" else "server"
+    if role == "PROMPT" and "llm.listenIpInfo" not in opts:           # step 11 (V-6)
+        return "LX", "step 11: a v1 PROMPT needs llm.listenIpInfo"
+    return "v1", ""
