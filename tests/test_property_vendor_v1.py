@@ -358,7 +358,8 @@ def pull_call(world: World, data: Any, focus: str, sources: List[int], dsts: Lis
     else:
         size = data.draw(st.sampled_from([-1, -1, 1, stride // 2, stride]), label="size")
     for word in ("src_cache_offset", "dst_cache_offset"):
-        if focus == "offsets":
+        if focus in ("offsets", "wrong role"):
+            # with a wrong role, a negative offset (ValueError at step 8) shows that the role (step 1) came first
             choice = data.draw(st.sampled_from([None, 0, stride // 2, stride - 1, stride, stride + 8, 64, -1]))
         else:
             choice = data.draw(st.sampled_from([None, None, 0, 1, stride // 4]))
