@@ -319,7 +319,9 @@ class LifeMachine(RuleBasedStateMachine):
         assert self.them.v1 is not None
         source = self.me.v1 if self.me.initialised and self.me.version == "v1" else None
         if stale(self.them, self.me):
-            outcome = Outcome(status=S.LLM_TIMEOUT, rule="PR-31, PR-35: the peer side of the link is gone")
+            # PR-31, PR-35 in v1: v1 reports a transfer that cannot complete with its own
+            # timeout code, WAIT_PROC_TIMEOUT (§13's v1 row; decision, found by this machine)
+            outcome = Outcome(status=S.LLM_WAIT_PROCESS_TIMEOUT, rule="PR-31, §13 (v1): the peer side is gone")
         else:
             outcome = self.them.v1.pull_cache(source, key, 1, batch, 8, src_offset=offset)
         spec = ["key", key.cluster_id, key.req_id, key.model_id, key.prefix_id]
@@ -412,3 +414,21 @@ def test_the_life_cycle_and_links_of_both_generations_follow_the_model(peer: Any
     from hypothesis.stateful import run_state_machine_as_test
     run_state_machine_as_test(LifeMachine, settings=settings(max_examples=3 * settings.default.max_examples,
                                                              stateful_step_count=25))
+
+
+# ---- regressions --------------------------------------------------------------------------------
+
+def test_a_v1_pull_over_a_link_whose_prompt_side_is_gone_is_wait_process_timeout(peer: Any) -> None:
+    """Found by the machine: the Prompt (here) force-unlinks, the Decoder (the peer)
+    still holds its side and pulls. The oracle first said ``LLM_TIMEOUT`` (PR-31);
+    v1 reports it with its own timeout code, ``LLM_WAIT_PROCESS_TIMEOUT`` (§13), and
+    the oracle now says so."""
+    machine = LifeMachine()
+    try:
+        machine.both_engines_start("v1", LLMRole.PROMPT, LLMRole.DECODER)
+        machine.allocate([Key(HERE, 10)], 2, 16)
+        machine.link_clusters()
+        machine.unlink_forced()
+        machine.peer_pulls_through_a_key(Key(HERE, 10), 0, None)
+    finally:
+        machine.teardown()
