@@ -93,7 +93,7 @@ def when(choice: Any, flaw: Optional[str]) -> str:
 # ---------------------------------------------------------------------------
 
 
-@settings(max_examples=settings.default.max_examples * 6)
+@settings(max_examples=settings.default.max_examples * 15)
 @given(form=st.sampled_from(["c2c", "b2b", "c2b"]),
        flaw=st.one_of(st.none(), st.sampled_from(PULL_FLAWS)), seed=st.integers(0, 2**32 - 1))
 def test_pulls_agree_with_oracle(pair: v2s.Pair, form: str, flaw: Optional[str], seed: int) -> None:
@@ -281,7 +281,7 @@ STEP = st.one_of(
 )
 
 
-@settings(max_examples=settings.default.max_examples * 3)
+@settings(max_examples=settings.default.max_examples * 8)
 # a layer at a time through one key: the key stays until the second layer is pulled (§9.5)
 @example(slots=["request", "request"], owned=True, layers=2,
          steps=[("pull", 0, "c2c", (0, 1)), ("pull", 1, "c2b", (0, 1)), ("pull", 0, "c2c", (1, 1)),
@@ -336,7 +336,7 @@ def test_server_mode_keys_are_released_as_the_remaining_tensor_set_says(
 # ---------------------------------------------------------------------------
 
 
-@settings(max_examples=settings.default.max_examples * 4)
+@settings(max_examples=settings.default.max_examples * 8)
 @given(form=st.sampled_from(["c2c", "b2b"]), flaw=st.one_of(st.none(), st.sampled_from(PUSH_FLAWS)),
        seed=st.integers(0, 2**32 - 1))
 def test_pushes_agree_with_oracle(pair: v2s.Pair, form: str, flaw: Optional[str], seed: int) -> None:
@@ -474,7 +474,7 @@ def async_transfers(draw: Any) -> dict:
                 by_key=draw(st.booleans()))
 
 
-@settings(max_examples=settings.default.max_examples * 3)
+@settings(max_examples=settings.default.max_examples * 8)
 @given(t=async_transfers())
 def test_transfer_cache_async_agrees_with_oracle(pair: v2s.Pair, t: dict) -> None:
     """Layer-wise transfers from this process into the peer: ``TransferWithCacheKeyConfig``
