@@ -35,13 +35,13 @@ from hypothesis import strategies as st
 
 from llm_datadist_ffi import LLMException, LLMStatusCode as S
 from llm_datadist_ffi.v2.cache_manager import CacheManager, KvCacheManager
-from llm_datadist_ffi.vendor import CacheDesc, CacheKeyByIdAndIndex, DataType, LLMDataDist, LLMRole
+from llm_datadist_ffi.vendor import CacheDesc, CacheKeyByIdAndIndex, DataType, LLMClusterInfo, LLMDataDist, LLMRole
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle.vendor_checks import Key, Ref, init_selection  # noqa: E402
+from oracle.vendor_checks import Cluster, Key, Ref, check_link_status, init_selection, link_clusters  # noqa: E402
 from oracle.vendor_local import DEVICE, HOST  # noqa: E402
 from oracle.vendor_local_driver import (  # noqa: E402
-    BOUND, CLUSTER, I64, MODES, U32, U64, Env, _free_port, one_call)
+    BOUND, CLUSTER, I64, MODES, U32, U64, Env, _free_port, assert_agrees, one_call, outcome_of)
 
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API runs on the mock's extension functions")
 
@@ -390,3 +390,62 @@ def test_init_selects_the_generation_and_mode_the_oracle_selects(data: st.DataOb
             assert info.value.status_code == S.LLM_PARAM_INVALID
     finally:
         dd.finalize()
+
+
+# ---- links without a peer (python-api.md §10.5, §10.7) ------------------------------------------
+
+def cluster_info(c: Cluster, port: int) -> LLMClusterInfo:
+    info = LLMClusterInfo()
+    if c.remote_cluster_id is not None:
+        info.remote_cluster_id = c.remote_cluster_id
+    for _ in range(c.local_ips):
+        info.append_local_ip_info("127.0.0.1", 0)
+    for _ in range(c.remote_ips):
+        info.append_remote_ip_info("127.0.0.1", port)
+    return info
+
+
+CLUSTERS = st.builds(Cluster, st.sampled_from([None, 1, 2, CLUSTER]), st.sampled_from([1, 1, 0, 2]),
+                     st.sampled_from([1, 1, 0, 2]))
+
+
+@settings(max_examples=settings.default.max_examples * 2)
+@given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool", "v1-decoder", "v1-prompt"]), data=st.data(),
+       seed=st.integers(0, 2**32 - 1))
+def test_link_clusters_and_check_link_status_agree_with_the_oracle(env: Env, mode: str, data: st.DataObject,
+                                                                  seed: int) -> None:
+    """``link_clusters`` with drawn cluster lists (unset ids, the own cluster id, zero or
+    two ip entries) and timeouts, to addresses where nothing listens: the Python checks
+    raise as the oracle says; otherwise the call returns the overall and per-cluster
+    codes (§10.5). Then ``check_link_status`` (§10.7)."""
+    env.start(mode, np.random.default_rng(seed), bare=True)
+    try:
+        port = _free_port()
+        drawn = CLUSTERS
+        if env.mode.generation == 2:
+            # two local entries: the mock keeps the first link attempt's local resource for
+            # later clusters (docs/semantics.md §7, §10.2 row), which the oracle does not model
+            drawn = CLUSTERS.filter(lambda c: c.local_ips < 2)
+        clusters = data.draw(st.one_of(st.lists(drawn, max_size=3), st.lists(drawn, max_size=3).map(tuple),
+                                       st.sampled_from([None, "clusters", [Cluster(1), "x"]])), label="clusters")
+        timeout = data.draw(st.one_of(st.sampled_from([500, 3000]), st.sampled_from([0, -1, 2**31, "1", None])),
+                            label="timeout")
+        verdict = link_clusters(env.mode, clusters, timeout)
+        real: Any = clusters
+        if isinstance(clusters, (list, tuple)):
+            real = type(clusters)(cluster_info(c, port) if isinstance(c, Cluster) else c for c in clusters)
+        with_ = env.dd
+        assert with_ is not None
+        got = outcome_of(lambda: with_.link_clusters(real, timeout))
+        if verdict.kind == "core":
+            assert got[0] == "ok", f"{clusters} {timeout}: expected {verdict.value}, got {got}"
+            status, rets = got[1]
+            assert (status, list(rets)) == verdict.value, f"{clusters}: {got[1]} != {verdict.value}"
+        else:
+            assert_agrees(verdict, got, f"link_clusters({clusters}, {timeout})")
+        rid = data.draw(st.one_of(st.sampled_from([1, CLUSTER]), st.sampled_from([-1, 2**64, "1", None])),
+                        label="remote_cluster_id")
+        verdict = check_link_status(env.mode, rid)
+        assert_agrees(verdict, outcome_of(lambda: with_.check_link_status(rid)), f"check_link_status({rid!r})")
+    finally:
+        env.stop()

@@ -832,3 +832,91 @@ def init_selection(options: Dict[str, str], role: str) -> Tuple[str, str]:
     if role == "PROMPT" and "llm.listenIpInfo" not in opts:           # step 11 (V-6)
         return "LX", "step 11: a v1 PROMPT needs llm.listenIpInfo"
     return "v1", ""
+
+
+# ---- links and roles of one engine without a peer (python-api.md §10.5–§10.7) ------------------
+
+@dataclass(frozen=True)
+class Cluster:
+    """An ``LLMClusterInfo`` as the test built it: ``remote_cluster_id`` (``None``: unset)
+    and how many local and remote ip entries it holds (the remote ones point at a port
+    where nothing listens)."""
+
+    remote_cluster_id: Optional[int]
+    local_ips: int = 1
+    remote_ips: int = 1
+
+
+def _link_args(clusters: Any, timeout: Any) -> None:
+    int_range(timeout, I32_MIN, I32_MAX, "timeout")
+    if timeout <= 0:
+        _lx("§10.5 timeout <= 0", "timeout")
+    if clusters is None:
+        _t("clusters", "V-4: iterated")
+    if not isinstance(clusters, (list, tuple)) or not all(isinstance(c, Cluster) for c in clusters):
+        _t("clusters", "§10.5 list|tuple of LLMClusterInfo")
+
+
+def link_clusters(mode: Mode, clusters: Any, timeout: Any = 3000, local_comm_res: bool = False) -> Verdict:
+    """``link_clusters``: the Python checks, then the core's answer ``(status, [status…])``
+    with nothing listening at any remote address (``value``)."""
+    try:
+        _link_args(clusters, timeout)
+        if mode.generation == 2:
+            for i, c in enumerate(clusters):
+                if c.local_ips == 0 and not local_comm_res:
+                    _lx("§10.5 v2: local_ip_info_list empty", "local_ip_info_list")
+                if c.remote_cluster_id is None:
+                    _t("remote_cluster_id", "§10.5 v2: remote_cluster_id unset")
+        else:
+            for c in clusters:
+                if c.remote_cluster_id is None:
+                    _t("remote_cluster_id", "V-8: v1 converts it in the binding")
+    except _Stop as stop:
+        return stop.verdict
+    if not clusters:
+        return Verdict("core", value=(S.LLM_PARAM_INVALID, []), rule="§10.5 empty list")
+    if mode.generation == 1:
+        if mode.role != "DECODER":
+            return Verdict("core", value=(S.LLM_PARAM_INVALID, []), rule="§10.5 v1: only a DECODER links")
+        if len(clusters) > 16:
+            return Verdict("core", value=(S.LLM_CLUSTER_NUM_EXCEED_LIMIT, []), rule="§10.5 v1: > 16 clusters")
+        if any(c.local_ips != 1 or c.remote_ips != 1 for c in clusters):
+            # semantics §10.5 (v1): empty lists or a size other than the device count (one,
+            # PR-36) fail the whole call, which then reports no per-cluster results (X-12)
+            return Verdict("core", value=(S.LLM_PARAM_INVALID, []), rule="§10.5 v1: ip entries")
+        results = []
+        for i, c in enumerate(clusters):
+            if any(d.remote_cluster_id == c.remote_cluster_id for d in clusters[:i]):
+                results.append(S.LLM_REPEAT_REQUEST)      # §10.5, X-12: a later occurrence
+            elif c.remote_cluster_id == mode.cluster_id:
+                results.append(S.LLM_PARAM_INVALID)       # E-7
+            else:
+                results.append(S.LLM_LINK_FAILED)
+        if S.LLM_LINK_FAILED in results:
+            return Verdict("core", value=(S.LLM_LINK_FAILED, results), rule="§10.5 v1: rolled back")
+        failures = [r for r in results if r != S.LLM_SUCCESS]
+        return Verdict("core", value=(failures[-1] if failures else S.LLM_SUCCESS, results), rule="§10.5 v1")
+    results = []
+    for c in clusters:
+        if c.remote_ips != 1 or (c.local_ips != 1 and not local_comm_res):
+            results.append(S.LLM_PARAM_INVALID)          # §10.5 per cluster: exactly one entry each
+        elif c.remote_cluster_id == mode.cluster_id:
+            results.append(S.LLM_PARAM_INVALID)          # E-7: linking to one's own cluster id
+        else:
+            results.append(S.LLM_LINK_FAILED)            # §10.5: the connection is refused
+    failures = [r for r in results if r != S.LLM_SUCCESS]
+    return Verdict("core", value=(failures[-1] if failures else S.LLM_SUCCESS, results), rule="§10.5")
+
+
+def check_link_status(mode: Mode, remote_cluster_id: Any) -> Verdict:
+    """§10.7 (v1): CacheManager mode → LX; uint64; core: DECODER only, not linked."""
+    try:
+        if mode.generation == 2:
+            _lx("§10.7: not in CacheManager mode", "")
+        int_range(remote_cluster_id, 0, U64_MAX, "remote_cluster_id")
+    except _Stop as stop:
+        return stop.verdict
+    if mode.role != "DECODER":
+        return Verdict("core", S.LLM_PARAM_INVALID, rule="§10.7 DECODER only")
+    return Verdict("core", S.LLM_NOT_YET_LINK, rule="§10.7 not linked")
