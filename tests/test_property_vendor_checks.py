@@ -35,10 +35,13 @@ from hypothesis import strategies as st
 
 from llm_datadist_ffi import LLMException, LLMStatusCode as S
 from llm_datadist_ffi.v2.cache_manager import CacheManager, KvCacheManager
-from llm_datadist_ffi.vendor import CacheDesc, CacheKeyByIdAndIndex, DataType, LLMClusterInfo, LLMDataDist, LLMRole
+from llm_datadist_ffi.vendor import (
+    CacheDesc, CacheKeyByIdAndIndex, DataType, LLMClusterInfo, LLMDataDist, LLMRole, MemInfo, Memtype,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle.vendor_checks import Cluster, Key, Ref, check_link_status, init_selection, link_clusters  # noqa: E402
+from oracle.vendor_checks import (  # noqa: E402
+    Cluster, Key, Mem, Ref, check_link_status, init_selection, link_clusters, remap_registered_memory)
 from oracle.vendor_local import DEVICE, HOST  # noqa: E402
 from oracle.vendor_local_driver import (  # noqa: E402
     BOUND, CLUSTER, I64, MODES, U32, U64, Env, _free_port, assert_agrees, one_call, outcome_of)
@@ -447,5 +450,38 @@ def test_link_clusters_and_check_link_status_agree_with_the_oracle(env: Env, mod
                         label="remote_cluster_id")
         verdict = check_link_status(env.mode, rid)
         assert_agrees(verdict, outcome_of(lambda: with_.check_link_status(rid)), f"check_link_status({rid!r})")
+    finally:
+        env.stop()
+
+
+@settings(max_examples=settings.default.max_examples * 2)
+@given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool"]), data=st.data(), seed=st.integers(0, 2**32 - 1))
+def test_remap_registered_memory_agrees_with_the_oracle(env: Env, mode: str, data: st.DataObject, seed: int) -> None:
+    """``remap_registered_memory`` (§11.7): the vendor's LX checks, V-12's conversion, then
+    the core: an empty list ``LLM_PARAM_INVALID``, otherwise ``LLM_NOT_YET_LINK`` (one engine
+    has no link); nothing in memory changes."""
+    env.start(mode, np.random.default_rng(seed))
+    try:
+        base = env.addrs["c"][1]                      # tensor 1 of the registered cache "c" (128 bytes)
+        pool_base = env.addrs["ac"][0]                # an allocated tensor: not registered memory
+        mems = st.one_of(
+            st.builds(lambda off, size: Mem(True, base + off, size, off + size <= 128), st.integers(0, 127),
+                      st.integers(1, 130)),
+            st.builds(lambda size: Mem(True, pool_base, size), st.integers(1, 64)),
+            st.sampled_from([Mem(False, base, 8, True), Mem(True, 0, 8), Mem(True, base, 0, True),
+                             Mem(True, base, -1, True), Mem(True, base, None), Mem(True, None, 8)]))
+        mem_infos = data.draw(st.one_of(mems, st.lists(mems, max_size=3),
+                                        st.sampled_from([(), None, "m", [Mem(True, base, 8, True), 3]])),
+                              label="mem_infos")
+        verdict = remap_registered_memory(env.mode, mem_infos)
+
+        def build(m: Any) -> Any:
+            if isinstance(m, Mem):
+                return MemInfo(Memtype.MEM_TYPE_DEVICE if m.device else Memtype.MEM_TYPE_HOST, m.addr, m.size)
+            return m
+        real = [build(m) for m in mem_infos] if isinstance(mem_infos, list) else build(mem_infos)
+        assert_agrees(verdict, outcome_of(lambda: env.manager.remap_registered_memory(real)),
+                      f"remap_registered_memory({mem_infos})")
+        env.check_memory()
     finally:
         env.stop()

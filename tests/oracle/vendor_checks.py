@@ -920,3 +920,42 @@ def check_link_status(mode: Mode, remote_cluster_id: Any) -> Verdict:
     if mode.role != "DECODER":
         return Verdict("core", S.LLM_PARAM_INVALID, rule="§10.7 DECODER only")
     return Verdict("core", S.LLM_NOT_YET_LINK, rule="§10.7 not linked")
+
+
+# ---- remap_registered_memory (python-api.md §11.7, X-15) -----------------------------------------
+
+@dataclass(frozen=True)
+class Mem:
+    """A ``MemInfo(mem_type, addr, size)``; ``inside`` says whether ``[addr, addr + size)``
+    lies in a tensor this engine registered."""
+
+    device: bool
+    addr: Any
+    size: Any
+    inside: bool = False
+
+
+def remap_registered_memory(mode: Mode, mem_infos: Any) -> Verdict:
+    try:
+        if not isinstance(mem_infos, (list, Mem)):
+            _lx("§11.7 not a list or MemInfo", "mem_infos")
+        items = mem_infos if isinstance(mem_infos, list) else [mem_infos]
+        for m in items:
+            if not isinstance(m, Mem):
+                _lx("§11.7 element not a MemInfo", "MemInfo")
+            if not m.device:
+                _lx("§11.7 mem_type", "mem_type")
+            if m.addr == 0:
+                _lx("§11.7 addr == 0", "addr")
+            if is_int(m.size) and m.size <= 0:
+                _lx("§11.7 size <= 0", "size")
+        for name in ("addr", "size"):                 # V-12: converted for the native call
+            if not all(is_int(getattr(m, name)) for m in items):
+                _t(name, "V-12")
+    except _Stop as stop:
+        return stop.verdict
+    if not items:
+        return Verdict("core", S.LLM_PARAM_INVALID, rule="§11.7 empty list")
+    # §11.7: without a link the core answers NOT_YET_LINK before it looks at the ranges
+    # (X-15's range rule needs a linked engine: not reachable in one process)
+    return Verdict("core", S.LLM_NOT_YET_LINK, rule="§11.7 no link")
