@@ -119,12 +119,13 @@ class LifeMachine(RuleBasedStateMachine):
     # ---- life cycle -----------------------------------------------------------------------------
 
     @initialize(version=st.sampled_from(["v1", "v2"]), here_role=st.sampled_from(ROLES),
-                peer_role=st.sampled_from([LLMRole.PROMPT, LLMRole.DECODER]))
-    def both_engines_start(self, version: str, here_role: LLMRole, peer_role: LLMRole) -> None:
+                peer_role=st.sampled_from([LLMRole.PROMPT, LLMRole.DECODER]), bad=st.integers(0, 7))
+    def both_engines_start(self, version: str, here_role: LLMRole, peer_role: LLMRole, bad: int = 7) -> None:
         """Most runs begin with both engines initialised in one generation, so that the
-        rules that need them are reachable; the rules below change everything."""
+        rules that need them are reachable (a quarter try bad options first: PR-26,
+        PR-36); the rules below change everything."""
         self.init_peer(version, peer_role)
-        self.init_here("A", version, here_role, 7, 7)
+        self.init_here("A", version, here_role, bad, 7)
 
     @rule(name=st.sampled_from(["A", "B"]), version=st.sampled_from(["v1", "v2"]), role=st.sampled_from(ROLES),
           bad=st.integers(0, 7), unlistening=st.integers(0, 7))
