@@ -24,8 +24,8 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
-import time
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -41,7 +41,9 @@ from llm_datadist_ffi.vendor import CacheDesc, CacheKey, DataType, LLMDataDist, 
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from oracle.outcome import Outcome  # noqa: E402
-from oracle.vendor_life import ProcessModel, link, orphan_comms, rank_table_link, stale, unlink_forced  # noqa: E402
+from oracle.vendor_life import (  # noqa: E402
+    ProcessModel, link, orphan_comms, rank_table_link, stale, unlink_forced,
+)
 from oracle.vendor_v1 import U64_MAX, Key  # noqa: E402
 
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
