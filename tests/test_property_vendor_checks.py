@@ -36,12 +36,14 @@ from hypothesis import strategies as st
 from llm_datadist_ffi import LLMException, LLMStatusCode as S
 from llm_datadist_ffi.v2.cache_manager import CacheManager, KvCacheManager
 from llm_datadist_ffi.vendor import (
-    CacheDesc, CacheKeyByIdAndIndex, DataType, LLMClusterInfo, LLMDataDist, LLMRole, MemInfo, Memtype,
+    CacheDesc, CacheKeyByIdAndIndex, DataType, LayerSynchronizer, LLMClusterInfo, LLMDataDist, LLMRole, MemInfo,
+    Memtype, TransferConfig, TransferWithCacheKeyConfig,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from oracle.vendor_checks import (  # noqa: E402
-    Cluster, Key, Mem, Ref, check_link_status, init_selection, link_clusters, remap_registered_memory)
+    Cfg, Cluster, Key, Mem, Ref, check_link_status, init_selection, link_clusters, remap_registered_memory,
+    transfer_cache_async)
 from oracle.vendor_local import DEVICE, HOST  # noqa: E402
 from oracle.vendor_local_driver import (  # noqa: E402
     BOUND, CLUSTER, I64, MODES, U32, U64, Env, _free_port, assert_agrees, one_call, outcome_of)
@@ -485,3 +487,72 @@ def test_remap_registered_memory_agrees_with_the_oracle(env: Env, mode: str, dat
         env.check_memory()
     finally:
         env.stop()
+
+
+# ---- transfer_cache_async without a peer (python-api.md §11.4, V-9) --------------------------------
+
+class _Ready(LayerSynchronizer):
+    def synchronize_layer(self, layer_index: int, timeout_in_millis: Any) -> bool:
+        return True
+
+
+def _config(c: Cfg, env: Env) -> Any:
+    if c.key is None:
+        return TransferConfig(c.dst_cluster_id, [4096 * (i + 1) for i in range(c.addrs)], c.src_layer_range,
+                              c.src_batch_index)
+    return TransferWithCacheKeyConfig(env.build(c.key), c.src_layer_range, c.dst_layer_range, c.src_batch_index)
+
+
+@settings(max_examples=settings.default.max_examples * 3)
+@given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool"]), data=st.data(), seed=st.integers(0, 2**32 - 1))
+def test_transfer_cache_async_agrees_with_the_oracle(env: Env, mode: str, data: st.DataObject, seed: int) -> None:
+    """``transfer_cache_async``'s checks in the vendor's order (§11.4 steps 1–10, V-9, PR-5),
+    and, for a call that passes them, the task's ``synchronize()`` and ``get_results()``
+    without a link: the first covered layer's config fails and the thread stops (§8.7)."""
+    env.start(mode, np.random.default_rng(seed))
+    try:
+        refs = env.checks.refs
+        ranges = st.sampled_from([None, range(0, 1), range(1, 2), range(0, 2)])
+        if env.mode.direct:
+            keys = st.one_of(by_id_key(), blocks_key())
+            cfg = st.builds(lambda k, r, b: Cfg(key=k, src_layer_range=r or range(0, 1),
+                                                dst_layer_range=r or range(0, 1),
+                                                src_batch_index=0 if k.kind == "BlocksCacheKey" else b),
+                            keys, ranges, st.sampled_from([0, 0, 1, 5]))
+        else:
+            cfg = st.builds(lambda c, n, r, b: Cfg(dst_cluster_id=c, addrs=n, src_layer_range=r, src_batch_index=b),
+                            st.sampled_from([1, 2, CLUSTER]), st.sampled_from([2, 2, 4, 3]), ranges,
+                            st.sampled_from([0, 0, 1, 5]))
+        src = data.draw(st.one_of(refs_of(env, "c", "c", "c2", "b"), st.sampled_from([refs["hb"], None, "c"])),
+                        label="src_cache")
+        sync = data.draw(st.sampled_from(["SYNC", "SYNC", "SYNC", None, "sync"]), label="layer_synchronizer")
+        configs = data.draw(st.one_of(st.lists(cfg, min_size=1, max_size=3), st.lists(cfg, max_size=2).map(tuple),
+                                      st.sampled_from([None, [Cfg(key=None)], [Cfg(key=Key("BlocksCacheKey"),
+                                                       src_layer_range=range(0, 1), dst_layer_range=range(0, 1))]])),
+                            label="transfer_configs")
+        # block lists: none, empty, or flawed (the Python checks decide); the C2B and B2B forms'
+        # own engine rules (PR-16, §7.5) are not modelled without a peer
+        blocks = st.one_of(st.none(), st.none(), st.just([]), st.sampled_from([[0, -1], [U64 + 1], "1", [1, 1]]))
+        src_blocks = data.draw(blocks, label="src_block_indices")
+        dst_blocks = data.draw(blocks, label="dst_block_indices")
+        block_size = data.draw(st.sampled_from([None, None, 0, 16, -1, "16"]), label="dst_block_memory_size")
+        verdict = transfer_cache_async(env.mode, src, sync, configs, src_blocks, dst_blocks, block_size)
+        real_configs = type(configs)(_config(c, env) if isinstance(c, Cfg) else c for c in configs) \
+            if isinstance(configs, (list, tuple)) else configs
+        real_sync = _Ready() if sync == "SYNC" else sync
+        got = outcome_of(lambda: env.manager.transfer_cache_async(env.build(src), real_sync, real_configs, src_blocks,
+                                                                  dst_blocks, block_size))
+        what = f"transfer_cache_async({src}, {sync}, {configs}, {src_blocks}, {dst_blocks}, {block_size})"
+        if verdict.kind != "core":
+            assert_agrees(verdict, got, what)
+        else:
+            assert got[0] == "ok", f"{what}: expected a task, got {got}"
+            task = got[1]
+            assert (task.synchronize(), task.get_results()) == verdict.value, what
+        env.check_memory()
+    finally:
+        env.stop()
+
+
+def refs_of(env: Env, *names: str) -> st.SearchStrategy[Any]:
+    return st.sampled_from([env.checks.refs[n] for n in names])

@@ -959,3 +959,92 @@ def remap_registered_memory(mode: Mode, mem_infos: Any) -> Verdict:
     # §11.7: without a link the core answers NOT_YET_LINK before it looks at the ranges
     # (X-15's range rule needs a linked engine: not reachable in one process)
     return Verdict("core", S.LLM_NOT_YET_LINK, rule="§11.7 no link")
+
+
+# ---- transfer_cache_async (python-api.md §11.4, V-9), one engine without a peer --------------------
+
+@dataclass(frozen=True)
+class Cfg:
+    """A ``TransferConfig`` (``key is None``: ``dst_cluster_id``, ``addrs`` destination
+    addresses) or a ``TransferWithCacheKeyConfig`` (``key``, both ranges)."""
+
+    key: Optional[Key] = None
+    dst_cluster_id: int = 1
+    addrs: int = 2
+    src_layer_range: Optional[range] = None
+    dst_layer_range: Optional[range] = None
+    src_batch_index: int = 0
+
+
+def transfer_cache_async(mode: Mode, src: Any, synchronizer: Any, configs: Any, src_blocks: Any = None,
+                         dst_blocks: Any = None, block_size: Any = None) -> Verdict:
+    """The checks of §11.4 steps 1–10 with V-9, then what ``synchronize()`` of the task
+    returns when no link exists: the first covered layer's first config fails (its push,
+    or its transfer to raw addresses, reaches the core: the own cluster PARAM_INVALID,
+    otherwise NOT_YET_LINK) and the thread stops (§8.7)."""
+    try:
+        if not (isinstance(src, Ref) and src.cls == "Cache"):
+            _t("src_cache", "§11.4 step 1")
+        if src.placement == HOST:
+            _lx("§11.4 step 2", "DEVICE")
+        for value, name in ((dst_blocks, "dst_block_indices"), (src_blocks, "src_block_indices")):
+            if value is None:
+                continue
+            if not isinstance(value, (list, tuple)):
+                _t(name, "§11.4 step 3")
+            for v in value:
+                int_range(v, 0, U64_MAX, name)
+        if block_size is not None:
+            int_range(block_size, 0, U64_MAX, "dst_block_memory_size")
+        if src_blocks:
+            if not dst_blocks:
+                _lx("§11.4 step 5: blocks to cache", "transfer from blocks to cache is not supported")
+            if len(src_blocks) != len(dst_blocks):
+                _lx("§11.4 step 5: lengths", "dst_block_indices")
+        elif dst_blocks and block_size is None:
+            _lx("§11.4 step 5: dst_block_memory_size", "dst_block_memory_size")
+        if synchronizer != "SYNC":
+            _t("layer_synchronizer", "§11.4 step 6")
+        keyed = mode.direct
+        if not isinstance(configs, (list, tuple)) or not all(isinstance(c, Cfg) and (c.key is not None) == keyed
+                                                             for c in configs):
+            _t("transfer_configs", "§11.4 step 7")
+        if block_size not in (None, 0) and not dst_blocks:
+            _lx("§11.4 step 8", "dst_block_memory_size")
+        if src.num_tensors % 2:
+            _lx("§11.4 step 9", "tensors")
+        layers = src.num_tensors // 2
+        spans = []
+        for c in configs:
+            r = c.src_layer_range if c.src_layer_range is not None else range(0, layers)
+            if src_blocks and c.src_batch_index != 0:
+                _lx("§11.4 step 10: src_batch_index with source blocks", "src_batch_index")
+            if not c.src_batch_index < src.shape[0]:
+                _lx("V-9: src_batch_index below the batch count", "src_batch_index")
+            if not 0 <= r.start < r.stop <= layers:
+                _lx("§11.4 step 10: layer range", "src_layer_range")
+            if keyed and c.dst_layer_range is not None and len(c.dst_layer_range) != len(r):
+                _lx("V-9: range lengths", "dst_layer_range")
+            if not keyed and c.addrs != 2 * len(r):
+                _lx("§11.4 step 10: dst_addrs", "dst_addrs")
+            spans.append(r)
+        if dst_blocks and len(set(dst_blocks)) != len(dst_blocks):
+            _lx("PR-5", "dst_block_indices")
+    except _Stop as stop:
+        return stop.verdict
+    first = min(range(len(configs)), key=lambda i: (spans[i].start, i), default=None)
+    if first is None:
+        return Verdict("core", S.LLM_SUCCESS, rule="§8.7 nothing to transfer", value=(S.LLM_SUCCESS, []))
+    cluster = configs[first].key.cluster_id if keyed else configs[first].dst_cluster_id
+    code = S.LLM_PARAM_INVALID if cluster == mode.cluster_id else S.LLM_NOT_YET_LINK
+    if not keyed and src.blocks != bool(src_blocks):
+        # §7.6, PR-15 (X-10: also for TransferConfig sources): contiguous forms need a
+        # source without blocks, B2B one with blocks; a local check, before the link
+        code = S.LLM_PARAM_INVALID
+    if keyed and cluster != mode.cluster_id and configs[first].key.kind == "BlocksCacheKey" and not src_blocks:
+        code = S.LLM_PARAM_INVALID       # §7.2: a blocks push without source blocks, as push_blocks
+    if keyed and cluster != mode.cluster_id and configs[first].key.kind != "BlocksCacheKey" and \
+            (src_blocks or dst_blocks):
+        code = S.LLM_PARAM_INVALID       # decision: a contiguous push (push_cache's form) takes no block lists
+    results = [code if (c.key.cluster_id if keyed else c.dst_cluster_id) == cluster else None for c in configs]
+    return Verdict("core", S.LLM_SUCCESS, rule="§8.7 the first layer fails", value=(code, results))
