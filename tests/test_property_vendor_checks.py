@@ -556,3 +556,17 @@ def test_transfer_cache_async_agrees_with_the_oracle(env: Env, mode: str, data: 
 
 def refs_of(env: Env, *names: str) -> st.SearchStrategy[Any]:
     return st.sampled_from([env.checks.refs[n] for n in names])
+
+
+def test_pull_ranges_are_checked_one_after_the_other(env: Env) -> None:
+    """Found by the thorough profile: ``src_layer_range=range(2**32, 2**32 + 1)`` (V: not
+    uint32) with an empty ``dst_layer_range`` (PR-2) is the ValueError: the oracle had put
+    PR-2 of both ranges first; the conversion checks src completely, then dst."""
+    env.start("v2-direct-nopool", np.random.default_rng(3))
+    try:
+        args = [Key("CacheKeyByIdAndIndex", 1, cache_id=1), env.checks.refs["c"]]
+        kwargs = {"src_layer_range": range(2**32, 2**32 + 1), "dst_layer_range": range(2, 2)}
+        assert env.checks.run("pull_cache", *args, **kwargs).kind == "V"
+        one_call(env, "pull_cache", args, kwargs, record=False)
+    finally:
+        env.stop()

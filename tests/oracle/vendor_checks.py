@@ -202,16 +202,15 @@ def pull_ranges(src: Any, dst: Any) -> Tuple[Optional[range], Optional[range]]:
         _lx("§11.2 step", "src_layer_range")
     if dst is not None and dst.step != 1:
         _lx("§11.2 step", "dst_layer_range")
-    # PR-2 sits where the vendor turns an empty range into "all layers": right after both
-    # step checks, for src then dst (docs/semantics.md §5.1, rule 7)
-    for r, name in ((src, "src_layer_range"), (dst, "dst_layer_range")):
-        if r is not None and len(r) == 0:
-            _lx("PR-2", name)
     out: List[Optional[range]] = []
     for r, name in ((src, "src_layer_range"), (dst, "dst_layer_range")):
         if r is None:
             out.append(None)
             continue
+        # PR-2 sits where the vendor turns an empty range into "all layers": in the loop
+        # over src then dst, before that range's own checks (docs/semantics.md §5.1, rule 7)
+        if len(r) == 0:
+            _lx("PR-2", name)
         if r[0] < 0:
             _lx("§11.2 first < 0", name)
         if not 0 <= r[0] <= U32_MAX or not 0 <= r[-1] <= U32_MAX:
