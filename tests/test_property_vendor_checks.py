@@ -127,7 +127,7 @@ def any_ref(env: Env) -> st.SearchStrategy[Any]:
 
 def params(env: Env, method: str) -> List[Tuple[str, st.SearchStrategy[Any], st.SearchStrategy[Any]]]:
     g = env.mode.generation
-    contig, blocks_ = ("c", "ac", "c2"), ("b", "ab")
+    contig, blocks_ = ("c", "ac", "c2", "c4"), ("b", "ab")
     n_small = st.sampled_from([1, 2, 4])
     n_bad = st.one_of(st.sampled_from([0, -1, 3, 5, 255, U32, U32 + 1]), NOT_INTS)
     if method == "pull_cache":

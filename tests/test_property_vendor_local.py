@@ -106,6 +106,26 @@ def test_keys_bind_at_allocation_as_the_model_says(env: Env, mode: str, seed: in
         env.stop()
 
 
+@settings(max_examples=settings.default.max_examples * 2)
+@given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool"]), seed=st.integers(0, 2**32 - 1),
+       first=st.lists(st.sampled_from(KEY_POOL), max_size=4), batches=st.sampled_from([1, 2, 3]))
+@example(mode="v2-direct-pools", seed=0, first=KEY_POOL[:3], batches=2)        # more keys than batches
+def test_keys_bind_at_registration_as_the_model_says(env: Env, mode: str, seed: int, first: List[Key],
+                                                     batches: int) -> None:
+    """``register_cache`` with a drawn key list (PR-21: more keys than batches, a key twice,
+    placeholders), then every key of the pool probed by registering it alone: a key still
+    bound fails, a free one binds."""
+    env.start(mode, np.random.default_rng(seed), bare=True)
+    try:
+        addrs = env.guarded("r", 2, batches * 16)
+        one_call(env, "register_cache", [desc(2, (batches, 16)), addrs, first], {}, record=False, name="r")
+        for i, key in enumerate(KEY_POOL):
+            probe = env.guarded(f"probe{i}", 1, 16)
+            one_call(env, "register_cache", [desc(1, (1, 16)), probe, [key]], {}, record=False, name=f"probe{i}")
+    finally:
+        env.stop()
+
+
 # ---- deferred deallocation (§9.8) ----------------------------------------------------------------
 
 @settings(max_examples=settings.default.max_examples * 2)
@@ -144,7 +164,7 @@ def test_copies_and_swaps_move_the_bytes_the_model_moves(env: Env, mode: str, se
     env.start(mode, np.random.default_rng(seed))
     try:
         refs = env.checks.refs
-        contiguous = [n for n in ("c", "c2", "ac") if n in refs]
+        contiguous = [n for n in ("c", "c4", "ac") if n in refs]      # four tensors each, strides 32 and 64
         blocks = [n for n in ("b", "ab") if n in refs]
         hosts = [n for n in ("hb", "hab") if n in refs]
         for _ in range(data.draw(st.integers(1, 4), label="calls")):

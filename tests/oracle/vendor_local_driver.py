@@ -105,6 +105,7 @@ class Env:
             self.register("c", 4, (4, 32), blocks=False, keys=(BOUND[0],))
             self.register("b", 4, (8, 16), blocks=True, keys=(BOUND_BLOCKS,))
             self.register("c2", 2, (2, 64), blocks=False)
+            self.register("c4", 4, (2, 64), blocks=False)      # c's tensor count, twice its stride
             self.register("hb", 4, (8, 16), blocks=True, placement=HOST)
             if mode.device_pool:
                 self.allocate("ac", 4, (4, 32), blocks=False, keys=BOUND[1:])
@@ -116,6 +117,7 @@ class Env:
             self.allocate("c", 4, (4, 32), blocks=False, keys=BOUND[1:] if prompt else ())
             self.allocate("b", 4, (8, 16), blocks=True, keys=(BOUND_BLOCKS,) if mode.role != "DECODER" else ())
             self.allocate("c2", 2, (2, 64), blocks=False)
+            self.allocate("c4", 4, (2, 64), blocks=False)
             self.cpu_cache("hb", 4, (8, 16))
 
     # -- caches --
