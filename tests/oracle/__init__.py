@@ -16,6 +16,14 @@ It imports nothing from ``llm_datadist_ffi`` but the public enums and shares no 
 with the package or the mock: it is the executable statement of the rules, written
 from the specification alone. ``World`` holds the state and takes the calls;
 ``memory`` applies the copies to byte buffers.
+
+The vendor-compatible Python layer has its own modules, imported by their suites
+(docs/testing.md §9): ``vendor_checks`` (the vendor's Python-side checks in order),
+``vendor_local`` (one engine's local calls and key bindings), ``vendor_v2`` (two v2
+engines: keys, reference counts, both transfer modes, the table copy), ``vendor_v1``
+(two v1 engines: roles, offsets, keys) and ``vendor_life`` (``LLMDataDist`` life cycle
+and links). ``driver`` and ``vendor_local_driver`` make the calls on the package and
+are not part of the oracle.
 """
 from .dtypes import Layout, tensor_layout
 from .memory import apply_copies
