@@ -10,7 +10,6 @@ import ctypes
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -73,8 +72,8 @@ def c_layout(tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
         lines.append(f'printf("sizeof {struct} %zu\\n", sizeof({struct}));')
         for field in _struct_fields(struct):
             lines.append(f'printf("offsetof {struct}.{field} %zu\\n", offsetof({struct}, {field}));')
-    for const in _integer_constants():
-        lines.append(f'printf("const {const} %lld\\n", (long long)({const}));')
+    for name in _integer_constants():
+        lines.append(f'printf("const {name} %lld\\n", (long long)({name}));')
     lines += ["return 0;", "}"]
     work = tmp_path_factory.mktemp("abi")
     source = work / "layout.c"

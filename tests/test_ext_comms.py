@@ -7,7 +7,6 @@ tests use comm names unique to the test run, so that runs in parallel never meet
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -22,17 +21,7 @@ import pytest
 from llm_datadist_ffi import LLMStatusCode as S
 
 
-def _load(name: str) -> Any:
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-xs = _load("ext_support")
+import ext_support as xs  # noqa: E402
 pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
 OK, PREPARING, FAILED = 0, 1, 2
 RANK_TABLE = b'{"version": "1.0", "server_count": "1", "server_list": []}'

@@ -6,9 +6,6 @@ no byte changes (PR-4, PR-5).
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,17 +15,7 @@ from hypothesis import given, strategies as st
 from llm_datadist_ffi import LLMStatusCode as S
 
 
-def _load(name: str) -> Any:
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-xs = _load("ext_support")
+import ext_support as xs  # noqa: E402
 pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
 
 

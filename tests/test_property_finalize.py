@@ -25,10 +25,8 @@ a loaded 2-core machine (the same margin as the example test
 """
 from __future__ import annotations
 
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -40,8 +38,6 @@ from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import mock_control, native
 from llm_datadist_ffi.native import CachePlacement, GeDataType as G, LlmRole
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle import Ext  # noqa: E402
 from oracle.driver import Harness, observe  # noqa: E402
 from vendor_support import free_port  # noqa: E402
 

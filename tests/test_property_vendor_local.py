@@ -30,7 +30,7 @@ from llm_datadist_ffi import LLMStatusCode as S
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from oracle.vendor_checks import Key, Ref  # noqa: E402
-from oracle.vendor_local import DEVICE, HOST, TABLE_LIMIT  # noqa: E402
+from oracle.vendor_local import DEVICE, TABLE_LIMIT  # noqa: E402
 from oracle.vendor_local_driver import Env, one_call  # noqa: E402
 
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API runs on the mock's extension functions")

@@ -31,7 +31,6 @@ memory: the sources' seed bytes with exactly the oracle's copies applied.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import sys
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
@@ -57,17 +56,7 @@ from oracle.vendor_v1 import (  # noqa: E402
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
 
 
-def _load(name: str) -> Any:
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-vs = _load("vendor_support")
+import vendor_support as vs  # noqa: E402
 P_ID, D_ID, STRANGER = 1, 2, 99
 Memory = Dict[Tuple[int, int], List[np.ndarray]]
 

@@ -22,7 +22,6 @@ of every live communicator, and every byte of every live cache here.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 import sys
 import time
@@ -49,17 +48,7 @@ from oracle.vendor_v1 import U64_MAX, Key  # noqa: E402
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
 
 
-def _load(name: str) -> Any:
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-vs = _load("vendor_support")
+import vendor_support as vs  # noqa: E402
 HERE, THERE = 1, 2
 ROLES = [LLMRole.PROMPT, LLMRole.DECODER, LLMRole.MIX]
 KEYS = [Key(HERE, 10), Key(HERE, 11), Key(HERE, 12), Key(HERE, U64_MAX, 0, 30), Key(HERE, U64_MAX)]

@@ -14,10 +14,7 @@ all other bytes stay as they were.
 from __future__ import annotations
 
 import ctypes
-import importlib.util
-import sys
 import threading
-from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -36,17 +33,7 @@ from llm_datadist_ffi.v2.cache_manager import CacheManager
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
 
 
-def _load(name: str) -> Any:
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(f"{name}.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-vs = _load("vendor_support")
+import vendor_support as vs  # noqa: E402
 raises, lx, fill = vs.raises, vs.lx, vs.fill
 S = LLMStatusCode
 U64_MAX = 2**64 - 1

@@ -391,7 +391,6 @@ class Harness:
         return expected
 
     def set_role(self, cluster_id: int, role: int, options: Optional[dict[str, str]] = None) -> Outcome:
-        node = self.nodes[cluster_id]
         expected = self.world.set_role(cluster_id, role, options)
         call = f"set_role({cluster_id}, {role}, {options})"
         self.log.append(call)
