@@ -681,6 +681,89 @@ def test_rank_table_link_fails_when_a_member_does_not_join_in_time() -> None:
         engine.finalize()
 
 
+def status_of(query: Any, limit: float = 10.0) -> str:
+    """The first state other than ``PREPARING`` that ``query()`` (a state's name) gives
+    within ``limit`` seconds, or ``PREPARING`` if it never changed."""
+    deadline = time.monotonic() + limit
+    while (status := query()) == "PREPARING" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return status
+
+
+@pytest.mark.parametrize("first", ["communicator", "link_clusters"])
+def test_a_second_communicator_over_a_linked_pair_fails_at_link_total_time_and_the_first_link_keeps_working(
+        first: str) -> None:
+    """Two engines already linked (by an earlier communicator, or by ``link_clusters``)
+    join a second communicator. Its member exchange cannot make a second link between
+    them, so it stays ``PREPARING`` until ``llm.LinkTotalTime`` (here 1 s) and then is
+    ``FAILED`` on both members (§10.6, §13 ``llm.LinkTotalTime``; decision X-23). Its
+    ``unlink`` succeeds on both sides and drops only its own links (§10.6 "drops every
+    link of the communicator"): pulls over the first link work before, during and after.
+    """
+    import numpy as np
+
+    port = vs.free_port()
+    names = comm_name("first"), comm_name("second")
+    fast = {"llm.LinkTotalTime": "1"}                      # seconds (§13); the default is 30
+    with vs.Peer() as peer:
+        peer.run(f"p = LLMDataDist(LLMRole.PROMPT, 1); p.init(support.v2_options({port}, **{fast!r}))\n"
+                 "kv = [fill(90 + t, (8, 64)) for t in range(2)]\n"
+                 "p.cache_manager.register_blocks_cache(CacheDesc(2, [8, 64], DataType.DT_UINT8), "
+                 "[a.ctypes.data for a in kv], BlocksCacheKey(1, 0))")
+        engine = LLMDataDist(LLMRole.DECODER, 2)
+        engine.init(vs.v2_options(**fast))
+        try:
+            mine = [np.zeros((8, 64), dtype=np.uint8) for _ in range(2)]
+            cache = engine.cache_manager.register_blocks_cache(CacheDesc(2, [8, 64], DataType.DT_UINT8),
+                                                               [a.ctypes.data for a in mine])
+            expected = [np.zeros((8, 64), dtype=np.uint8) for _ in range(2)]
+
+            def pull_works(src: int, dst: int) -> None:
+                engine.cache_manager.pull_blocks(BlocksCacheKey(1, 0), cache, [src], [dst])
+                for t in range(2):
+                    expected[t][dst] = vs.fill(90 + t, (8, 64))[src]
+                    assert mine[t].tobytes() == expected[t].tobytes()
+
+            if first == "communicator":
+                first_id = engine.link(names[0], {1: 0, 2: 1}, RANK_TABLE)
+                assert first_id == 1
+                assert peer.run(f"c1 = p.link('{names[0]}', {{1: 0, 2: 1}}, support.RANK_TABLE)", "c1") == 1
+                assert status_of(lambda: engine.query_register_mem_status(first_id).name) == "OK"
+                assert status_of(lambda: peer.run(value="p.query_register_mem_status(c1).name")) == "OK"
+                second_id = 2                                 # comm ids count per engine (§10.6)
+            else:
+                assert engine.link_clusters([vs.cluster_info(1, port)], 5000) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+                second_id = 1
+            pull_works(1, 2)
+
+            assert engine.link(names[1], {1: 0, 2: 1}, RANK_TABLE) == second_id
+            assert peer.run(f"c2 = p.link('{names[1]}', {{1: 0, 2: 1}}, support.RANK_TABLE)", "c2") == second_id
+            assert engine.query_register_mem_status(second_id) is RegisterMemStatus.PREPARING
+            pull_works(5, 3)                                  # the first link works while it prepares
+            assert status_of(lambda: engine.query_register_mem_status(second_id).name) == "FAILED"
+            assert status_of(lambda: peer.run(value="p.query_register_mem_status(c2).name")) == "FAILED"
+            pull_works(6, 4)                                  # and after it failed
+            if first == "communicator":
+                assert engine.query_register_mem_status(1) is RegisterMemStatus.OK
+                assert peer.run(value="p.query_register_mem_status(c1).name") == "OK"
+
+            engine.unlink(second_id)
+            assert peer.run("p.unlink(c2)", "'unlinked'") == "unlinked"
+            raises(LLMException, lambda: engine.query_register_mem_status(second_id), status=S.LLM_NOT_YET_LINK)
+            pull_works(7, 5)                                  # unlink of the failed one left the first link
+            raises(LLMException, lambda: engine.switch_role(LLMRole.PROMPT), status=S.LLM_EXIST_LINK)
+            if first == "communicator":
+                engine.unlink(1)
+                assert peer.run("p.unlink(c1)", "'unlinked'") == "unlinked"
+                raises(LLMException, lambda: engine.cache_manager.pull_blocks(BlocksCacheKey(1, 0), cache, [1], [2]),
+                       status=S.LLM_NOT_YET_LINK)
+            else:
+                assert engine.unlink_clusters([vs.cluster_info(1, port)], 5000) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+            engine.switch_role(LLMRole.PROMPT)                # no link is left (§10.7)
+        finally:
+            engine.finalize()
+
+
 def test_register_after_link_cannot_be_remote_accessible(v2: LLMDataDist) -> None:
     import numpy as np
 
