@@ -24,13 +24,14 @@ model wrote.
 """
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from llm_datadist_ffi import LLMException, LLMStatusCode as S
@@ -42,11 +43,11 @@ from llm_datadist_ffi.vendor import (
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from oracle.vendor_checks import (  # noqa: E402
-    Cfg, Cluster, Key, Mem, Ref, check_link_status, init_selection, link_clusters, remap_registered_memory,
-    transfer_cache_async)
+    Cfg, Cluster, Key, Mem, Mode, Ref, check_link_status, init_selection, link_clusters, remap_registered_memory,
+    switch_role, transfer_cache_async, unlink_clusters)
 from oracle.vendor_local import DEVICE, HOST  # noqa: E402
 from oracle.vendor_local_driver import (  # noqa: E402
-    BOUND, CLUSTER, I64, MODES, U32, U64, Env, _free_port, assert_agrees, one_call, outcome_of)
+    BOUND, CLUSTER, I64, MODES, U32, U64, Env, _free_port, assert_agrees, one_call, options, outcome_of)
 
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API runs on the mock's extension functions")
 
@@ -454,6 +455,116 @@ def test_link_clusters_and_check_link_status_agree_with_the_oracle(env: Env, mod
         assert_agrees(verdict, outcome_of(lambda: with_.check_link_status(rid)), f"check_link_status({rid!r})")
     finally:
         env.stop()
+
+
+@settings(max_examples=settings.default.max_examples * 2)
+@given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool", "v1-decoder", "v1-prompt", "v1-mix"]),
+       data=st.data(), seed=st.integers(0, 2**32 - 1))
+def test_unlink_clusters_of_clusters_never_linked_agrees_with_the_oracle(env: Env, mode: str, data: st.DataObject,
+                                                                        seed: int) -> None:
+    """``unlink_clusters`` with drawn cluster lists (unset ids, the own cluster id,
+    repeats, zero or two ip entries, seventeen clusters), timeouts and ``force`` values,
+    of clusters this engine never linked and where nothing listens: the Python checks
+    raise as the oracle says (§10.5); otherwise the call returns the overall and
+    per-cluster codes: v2 forced SUCCESS, non-forced UNLINK_FAILED or PARAM_INVALID
+    (§10.3); v1 NOT_YET_LINK per cluster with overall SUCCESS (X-12)."""
+    env.start(mode, np.random.default_rng(seed), bare=True)
+    try:
+        port = _free_port()
+        some = st.lists(st.one_of(st.builds(Cluster, st.sampled_from([1, 2, 3, CLUSTER])), CLUSTERS), max_size=3)
+        many = st.lists(st.builds(Cluster, st.sampled_from([1, 2, 3])), min_size=17, max_size=17)
+        clusters = data.draw(st.one_of(some, some.map(tuple), many,
+                                       st.sampled_from([None, "clusters", [Cluster(1), "x"]])), label="clusters")
+        # usually valid, so that most examples reach the core
+        timeout = data.draw(st.sampled_from([500, 3000] * 4 + [0, -1, 2**31, "1", None]), label="timeout")
+        force = data.draw(st.sampled_from([False, True] * 4 + [None, 1, "True"]), label="force")
+        verdict = unlink_clusters(env.mode, clusters, timeout, force)
+        event(f"unlink: {verdict.kind} {verdict.rule}")
+        real: Any = clusters
+        if isinstance(clusters, (list, tuple)):
+            real = type(clusters)(cluster_info(c, port) if isinstance(c, Cluster) else c for c in clusters)
+        with_ = env.dd
+        assert with_ is not None
+        got = outcome_of(lambda: with_.unlink_clusters(real, timeout, force=force))
+        what = f"unlink_clusters({clusters}, {timeout}, force={force!r})"
+        if verdict.kind == "core":
+            assert got[0] == "ok", f"{what}: expected {verdict.value}, got {got}"
+            status, rets = got[1]
+            assert (status, list(rets)) == verdict.value, f"{what}: {got[1]} != {verdict.value} ({verdict.rule})"
+        else:
+            assert_agrees(verdict, got, what)
+    finally:
+        env.stop()
+
+
+# ---- switch_role without a link (python-api.md §10.6, semantics §10.7, X-13) -------------------
+
+def role_outcome(call: Any) -> Tuple[str, Any, str]:
+    """``outcome_of``, and the ``KeyError`` of V-4 and the ``RuntimeError`` of the IPv4 rule."""
+    try:
+        return outcome_of(call)
+    except KeyError as exc:
+        return "K", None, str(exc)
+    except RuntimeError as exc:
+        return "RT", None, str(exc)
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+LISTEN_VALUES = ["127.0.0.1:{port}", "127.0.0.1:{port}", "127.0.0.1", "127.0.0.1:1:2", "127.0.0.1:x", "127.0.0.1:0",
+                 "127.0.0.1:65536", "no-ip:{port}", "300.1.1.1:{port}"]
+ROLES = [LLMRole.PROMPT, LLMRole.DECODER, LLMRole.MIX] * 2 + [None, "PROMPT", 1]
+
+
+@settings(max_examples=settings.default.max_examples * 2)
+@given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool", "v1-decoder", "v1-prompt", "v1-mix"]),
+       enable=st.booleans(), data=st.data())
+def test_switch_role_agrees_with_the_oracle(env: Env, mode: str, enable: bool, data: st.DataObject) -> None:
+    """An engine without links (v1 with or without ``llm.EnableSwitchRole="1"``) makes 1
+    to 3 ``switch_role`` calls with drawn roles (each ``LLMRole``, ``None``, a role name,
+    an int) and options (``None``, empty, a listen address free, malformed, with a bad
+    port or ip; not a dict): each raises as the oracle says or ends in the core's
+    answer (§10.6, §10.7). After each call the role the engine has governs v1's
+    ``check_link_status`` (DECODER only), and a listener runs exactly where the new role
+    and options put one (v2: the options' address; v1: a PROMPT's, X-13)."""
+    env.stop()
+    model = Mode(**MODES[mode].__dict__)
+    opts = options(model)
+    if enable and model.generation == 1:
+        opts["llm.EnableSwitchRole"] = "1"
+    port = int(opts["llm.listenIpInfo"].split(":")[1]) if "llm.listenIpInfo" in opts else None
+    dd = LLMDataDist(LLMRole[model.role], CLUSTER)
+    dd.init(opts)
+    try:
+        for _ in range(data.draw(st.integers(1, 3), label="calls")):
+            role = data.draw(st.sampled_from(ROLES), label="role")
+            listen = data.draw(st.sampled_from(LISTEN_VALUES), label="listen").format(port=_free_port())
+            switch_options = data.draw(st.sampled_from([None, {}, {"llm.listenIpInfo": listen},
+                                                        {"llm.listenIpInfo": listen}, "options",
+                                                        [("llm.listenIpInfo", listen)]]), label="switch_options")
+            verdict = switch_role(model, role, switch_options, enable)
+            event(f"switch_role v{model.generation}: {verdict.kind} {verdict.status.name} {verdict.rule}")
+            got = role_outcome(lambda: dd.switch_role(role, switch_options))
+            assert_agrees(verdict, got, f"switch_role({role!r}, {switch_options!r}) as {model.role}")
+            if verdict.kind == "core" and verdict.status == S.LLM_SUCCESS:
+                model.role = verdict.value
+                new = int(listen.split(":")[1]) if isinstance(switch_options, dict) and switch_options else None
+                if model.generation == 1 and model.role != "PROMPT":
+                    new = None                                        # X-13: any other role stops it
+                if port is not None and port != new:
+                    assert not listening(port), f"the listener at {port} still runs after {verdict.rule}"
+                if new is not None:
+                    assert listening(new), f"no listener at {new} after switch_role({role!r}, {switch_options!r})"
+                port = new
+            rid = data.draw(st.sampled_from([1, CLUSTER]), label="remote_cluster_id")
+            assert_agrees(check_link_status(model, rid), outcome_of(lambda: dd.check_link_status(rid)),
+                          f"check_link_status({rid}) as {model.role}")
+    finally:
+        dd.finalize()
 
 
 @settings(max_examples=settings.default.max_examples * 2)

@@ -921,6 +921,112 @@ def check_link_status(mode: Mode, remote_cluster_id: Any) -> Verdict:
     return Verdict("core", S.LLM_NOT_YET_LINK, rule="§10.7 not linked")
 
 
+def unlink_clusters(mode: Mode, clusters: Any, timeout: Any = 3000, force: Any = False) -> Verdict:
+    """``unlink_clusters`` of clusters this engine never linked (python-api.md §10.5,
+    semantics §10.3, §10.5 v1, X-12): the Python checks, then the core's answer
+    ``(status, [status…])`` (``value``) with nothing listening at any remote address."""
+    try:
+        _link_args(clusters, timeout)                     # §10.5: initialised, timeout, clusters
+        if not isinstance(force, bool):
+            _t("force", "§10.5 force is a bool")           # after the clusters' container check
+        for c in clusters:                                # §10.5 both generations: uint64
+            if c.remote_cluster_id is None:
+                _t("remote_cluster_id", "§10.5 remote_cluster_id unset")
+    except _Stop as stop:
+        return stop.verdict
+    if not clusters:
+        return Verdict("core", value=(S.LLM_PARAM_INVALID, []), rule="§10.5 empty list (as for linking)")
+    if mode.generation == 1:
+        if len(clusters) > 16:
+            return Verdict("core", value=(S.LLM_CLUSTER_NUM_EXCEED_LIMIT, []), rule="§10.5 v1: > 16 clusters")
+        if any(c.local_ips != 1 or c.remote_ips != 1 for c in clusters):
+            # semantics §10.5 (v1): both lists are sent and checked as for linking; a
+            # call-level failure reports no per-cluster results (X-12)
+            return Verdict("core", value=(S.LLM_PARAM_INVALID, []), rule="§10.5 v1: ip entries")
+        results = []
+        for i, c in enumerate(clusters):
+            if any(d.remote_cluster_id == c.remote_cluster_id for d in clusters[:i]):
+                results.append(S.LLM_REPEAT_REQUEST)      # §10.5 v1, X-12: a later occurrence
+            else:
+                results.append(S.LLM_NOT_YET_LINK)        # X-12: never linked (own id included)
+        # §10.5 v1: any per-cluster status but SUCCESS and NOT_YET_LINK fails the call
+        bad = any(r not in (S.LLM_SUCCESS, S.LLM_NOT_YET_LINK) for r in results)
+        return Verdict("core", value=(S.LLM_UNLINK_FAILED if bad else S.LLM_SUCCESS, results), rule="X-12")
+    results = []
+    for c in clusters:
+        if force:
+            results.append(S.LLM_SUCCESS)                 # §10.3: forced, never linked → SUCCESS, no traffic
+        elif c.remote_ips != 1:
+            results.append(S.LLM_PARAM_INVALID)           # §10.3: non-forced needs exactly one remote entry
+        else:
+            # §10.3: the non-forced form needs a reachable listener even for a cluster never
+            # linked; nothing listens → the connection is refused (decision: the own cluster
+            # id and repeats (PR-29) are no exception, the connection is tried all the same)
+            results.append(S.LLM_UNLINK_FAILED)
+    failures = [r for r in results if r != S.LLM_SUCCESS]
+    return Verdict("core", value=(failures[-1] if failures else S.LLM_SUCCESS, results), rule="§10.3")
+
+
+def switch_role(mode: Mode, role: Any, switch_options: Any = None, enable_switch_role: bool = False) -> Verdict:
+    """``switch_role`` of an engine without links (python-api.md §10.6, semantics §10.7,
+    X-13): the Python checks in the vendor's order, then the core's answer. ``role`` is
+    an ``LLMRole``, ``None`` or anything else; a successful verdict's ``value`` is the new
+    role's name (the caller applies it to ``mode``). ``enable_switch_role``: whether
+    ``llm.EnableSwitchRole="1"`` was given at init (v1)."""
+    from llm_datadist_ffi.vendor import LLMRole       # a public enum
+    try:
+        if role is not None and not isinstance(role, LLMRole):
+            _t("role", "§10.6 role type LLMRole")
+        if role is None:
+            raise _Stop(Verdict("K", name="role", rule="V-4: switch_role(None) fails at the role lookup"))
+        if mode.generation == 1 and role.name == mode.role:
+            _lx("§10.6 v1: role not changed", "role")
+        if switch_options is not None and not isinstance(switch_options, dict):
+            _t("switch_options", "§10.6 switch_options dict or None")
+        if mode.generation == 1 and role.name == "PROMPT":
+            if switch_options is None:
+                _t("switch_options", "V-4: `\"llm.listenIpInfo\" in None`")
+            if "llm.listenIpInfo" not in switch_options:
+                _lx("§10.6 v1: switching to PROMPT needs llm.listenIpInfo", "llm.listenIpInfo")
+        listen = (switch_options or {}).get("llm.listenIpInfo")
+        if listen is not None:
+            # §10.6: parsed as at init (§10.2 step 10, V-7) in v2; v1 adds the IPv4 rule.
+            # decision (v1): a listen address given when switching to a role other than
+            # PROMPT is parsed (and checked) all the same
+            parts = listen.split(":")
+            if len(parts) != 2:
+                _lx("§10.6: llm.listenIpInfo is not ip:port", "llm.listenIpInfo")
+            if mode.generation == 1 and not _inet_aton(parts[0]):
+                raise _Stop(Verdict("RT", rule="§10.6 v1: the IPv4 rule"))
+            try:
+                port = int(parts[1])
+            except ValueError:
+                _v("llm.listenIpInfo", "§10.6: int() of the port")
+            if not 1 <= port <= 65535:
+                _lx("PR-27", "llm.listenIpInfo")
+    except _Stop as stop:
+        return stop.verdict
+    if mode.generation == 1 and not enable_switch_role:
+        return Verdict("core", S.LLM_FEATURE_NOT_ENABLED, rule="§10.7 v1: llm.EnableSwitchRole not \"1\"")
+    if mode.generation == 2 and listen is not None and not _inet_aton(listen.split(":")[0], strict=True):
+        return Verdict("core", S.LLM_PARAM_INVALID, rule="§10.7: malformed listen address (C++)")
+    return Verdict("core", S.LLM_SUCCESS, value=role.name, rule="§10.7: no link, the role changes")
+
+
+def _inet_aton(ip: str, strict: bool = False) -> bool:
+    """python-api.md §5: the C library's IPv4 parse (shorthand forms accepted); ``strict``:
+    four dotted decimal parts, as a C++ listen address must be (decision)."""
+    import socket
+    if strict:
+        parts = ip.split(".")
+        return len(parts) == 4 and all(p.isdigit() and p.isascii() and int(p) <= 255 for p in parts)
+    try:
+        socket.inet_aton(ip)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 # ---- remap_registered_memory (python-api.md §11.7, X-15) -----------------------------------------
 
 @dataclass(frozen=True)
