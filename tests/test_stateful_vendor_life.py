@@ -9,7 +9,9 @@ a bad ``llm.SyncKvCacheWaitTime`` (PR-26) or two device ids (PR-36); ``finalize`
 object; the peer's init and finalize; ``link_clusters`` (v1 by the Decoder side,
 §10.5; v2 by this side, §10.2) and forced ``unlink_clusters``;
 ``check_link_status`` (§10.8); ``switch_role`` (§10.7); rank-table ``link`` /
-``unlink`` / ``query_register_mem_status`` (§10.6, PR-39) with both members; v1 allocation with keys
+``unlink`` / ``query_register_mem_status`` (§10.6, PR-39) with both members, also a
+second communicator over a pair that already shares a link, which turns ``FAILED`` at
+``llm.LinkTotalTime`` (1 s here, X-23) and leaves that link alone; v1 allocation with keys
 on a Prompt (into the ``caches`` Bundle) and deallocation (``consumes``);
 ``remove_cache_key``; the peer Decoder's pulls through keys (§9.4, §9.5); and a
 manager and caches kept from a finalized generation (V-2).
@@ -41,7 +43,8 @@ from llm_datadist_ffi.vendor import CacheDesc, CacheKey, DataType, LLMDataDist, 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from oracle.outcome import Outcome  # noqa: E402
 from oracle.vendor_life import (  # noqa: E402
-    ProcessModel, link, orphan_comms, rank_table_link, stale, unlink_forced,
+    ProcessModel, link, orphan_comms, rank_table_link, second_rank_table_link, shares_a_link, stale,
+    unlink_forced,
 )
 from oracle.vendor_v1 import U64_MAX, Key  # noqa: E402
 
@@ -76,8 +79,12 @@ def expect(outcome: Outcome, got: Tuple[str, Any], what: str) -> None:
     assert got == wanted, f"{what}: got {got}, the model says {outcome.describe()}"
 
 
+# llm.LinkTotalTime in seconds (§13): a communicator that cannot complete is FAILED after it.
+FAST_FAIL = {"llm.LinkTotalTime": "1"}
+
+
 def options(version: str, port: Optional[int], bad: bool) -> Dict[str, str]:
-    made = vs.v2_options(port) if version == "v2" else vs.v1_options(port, **{"llm.EnableSwitchRole": "1"})
+    made = vs.v2_options(port, **FAST_FAIL) if version == "v2" else vs.v1_options(port, **{"llm.EnableSwitchRole": "1"})
     if bad:
         made["llm.SyncKvCacheWaitTime"] = "0"
     return made
@@ -156,7 +163,7 @@ class LifeMachine(RuleBasedStateMachine):
         orphan_comms(self.them, self.me)
         self.them.finalize("peer")
         assert self.them.init("peer", THERE, version, role, listen).ok
-        opts = {"llm.EnableSwitchRole": "1"} if version == "v1" else {}
+        opts = {"llm.EnableSwitchRole": "1"} if version == "v1" else FAST_FAIL
         self.peer.run(f"ps.start({role.name!r}, {THERE}, {self.peer_port if listen else None}, {opts}, "
                       f"v2={version == 'v2'})")
         if version == "v1" and role is LLMRole.DECODER:
@@ -213,9 +220,8 @@ class LifeMachine(RuleBasedStateMachine):
             else {}
         expect(outcome, observed(lambda: obj.switch_role(role, opts)), f"switch_role to {role}")
 
-    # One communicator at a time between the two engines: a second one over a pair that
-    # already holds a link stays PREPARING until llm.LinkTotalTime (the mock's answer;
-    # the specification is silent, see the report), which this machine does not wait for.
+    # A new communicator that becomes OK needs a pair without a link; a second one over a
+    # pair that shares a link is the next rule's.
     @precondition(lambda self: self.me.version == "v2" and self.them.version == "v2" and not self.me.links
                   and not self.them.links and not self.me.comms and not self.them.comms
                   and not self.me.orphans and not self.them.orphans)
@@ -237,20 +243,54 @@ class LifeMachine(RuleBasedStateMachine):
             time.sleep(0.002)
         assert self.peer.run(value=peer_status) == "OK"
 
+    @precondition(lambda self: self.me.version == "v2" and self.them.version == "v2" and not self.me.failed
+                  and not self.me.orphans and not self.them.orphans and shares_a_link(self.me, self.them))
+    @rule()
+    def second_rank_table_link(self) -> None:
+        """Both members of a pair that already shares a link join another communicator:
+        ``PREPARING`` at first, ``FAILED`` on both once ``llm.LinkTotalTime`` passed
+        (§10.6, §13; decision X-23); the shared link is still there afterwards."""
+        name = f"life2-{os.getpid()}-{time.monotonic_ns()}"
+        members = {HERE: 0, THERE: 1}
+        mine, theirs = second_rank_table_link(self.me, self.them)
+        obj = self.objects[self.me.live]
+        assert obj.link(name, members, vs.RANK_TABLE) == mine, "comm ids count from 1 per engine (§10.6)"
+        assert self.peer.run(value=f"ps.engine.link({name!r}, {members}, support.RANK_TABLE)") == theirs
+        assert obj.query_register_mem_status(mine) is RegisterMemStatus.PREPARING, "before llm.LinkTotalTime"
+        deadline = time.monotonic() + 10
+        while obj.query_register_mem_status(mine) is RegisterMemStatus.PREPARING and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert obj.query_register_mem_status(mine) is RegisterMemStatus.FAILED
+        peer_status = f"ps.engine.query_register_mem_status({theirs}).name"
+        while self.peer.run(value=peer_status) == "PREPARING" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert self.peer.run(value=peer_status) == "FAILED"
+        outcome = link(self.me, self.them)          # the shared link is still there: ALREADY_LINK
+        got = obj.link_clusters([vs.cluster_info(THERE, self.peer_port)], 2000)
+        assert got == (outcome.status, outcome.value), f"link: {got}, the model says {outcome.status} {outcome.value}"
+
     @precondition(lambda self: self.me.initialised)
     @rule(data=st.data())
     def rank_table_unlink(self, data: Any) -> None:
-        """``unlink`` of a live communicator (its partner unlinks too), of one whose
-        partner finalized (decision: success, the teardown is local), or of an
-        unknown comm id (``NOT_YET_LINK``; v1: LX). Afterwards the id is unknown."""
+        """``unlink`` of a live communicator (its partner unlinks too), of a ``FAILED``
+        one (its partner unlinks too, if it is still there: X-23), of one whose partner
+        finalized (decision: success, the teardown is local), or of an unknown comm id
+        (``NOT_YET_LINK``; v1: LX). Afterwards the id is unknown."""
         obj = self.objects[self.me.live]
-        comm = data.draw(st.sampled_from(sorted(self.me.comms) + sorted(self.me.orphans) + [77]), label="comm")
+        choices = sorted(self.me.comms) + sorted(self.me.failed) + sorted(self.me.orphans) + [77]
+        comm = data.draw(st.sampled_from(choices), label="comm")
         code = S.LLM_NOT_YET_LINK if self.me.version == "v2" else S.LLM_PARAM_INVALID
         if comm in self.me.comms:
             obj.unlink(comm)
             partner = self.me.comms.pop(comm)
             self.peer.run(f"ps.engine.unlink({partner})")
             del self.them.comms[partner]
+        elif comm in self.me.failed:
+            obj.unlink(comm)
+            failed_partner = self.me.failed.pop(comm)
+            if failed_partner is not None:
+                self.peer.run(f"ps.engine.unlink({failed_partner})")
+                del self.them.failed[failed_partner]
         elif comm in self.me.orphans:
             obj.unlink(comm)
             del self.me.orphans[comm]
@@ -364,11 +404,13 @@ class LifeMachine(RuleBasedStateMachine):
                "check_link_status")
 
     @invariant()
-    def live_communicators_are_ok(self) -> None:
+    def communicators_are_in_the_models_state(self) -> None:
         if self.me.initialised and self.me.version == "v2":
             obj = self.objects[self.me.live]
             for comm in self.me.comms:
                 assert obj.query_register_mem_status(comm) is RegisterMemStatus.OK, f"comm {comm}"
+            for comm in self.me.failed:
+                assert obj.query_register_mem_status(comm) is RegisterMemStatus.FAILED, f"comm {comm} (X-23)"
 
     @invariant()
     def live_caches_hold_their_bytes(self) -> None:
@@ -422,5 +464,32 @@ def test_a_v1_pull_over_a_link_whose_prompt_side_is_gone_is_wait_process_timeout
         machine.link_clusters()
         machine.unlink_forced()
         machine.peer_pulls_through_a_key(Key(HERE, 10), 0, None)
+    finally:
+        machine.teardown()
+
+
+@pytest.mark.parametrize("first", ["communicator", "link_clusters"])
+def test_a_second_communicator_over_a_linked_pair_is_failed_and_counts_until_its_unlink(peer: Any,
+                                                                                      first: str) -> None:
+    """The machine's X-23 path on every run, whatever Hypothesis draws: over a pair
+    linked by a communicator or by ``link_clusters``, a second communicator turns
+    ``FAILED`` on both members, the shared link stays (``ALREADY_LINK``), and
+    ``switch_role`` is ``EXIST_LINK`` while the failed communicator is not unlinked,
+    even once the ``link_clusters`` link is gone (decision: a communicator counts until
+    its ``unlink``, §10.7)."""
+    machine = LifeMachine()
+    try:
+        machine.both_engines_start("v2", LLMRole.DECODER, LLMRole.PROMPT)
+        if first == "communicator":
+            machine.rank_table_link()
+        else:
+            machine.link_clusters()
+        machine.second_rank_table_link()
+        machine.communicators_are_in_the_models_state()
+        if first == "link_clusters":
+            machine.unlink_forced()         # this side's link goes; only the failed communicator is left
+            assert not machine.me.links and not machine.me.comms
+        machine.switch_role(LLMRole.PROMPT)
+        assert machine.me.failed and machine.them.failed, "the model holds the failed communicator"
     finally:
         machine.teardown()

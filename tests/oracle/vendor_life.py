@@ -14,8 +14,12 @@ place (§10.4). v1 links are made by a DECODER (§10.5, §11) to a listening PRO
 ``check_link_status`` (§10.8) reports them on a DECODER. v2 ``link_clusters`` links
 any role to a listening peer (§10.2), ``ALREADY_LINK`` while the client holds a link
 (PR-42). A rank-table communicator (§10.6, PR-39) that both members joined reaches
-``OK``; an unknown comm id is ``NOT_YET_LINK``. Any live link or communicator makes
-``switch_role`` ``EXIST_LINK`` (§10.7).
+``OK``; an unknown comm id is ``NOT_YET_LINK``. A second communicator between two
+engines that already share a link (a communicator's or ``link_clusters``') cannot make
+a link of its own: it is ``PREPARING`` until ``llm.LinkTotalTime`` and then ``FAILED``
+on both members (§10.6, §13; decision X-23), and it leaves the shared link alone; its
+``unlink`` succeeds. Any live link or communicator, a failed one until its ``unlink``
+included, makes ``switch_role`` ``EXIST_LINK`` (§10.7; decision).
 
 ``ProcessModel`` is one process's view; the v1 caches and keys of its engine are a
 ``vendor_v1.V1Engine``. Written from the specification alone.
@@ -56,6 +60,8 @@ class ProcessModel:
     links: Dict[int, int] = field(default_factory=dict)    # remote cluster -> the link's token
     comms: Dict[int, int] = field(default_factory=dict)    # comm id -> the peer's comm id (both joined: OK)
     orphans: Dict[int, int] = field(default_factory=dict)  # comms whose other member finalized
+    failed: Dict[int, Optional[int]] = field(default_factory=dict)  # FAILED comms (X-23) -> the peer's id
+                                                                      # (None: the peer finalized)
     next_comm: int = 1
     v1: Optional[V1Engine] = None
 
@@ -84,7 +90,7 @@ class ProcessModel:
         self.live, self.cluster_id, self.version, self.role = name, cluster_id, version, role
         self.generation += 1
         self.listening = listen
-        self.links, self.comms, self.orphans, self.next_comm = {}, {}, {}, 1
+        self.links, self.comms, self.orphans, self.failed, self.next_comm = {}, {}, {}, {}, 1
         self.v1 = V1Engine(cluster_id, role) if version == "v1" else None
         return success()
 
@@ -95,7 +101,7 @@ class ProcessModel:
             return success(rule="§12.2: not initialised, a no-op")
         self.live, self.version, self.role, self.v1 = None, None, None, None
         self.listening = False
-        self.links, self.comms, self.orphans = {}, {}, {}
+        self.links, self.comms, self.orphans, self.failed = {}, {}, {}, {}
         return success()
 
     def check_link_status(self, remote: int) -> Outcome:
@@ -113,8 +119,9 @@ class ProcessModel:
         ``llm.EnableSwitchRole`` at init)."""
         if self.version == "v1" and role is self.role:
             return python_error_lx("§10.7: v1 role not changed")
-        if self.links or self.comms or self.orphans:
-            return fail(S.LLM_EXIST_LINK, "§10.7: a link is alive")
+        if self.links or self.comms or self.orphans or self.failed:
+            # decision: a communicator counts until its unlink, a FAILED one too (§10.6, §10.7)
+            return fail(S.LLM_EXIST_LINK, "§10.7: a link or communicator is alive")
         self.role = role
         if self.v1 is not None:
             self.v1.role = role
@@ -165,9 +172,35 @@ def rank_table_link(a: ProcessModel, b: ProcessModel) -> tuple:
     return mine, theirs
 
 
+def shares_a_link(a: ProcessModel, b: ProcessModel) -> bool:
+    """``a`` and ``b`` hold one live link with both sides in place: a communicator
+    both joined, or a ``link_clusters`` link neither side dropped (§10.1, §10.6)."""
+    joined = any(partner in b.comms for partner in a.comms.values())
+    token = a.links.get(b.cluster_id)
+    return joined or (token is not None and b.links.get(a.cluster_id) == token)
+
+
+def second_rank_table_link(a: ProcessModel, b: ProcessModel) -> tuple:
+    """Both members of a pair that already shares a link join another communicator
+    (§10.6): each gets the next comm id of its engine; the exchange cannot make a
+    second link between them, so the communicator is ``PREPARING`` until
+    ``llm.LinkTotalTime`` and then ``FAILED`` on both (decision X-23). The shared link
+    and the other communicators are untouched."""
+    mine, theirs = a.next_comm, b.next_comm
+    a.next_comm += 1
+    b.next_comm += 1
+    a.failed[mine] = theirs
+    b.failed[theirs] = mine
+    return mine, theirs
+
+
 def orphan_comms(gone: ProcessModel, other: ProcessModel) -> None:
     """``gone`` finalizes: the other member's communicators lose their partner; the
-    model no longer states their status (the specification does not)."""
+    model no longer states the status of those that were ``OK`` (the specification
+    does not); a ``FAILED`` one stays ``FAILED``."""
     for comm, partner in list(other.comms.items()):
         if partner in gone.comms:
             other.orphans[comm] = other.comms.pop(comm)
+    for comm, partner in other.failed.items():
+        if partner is not None and gone.failed.get(partner) == comm:
+            other.failed[comm] = None       # still FAILED: that state is final (§10.6)
