@@ -929,9 +929,8 @@ def unlink_clusters(mode: Mode, clusters: Any, timeout: Any = 3000, force: Any =
         _link_args(clusters, timeout)                     # §10.5: initialised, timeout, clusters
         if not isinstance(force, bool):
             _t("force", "§10.5 force is a bool")           # after the clusters' container check
-        for c in clusters:                                # §10.5 both generations: uint64
-            if c.remote_cluster_id is None:
-                _t("remote_cluster_id", "§10.5 remote_cluster_id unset")
+        for c in clusters:                                # §10.5 both generations: uint64 (T/V)
+            int_range(c.remote_cluster_id, 0, U64_MAX, "remote_cluster_id")
     except _Stop as stop:
         return stop.verdict
     if not clusters:
