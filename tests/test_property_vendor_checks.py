@@ -567,6 +567,34 @@ def test_switch_role_agrees_with_the_oracle(env: Env, mode: str, enable: bool, d
         dd.finalize()
 
 
+def test_switch_role_is_exist_link_while_a_link_lives_and_unlink_needs_only_a_listener(env: Env) -> None:
+    """With a peer process listening (v2): a non-forced unlink of a cluster never linked
+    is SUCCESS once its listener is reachable (semantics §10.3); while the link lives,
+    ``switch_role`` is ``LLM_EXIST_LINK`` (§10.7) whatever the role; a non-forced unlink
+    drops both sides (§10.3), after which both engines switch roles."""
+    import vendor_support as vs
+
+    env.stop()                                    # V-1: one engine per process
+    port = vs.free_port()
+    dd = LLMDataDist(LLMRole.DECODER, CLUSTER)
+    dd.init({"llm.EnableCacheManager": "1", "llm.EnableRemoteCacheAccessible": "1", "ge.exec.deviceId": "0"})
+    try:
+        with vs.Peer() as peer:
+            peer.run(f"p = LLMDataDist(LLMRole.PROMPT, 1); p.init(support.v2_options({port}))")
+            assert dd.unlink_clusters([vs.cluster_info(1, port)], 3000) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+            assert dd.link_clusters([vs.cluster_info(1, port)], 3000) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+            for role in (LLMRole.DECODER, LLMRole.PROMPT):
+                got = role_outcome(lambda: dd.switch_role(role))
+                assert got[:2] == ("LX", S.LLM_EXIST_LINK), f"switch_role({role}) with a live link: {got}"
+            assert peer.error("p.switch_role(LLMRole.MIX)").status == int(S.LLM_EXIST_LINK)
+            assert dd.unlink_clusters([vs.cluster_info(1, port)], 3000, force=False) == \
+                (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+            dd.switch_role(LLMRole.PROMPT)
+            peer.run(f"p.switch_role(LLMRole.MIX, {{'llm.listenIpInfo': '127.0.0.1:{port}'}}); p.finalize()")
+    finally:
+        dd.finalize()
+
+
 @settings(max_examples=settings.default.max_examples * 2)
 @given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool"]), data=st.data(), seed=st.integers(0, 2**32 - 1))
 def test_remap_registered_memory_agrees_with_the_oracle(env: Env, mode: str, data: st.DataObject, seed: int) -> None:
