@@ -21,6 +21,13 @@ ends in ``LLM_NOT_YET_LINK`` once its local checks pass, semantics §8.0). After
 call every byte of every cache, guard bytes included, equals the model's bytes:
 nothing is written by a call that fails, and local copies write exactly what the
 model wrote.
+
+``LLMDataDist``'s own calls are drawn the same way: ``init``'s options,
+``link_clusters`` / ``unlink_clusters`` / ``check_link_status`` of clusters where
+nothing listens, and ``switch_role`` (1 to 3 calls on an engine without links, whose
+new role must then govern v1's ``check_link_status`` and whose listener must run exactly
+where the role and options put one); one plain test with a peer process covers what
+needs a listener or a live link (EXIST_LINK, semantics §10.3 and §10.7).
 """
 from __future__ import annotations
 

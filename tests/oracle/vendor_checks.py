@@ -11,6 +11,10 @@ fails, or pass the Python checks and hand the call to the core. For a call that 
 ``Checks`` asks the single-engine core model (``vendor_local.Engine``) or, for transfers,
 models the engine's answer without a peer: semantics §8.0 puts the local cache checks
 before the link lookup, so a pull that is locally sound ends in ``NOT_YET_LINK``.
+``LLMDataDist``'s calls are modelled the same way for one engine without a peer:
+``link_clusters``, ``unlink_clusters`` and ``check_link_status`` (python-api.md §10.5,
+§10.7; semantics §10.3, §10.5; X-12) and ``switch_role`` (python-api.md §10.6,
+semantics §10.7, X-13).
 
 Arguments are plain Python values, except the package's own objects, which the tests
 describe: ``Key`` (a ``CacheKey``, ``CacheKeyByIdAndIndex`` or ``BlocksCacheKey``) and
