@@ -11,7 +11,7 @@ object; the peer's init and finalize; ``link_clusters`` (v1 by the Decoder side,
 ``check_link_status`` (§10.8); ``switch_role`` (§10.7); rank-table ``link`` /
 ``unlink`` / ``query_register_mem_status`` (§10.6, PR-39) with both members, also a
 second communicator over a pair that already shares a link, which turns ``FAILED`` at
-``llm.LinkTotalTime`` (1 s here, X-23) and leaves that link alone; v1 allocation with keys
+``llm.LinkTotalTime`` (2 s here, X-23) and leaves that link alone; v1 allocation with keys
 on a Prompt (into the ``caches`` Bundle) and deallocation (``consumes``);
 ``remove_cache_key``; the peer Decoder's pulls through keys (§9.4, §9.5); and a
 manager and caches kept from a finalized generation (V-2).
@@ -80,7 +80,10 @@ def expect(outcome: Outcome, got: Tuple[str, Any], what: str) -> None:
 
 
 # llm.LinkTotalTime in seconds (§13): a communicator that cannot complete is FAILED after it.
-FAST_FAIL = {"llm.LinkTotalTime": "1"}
+# 2 s, not the minimum 1 s: a communicator that does complete must still do so in time when
+# the machine is loaded (CI runs this module under ASan).
+LINK_TOTAL_S = 2
+FAST_FAIL = {"llm.LinkTotalTime": str(LINK_TOTAL_S)}
 
 
 def options(version: str, port: Optional[int], bad: bool) -> Dict[str, str]:
@@ -244,7 +247,7 @@ class LifeMachine(RuleBasedStateMachine):
         assert self.peer.run(value=peer_status) == "OK"
 
     @precondition(lambda self: self.me.version == "v2" and self.them.version == "v2" and not self.me.failed
-                  and not self.me.orphans and not self.them.orphans and shares_a_link(self.me, self.them))
+                  and not self.them.failed and not self.me.orphans and not self.them.orphans and shares_a_link(self.me, self.them))
     @rule()
     def second_rank_table_link(self) -> None:
         """Both members of a pair that already shares a link join another communicator:
@@ -254,9 +257,12 @@ class LifeMachine(RuleBasedStateMachine):
         members = {HERE: 0, THERE: 1}
         mine, theirs = second_rank_table_link(self.me, self.them)
         obj = self.objects[self.me.live]
+        started = time.monotonic()
         assert obj.link(name, members, vs.RANK_TABLE) == mine, "comm ids count from 1 per engine (§10.6)"
         assert self.peer.run(value=f"ps.engine.link({name!r}, {members}, support.RANK_TABLE)") == theirs
-        assert obj.query_register_mem_status(mine) is RegisterMemStatus.PREPARING, "before llm.LinkTotalTime"
+        early = obj.query_register_mem_status(mine)
+        if time.monotonic() - started < LINK_TOTAL_S:          # asked before llm.LinkTotalTime ran out
+            assert early is RegisterMemStatus.PREPARING, f"{early} before llm.LinkTotalTime"
         deadline = time.monotonic() + 10
         while obj.query_register_mem_status(mine) is RegisterMemStatus.PREPARING and time.monotonic() < deadline:
             time.sleep(0.02)

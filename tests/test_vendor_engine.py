@@ -695,7 +695,7 @@ def test_a_second_communicator_over_a_linked_pair_fails_at_link_total_time_and_t
         first: str) -> None:
     """Two engines already linked (by an earlier communicator, or by ``link_clusters``)
     join a second communicator. Its member exchange cannot make a second link between
-    them, so it stays ``PREPARING`` until ``llm.LinkTotalTime`` (here 1 s) and then is
+    them, so it stays ``PREPARING`` until ``llm.LinkTotalTime`` (here 2 s) and then is
     ``FAILED`` on both members (§10.6, §13 ``llm.LinkTotalTime``; decision X-23). Its
     ``unlink`` succeeds on both sides and drops only its own links (§10.6 "drops every
     link of the communicator"): pulls over the first link work before, during and after.
@@ -704,7 +704,8 @@ def test_a_second_communicator_over_a_linked_pair_fails_at_link_total_time_and_t
 
     port = vs.free_port()
     names = comm_name("first"), comm_name("second")
-    fast = {"llm.LinkTotalTime": "1"}                      # seconds (§13); the default is 30
+    total_s = 2                                             # llm.LinkTotalTime in seconds (§13); default 30
+    fast = {"llm.LinkTotalTime": str(total_s)}
     with vs.Peer() as peer:
         peer.run(f"p = LLMDataDist(LLMRole.PROMPT, 1); p.init(support.v2_options({port}, **{fast!r}))\n"
                  "kv = [fill(90 + t, (8, 64)) for t in range(2)]\n"
@@ -736,9 +737,12 @@ def test_a_second_communicator_over_a_linked_pair_fails_at_link_total_time_and_t
                 second_id = 1
             pull_works(1, 2)
 
+            started = time.monotonic()
             assert engine.link(names[1], {1: 0, 2: 1}, RANK_TABLE) == second_id
             assert peer.run(f"c2 = p.link('{names[1]}', {{1: 0, 2: 1}}, support.RANK_TABLE)", "c2") == second_id
-            assert engine.query_register_mem_status(second_id) is RegisterMemStatus.PREPARING
+            early = engine.query_register_mem_status(second_id)
+            assert time.monotonic() - started < total_s, "too slow to see PREPARING"
+            assert early is RegisterMemStatus.PREPARING
             pull_works(5, 3)                                  # the first link works while it prepares
             assert status_of(lambda: engine.query_register_mem_status(second_id).name) == "FAILED"
             assert status_of(lambda: peer.run(value="p.query_register_mem_status(c2).name")) == "FAILED"
