@@ -197,15 +197,16 @@ def test_finalize_waits_for_the_running_transfer_and_fails_calls_that_start_late
 
     mock_control.set_serve_delay(h.engine(B), SERVE_DELAY_MS)
     seen: dict[str, Any] = {}
+
     def run_transfer() -> None:
         seen["result"] = observe(call)
-        seen["transfer_done"] = time.monotonic()
 
     def run_finalize() -> None:
         h.engine(A).finalize()
         seen["finalize_done"] = time.monotonic()
 
     transfer = threading.Thread(target=run_transfer)
+    transfer_started = time.monotonic()
     transfer.start()
     time.sleep(LEAD_S)
     finalizer = threading.Thread(target=run_finalize)
@@ -221,7 +222,13 @@ def test_finalize_waits_for_the_running_transfer_and_fails_calls_that_start_late
     assert "result" in seen, "the transfer thread ended without a result"
     assert transfer_started_first(seen["result"]), \
         f"the held transfer did not complete as a running call: {seen['result']}"
-    assert seen["transfer_done"] <= seen["finalize_done"], "Finalize returned before the running transfer"
+    # B answers the transfer's table request about SERVE_DELAY_MS after it arrives, so a
+    # Finalize that waits for the transfer returns no earlier; one that did not wait would
+    # return soon after it began (LEAD_S). Half the delay separates the two; comparing the
+    # threads' own timestamps after return would race with the scheduler, and the mock's
+    # delay may end a fraction of a millisecond early by this clock.
+    assert seen["finalize_done"] >= transfer_started + SERVE_DELAY_MS / 2000, \
+        "Finalize returned before the running transfer could have"
 
     for name, cache_id, status in late:
         want = h.world.call_while_finalizing(A, name)
