@@ -262,6 +262,18 @@ class Mode:
     host_pool: bool = False
 
 
+def _range_rules(src: Optional[range], dst: Optional[range], n: int, nl: int, link_rule: str) -> Verdict:
+    """semantics §4.2, the engine rows of a pull's layer ranges against the local cache of
+    ``nl`` tensors; when they hold, the pull reaches the link lookup: NOT_YET_LINK here."""
+    if src is not None and dst is not None and len(src) != len(dst):
+        return Verdict("core", S.LLM_PARAM_INVALID, rule="§4.2 spans differ")
+    if src is not None and dst is None and len(src) * n != nl:
+        return Verdict("core", S.LLM_PARAM_INVALID, rule="§4.2 src count != N_local")
+    if dst is not None and (dst[-1] + 1) * n > nl:
+        return Verdict("core", S.LLM_PARAM_INVALID, rule="§4.2 dst past N_local")
+    return Verdict("core", S.LLM_NOT_YET_LINK, rule=link_rule)
+
+
 @dataclass
 class Checks:
     """One engine: its mode, the core model of its caches and the Python objects' view."""
@@ -297,14 +309,7 @@ class Checks:
                 return Verdict("core", S.LLM_PARAM_INVALID, rule="§6.2 batch_index")
             if size > local.stride:
                 return Verdict("core", S.LLM_PARAM_INVALID, rule="§6.1 size > S_dst")
-        nl = local.num_tensors
-        if src is not None and dst is not None and len(src) != len(dst):
-            return Verdict("core", S.LLM_PARAM_INVALID, rule="§4.2 spans differ")
-        if src is not None and dst is None and len(src) * n != nl:
-            return Verdict("core", S.LLM_PARAM_INVALID, rule="§4.2 src count != N_local")
-        if dst is not None and (dst[-1] + 1) * n > nl:
-            return Verdict("core", S.LLM_PARAM_INVALID, rule="§4.2 dst past N_local")
-        return Verdict("core", S.LLM_NOT_YET_LINK, rule="§8.0 step 5")
+        return _range_rules(src, dst, n, local.num_tensors, "§8.0 step 5")
 
     def _pull_cache(self, cache_key: Any, cache: Any, batch_index: Any = 0, size: Any = -1,
                     **kwargs: Any) -> Verdict:
@@ -723,14 +728,7 @@ class Checks:
             length = size if size > 0 else local.stride - off
             if length <= 0 or off + length > local.stride:
                 return Verdict("core", S.LLM_PARAM_INVALID, rule="§6.1 v1 dst_cache_offset + L > S_dst")
-        nl = local.num_tensors
-        if src is not None and dst is not None and len(src) != len(dst):
-            return Verdict("core", S.LLM_PARAM_INVALID, rule="§4.2 spans differ")
-        if src is not None and dst is None and len(src) * n != nl:
-            return Verdict("core", S.LLM_PARAM_INVALID, rule="§4.2 src count != N_local")
-        if dst is not None and (dst[-1] + 1) * n > nl:
-            return Verdict("core", S.LLM_PARAM_INVALID, rule="§4.2 dst past N_local")
-        return Verdict("core", S.LLM_NOT_YET_LINK, rule="no link")
+        return _range_rules(src, dst, n, local.num_tensors, "no link")
 
     def _v1_pull_cache(self, cache_key: Any, kv_cache: Any, batch_index: Any = 0, size: Any = -1,
                        **kwargs: Any) -> Verdict:
