@@ -28,7 +28,6 @@ from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import vendor_support as vs  # noqa: E402
 import vendor_v2_peer_support as v2s  # noqa: E402
 from oracle import vendor_v2 as oracle  # noqa: E402
 
@@ -49,12 +48,7 @@ PUSH_FLAWS = ["server mode", "unknown destination", "id <= 0", "kinds", "block b
 
 @pytest.fixture(scope="module")
 def pair() -> Iterator[v2s.Pair]:
-    with vs.Peer() as peer:
-        made = v2s.Pair(peer, oracle, vs.free_port(), vs.free_port())
-        try:
-            yield made
-        finally:
-            made.stop()
+    yield from v2s.module_pair(oracle)
 
 
 def request_key(req_id: int, model_id: int = 0) -> Tuple[Any, ...]:

@@ -69,14 +69,7 @@ def observed(call: Callable[[], Any]) -> Tuple[str, Any]:
         return "error", type(exc).__name__
 
 
-def expect(outcome: Outcome, got: Tuple[str, Any], what: str) -> None:
-    if outcome.python_error is not None:
-        wanted: Tuple[str, Any] = ("error", outcome.python_error.__name__)
-    elif outcome.status == S.LLM_SUCCESS:
-        wanted = ("ok", got[1] if got[0] == "ok" else None)
-    else:
-        wanted = ("status", outcome.status)
-    assert got == wanted, f"{what}: got {got}, the model says {outcome.describe()}"
+expect = vs.expect
 
 
 # llm.LinkTotalTime in seconds (§13): a communicator that cannot complete is FAILED after it.

@@ -27,7 +27,6 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initia
                                  run_state_machine_as_test)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import vendor_support as vs  # noqa: E402
 import vendor_v2_peer_support as v2s  # noqa: E402
 from oracle import vendor_v2 as oracle  # noqa: E402
 
@@ -257,12 +256,7 @@ class V2Machine(RuleBasedStateMachine):
 
 @pytest.fixture(scope="module")
 def pair() -> Iterator[v2s.Pair]:
-    with vs.Peer() as peer:
-        made = v2s.Pair(peer, oracle, vs.free_port(), vs.free_port())
-        try:
-            yield made
-        finally:
-            made.stop()
+    yield from v2s.module_pair(oracle)
 
 
 def test_two_v2_engines_follow_the_model(pair: v2s.Pair) -> None:

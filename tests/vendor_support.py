@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Type
+from typing import Any, Callable, Dict, Optional, Tuple, Type
 
 import numpy as np
 
@@ -173,3 +173,17 @@ def cluster_info(remote_cluster_id: Optional[int], port: int, local: bool = True
         info.append_local_ip_info("127.0.0.1", 0)
     info.append_remote_ip_info("127.0.0.1", port)
     return info
+
+
+def expect(outcome: Any, got: Tuple[str, Any], what: str) -> None:
+    """Compare an observed ``("ok", value)``, ``("status", code)`` or ``("error", type name)``
+    with an oracle ``Outcome``: its Python error type, else its status (any value on success)."""
+    from llm_datadist_ffi import LLMStatusCode
+    if outcome.python_error is not None:
+        wanted: Tuple[str, Any] = ("error", outcome.python_error.__name__)
+    elif outcome.status == LLMStatusCode.LLM_SUCCESS:
+        wanted = ("ok", got[1] if got[0] == "ok" else None)
+    else:
+        wanted = ("status", outcome.status)
+    assert got == wanted, f"{what}: got {got}, the oracle says {outcome.describe()}"
+

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -447,3 +447,15 @@ class Pair:
                 (int(model.synchronize), [None if r is None else int(r) for r in model.results]), \
                 f"task of {configs}: {status}, {results} != {model.synchronize}, {model.results}"
         return model
+
+
+def module_pair(oracle: Any) -> Iterator[Pair]:
+    """A ``Pair`` over a fresh peer process, for a module-scoped fixture; stopped at the end."""
+    import vendor_support
+    with vendor_support.Peer() as peer:
+        made = Pair(peer, oracle, vendor_support.free_port(), vendor_support.free_port())
+        try:
+            yield made
+        finally:
+            made.stop()
+

@@ -143,6 +143,20 @@ class V1Engine:
         cache = self.caches.get(cache_id)
         return None if cache is None or cache.freed else cache
 
+
+    def _python_layer_rules(self, n: int, src_range: Optional[range], dst_range: Optional[range],
+                            dst_id: int) -> Optional[Outcome]:
+        """The Python steps both v1 pulls share, in order (python-api §12): ``n > 0`` (§5),
+        the layer-range conversion (§4.2, PR-2), then PR-3 against the local cache."""
+        if n <= 0:
+            return python_error_lx("§5: tensor_num_per_layer <= 0")
+        ranged = _python_ranges(src_range, dst_range)
+        if ranged is not None:
+            return ranged
+        local = self.live(dst_id)
+        if local is not None:
+            return _python_pr3(n, local.num_tensors, src_range, dst_range)
+        return None
     def allocate(self, num_tensors: int, batches: int, tensor_size: int, keys: Sequence[Key] = (),
                  blocks: bool = False, blocks_key: Optional[BlocksKey] = None) -> Outcome:
         """``allocate_cache(desc, keys)`` or ``allocate_blocks_cache(desc, blocks_key)``.
@@ -238,16 +252,10 @@ class V1Engine:
                 return python_error(ValueError, "§6.3: a negative offset is a ValueError")
         if isinstance(key, Key) and not pull_validity(key):
             return python_error_lx("§7.5: key validity")
-        if n <= 0:
-            return python_error_lx("§5: tensor_num_per_layer <= 0")
-        ranged = _python_ranges(src_range, dst_range)
-        if ranged is not None:
-            return ranged
+        layered = self._python_layer_rules(n, src_range, dst_range, dst_id)
+        if layered is not None:
+            return layered
         local = self.live(dst_id)
-        if local is not None:
-            checked = _python_pr3(n, local.num_tensors, src_range, dst_range)
-            if checked is not None:
-                return checked
         # the engine (§8.0 pull order)
         if key.cluster_id == self.cluster_id:
             return fail(PI, "§8.0 step 2: own cluster")
@@ -314,16 +322,10 @@ class V1Engine:
             return python_error_lx("§7.2: an empty block list (v1)")
         if len(src_blocks) != len(dst_blocks):
             return python_error_lx("§7.2: lengths differ (v1)")
-        if n <= 0:
-            return python_error_lx("§5: tensor_num_per_layer <= 0")
-        ranged = _python_ranges(src_range, dst_range)
-        if ranged is not None:
-            return ranged
+        layered = self._python_layer_rules(n, src_range, dst_range, dst_id)
+        if layered is not None:
+            return layered
         local = self.live(dst_id)
-        if local is not None:
-            checked = _python_pr3(n, local.num_tensors, src_range, dst_range)
-            if checked is not None:
-                return checked
         if len(set(dst_blocks)) != len(dst_blocks):
             return python_error_lx("PR-5: a repeated destination block")
         if key.cluster_id == self.cluster_id:
