@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from .lint import LintWarning
 from .status import LLMException, LLMStatusCode, Status
 
 __version__ = "0.1.0"
 
-__all__ = ["backend", "LLMException", "LLMStatusCode", "Status", "__version__"]
+__all__ = ["backend", "LintWarning", "LLMException", "LLMStatusCode", "Status", "__version__"]
 
 
 def __getattr__(name: str) -> Any:

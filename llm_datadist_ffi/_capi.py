@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import lint
 from ._loader import const, ffi, lldd_lib
 from .status import LLMException, exception_for, map_status
 
@@ -31,9 +32,26 @@ def error(status: int, tag: str) -> LLMException:
 
 
 def check(status: int, tag: str) -> None:
-    """Raise the exception of ``status`` unless it is ``LLM_SUCCESS``."""
+    """Report the engine's lints of the call, then raise the exception of ``status``
+    unless it is ``LLM_SUCCESS``."""
+    if _HAS_LINT_RECORD and lldd_lib.lldd_mock_lint_count():
+        report_engine_lints()
     if status != 0:
         raise error(status, tag)
+
+
+def report_engine_lints() -> None:
+    """Warn for the lints the engine recorded in this thread since the last report.
+
+    Rules that the Python layers check themselves (``lint.PYTHON_RULES``) were already
+    reported before the call and are skipped here.
+    """
+    count = min(int(lldd_lib.lldd_mock_lint_count()), 8)
+    records = [(int(lldd_lib.lldd_mock_lint_rule(i)),
+                ffi.string(lldd_lib.lldd_mock_lint_text(i)).decode("utf-8", "replace"))
+               for i in range(count)]
+    lldd_lib.lldd_mock_lint_clear()
+    lint.lint_engine_records(records, skip=lint.PYTHON_RULES)
 
 
 # ---- version, capabilities ------------------------------------------------------------------
@@ -79,6 +97,8 @@ def lldd_link_clusters(engine: CData, clusters: CData, count: int, timeout: int)
     rets = ffi.new("lldd_status[]", max(count, 1))
     num = ffi.new("size_t *")
     status = lldd_lib.lldd_link_clusters(engine, clusters, count, timeout, rets, num)
+    if _HAS_LINT_RECORD and lldd_lib.lldd_mock_lint_count():
+        report_engine_lints()
     return int(status), [int(rets[i]) for i in range(num[0])]
 
 
@@ -299,3 +319,8 @@ def lldd_ext_query_register_mem_status(engine: CData, comm_id: int, tag: str) ->
 
 def lldd_ext_remap_registered_memory(engine: CData, addrs: CData, sizes: CData, num: int, tag: str) -> None:
     check(_ext_function("lldd_ext_remap_registered_memory")(engine, addrs, sizes, num), tag)
+
+
+# The mock's lint record (include/lldd/mock.h); other backends have no lints.
+_HAS_LINT_RECORD = bool(lldd_capabilities() & const("LLDD_CAP_MOCK_CONTROL")) and \
+    hasattr(lldd_lib, "lldd_mock_lint_count")

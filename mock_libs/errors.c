@@ -5,6 +5,8 @@
  * at the same moment (STYLE §3). A success leaves the text alone, as
  * aclGetRecentErrMsg does on a device (acl.md A-8). */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "mock_internal.h"
 
@@ -37,4 +39,59 @@ const char *mock_error_or_null(void)
 MOCK_EXPORT const char *lldd_last_error(void)
 {
     return t_has_message ? t_message : "";
+}
+
+/* ---- lint record ------------------------------------------------------------------------- */
+
+enum { MOCK_LINT_SLOTS = 8, MOCK_LINT_CAPACITY = 512 };
+
+static _Thread_local uint32_t t_lint_count;
+static _Thread_local uint32_t t_lint_rule[MOCK_LINT_SLOTS];
+static _Thread_local char t_lint_text[MOCK_LINT_SLOTS][MOCK_LINT_CAPACITY];
+
+int mock_strict(void)
+{
+    const char *v = getenv("LLM_DATADIST_FFI_STRICT");
+    return v != NULL && strcmp(v, "1") == 0;
+}
+
+int mock_lint(uint32_t rule, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (mock_strict()) {
+        mock_set_error_v(fmt, ap);
+        va_end(ap);
+        return 1;
+    }
+    if (t_lint_count < MOCK_LINT_SLOTS) {
+        char *out = t_lint_text[t_lint_count];
+        if (vsnprintf(out, MOCK_LINT_CAPACITY, fmt, ap) < 0)
+            snprintf(out, MOCK_LINT_CAPACITY, "(unformattable lint message)");
+        t_lint_rule[t_lint_count] = rule;
+    }
+    va_end(ap);
+    if (t_lint_count < UINT32_MAX)
+        t_lint_count++;
+    return 0;
+}
+
+MOCK_EXPORT uint32_t lldd_mock_lint_count(void)
+{
+    return t_lint_count;
+}
+
+MOCK_EXPORT uint32_t lldd_mock_lint_rule(uint32_t index)
+{
+    return index < t_lint_count && index < MOCK_LINT_SLOTS ? t_lint_rule[index] : 0;
+}
+
+MOCK_EXPORT const char *lldd_mock_lint_text(uint32_t index)
+{
+    return index < t_lint_count && index < MOCK_LINT_SLOTS ? t_lint_text[index] : "";
+}
+
+MOCK_EXPORT void lldd_mock_lint_clear(void)
+{
+    t_lint_count = 0;
 }

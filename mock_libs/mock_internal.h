@@ -22,6 +22,16 @@ void mock_set_error_v(const char *fmt, va_list ap);
 /* NULL when this thread has had no failure yet. */
 const char *mock_error_or_null(void);
 
+/* ---- errors.c: lint (docs/semantics.md §0, include/lldd/mock.h) ----
+ * A call that the device accepts with a surprising result calls mock_lint() at the
+ * rule's check. In strict mode (LLM_DATADIST_FFI_STRICT=1) it sets the last-error text
+ * and returns 1: the caller refuses with the rule's code. Otherwise it appends the
+ * message to the calling thread's lint record and returns 0: the call goes on. */
+enum { MOCK_LINT_UNKNOWN_OPTION = 1001 };
+int mock_lint(uint32_t rule, const char *fmt, ...) MOCK_PRINTF(2, 3);
+/* 1 when LLM_DATADIST_FFI_STRICT=1 (read at each call). */
+int mock_strict(void);
+
 /* ---- faults.c: fault injection (lldd_mock_inject_fault) ----
  * Every exported function calls MOCK_FAULT("name") first; when a fault is armed for
  * that name it returns non-zero and stores the injected code in *code. */

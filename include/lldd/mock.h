@@ -27,3 +27,16 @@ lldd_status lldd_mock_drop_connections(lldd_engine *engine);
 /* Accounting for leak tests: live mock-ACL allocations and live engines. */
 uint64_t lldd_mock_live_allocations(void);
 uint64_t lldd_mock_live_engines(void);
+
+/* Lint (docs/semantics.md §0): a call the device accepts with a defined but
+ * surprising result does what the device does and records a lint in the calling
+ * thread's lint record; lldd_mock_lint_count() says how many the calls since the last
+ * lldd_mock_lint_clear() recorded (at most 8 are kept: later ones are counted, not
+ * stored), lldd_mock_lint_rule(i) the rule number of the i-th (n of PR-n; 1001 for an
+ * unknown option key; 0 past the stored ones) and lldd_mock_lint_text(i) its message
+ * ("" past the stored ones). With the environment variable LLM_DATADIST_FFI_STRICT=1 the
+ * engine refuses such a call instead, with the rule's code, before anything moves. */
+uint32_t lldd_mock_lint_count(void);
+uint32_t lldd_mock_lint_rule(uint32_t index);
+const char *lldd_mock_lint_text(uint32_t index);
+void lldd_mock_lint_clear(void);
