@@ -10,12 +10,11 @@ Errors, in the order they are checked:
 1. ``TypeError`` for an argument of the wrong type, ``ValueError`` for an integer
    outside its C type (``uint32_t`` batch index, ``int32_t`` layer pair, ...): the
    call never reaches C.
-2. The project rules marked [all] in ``docs/semantics.md`` (PR-1, PR-3, PR-5, PR-11,
-   PR-26, PR-27, PR-33), checked here so that they hold on both backends, before any
-   native call, as ``LLMException`` with ``LLM_PARAM_INVALID``. They use only the
-   call's arguments, the options given at ``initialize`` and the package's own record
-   of the caches this object registered or allocated; they are skipped while the
-   engine is not initialised (the backend then answers ``LLM_FAILED``).
+2. Lint (docs/semantics.md §0): layer pairs the vendor reads as "every layer" (PR-1,
+   PR-11) and a repeated destination block (PR-5) warn with their ``LintWarning``
+   and go on as the device does; under ``LLM_DATADIST_FFI_STRICT=1`` they raise
+   ``LLMException`` with ``LLM_PARAM_INVALID`` instead. They are checked while the
+   engine is initialised (before, the backend answers ``LLM_FAILED``).
 3. Every other rule is the backend's: a non-zero status raises the ``LLMException``
    subclass of its code, carrying the C side's message. ``link_llm_clusters`` and
    ``unlink_llm_clusters`` return their statuses instead of raising.
@@ -32,7 +31,7 @@ from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _capi
+from . import _capi, lint
 from ._capi import ffi
 from .data_type import DataType, GeDataType, data_type_value
 from .status import LLMException, LLMStatusCode, exception_for, map_status
@@ -324,39 +323,31 @@ def _check_listen_port(options: Optional[Mapping[str, str]], tag: str) -> None:
 
 
 def _check_ext_param(ext: KvCacheExtParam, tag: str) -> None:
+    """PR-11 and PR-1 (lint): pairs the vendor's API accepts but reads as "every layer".
+
+    Pairs the API check refuses (a member below -1, first > second) are left to the
+    backend, which refuses them with the vendor's code.
+    """
     src, dst = tuple(ext.src_layer_range), tuple(ext.dst_layer_range)
+    if not all(-1 <= pair[0] <= pair[1] for pair in (src, dst)):
+        return
     for name, pair in (("src_layer_range", src), ("dst_layer_range", dst)):
         if pair[0] == -1 and pair[1] >= 0:
-            raise _param_invalid(tag, f"{name} {{-1, {pair[1]}}} is neither a range nor the default {{-1, -1}} "
-                                      "(PR-11)")
-    if (src == (-1, -1)) != (dst == (-1, -1)):
-        raise _param_invalid(tag, f"src_layer_range {{{src[0]}, {src[1]}}} and dst_layer_range "
-                                  f"{{{dst[0]}, {dst[1]}}}: src_layer_range and dst_layer_range must both be "
-                                  "given or both be {-1,-1} (PR-1)")
-
-
-def _check_tensor_num(ext: KvCacheExtParam, local: Optional[CacheDesc], is_push: bool, tag: str) -> None:
-    n = ext.tensor_num_per_layer
-    if local is None or not 1 <= n <= 255:
-        return       # unknown cache, or a value the backend rejects itself
-    count = int(local.num_tensors)
-    if n > count:
-        raise _param_invalid(tag, f"tensor_num_per_layer ({n}) is invalid, should be in [1, {count}], the "
-                                  "local cache's tensor count (PR-3)")
-    ranged = tuple(ext.src_layer_range) != (-1, -1) or tuple(ext.dst_layer_range) != (-1, -1)
-    if (is_push or ranged) and count % n:
-        raise _param_invalid(tag, f"tensor_num_per_layer ({n}) must divide the local cache's tensor count "
-                                  f"({count}) (PR-3)")
+            lint.lint("PR-11", f"[{tag}] ext_param.{name} {{-1, {pair[1]}}} is neither a range nor the default "
+                               "{-1, -1}")
+    if (src[0] == -1) != (dst[0] == -1):
+        lint.lint("PR-1", f"[{tag}] ext_param.src_layer_range {{{src[0]}, {src[1]}}} and dst_layer_range "
+                          f"{{{dst[0]}, {dst[1]}}}: only one of them is a range")
 
 
 def _check_distinct(blocks: "np.ndarray[Any, Any]", name: str, tag: str) -> None:
+    """PR-5 (lint): a destination block listed twice; the last write wins on the device."""
     if blocks.size < 2:
         return
     ordered = np.sort(blocks, kind="stable")
     repeated = ordered[1:][ordered[1:] == ordered[:-1]]
     if repeated.size:
-        raise _param_invalid(tag, f"{name} contains block {int(repeated[0])} more than once; destination blocks "
-                                  "must be distinct (PR-5)")
+        lint.lint("PR-5", f"[{tag}] {name} contains block {int(repeated[0])} more than once")
 
 
 # ---- the engine -------------------------------------------------------------------------------
@@ -540,27 +531,14 @@ class LlmDataDist:
             self._caches.pop(cid, None)
 
     # -- transfers --
-    def _ext(self, ext_param: Optional[KvCacheExtParam], local_id: int, is_push: bool, tag: str) -> Any:
+    def _ext(self, ext_param: Optional[KvCacheExtParam], tag: str) -> Any:
         if ext_param is None:
             ext_param = KvCacheExtParam()
         _require(ext_param, KvCacheExtParam, "ext_param")
         ext = ext_param._to_c()
         if self._initialized:
             _check_ext_param(ext_param, tag)
-            _check_tensor_num(ext_param, self._caches.get(local_id), is_push, tag)
         return ext
-
-    def _check_push_source(self, src_cache: Cache, tag: str) -> None:
-        record = self._caches.get(src_cache.cache_id)
-        if not self._initialized or record is None:
-            return
-        given = 0 if src_cache.cache_desc is None else int(src_cache.cache_desc.num_tensors)
-        if given and given != int(record.num_tensors):
-            raise _param_invalid(tag, f"src_cache.cache_desc.num_tensors ({given}) differs from the registered "
-                                      f"cache {src_cache.cache_id}'s tensor count ({record.num_tensors}) (PR-33)")
-        if int(record.placement) != int(CachePlacement.DEVICE):
-            raise _param_invalid(tag, f"src_cache {src_cache.cache_id} is HOST-placed; pushes need a DEVICE "
-                                      "cache (PR-33)")
 
     def pull_kv_cache(self, src_cache_index: CacheIndex, dst_cache: Cache, batch_index: int = 0,
                       size: int = -1, ext_param: Optional[KvCacheExtParam] = None) -> None:
@@ -579,7 +557,7 @@ class LlmDataDist:
         dst, keep = dst_cache._to_c("dst_cache")
         batch = _int(batch_index, "batch_index", _U32, "uint32")
         nbytes = _int(size, "size", _I64, "int64")
-        ext = self._ext(ext_param, dst_cache.cache_id, False, tag)
+        ext = self._ext(ext_param, tag)
         _capi.lldd_pull_kv_cache(self._engine(), src, dst, batch, nbytes, ext, tag)
         del keep
 
@@ -599,7 +577,7 @@ class LlmDataDist:
         dst, keep = dst_cache._to_c("dst_cache")
         src_ptr, n_src, src_arr = _blocks(src_blocks, "src_blocks")
         dst_ptr, n_dst, dst_arr = _blocks(dst_blocks, "dst_blocks")
-        ext = self._ext(ext_param, dst_cache.cache_id, False, tag)
+        ext = self._ext(ext_param, tag)
         if self._initialized:
             _check_distinct(dst_arr, "dst_blocks", tag)
         _capi.lldd_pull_kv_blocks(self._engine(), src, dst, src_ptr, n_src, dst_ptr, n_dst, ext, tag)
@@ -620,8 +598,7 @@ class LlmDataDist:
         dst = dst_cache_index._to_c("dst_cache_index")
         batch = _int(src_batch_index, "src_batch_index", _U32, "uint32")
         nbytes = _int(size, "size", _I64, "int64")
-        ext = self._ext(ext_param, src_cache.cache_id, True, tag)
-        self._check_push_source(src_cache, tag)
+        ext = self._ext(ext_param, tag)
         _capi.lldd_push_kv_cache(self._engine(), src, dst, batch, nbytes, ext, tag)
         del keep
 
@@ -639,8 +616,7 @@ class LlmDataDist:
         dst = dst_cache_index._to_c("dst_cache_index")
         src_ptr, n_src, src_arr = _blocks(src_blocks, "src_blocks")
         dst_ptr, n_dst, dst_arr = _blocks(dst_blocks, "dst_blocks")
-        ext = self._ext(ext_param, src_cache.cache_id, True, tag)
-        self._check_push_source(src_cache, tag)
+        ext = self._ext(ext_param, tag)
         if self._initialized:
             _check_distinct(dst_arr, "dst_blocks", tag)
         _capi.lldd_push_kv_blocks(self._engine(), src, dst, src_ptr, n_src, dst_ptr, n_dst, ext, tag)

@@ -482,7 +482,8 @@ lldd_status pr32_check_peer(const char *fn, const mlink *l, const cache_wire *rw
 lldd_status move_bytes(xlink *x, const char *fn, const plan *p, int pull, int64_t peer_cache_id);
 lldd_status check_blocks(const char *fn, const char *name, const uint64_t *blk, size_t n, uint64_t limit,
                          const char *whose);
-lldd_status check_repeats(const char *fn, const char *name, const uint64_t *v, size_t n);
+/* A repeated value: for destination blocks (lint = 1) the PR-5 lint, else a refusal. */
+lldd_status check_repeats(const char *fn, const char *name, const uint64_t *v, size_t n, int lint);
 /* Step 6 of a push (native and extension), in this order: the destination cache is
  * remote accessible and, unless pool-owned, registered before the link (PR-32). */
 lldd_status push_dst_access_checks(const char *fn, const cache_wire *rw, const mlink *l, uint64_t cluster_id);

@@ -354,19 +354,17 @@ static lldd_status pull_args_check(engine *e, const char *fn, const epull *a, in
     return LLM_SUCCESS;
 }
 
-/* Step 4's tensor-list checks (§4.2, §5, PR-3) against the local cache. */
-static lldd_status pull_local_tensors(const char *fn, const epull *a, const cache_wire *lw)
+/* Step 4's tensor-list checks (§4.2, §5) against the local cache. tensor_num_per_layer
+ * has no upper bound (a pull without a range never uses it), and only the v2 engine
+ * asks a ranged pull's local tensor count to be a multiple of it: v1 does not send it
+ * to the device side (docs/semantics.md, PR-3). */
+static lldd_status pull_local_tensors(const char *fn, const epull *a, const cache_wire *lw, int v1)
 {
     uint32_t nl = lw->num_tensors;
     int ranged = a->nst > 0 || a->ndt > 0;
-    if (a->n > nl) {
-        mock_set_error("%s: tensor_num_per_layer (%u) is invalid, should [1, %u]: the local cache has %u tensors "
-                       "(PR-3)", fn, (unsigned)a->n, (unsigned)nl, (unsigned)nl);
-        return LLM_PARAM_INVALID;
-    }
-    if (ranged && nl % a->n != 0) {
-        mock_set_error("%s: with a layer range, tensor_num_per_layer %u must divide the local cache's %u tensors "
-                       "(PR-3)", fn, (unsigned)a->n, (unsigned)nl);
+    if (!v1 && ranged && nl % a->n != 0) {
+        mock_set_error("%s: when using layer wise transfer, the tensor_num %u of the local cache must be a multiple "
+                       "of tensor_num_per_layer %u", fn, (unsigned)nl, (unsigned)a->n);
         return LLM_PARAM_INVALID;
     }
     if (a->ndt > nl) {
@@ -381,7 +379,7 @@ static lldd_status pull_local_tensors(const char *fn, const epull *a, const cach
             return LLM_PARAM_INVALID;
         }
     }
-    lldd_status st = check_repeats(fn, "dst tensor index", a->dt, a->ndt);
+    lldd_status st = check_repeats(fn, "dst tensor index", a->dt, a->ndt, 0);
     if (st != LLM_SUCCESS)
         return st;
     if (a->nst > 0 && a->ndt > 0 && a->nst != a->ndt) {
@@ -437,7 +435,7 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
         mock_set_error("%s: request expect local cache is blocks: cache %lld has no blocks", fn, (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    if ((st = pull_local_tensors(fn, a, lw)) != LLM_SUCCESS)
+    if ((st = pull_local_tensors(fn, a, lw, v1)) != LLM_SUCCESS)
         return st;
     uint64_t pairs = a->ndt > 0 ? a->ndt : (a->nst > 0 ? a->nst : lw->num_tensors);
 
@@ -457,7 +455,7 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
         return LLM_PARAM_INVALID;
     }
     if (form != PLAN_C2C) {
-        if ((st = check_repeats(fn, "dst_blocks", a->dblk, a->ndb)) != LLM_SUCCESS)
+        if ((st = check_repeats(fn, "dst_blocks", a->dblk, a->ndb, 1)) != LLM_SUCCESS)
             return st;
         if ((st = check_blocks(fn, "dst_blocks", a->dblk, a->ndb, lw->blocks, "local")) != LLM_SUCCESS)
             return st;
@@ -740,7 +738,17 @@ typedef struct epush {
     const uint64_t *sblk, *dblk;
     size_t nsb, ndb;
     int b2b;
+    /* a BlocksCacheKey destination with no block lists: the vendor's layer-wise job
+     * copies "batch" 0 of it, which in a blocks cache is block 0, from batch (block)
+     * src_batch of the source (docs/semantics.md X-25) */
+    int block0;
 } epush;
+
+/* Batches of a cache as a C2C transfer addresses them: its blocks, when it has no batches. */
+static uint64_t c2c_batches(const cache_wire *w, int block0)
+{
+    return block0 && !kind_has_batches(w) ? w->blocks : w->batches;
+}
 
 static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcache *lc, xlink *xl, xsrc *dst)
 {
@@ -780,13 +788,21 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
                        (unsigned)a->dst_layer, (unsigned)rw->num_tensors, (unsigned)a->n);
         return LLM_PARAM_INVALID;
     }
-    if (!a->b2b && a->dst->batch_index >= rw->batches) {
+    uint32_t dst_batch = a->block0 ? 0 : a->dst->batch_index;
+    if (!a->b2b && dst_batch >= c2c_batches(rw, a->block0)) {
         mock_set_error("%s: dst.batch_index %u is out of range: the remote cache %lld has %llu batches", fn,
-                       (unsigned)a->dst->batch_index, (long long)rw->id, (unsigned long long)rw->batches);
+                       (unsigned)dst_batch, (long long)rw->id, (unsigned long long)c2c_batches(rw, a->block0));
         return LLM_PARAM_INVALID;
     }
-    if ((st = push_dst_shape_checks(fn, a->b2b, lw, rw, a->dblk, a->ndb)) != LLM_SUCCESS)
+    if (a->block0 && !kind_has_batches(rw)) {
+        if (lw->stride > rw->stride) {       /* PR-14: the guard of every C2C push */
+            mock_set_error("%s: source batch larger than destination block: %llu > %llu bytes (PR-14)", fn,
+                           (unsigned long long)lw->stride, (unsigned long long)rw->stride);
+            return LLM_PARAM_INVALID;
+        }
+    } else if ((st = push_dst_shape_checks(fn, a->b2b, lw, rw, a->dblk, a->ndb)) != LLM_SUCCESS) {
         return st;
+    }
     /* step 7: the source's checks */
     if (a->src_layer >= lw->num_tensors / a->n) {
         mock_set_error("%s: source layer %u is out of range: the local cache has %u tensors, %u per layer", fn,
@@ -794,18 +810,18 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
         return LLM_PARAM_INVALID;
     }
     if (lw->num_tensors % a->n != 0) {
-        mock_set_error("%s: tensor_num_per_layer %u must divide the local cache's %u tensors (PR-3)", fn,
+        mock_set_error("%s: tensor_num_per_layer %u must divide the local cache's %u tensors", fn,
                        (unsigned)a->n, (unsigned)lw->num_tensors);
         return LLM_PARAM_INVALID;
     }
-    if (!a->b2b && !kind_has_batches(lw)) {
+    if (!a->b2b && !a->block0 && !kind_has_batches(lw)) {
         mock_set_error("%s: the local cache %lld is a blocks cache; a contiguous push needs batches (PR-15)", fn,
                        (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    if (!a->b2b && a->src_batch >= lw->batches) {
+    if (!a->b2b && a->src_batch >= c2c_batches(lw, a->block0)) {
         mock_set_error("%s: src_batch_index %u is out of range: cache %lld has %llu batches", fn,
-                       (unsigned)a->src_batch, (long long)lw->id, (unsigned long long)lw->batches);
+                       (unsigned)a->src_batch, (long long)lw->id, (unsigned long long)c2c_batches(lw, a->block0));
         return LLM_PARAM_INVALID;
     }
     if (a->b2b && !kind_has_blocks(lw)) {
@@ -830,7 +846,7 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
         p.block = lw->stride;
     } else {
         p.soff = (uint64_t)a->src_batch * lw->stride;
-        p.doff = (uint64_t)a->dst->batch_index * rw->stride;
+        p.doff = (uint64_t)dst_batch * rw->stride;
         p.len = lw->stride;
     }
     return move_bytes(xl, fn, &p, 0, rw->id);
@@ -846,8 +862,9 @@ MOCK_EXPORT lldd_status lldd_ext_push_layer(lldd_engine *e, int64_t src_cache_id
                                      NULL, NULL, src_blocks, num_src_blocks, dst_blocks, num_dst_blocks);
     if (st != LLM_SUCCESS)
         return st;
+    int block0 = dst->kind == LLDD_KEY_BLOCKS && num_src_blocks == 0 && num_dst_blocks == 0;
     epush a = {src_cache_id, src_batch_index, src_layer, dst_layer, tensor_num_per_layer, dst, src_blocks, dst_blocks,
-               num_src_blocks, num_dst_blocks, dst->kind == LLDD_KEY_BLOCKS};
+               num_src_blocks, num_dst_blocks, dst->kind == LLDD_KEY_BLOCKS && !block0, block0};
     mcache *lc = NULL;
     if (e->gen == GEN_V1) {
         mock_set_error("%s: push_cache and push_blocks do not exist in KvCacheManager (v1) mode", fn);
@@ -1148,7 +1165,7 @@ MOCK_EXPORT lldd_status lldd_ext_transfer_layer(lldd_engine *e, int64_t src_cach
     } else if (a.form == PLAN_B2B && src_batch_index != 0) {
         mock_set_error("%s: src_batch_index %u must be 0 when src_blocks are given", fn, (unsigned)src_batch_index);
         st = LLM_PARAM_INVALID;
-    } else if ((st = check_repeats(fn, "dst_blocks", dst_blocks, num_dst_blocks)) != LLM_SUCCESS) {
+    } else if ((st = check_repeats(fn, "dst_blocks", dst_blocks, num_dst_blocks, 1)) != LLM_SUCCESS) {
         /* message set */
     } else if (dst_cluster_id == e->cluster_id) {
         mock_set_error("%s: dst_cluster_id %llu is this engine's own cluster", fn, (unsigned long long)dst_cluster_id);

@@ -70,19 +70,20 @@ static lldd_status check_ext(const char *fn, const lldd_ext_param *p, int push, 
                        "layer; give the number of tensors or an explicit range", fn);
         return LLM_PARAM_INVALID;
     }
+    /* lint: pairs the vendor's API accepts and then reads as "every layer" */
     for (int side = 0; side < 2; side++) {
         int64_t f = side ? x->df : x->sf, s = side ? x->ds : x->ss;
-        if (f == -1 && s >= 0) {
-            mock_set_error("%s: ext_param.%s {-1, %lld} is neither a range nor the default {-1, -1} (PR-11)", fn,
-                           side ? "dst_layer_range" : "src_layer_range", (long long)s);
+        if (f == -1 && s >= 0 &&
+            mock_lint(11, "%s: ext_param.%s {-1, %lld} is neither a range nor the default {-1, -1} (PR-11)", fn,
+                      side ? "dst_layer_range" : "src_layer_range", (long long)s))
             return LLM_PARAM_INVALID;
-        }
     }
-    if ((x->sf == -1) != (x->df == -1)) {
-        mock_set_error("%s: src_layer_range and dst_layer_range must both be given or both be {-1,-1} (PR-1)", fn);
+    if ((x->sf == -1) != (x->df == -1) &&
+        mock_lint(1, "%s: only one of src_layer_range and dst_layer_range is a range (PR-1)", fn))
         return LLM_PARAM_INVALID;
-    }
-    x->has_range = x->sf >= 0;
+    /* a pull uses the pairs only when both are ranges; a push when its source is one
+     * (a default destination then names layer 2^64 - 1, which the peer refuses) */
+    x->has_range = push ? x->sf >= 0 : (x->sf >= 0 && x->df >= 0);
     return LLM_SUCCESS;
 }
 
@@ -677,19 +678,24 @@ lldd_status check_blocks(const char *fn, const char *name, const uint64_t *blk, 
     return LLM_SUCCESS;
 }
 
-lldd_status check_repeats(const char *fn, const char *name, const uint64_t *v, size_t n)
+lldd_status check_repeats(const char *fn, const char *name, const uint64_t *v, size_t n, int lint)
 {
     size_t pos, earlier;
     if (find_repeat(v, n, &pos, &earlier) != 0) {
         mock_set_error("%s: out of host memory", fn);
         return LLM_FAILED;
     }
-    if (pos != SIZE_MAX) {
-        mock_set_error("%s: %s[%zu] = %llu repeats %s[%zu]; a destination may appear only once (PR-5)", fn, name,
-                       pos, (unsigned long long)v[pos], name, earlier);
-        return LLM_PARAM_INVALID;
+    if (pos == SIZE_MAX)
+        return LLM_SUCCESS;
+    /* a repeated destination block: the device copies every pair in order and the last
+     * write wins (lint PR-5); repeated tensor indexes stay refused */
+    if (lint) {
+        return mock_lint(5, "%s: %s[%zu] = %llu repeats %s[%zu]; the last write wins (PR-5)", fn, name, pos,
+                         (unsigned long long)v[pos], name, earlier) ? LLM_PARAM_INVALID : LLM_SUCCESS;
     }
-    return LLM_SUCCESS;
+    mock_set_error("%s: %s[%zu] = %llu repeats %s[%zu]; a destination may appear only once", fn, name, pos,
+                   (unsigned long long)v[pos], name, earlier);
+    return LLM_PARAM_INVALID;
 }
 
 static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, mcache *lc, xlink *xl, peer_cache *pc)
@@ -718,11 +724,7 @@ static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, m
         mock_set_error("%s: request expect local cache is blocks: cache %lld has no blocks", fn, (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    if (x->n > lw->num_tensors) {
-        mock_set_error("%s: tensor_num_per_layer %u is larger than the local cache's %u tensors (PR-3)", fn,
-                       (unsigned)x->n, (unsigned)lw->num_tensors);
-        return LLM_PARAM_INVALID;
-    }
+    /* no upper bound: without a range tensor_num_per_layer is not used (PR-3, as the vendor) */
     if (x->has_range && lw->num_tensors % x->n != 0) {
         mock_set_error("%s: with a layer range, tensor_num_per_layer %u must divide the local cache's %u tensors", fn,
                        (unsigned)x->n, (unsigned)lw->num_tensors);
@@ -752,7 +754,7 @@ static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, m
     /* step 6: the request */
     uint64_t runs = 1;
     if (a->b2b) {
-        if ((st = check_repeats(fn, "dst_blocks", a->dblk, a->nblk)) != LLM_SUCCESS)
+        if ((st = check_repeats(fn, "dst_blocks", a->dblk, a->nblk, 1)) != LLM_SUCCESS)
             return st;
         if ((st = check_blocks(fn, "dst_blocks", a->dblk, a->nblk, lw->blocks, "local")) != LLM_SUCCESS)
             return st;
@@ -1013,7 +1015,7 @@ lldd_status push_dst_shape_checks(const char *fn, int b2b, const cache_wire *lw,
                        (unsigned long long)lw->stride, (unsigned long long)rw->stride);
         return LLM_PARAM_INVALID;
     }
-    if (b2b && (st = check_repeats(fn, "dst_blocks", dblk, ndblk)) != LLM_SUCCESS)
+    if (b2b && (st = check_repeats(fn, "dst_blocks", dblk, ndblk, 1)) != LLM_SUCCESS)
         return st;
     return LLM_SUCCESS;
 }
@@ -1050,7 +1052,7 @@ static lldd_status push_layer_checks(const char *fn, const push_args *a, const c
     }
     if (first) {
         if (lw->num_tensors % x->n != 0) {
-            mock_set_error("%s: tensor_num_per_layer %u must divide the local cache's %u tensors (PR-3)", fn,
+            mock_set_error("%s: tensor_num_per_layer %u must divide the local cache's %u tensors", fn,
                            (unsigned)x->n, (unsigned)lw->num_tensors);
             return LLM_PARAM_INVALID;
         }
@@ -1075,16 +1077,15 @@ static lldd_status push_checked(engine *e, const char *fn, const push_args *a, m
     const ext_norm *x = &a->x;
     uint32_t caller_tensors = a->src->cache_desc.num_tensors;
     lldd_status st;
-    if (caller_tensors != 0 && caller_tensors != lw->num_tensors) {
-        mock_set_error("%s: src_cache.cache_desc.num_tensors %u differs from the %u tensors of cache %lld (PR-33)", fn,
-                       (unsigned)caller_tensors, (unsigned)lw->num_tensors, (long long)lw->id);
+    /* lint: the vendor checks only the caller's description (PR-33) */
+    if (caller_tensors != 0 && caller_tensors != lw->num_tensors &&
+        mock_lint(33, "%s: src_cache.cache_desc.num_tensors %u differs from the %u tensors of cache %lld (PR-33)", fn,
+                  (unsigned)caller_tensors, (unsigned)lw->num_tensors, (long long)lw->id))
         return LLM_PARAM_INVALID;
-    }
-    if (lw->placement != LLDD_PLACEMENT_DEVICE) {
-        mock_set_error("%s: cache %lld is registered with placement HOST; pushes need a DEVICE cache (PR-33)", fn,
-                       (long long)lw->id);
+    if (lw->placement != LLDD_PLACEMENT_DEVICE &&
+        mock_lint(33, "%s: cache %lld is registered with placement HOST; pushes read DEVICE caches (PR-33)", fn,
+                  (long long)lw->id))
         return LLM_PARAM_INVALID;
-    }
     /* the layer pairs of cpp-api.md §6.11 step 6 */
     uint64_t ls0, ld0, layers;
     if (x->sf < 0) {

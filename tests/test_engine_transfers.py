@@ -18,8 +18,9 @@ import pytest
 
 from llm_datadist_ffi import LLMException
 from llm_datadist_ffi import LLMStatusCode as S
-from llm_datadist_ffi import mock_control, native
+from llm_datadist_ffi import lint, mock_control, native
 from llm_datadist_ffi.native import Cache, CacheDesc, CacheIndex, KvCacheExtParam
+from lint_support import lenient, mode_for, strict
 
 
 def _support() -> ModuleType:
@@ -123,7 +124,6 @@ PULL_CACHE_CASES = [
     ("batch past the local cache", dict(batch=2, cluster=3), P, "batch_index 2"),
     ("size larger than the local stride", dict(size=33), P, "size 33"),
     ("size 0", dict(size=0), P, "size 0"),
-    ("n larger than the local tensor count", dict(ext=((-1, -1), (-1, -1), 5)), P, "PR-3"),
     ("n not dividing the local tensor count with a range", dict(ext=((0, 0), (0, 0), 3)), P, "divide"),
     ("destination range past the local cache", dict(ext=((0, 1), (1, 2), 2)), P, "dst_layer_range"),
     ("ranges of different lengths", dict(ext=((0, 1), (0, 0), 2)), P, "selects"),
@@ -157,8 +157,9 @@ PULL_CACHE_CASES = [
 
 
 @pytest.mark.parametrize("label,args,status,words", PULL_CACHE_CASES, ids=[c[0] for c in PULL_CACHE_CASES])
-def test_pull_kv_cache_checks(world: Callable[..., World], label: str, args: dict[str, Any], status: int,
+def test_pull_kv_cache_checks(world: Callable[..., World], monkeypatch: pytest.MonkeyPatch, label: str, args: dict[str, Any], status: int,
                               words: str) -> None:
+    mode_for(monkeypatch, words)
     # remote 1: 4 x (5, 32); remote 2: 4 x (5, 16) (smaller stride); remote 3: 2 x (5, 32); local: 4 x (2, 32)
     w = world([(4, (5, 32)), (4, (5, 16)), (2, (5, 32))], [(4, (2, 32))])
     call = dict(cluster=1, src=w.sid[0], dst=w.cid[0], src_batch=0, batch=0, size=-1, ext=None)
@@ -238,7 +239,6 @@ PULL_BLOCKS_CASES = [
     ("source blocks before block sizes", dict(src=2, sblk=[20], dblk=[1]), P, "src_blocks[0] = 20"),
     ("only one default pair", dict(ext=((0, 0), (-1, -1), 2)), P, "PR-1"),
     ("pair {-1, s}", dict(ext=((0, 0), (-1, 0), 2)), P, "PR-11"),
-    ("n larger than the local tensor count", dict(ext=((-1, -1), (-1, -1), 3)), P, "PR-3"),
     # API-layer order (cpp-api.md §6.10 PullKvBlocks)
     ("the source batch before the layer ranges", dict(src_batch=1, ext=((1, 0), (0, 0), 2)), P, "batch_index 1"),
     ("the layer ranges before empty lists", dict(sblk=[], dblk=[], ext=((1, 0), (0, 0), 2)), P,
@@ -249,8 +249,9 @@ PULL_BLOCKS_CASES = [
 
 
 @pytest.mark.parametrize("label,args,status,words", PULL_BLOCKS_CASES, ids=[c[0] for c in PULL_BLOCKS_CASES])
-def test_pull_kv_blocks_checks(world: Callable[..., World], label: str, args: dict[str, Any], status: int,
+def test_pull_kv_blocks_checks(world: Callable[..., World], monkeypatch: pytest.MonkeyPatch, label: str, args: dict[str, Any], status: int,
                                words: str) -> None:
+    mode_for(monkeypatch, words)
     # remote 1: 2 x (16, 8); remote 2: 2 x (16, 4); local: 2 x (7, 8)
     w = world([(2, (16, 8)), (2, (16, 4))], [(2, (7, 8))])
     call = dict(cluster=1, src=1, sblk=[0, 1], dblk=[0, 1], src_batch=0, ext=None)
@@ -467,7 +468,7 @@ PUSH_CACHE_CASES = [
     ("size not -1", dict(size=8), P, "size only support -1"),
     ("spans differ", dict(ext=((0, 1), (0, 0), 2)), P, "span"),
     ("default range with 0 tensors", dict(num_tensors=0), P, "num_tensors is 0"),
-    ("pair {-1, s}", dict(ext=((-1, 0), (0, 1), 2)), P, "src_layer_range"),
+    ("pair {-1, s}", dict(ext=((-1, 0), (0, 1), 2)), P, "src_layer_range {-1, 0} is neither a range nor the default {-1, -1} (PR-11)"),
     ("only one default pair", dict(ext=((0, 0), (-1, -1), 2)), P, "PR-1"),
     ("n = 0", dict(ext=((-1, -1), (-1, -1), 0)), P, "tensor_num_per_layer"),
     ("caller tensor count differs", dict(num_tensors=2), P, "PR-33"),
@@ -478,11 +479,11 @@ PUSH_CACHE_CASES = [
     ("destination batch past the remote cache", dict(dst_batch=3), P, "dst_cache_index.batch_index 3"),
     ("source stride larger than the destination's", dict(dst=2), P, "PR-14"),
     ("source batch past the local cache", dict(src_batch=2), P, "src_batch_index 2"),
-    ("n not dividing the local tensor count", dict(ext=((0, 0), (0, 0), 3)), P, "PR-3"),
+    ("n not dividing the local tensor count", dict(ext=((0, 0), (0, 0), 3)), P, "must divide"),
     ("destination layer past the remote cache", dict(ext=((1, 1), (2, 2), 2)), P, "destination layer 2"),
     ("source layer past the local cache", dict(ext=((2, 2), (0, 0), 2)), P, "source layer 2"),
     ("n larger than the local tensor count", dict(dst=3, ext=((0, 0), (0, 0), 5)), P, "source layer 0"),
-    ("n not dividing the local tensor count, default ranges", dict(ext=((-1, -1), (-1, -1), 3)), P, "PR-3"),
+    ("n not dividing the local tensor count, default ranges", dict(ext=((-1, -1), (-1, -1), 3)), P, "must divide"),
     ("dst pair {-1, s}", dict(ext=((1, 3), (-1, 1), 1)), P, "PR-11"),
     # check order (semantics §8.0, push)
     ("local cache before the link", dict(src=99, cluster=3), NX, "src_cache"),
@@ -500,8 +501,9 @@ PUSH_CACHE_CASES = [
 
 
 @pytest.mark.parametrize("label,args,status,words", PUSH_CACHE_CASES, ids=[c[0] for c in PUSH_CACHE_CASES])
-def test_push_kv_cache_checks(world: Callable[..., World], label: str, args: dict[str, Any], status: int,
+def test_push_kv_cache_checks(world: Callable[..., World], monkeypatch: pytest.MonkeyPatch, label: str, args: dict[str, Any], status: int,
                               words: str) -> None:
+    mode_for(monkeypatch, words)
     # remote 1: 4 x (3, 16); remote 2: 4 x (3, 8) (smaller stride); remote 3: 8 x (3, 16); local: 4 x (2, 16)
     w = world([(4, (3, 16)), (4, (3, 8)), (8, (3, 16))], [(4, (2, 16))])
     call = dict(cluster=1, src=w.cid[0], dst=1, num_tensors=4, src_batch=0, dst_batch=0, size=-1, ext=None,
@@ -517,7 +519,9 @@ def test_push_kv_cache_checks(world: Callable[..., World], label: str, args: dic
     assert w.unchanged(snap)
 
 
-def test_pushes_need_a_device_cache(world: Callable[..., World]) -> None:
+def test_pushes_of_a_host_cache_are_refused_only_in_strict_mode(world: Callable[..., World],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    strict(monkeypatch)
     w = world([(2, (2, 8))], [], link=False)
     host = [np.zeros((2, 8), np.uint8) for _ in range(2)]
     hid = sup.register(w.client, host, placement=0)
@@ -563,8 +567,9 @@ PUSH_BLOCKS_CASES = [
 
 
 @pytest.mark.parametrize("label,args,status,words", PUSH_BLOCKS_CASES, ids=[c[0] for c in PUSH_BLOCKS_CASES])
-def test_push_kv_blocks_checks(world: Callable[..., World], label: str, args: dict[str, Any], status: int,
+def test_push_kv_blocks_checks(world: Callable[..., World], monkeypatch: pytest.MonkeyPatch, label: str, args: dict[str, Any], status: int,
                                words: str) -> None:
+    mode_for(monkeypatch, words)
     # remote 1: 2 x (12, 16); remote 2: 2 x (12, 8); local: 2 x (6, 16)
     w = world([(2, (12, 16)), (2, (12, 8))], [(2, (6, 16))])
     call = dict(cluster=1, dst=1, sblk=[0, 1], dblk=[0, 1], dst_batch=0, ext=None, num_tensors=2, placement=1)
@@ -690,7 +695,7 @@ def test_concurrent_transfers_over_one_and_several_links(engines: Engines) -> No
             assert (d[touched] == s[touched]).all()
 
 
-# ---- [all] rules: the native layer checks them before any backend call ----------------------------
+# ---- lint rules the native layer sees: checked before any backend call ---------------------------
 
 ALL_RULE_CASES = [
     # (rule, C function, the call on client c with its cache lid and the server's cache rid)
@@ -699,35 +704,28 @@ ALL_RULE_CASES = [
     ("PR-11", "lldd_push_kv_cache",
      lambda c, lid, rid: c.push_kv_cache(push_src(lid, 4), CacheIndex(1, rid), 0, -1,
                                          KvCacheExtParam((-1, 0), (0, 0)))),
-    ("PR-3", "lldd_pull_kv_blocks",
-     lambda c, lid, rid: c.pull_kv_blocks(CacheIndex(1, rid), Cache(lid), [0], [0],
-                                          KvCacheExtParam(tensor_num_per_layer=5))),
-    ("PR-3", "lldd_push_kv_cache",
-     lambda c, lid, rid: c.push_kv_cache(push_src(lid, 4), CacheIndex(1, rid), 0, -1,
-                                         KvCacheExtParam(tensor_num_per_layer=3))),
     ("PR-5", "lldd_pull_kv_blocks",
      lambda c, lid, rid: c.pull_kv_blocks(CacheIndex(1, rid), Cache(lid), [0, 1], [2, 2])),
     ("PR-5", "lldd_push_kv_blocks",
      lambda c, lid, rid: c.push_kv_blocks(push_src(lid, 4), CacheIndex(1, rid), [0, 1], np.array([3, 3], np.uint64))),
-    ("PR-33", "lldd_push_kv_cache", lambda c, lid, rid: c.push_kv_cache(push_src(lid, 2), CacheIndex(1, rid))),
-    ("PR-33", "lldd_push_kv_blocks",
-     lambda c, lid, rid: c.push_kv_blocks(push_src(lid, 3), CacheIndex(1, rid), [0], [0])),
 ]
 
 
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 @pytest.mark.parametrize("rule,function,call", ALL_RULE_CASES,
                          ids=[f"{c[0]} {c[1]}" for c in ALL_RULE_CASES])
-def test_the_native_layer_checks_the_all_rules_before_the_backend(world: Callable[..., World], rule: str,
+def test_the_native_layer_checks_the_all_rules_before_the_backend(world: Callable[..., World],
+                                                                  monkeypatch: pytest.MonkeyPatch, rule: str,
                                                                   function: str, call: Any) -> None:
-    # an injected fault answers the first backend call of that function: the rule must
-    # be decided before it, and the fault is still armed for the next (valid) call
+    # strict mode: an injected fault answers the first backend call of that function: the
+    # rule must be decided before it, and the fault is still armed for the next (valid) call
+    strict(monkeypatch)
     w = world([(4, (4, 8))], [(4, (4, 8))])
     with mock_control.fault(function, S.LLM_WAIT_PROCESS_TIMEOUT):
         with pytest.raises(LLMException) as info:
             call(w.client, w.cid[0], w.sid[0])
         assert info.value.status_code == P
-        assert f"({rule})" in str(info.value)
+        assert f"({rule};" in str(info.value)
         valid = raw.pull_blocks(w.client, 1, w.sid[0], w.cid[0], [0], [0]) if "blocks" in function else \
             raw.pull_cache(w.client, 1, w.sid[0], w.cid[0])
         if "push" in function:
@@ -838,3 +836,69 @@ def test_a_slow_peer_process_times_out(remote: Any) -> None:
     assert sup.status_of(client.pull_kv_blocks, CacheIndex(1, 1), Cache(1), [0], [0]) == T  # PR-35
     # the peer can still deallocate what the timed-out transfer had pinned
     assert peer.call("unregister", cache_id=1) is None
+
+
+# ---- device-faithful by default: what the vendor accepts, with its lint (docs/semantics.md §0) ----
+
+def test_a_pull_without_ranges_ignores_a_tensor_num_per_layer_above_the_tensor_count(
+        world: Callable[..., World], monkeypatch: pytest.MonkeyPatch) -> None:
+    # the vendor's pull_blocks samples: caches of one tensor, the default tensor_num_per_layer 2
+    lenient(monkeypatch)
+    w = world([(1, (4, 8))], [(1, (4, 8))])
+    w.client.pull_kv_blocks(CacheIndex(1, w.sid[0]), Cache(w.cid[0]), [0, 1], [0, 1], KvCacheExtParam())
+    w.client.pull_kv_cache(CacheIndex(1, w.sid[0], 3), Cache(w.cid[0]), 3, -1, KvCacheExtParam(tensor_num_per_layer=9))
+    assert (w.c[0][0][[0, 1, 3]] == w.s[0][0][[0, 1, 3]]).all() and (w.c[0][0][2] == 0).all()
+
+
+def test_a_ranged_pull_whose_tensor_num_does_not_divide_is_refused_by_the_engine(
+        world: Callable[..., World], monkeypatch: pytest.MonkeyPatch) -> None:
+    # the v2 engine's own check, in both modes: not a lint
+    lenient(monkeypatch)
+    w = world([(1, (4, 8))], [(1, (4, 8))])
+    snap = w.snapshot()
+    assert raw.pull_blocks(w.client, 1, w.sid[0], w.cid[0], [0], [0], raw.ext((0, 0), (0, 0), 2)) == P
+    assert "must divide the local cache's 1 tensors" in raw.last_error() and w.unchanged(snap)
+
+
+def test_a_repeated_destination_block_warns_and_the_last_write_wins(world: Callable[..., World],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    lenient(monkeypatch)
+    w = world([(2, (6, 8))], [(2, (4, 8))])
+    with pytest.warns(lint.RepeatedDestinationBlockWarning, match=r"dst_blocks contains block 2 more than once"):
+        w.client.pull_kv_blocks(CacheIndex(1, w.sid[0]), Cache(w.cid[0]), [0, 5, 1], [2, 3, 2])
+    for src, dst in zip(w.s[0], w.c[0]):
+        assert (dst[2] == src[1]).all() and (dst[3] == src[5]).all() and (dst[[0, 1]] == 0).all()
+    with pytest.warns(lint.RepeatedDestinationBlockWarning):
+        w.client.push_kv_blocks(push_src(w.cid[0], 2), CacheIndex(1, w.sid[0]), [3, 2], [4, 4])
+    for src, dst in zip(w.c[0], w.s[0]):
+        assert (dst[4] == src[2]).all()
+
+
+def test_a_pull_with_one_default_pair_moves_every_layer_with_a_lint(world: Callable[..., World],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    lenient(monkeypatch)
+    w = world([(4, (2, 8))], [(4, (2, 8))])
+    with pytest.warns(lint.OneDefaultLayerPairWarning) as record:
+        w.client.pull_kv_cache(CacheIndex(1, w.sid[0], 1), Cache(w.cid[0]), 0, -1, KvCacheExtParam((1, 1), (-1, -1)))
+    assert record[0].filename == __file__          # the warning points at the caller's line
+    for src, dst in zip(w.s[0], w.c[0]):          # both pairs ignored: tensor i -> tensor i
+        assert (dst[0] == src[1]).all() and (dst[1] == 0).all()
+    with pytest.warns(lint.LintWarning) as record:       # {-1, 0} is a default, so one pair is
+        w.client.pull_kv_cache(CacheIndex(1, w.sid[0], 0), Cache(w.cid[0]), 1, -1, KvCacheExtParam((-1, 0), (0, 0)))
+    assert [r.category for r in record] == [lint.HalfDefaultLayerPairWarning, lint.OneDefaultLayerPairWarning]
+    for src, dst in zip(w.s[0], w.c[0]):
+        assert (dst[1] == src[0]).all()
+
+
+def test_a_push_whose_caller_description_disagrees_pushes_the_callers_layers_with_a_lint(
+        world: Callable[..., World], monkeypatch: pytest.MonkeyPatch) -> None:
+    # the vendor counts the layers of a default-range push from the caller's num_tensors
+    lenient(monkeypatch)
+    w = world([(4, (2, 8))], [(4, (2, 8))])
+    for i, a in enumerate(w.c[0]):
+        a[:] = i + 1
+    before = w.snapshot()[:4]
+    with pytest.warns(lint.PushTensorCountWarning, match=r"num_tensors 2 differs from the 4 tensors"):
+        w.client.push_kv_cache(push_src(w.cid[0], 2), CacheIndex(1, w.sid[0], 1))
+    assert all((w.s[0][i][1] == i + 1).all() for i in range(2))          # layer 0 only
+    assert all((w.s[0][i] == before[i]).all() for i in range(2, 4))

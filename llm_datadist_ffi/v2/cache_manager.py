@@ -9,15 +9,16 @@ types (python-api.md §11, §12), then the project rules that hold on every back
 
 Where the checks are:
 
-1. PR-8 (unknown keyword arguments of the pulls) first, as the spec places it;
-2. the vendor's checks, in order; PR-2 (empty layer ranges) inside the layer-range
-   conversion, where the vendor turns an empty range into "all layers";
-3. the other project rules — PR-3 (``tensor_num_per_layer`` within the local cache
-   and dividing it), PR-5 (a repeated destination block), PR-18
-   (``batch_dim_index != 0``), PR-25 (an empty copy or swap mapping), PR-41
-   (``remove_cache_key`` applies the pull validity rule) — and the rule that a cache
-   object of a finalized engine is rejected (python-api.md §8.1), after all vendor
-   checks and before the native call;
+1. PR-8 (lint: keyword arguments the pulls do not read are ignored) first, as the
+   vendor's ``kwargs.get`` never looks at them;
+2. the vendor's checks, in order; PR-2 (lint: an empty layer range means every layer)
+   inside the layer-range conversion, where the vendor turns it into "no range";
+3. the remaining lints — PR-3 (a push whose default range is empty), PR-5 (a repeated
+   destination block), PR-18, PR-25 — and the guards: PR-41 (``remove_cache_key``
+   applies the pull validity rule) and the rule that a cache object of a finalized
+   engine is rejected (python-api.md §8.1), after all vendor checks and before the
+   native call. A lint warns and lets the call go on; under
+   ``LLM_DATADIST_FFI_STRICT=1`` it refuses there (docs/semantics.md §0);
 4. the core (mock, or shim + vendor).
 
 A manager keeps the mode flags of the engine that made it (pools, direct mode,
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Un
 
 import numpy as np
 
-from .. import _capi
+from .. import _capi, lint
 from .._capi import const, ffi
 from .._vendor_checks import (
     INT32, INT64, UINT32, UINT64, check_int, check_int_list, check_layer_range, check_type, none_error,
@@ -73,15 +74,17 @@ BlockList = Union[Tuple[int, ...], List[int], "np.ndarray[Any, Any]"]
 # ---- checks shared by both managers ---------------------------------------------------------
 
 def _check_keywords(kwargs: Dict[str, Any], allowed: Sequence[str], tag: str, v2: bool) -> None:
-    """PR-8: a keyword argument the call does not read raises LX naming it."""
+    """PR-8 (lint): a keyword argument the call does not read is ignored, as the vendor
+    ignores it."""
     for word in kwargs:
         if word in allowed:
             continue
         if v2 and word in _OFFSET_KEYWORDS:
-            raise_param_invalid(f"[{tag}] {word} is not supported in CacheManager mode (only the v1 "
-                                "kv_cache_manager.pull_cache takes offsets) (PR-8)")
-        raise_param_invalid(f"[{tag}] unsupported keyword argument {word!r}; {tag} reads only "
-                            f"{', '.join(allowed)} (PR-8)")
+            lint.lint("PR-8", f"[{tag}] {word} is ignored in CacheManager mode (only the v1 "
+                              "kv_cache_manager.pull_cache reads offsets)")
+        else:
+            lint.lint("PR-8", f"[{tag}] keyword argument {word!r} is ignored; {tag} reads only "
+                              f"{', '.join(allowed)}")
 
 
 def _tensor_num(value: Any, tag: str) -> int:
@@ -109,27 +112,18 @@ def _pull_ranges(src: Any, dst: Any, n: int, tag: str) -> Tuple[Optional[range],
         raise_param_invalid(f"[{tag}] src_layer_range step must be 1, got {src!r}")
     if dst is not None and dst.step != 1:
         raise_param_invalid(f"[{tag}] dst_layer_range step must be 1, got {dst!r}")
+    checked = []
     for name, layers in (("src_layer_range", src), ("dst_layer_range", dst)):
-        if layers is None:
-            continue
-        if len(layers) == 0:
-            raise_param_invalid(f"[{tag}] {name} {layers!r} is empty: layer range is empty (PR-2; the vendor would "
-                                "transfer every layer)")
-        if layers[0] < 0:
-            raise_param_invalid(f"[{tag}] {name} {layers!r} starts below 0")
-        check_int(layers[0], f"{name} first layer", UINT32)
-        check_int(layers[-1], f"{name} last layer", UINT32)
-    return src, dst
-
-
-def _check_pull_tensor_num(n: int, num_local: int, ranged: bool, tag: str) -> None:
-    """PR-3 for pulls: ``n`` within ``[1, N_local]``; with a range, ``N_local % n == 0``."""
-    if n > num_local:
-        raise_param_invalid(f"[{tag}] tensor_num_per_layer ({n}) is invalid, should be in [1, {num_local}], the "
-                            "local cache's tensor count (PR-3)")
-    if ranged and num_local % n:
-        raise_param_invalid(f"[{tag}] tensor_num_per_layer ({n}) must divide the local cache's tensor count "
-                            f"({num_local}) when a layer range is given (PR-3)")
+        if layers is not None and len(layers) == 0:
+            lint.lint("PR-2", f"[{tag}] {name} {layers!r} is empty")
+            layers = None
+        if layers is not None:
+            if layers[0] < 0:
+                raise_param_invalid(f"[{tag}] {name} {layers!r} starts below 0")
+            check_int(layers[0], f"{name} first layer", UINT32)
+            check_int(layers[-1], f"{name} last layer", UINT32)
+        checked.append(layers)
+    return checked[0], checked[1]
 
 
 def _pull_tensors(layers: Optional[range], n: int, num_local: int, name: str, tag: str) -> List[int]:
@@ -150,11 +144,10 @@ def _pull_tensors(layers: Optional[range], n: int, num_local: int, name: str, ta
 
 
 def _check_distinct(blocks: _native.BlockArray, name: str, tag: str) -> None:
-    """PR-5: a destination block may appear only once."""
+    """PR-5 (lint): a destination block listed twice; the last write wins on the device."""
     repeated = blocks.duplicate()
     if repeated is not None:
-        raise_param_invalid(f"[{tag}] {name} contains block {repeated} more than once; destination blocks must be "
-                            "distinct (PR-5)")
+        lint.lint("PR-5", f"[{tag}] {name} contains block {repeated} more than once")
 
 
 def _check_batch_dim(cache_desc: CacheDesc, name: str, tag: str) -> None:
@@ -384,7 +377,6 @@ def _ext_pull(tag: str, key: Any, cache: Any, batch_index: int, size: int, block
     # before the project rules (docs/semantics.md §5.1)
     src = _native.block_list(blocks[0], names[0])
     dst = _native.block_list(blocks[1], names[1])
-    _check_pull_tensor_num(n, num_local, src_range is not None or dst_range is not None, tag)
     src_tensors = _pull_tensors(src_range, n, num_local, "src_layer_range", tag)
     dst_tensors = _pull_tensors(dst_range, n, num_local, "dst_layer_range", tag)
     _check_distinct(dst, names[1], tag)
@@ -626,9 +618,9 @@ class CacheManager:
         check_layer_range(src_range, "src_layer_range")
         check_layer_range(dst_range, "dst_layer_range")
         num_tensors = int(src_cache.cache_desc.num_tensors)
-        if n > num_tensors:
-            raise_param_invalid(f"[{tag}] tensor_num_per_layer ({n}) is invalid, should be in [1, {num_tensors}], the "
-                                "source cache's tensor count; with the default layer ranges nothing would move (PR-3)")
+        if n > num_tensors and src_range is None and dst_range is None:
+            lint.lint("PR-3", f"[{tag}] tensor_num_per_layer ({n}) is larger than the source cache's "
+                              f"{num_tensors} tensors, so the default layer range is empty")
         default = range(0, num_tensors // n)
         src_layers = default if src_range is None else src_range
         dst_layers = default if dst_range is None else dst_range
@@ -636,15 +628,6 @@ class CacheManager:
             raise_param_invalid(f"[{tag}] src_layer_range {src_layers!r} and dst_layer_range {dst_layers!r} must have "
                                 "the same length")
         return src_layers, dst_layers
-
-    @staticmethod
-    def _check_push_divides(src_cache: Cache, n: int, tag: str) -> None:
-        # PR-3 [all]: after every vendor check, so a call that also breaks one of them
-        # raises the vendor's error (docs/semantics.md §5.1)
-        num_tensors = int(src_cache.cache_desc.num_tensors)
-        if num_tensors % n:
-            raise_param_invalid(f"[{tag}] tensor_num_per_layer ({n}) must divide the source cache's tensor count "
-                                f"({num_tensors}) (PR-3)")
 
     def _check_direct(self, tag: str) -> None:
         if not self._direct_mode:
@@ -681,7 +664,6 @@ class CacheManager:
         check_int(size, "size", INT64)
         if size != -1:
             raise_param_invalid(f"[{tag}] size is {size}; push_cache only supports -1")
-        self._check_push_divides(src_cache, n, tag)
         _native.check_live(src_cache, "src_cache", tag)
         key = _native.c_key(dst_cache_key)
         for src_layer, dst_layer in zip(src_layers, dst_layers):
@@ -725,7 +707,6 @@ class CacheManager:
             raise none_error("dst_cache_key", "a BlocksCacheKey", AttributeError)
         src = _native.block_list(src_blocks, "src_blocks")
         dst = _native.block_list(dst_blocks, "dst_blocks")
-        self._check_push_divides(src_cache, n, tag)
         _check_distinct(dst, "dst_blocks", tag)
         _native.check_live(src_cache, "src_cache", tag)
         key = _native.c_key(dst_cache_key)
