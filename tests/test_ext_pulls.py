@@ -19,6 +19,7 @@ from llm_datadist_ffi import LLMStatusCode as S
 
 
 import ext_support as xs  # noqa: E402
+from lint_support import lenient, mode_for  # noqa: E402
 pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
 SA, DIRECT, V1 = "server-assisted", "direct", "v1"
 
@@ -289,7 +290,9 @@ def test_blocks_to_blocks_by_blocks_key(x: Any, mode: str) -> None:
     ([5, 6], [0, 1], S.LLM_PARAM_INVALID, "PR-4"),
     ([0], [], S.LLM_PARAM_INVALID, "discrete memory to continuous"),
 ])
-def test_block_list_rules(x: Any, sblk: list[int], dblk: list[int], status: int, words: str) -> None:
+def test_block_list_rules(x: Any, monkeypatch: pytest.MonkeyPatch, sblk: list[int], dblk: list[int], status: int,
+                          words: str) -> None:
+    mode_for(monkeypatch, words)
     p, port = x.listening(1, options(SA, "Prompt"))
     x.register(p, rand(2, (6, 8), 19), xs.KIND_BLOCKS, keys=[x.blocks_key()])
     d = x.engine(2, options(SA, "Decoder"))
@@ -366,11 +369,10 @@ def test_the_kinds_of_both_caches_must_fit_the_form(x: Any, mode: str) -> None:
 
 @pytest.mark.parametrize("kwargs, words", [
     ({"n": 0}, "tensor_num_per_layer (0)"),
-    ({"n": 5}, "should [1, 4]"),
-    ({"n": 3, "src_tensors": [0, 1, 2]}, "must divide"),
+    ({"n": 3, "src_tensors": [0, 1, 2]}, "must be a multiple of tensor_num_per_layer 3"),
     ({"dst_tensors": [0, 1, 2, 3, 4]}, "selects 5 tensors"),
     ({"dst_tensors": [4]}, "selects tensor 4"),
-    ({"dst_tensors": [1, 1]}, "PR-5"),
+    ({"dst_tensors": [1, 1]}, "repeats dst tensor index[0]"),
     ({"src_tensors": [0, 1], "dst_tensors": [0]}, "selects 2 tensors and dst_layer_range 1"),
     ({"src_tensors": [0, 1]}, "all 4 local tensors receive"),
     ({"src_tensors": [4, 5], "dst_tensors": [0, 1]}, "source cache has 4"),

@@ -17,6 +17,7 @@ from llm_datadist_ffi import LLMStatusCode as S
 
 
 import ext_support as xs  # noqa: E402
+from lint_support import lenient, mode_for  # noqa: E402
 pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
 SA, DIRECT, V1 = "server-assisted", "direct", "v1"
 
@@ -145,7 +146,7 @@ def test_push_destination_lookup_in_the_table_copy(x: Any) -> None:
     assert "PR-20" in x.last_error()
 
 
-def test_push_destination_and_source_checks_in_order(x: Any) -> None:
+def test_push_destination_and_source_checks_in_order(x: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     pair = Pair(x, DIRECT)
     p, d = pair.p, pair.d
     _, blocks_src = x.register(p, rand(4, (4, 8), 8), xs.KIND_BLOCKS)
@@ -178,6 +179,7 @@ def test_push_destination_and_source_checks_in_order(x: Any) -> None:
         (blocks_src, x.blocks_key(2), {"src_blocks": [4], "dst_blocks": [0]}, "src_blocks[0] = 4"),
     ]
     for src_id, key, kwargs, words in cases:
+        mode_for(monkeypatch, words or "")
         status = x.push_layer(p, src_id, key, **kwargs)
         if words is None:
             assert status == 0
@@ -355,7 +357,7 @@ def test_transfer_destinations_must_lie_in_one_live_remote_accessible_tensor(x: 
     assert x.transfer_layer(pair.p, src_id, 0, 2, base) == S.LLM_PARAM_INVALID                      # freed
 
 
-def test_transfer_argument_checks(x: Any) -> None:
+def test_transfer_argument_checks(x: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     pair = Pair(x, SA)
     _, src_id = x.register(pair.p, rand(4, (2, 16), 47))
     _, odd_id = x.register(pair.p, rand(3, (2, 16), 48))
@@ -375,6 +377,7 @@ def test_transfer_argument_checks(x: Any) -> None:
         ({"src_batch": 2}, "src_batch_index 2"),
     ]
     for kwargs, words in cases:
+        mode_for(monkeypatch, words)
         assert x.transfer_layer(p, src_id, 0, 2, addrs, **kwargs) == S.LLM_PARAM_INVALID, words
         assert words in x.last_error()
     assert x.transfer_layer(p, src_id, 2, 2, addrs) == S.LLM_PARAM_INVALID
