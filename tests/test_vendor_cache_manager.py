@@ -20,7 +20,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 import pytest
 
-from llm_datadist_ffi import LLMException, LLMStatusCode
+from llm_datadist_ffi import LLMException, LLMStatusCode, lint
 from llm_datadist_ffi.vendor import (
     BlocksCacheKey, Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex, CacheTask, DataType, LayerSynchronizer,
     LLMDataDist, LLMRole, MemInfo, Memtype, Placement, TransferConfig, TransferWithCacheKeyConfig,
@@ -34,6 +34,7 @@ pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the m
 
 
 import vendor_support as vs  # noqa: E402
+from lint_support import lenient, strict  # noqa: E402
 raises, lx, fill = vs.raises, vs.lx, vs.fill
 S = LLMStatusCode
 U64_MAX = 2**64 - 1
@@ -201,10 +202,11 @@ def test_unregister_cache_checks_an_int64_and_accepts_an_unknown_id(local: Local
 # ---------------------------------------------------------------------------
 
 
-def test_pull_cache_rejects_every_keyword_it_does_not_read_first(local: Local) -> None:
+def test_pull_cache_rejects_every_keyword_it_does_not_read_first(local: Local, monkeypatch: pytest.MonkeyPatch) -> None:
+    strict(monkeypatch)          # the old refusals of the lint rules (docs/semantics.md §0)
     cache, _ = local.cache()
     key = CacheKeyByIdAndIndex(1, 1)
-    lx(lambda: local.cm.pull_cache(key, cache, src_cache_offset=0), "src_cache_offset is not supported in "
+    lx(lambda: local.cm.pull_cache(key, cache, src_cache_offset=0), "src_cache_offset is ignored in "
                                                                      "CacheManager mode")
     lx(lambda: local.cm.pull_cache(key, cache, dst_cache_offset=4), "dst_cache_offset")
     lx(lambda: local.cm.pull_cache(None, None, src_layer_rnage=range(1)), "'src_layer_rnage'")  # type: ignore
@@ -259,15 +261,17 @@ def test_pull_cache_applies_the_key_validity_rule_in_server_mode(server_mode: Lo
     ({"dst_layer_range": (0, 1)}, TypeError, "dst_layer_range"),
     ({"src_layer_range": range(0, 2, 2)}, LLMException, "src_layer_range step"),
     ({"dst_layer_range": range(0, 2, 2)}, LLMException, "dst_layer_range step"),
-    ({"src_layer_range": range(3, 3)}, LLMException, "layer range is empty"),
-    ({"dst_layer_range": range(5, 2)}, LLMException, "layer range is empty"),
+    ({"src_layer_range": range(3, 3)}, LLMException, "is empty (PR-2"),
+    ({"dst_layer_range": range(5, 2)}, LLMException, "is empty (PR-2"),
     ({"src_layer_range": range(-1, 1)}, LLMException, "starts below 0"),
     ({"src_layer_range": range(2**32, 2**32 + 1)}, ValueError, "first layer"),
     ({"dst_layer_range": range(0, 2**32 + 1)}, ValueError, "last layer"),
     ({"src_layer_range": range(0, 1), "dst_layer_range": range(0, 1, 3)}, LLMException, "dst_layer_range step"),
 ])
-def test_pull_cache_converts_layer_ranges_as_the_vendor_does(local: Local, kwargs: Dict[str, Any],
-                                                              error: type, fragment: str) -> None:
+def test_pull_cache_converts_layer_ranges_as_the_vendor_does(local: Local, monkeypatch: pytest.MonkeyPatch,
+                                                              kwargs: Dict[str, Any], error: type,
+                                                              fragment: str) -> None:
+    strict(monkeypatch)           # an empty range is a lint (PR-2): strict mode refuses it in place
     cache, _ = local.cache()
     call = lambda: local.cm.pull_cache(CacheKeyByIdAndIndex(1, 1), cache, **kwargs)  # noqa: E731
     if error is LLMException:
@@ -276,11 +280,14 @@ def test_pull_cache_converts_layer_ranges_as_the_vendor_does(local: Local, kwarg
         raises(error, call, fragment)
 
 
-def test_pull_cache_checks_tensor_num_per_layer_against_the_local_cache(local: Local) -> None:
+def test_pull_cache_checks_tensor_num_per_layer_as_the_v2_engine_does(local: Local) -> None:
+    # no upper bound (a pull without a range does not use it); with a range, the v2 engine
+    # asks the local tensor count to be a multiple of it: not a lint, the vendor's check
     cache, _ = local.cache(num=4)
     key = CacheKeyByIdAndIndex(1, 1)
-    lx(lambda: local.cm.pull_cache(key, cache, tensor_num_per_layer=5), "PR-3")
-    lx(lambda: local.cm.pull_cache(key, cache, tensor_num_per_layer=3, src_layer_range=range(0, 1)), "PR-3")
+    not_yet_link(lambda: local.cm.pull_cache(key, cache, tensor_num_per_layer=5))
+    lx(lambda: local.cm.pull_cache(key, cache, tensor_num_per_layer=3, src_layer_range=range(0, 1)),
+       "must be a multiple of tensor_num_per_layer 3")
     lx(lambda: local.cm.pull_cache(key, cache, src_layer_range=range(0, 3)), "selects 6 tensors")
     not_yet_link(lambda: local.cm.pull_cache(key, cache, tensor_num_per_layer=3))
     not_yet_link(lambda: local.cm.pull_cache(key, cache, src_layer_range=range(0, 2)))
@@ -291,7 +298,8 @@ def test_pull_cache_checks_tensor_num_per_layer_against_the_local_cache(local: L
 # ---------------------------------------------------------------------------
 
 
-def test_pull_blocks_rejects_keywords_it_does_not_read(local: Local) -> None:
+def test_pull_blocks_rejects_keywords_it_does_not_read(local: Local, monkeypatch: pytest.MonkeyPatch) -> None:
+    strict(monkeypatch)          # the old refusals of the lint rules (docs/semantics.md §0)
     cache, _ = local.blocks_cache()
     lx(lambda: local.cm.pull_blocks(BlocksCacheKey(1), cache, [0], [0], src_cache_offset=0), "src_cache_offset")
     lx(lambda: local.cm.pull_blocks(BlocksCacheKey(1), cache, [0], [0], timeout=5), "'timeout'")
@@ -327,7 +335,8 @@ def test_pull_blocks_applies_the_key_validity_rule_to_a_cache_key(local: Local) 
     not_yet_link(lambda: local.cm.pull_blocks(CacheKey(1, 7), blocks, (), [0]))
 
 
-def test_pull_blocks_rejects_a_repeated_destination_block(local: Local) -> None:
+def test_pull_blocks_rejects_a_repeated_destination_block(local: Local, monkeypatch: pytest.MonkeyPatch) -> None:
+    strict(monkeypatch)          # the old refusals of the lint rules (docs/semantics.md §0)
     blocks, _ = local.blocks_cache()
     lx(lambda: local.cm.pull_blocks(BlocksCacheKey(1), blocks, [0, 1, 2], [3, 5, 3]), "block 3 more than once")
     not_yet_link(lambda: local.cm.pull_blocks(BlocksCacheKey(1), blocks, [1, 1], [3, 5]))
@@ -339,7 +348,9 @@ def test_pull_blocks_converts_block_indexes_like_the_native_binding(local: Local
     raises(TypeError, lambda: local.cm.pull_blocks(BlocksCacheKey(1), blocks, [0], [2**64]), "uint64")
 
 
-def test_pull_blocks_accepts_one_dimensional_integer_numpy_arrays(local: Local) -> None:
+def test_pull_blocks_accepts_one_dimensional_integer_numpy_arrays(local: Local,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    lenient(monkeypatch)
     blocks, _ = local.blocks_cache()
     cm = local.cm
     for dtype in (np.uint64, np.int64, np.int32, np.uint8):
@@ -348,7 +359,8 @@ def test_pull_blocks_accepts_one_dimensional_integer_numpy_arrays(local: Local) 
     raises(TypeError, lambda: cm.pull_blocks(BlocksCacheKey(1), blocks, np.array([[1]]), [0]), "src_blocks")
     raises(TypeError, lambda: cm.pull_blocks(BlocksCacheKey(1), blocks, np.array([1.0]), [0]), "src_blocks")
     raises(TypeError, lambda: cm.pull_blocks(BlocksCacheKey(1), blocks, np.array([-1]), [0]), "uint64")
-    lx(lambda: cm.pull_blocks(BlocksCacheKey(1), blocks, np.array([1, 2]), np.array([4, 4])), "PR-5")
+    with pytest.warns(lint.RepeatedDestinationBlockWarning, match="block 4 more than once"):
+        not_yet_link(lambda: cm.pull_blocks(BlocksCacheKey(1), blocks, np.array([1, 2]), np.array([4, 4])))
 
 
 def test_a_uint64_numpy_block_list_crosses_into_c_without_a_copy(local: Local) -> None:
@@ -377,7 +389,8 @@ def test_pushes_need_direct_mode(server_mode: Local) -> None:
     lx(lambda: server_mode.cm.push_cache(None, None), "only supported")  # type: ignore[arg-type]
 
 
-def test_push_cache_checks_in_the_vendor_order(local: Local) -> None:
+def test_push_cache_checks_in_the_vendor_order(local: Local, monkeypatch: pytest.MonkeyPatch) -> None:
+    strict(monkeypatch)          # the old refusals of the lint rules (docs/semantics.md §0)
     cache, _ = local.cache(num=4)
     blocks, _ = local.blocks_cache()
     key = CacheKeyByIdAndIndex(1, 1)
@@ -395,12 +408,13 @@ def test_push_cache_checks_in_the_vendor_order(local: Local) -> None:
     raises(TypeError, lambda: cm.push_cache(key, cache, size=None), "size")  # type: ignore[arg-type]
     lx(lambda: cm.push_cache(key, cache, size=16), "only supports -1")
     lx(lambda: cm.push_cache(key, cache, tensor_num_per_layer=8), "PR-3")
-    lx(lambda: cm.push_cache(key, cache, tensor_num_per_layer=3), "PR-3")
+    not_yet_link(lambda: cm.push_cache(key, cache, tensor_num_per_layer=3))    # the engine's check, per layer
     not_yet_link(lambda: cm.push_cache(key, cache))
     not_yet_link(lambda: cm.push_cache(key, cache, 0, range(0, 1), range(1, 2)))
 
 
-def test_push_blocks_checks_in_the_vendor_order(local: Local) -> None:
+def test_push_blocks_checks_in_the_vendor_order(local: Local, monkeypatch: pytest.MonkeyPatch) -> None:
+    strict(monkeypatch)          # the old refusals of the lint rules (docs/semantics.md §0)
     blocks, _ = local.blocks_cache()
     cache, _ = local.cache()
     key = BlocksCacheKey(1)
@@ -690,7 +704,8 @@ class Ready(LayerSynchronizer):
         return bool(self.answer)
 
 
-def test_transfer_cache_async_checks_in_the_vendor_order(local: Local) -> None:
+def test_transfer_cache_async_checks_in_the_vendor_order(local: Local, monkeypatch: pytest.MonkeyPatch) -> None:
+    strict(monkeypatch)          # the old refusals of the lint rules (docs/semantics.md §0)
     cache, _ = local.blocks_cache()
     cm = local.cm
     config = TransferWithCacheKeyConfig(BlocksCacheKey(1), range(0, 2), range(0, 2))
@@ -1203,3 +1218,35 @@ def test_a_destination_registered_after_the_link_is_not_reachable_by_pushes() ->
             assert error.status == int(S.LLM_PARAM_INVALID)   # PR-32
         finally:
             local.engine.finalize()
+
+
+# ---------------------------------------------------------------------------
+# the lint rules by default: the device's behaviour and a warning (docs/semantics.md §0)
+# ---------------------------------------------------------------------------
+
+
+def test_lint_rules_of_the_pulls_warn_and_the_call_goes_on(local: Local, monkeypatch: pytest.MonkeyPatch) -> None:
+    lenient(monkeypatch)
+    cache, _ = local.cache()
+    blocks, _ = local.blocks_cache()
+    key = CacheKeyByIdAndIndex(1, 1)
+    with pytest.warns(lint.IgnoredArgumentWarning, match="src_cache_offset is ignored"):
+        not_yet_link(lambda: local.cm.pull_cache(key, cache, src_cache_offset=0))
+    with pytest.warns(lint.IgnoredArgumentWarning, match="'timeout' is ignored"):
+        not_yet_link(lambda: local.cm.pull_blocks(BlocksCacheKey(1), blocks, [0], [0], timeout=5))
+    with pytest.warns(lint.EmptyLayerRangeWarning, match=r"range\(3, 3\) is empty"):
+        not_yet_link(lambda: local.cm.pull_cache(key, cache, src_layer_range=range(3, 3)))
+    with pytest.warns(lint.RepeatedDestinationBlockWarning, match="block 3 more than once"):
+        not_yet_link(lambda: local.cm.pull_blocks(BlocksCacheKey(1), blocks, [0, 1, 2], [3, 5, 3]))
+
+
+def test_a_push_whose_default_range_is_empty_warns_and_moves_nothing(local: Local,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # the vendor loops over range(0, N // n): with n > N no layer, no native call, success
+    lenient(monkeypatch)
+    cache, _ = local.cache(num=4)
+    blocks, _ = local.blocks_cache()
+    with pytest.warns(lint.TensorNumPerLayerWarning, match=r"tensor_num_per_layer \(8\) is larger"):
+        local.cm.push_cache(CacheKeyByIdAndIndex(1, 1), cache, tensor_num_per_layer=8)
+    with pytest.warns(lint.TensorNumPerLayerWarning):
+        local.cm.push_blocks(BlocksCacheKey(1), blocks, [0], [0], tensor_num_per_layer=5)
