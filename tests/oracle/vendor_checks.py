@@ -991,15 +991,14 @@ def switch_role(mode: Mode, role: Any, switch_options: Any = None, enable_switch
         if switch_options is not None and not isinstance(switch_options, dict):
             _t("switch_options", "§10.6 switch_options dict or None")
         if mode.generation == 1 and role.name == "PROMPT":
-            if switch_options is None:
-                _t("switch_options", "V-4: `\"llm.listenIpInfo\" in None`")
-            if "llm.listenIpInfo" not in switch_options:
+            # no options at all are the vendor's empty dict
+            if "llm.listenIpInfo" not in (switch_options or {}):
                 _lx("§10.6 v1: switching to PROMPT needs llm.listenIpInfo", "llm.listenIpInfo")
         listen = (switch_options or {}).get("llm.listenIpInfo")
+        if mode.generation == 1 and role.name != "PROMPT":
+            listen = None                                 # v1 reads it only for PROMPT
         if listen is not None:
-            # §10.6: parsed as at init (§10.2 step 10, V-7) in v2; v1 adds the IPv4 rule.
-            # decision (v1): a listen address given when switching to a role other than
-            # PROMPT is parsed (and checked) all the same
+            # §10.6: parsed as at init (§10.2 step 10, V-7) in v2; v1 adds the IPv4 rule
             parts = listen.split(":")
             if len(parts) != 2:
                 _lx("§10.6: llm.listenIpInfo is not ip:port", "llm.listenIpInfo")
