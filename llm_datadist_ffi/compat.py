@@ -17,6 +17,10 @@ vendor name that is not (or no longer) in ``sys.modules`` — an ``ALIASES`` ent
 that someone removed, or a further module under ``llm_datadist.v2`` — so that no
 second copy of a module is ever executed under a vendor name.
 
+``llm_datadist`` is a package, as the vendor's is: ``import llm_datadist.<name>`` of a
+module this package does not provide (the vendor's internal ``utils``, its native
+wrappers) raises the usual ``ModuleNotFoundError`` naming that module.
+
 Nothing named ``llm_datadist`` is touched until ``install()`` is called, so the
 vendor's package can be installed side by side. ``install()`` refuses to replace a
 ``llm_datadist`` module that is already imported from elsewhere. ``uninstall()``
@@ -51,6 +55,9 @@ ALIASES: Dict[str, str] = {
 }
 
 _V2_PREFIX = "llm_datadist.v2."
+
+#: The modules that stand for vendor packages (they have a ``__path__``).
+_PACKAGES = (PACKAGE + ".vendor", PACKAGE + ".v2")
 
 _lock = threading.RLock()
 _added: Set[str] = set()  # sys.modules names this module entered
@@ -97,7 +104,7 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
         if own_name not in sys.modules and importlib.util.find_spec(own_name) is None:
             return None
         loader = _AliasLoader(fullname, own_name)
-        is_package = own_name == PACKAGE + ".v2"
+        is_package = own_name in _PACKAGES
         return importlib.machinery.ModuleSpec(fullname, loader, is_package=is_package)
 
 

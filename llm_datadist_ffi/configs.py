@@ -14,7 +14,8 @@ takes (python-api.md §4). Three vendor behaviours matter to clients and are kep
 
 ``LLMClusterInfo`` describes one peer for ``link_clusters``/``unlink_clusters``
 (python-api.md §5); its IP lists hold ``(ip_int, port)`` tuples with the vendor's
-little-endian IPv4 integers.
+little-endian IPv4 integers, which ``trans_str_ip`` (the vendor's module helper, also
+used by client code) makes from ip text.
 
 Pure Python: nothing here calls the native layer.
 """
@@ -50,6 +51,19 @@ class LLMRole(IntEnum):
 ROLE_OPTION_TEXT: Dict[LLMRole, str] = {
     LLMRole.PROMPT: "Prompt", LLMRole.DECODER: "Decoder", LLMRole.MIX: "Mix",
 }
+
+
+def trans_str_ip(ip: Any) -> Any:
+    """The vendor's helper for one ip: text becomes its little-endian IPv4 integer
+    (``inet_aton``, so shorthand forms such as ``"127.1"`` parse), anything else is
+    returned unchanged.
+
+    Raises:
+        RuntimeError: ``"Can not parse ip str:<ip>"`` for text that does not parse.
+    """
+    if isinstance(ip, str):
+        return ip_to_int(ip)
+    return ip
 
 
 IpInfo = Tuple[Optional[int], int]
@@ -132,9 +146,7 @@ class LLMClusterInfo:
 def _ip_info(ip: Union[str, int], port: int, side: str) -> IpInfo:
     check_type(ip, (str, int), f"{side} ip")
     checked_port = check_int(port, f"{side} port", UINT16)
-    if isinstance(ip, str):
-        return (ip_to_int(ip), checked_port)
-    return (ip, checked_port)
+    return (trans_str_ip(ip), checked_port)
 
 
 def cluster_ip_infos(info: LLMClusterInfo, side: str) -> List[Tuple[str, int]]:

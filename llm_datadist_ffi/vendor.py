@@ -7,13 +7,24 @@ vendor package runs unchanged. The export list is the vendor's ``__all__``
 ``KvCacheManager`` are resolved on first access through the module ``__getattr__``,
 as in the vendor, but from this package (project rule: no legacy package needed).
 
+The vendor's ``llm_datadist`` is a package; this module has an empty ``__path__``
+so that it behaves as one under that name: ``import llm_datadist.<name>`` of a
+module the project does not provide fails with the usual ``ModuleNotFoundError``
+(not "is not a package"). ``v2_list`` is the vendor's list of its current-generation
+names (its ``__all__`` without the three lazy v1 names), which client code uses to
+copy the names into its own namespace.
+
 Importing this module has the vendor's side effect: the environment variable
 ``AUTO_USE_UC_MEMORY`` is set to ``"0"`` unless it is already set.
 """
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, List
+
+#: No submodule is found through this path; the package's own submodules are entered
+#: in ``sys.modules`` by ``compat.install()`` or found by its finder.
+__path__: List[str] = []
 
 os.environ.setdefault("AUTO_USE_UC_MEMORY", "0")
 
@@ -43,6 +54,10 @@ _LAZY = {
     "Tensor": ("llm_datadist_ffi.tensor", "Tensor"),
     "KvCacheManager": ("llm_datadist_ffi.v2.cache_manager", "KvCacheManager"),
 }
+
+#: The vendor's names of the current generation: ``__all__`` without the lazy v1 names.
+v2_list = [name for name in __all__ if name not in _LAZY]
+
 
 def __getattr__(name: str) -> Any:
     """Resolve the lazy v1 names; any other unknown name raises the vendor's error.

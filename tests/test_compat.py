@@ -6,6 +6,7 @@ subprocesses run in an empty directory, so they import the installed package.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -384,3 +385,59 @@ def test_unknown_attribute_of_installed_llm_datadist_raises_the_vendor_text(tmp_
             print(exc)
     """, tmp_path)
     assert out == "Module 'llm_datadist' has no attribute 'Nope'\n"
+
+
+def test_v2_list_is_the_vendors_list_of_current_generation_names() -> None:
+    assert vendor.v2_list == VENDOR_ALL
+    assert "v2_list" not in vendor.__all__
+
+
+def test_configs_trans_str_ip_parses_text_as_inet_aton_and_passes_other_values() -> None:
+    assert configs.trans_str_ip("1.2.3.4") == 0x04030201
+    assert configs.trans_str_ip("127.1") == 0x0100007F
+    assert configs.trans_str_ip(16777343) == 16777343
+    assert configs.trans_str_ip(None) is None
+    with pytest.raises(RuntimeError, match=r"^Can not parse ip str:no\.such\.host$"):
+        configs.trans_str_ip("no.such.host")
+
+
+def test_llm_types_check_layer_range_takes_the_name_first_as_the_vendors_helper() -> None:
+    assert list(inspect.signature(llm_types.check_layer_range).parameters) == ["name", "layer_range", "allow_none"]
+    assert llm_types.check_layer_range("src_layer_range", None) is None
+    assert llm_types.check_layer_range("src_layer_range", range(2, 5)) is None
+    with pytest.raises(TypeError, match="dst_layer_range"):
+        llm_types.check_layer_range("dst_layer_range", None, allow_none=False)
+    with pytest.raises(status.LLMException, match="dst_layer_range") as info:
+        llm_types.check_layer_range("dst_layer_range", range(3, 1))
+    assert info.value.status_code == 0x5010B005
+
+
+def test_installed_llm_datadist_is_a_package_whose_unknown_submodules_are_not_found(tmp_path: Path) -> None:
+    out = run_python("""
+        import llm_datadist_ffi.compat as compat
+        compat.install()
+        import llm_datadist
+        from llm_datadist import v2_list
+        outcomes = []
+        for name in ("llm_datadist.utils", "llm_datadist.utils.utils", "llm_datadist.llm_datadist_wrapper"):
+            try:
+                __import__(name)
+                outcomes.append("imported")
+            except ModuleNotFoundError as exc:
+                outcomes.append(exc.name)
+        print(hasattr(llm_datadist, "__path__"), len(v2_list), outcomes)
+    """, tmp_path)
+    assert out == "True 23 ['llm_datadist.utils', 'llm_datadist.utils', 'llm_datadist.llm_datadist_wrapper']\n"
+
+
+def test_the_vendors_import_pattern_of_v2_list_fills_a_namespace(tmp_path: Path) -> None:
+    out = run_python("""
+        import llm_datadist_ffi.compat as compat
+        compat.install()
+        import llm_datadist as ld
+        from llm_datadist import v2_list
+        namespace = {item: getattr(ld, item) for item in v2_list}
+        import llm_datadist_ffi.v2.llm_types as own
+        print(namespace["CacheDesc"] is own.CacheDesc, sorted(namespace) == sorted(v2_list))
+    """, tmp_path)
+    assert out == "True True\n"

@@ -559,9 +559,10 @@ def test_switch_role_agrees_with_the_oracle(env: Env, mode: str, enable: bool, d
             assert_agrees(verdict, got, f"switch_role({role!r}, {switch_options!r}) as {model.role}")
             if verdict.kind == "core" and verdict.status == S.LLM_SUCCESS:
                 model.role = verdict.value
-                new = int(listen.split(":")[1]) if isinstance(switch_options, dict) and switch_options else None
                 if model.generation == 1 and model.role != "PROMPT":
-                    new = None                                        # any other role stops it
+                    new = None          # any other role stops it (and v1 does not read the address)
+                else:
+                    new = int(listen.split(":")[1]) if isinstance(switch_options, dict) and switch_options else None
                 if port is not None and port != new:
                     assert not listening(port), f"the listener at {port} still runs after {verdict.rule}"
                 if new is not None:

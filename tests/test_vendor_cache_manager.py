@@ -319,7 +319,7 @@ def test_pull_blocks_checks_in_the_vendor_order(local: Local) -> None:
     lx(lambda: cm.pull_blocks(key, blocks, [0], []), "dst_blocks must not be empty")
     lx(lambda: cm.pull_blocks(key, blocks, [0], [0], tensor_num_per_layer=0), "tensor_num_per_layer")
     lx(lambda: cm.pull_blocks(key, blocks, [], [0]), "src_blocks must not be empty")
-    lx(lambda: cm.pull_blocks(key, blocks, None, [0]), "src_blocks must not be empty")
+    raises(TypeError, lambda: cm.pull_blocks(key, blocks, None, [0]), "src_blocks")
     lx(lambda: cm.pull_blocks(CacheKeyByIdAndIndex(1, 1), blocks, [0], [0]),
        "src_blocks should be empty when src_cache_key is not instance of BlocksCacheKey.")
     raises(AttributeError, lambda: cm.pull_blocks(key, None, [0], [0]), "dst_cache")  # type: ignore[arg-type]
@@ -327,6 +327,31 @@ def test_pull_blocks_checks_in_the_vendor_order(local: Local) -> None:
     lx(lambda: cm.pull_blocks(None, blocks, [0], [0]), "src_blocks should be empty")  # type: ignore[arg-type]
     # dst_cache kind (step 5) before the empty dst_blocks (step 6)
     lx(lambda: cm.pull_blocks(key, cache, [0], []), "dst_cache must be a blocks cache")
+
+
+def test_pull_blocks_with_a_none_block_list_is_a_type_error_where_the_vendor_takes_its_length(local: Local) -> None:
+    blocks, _ = local.blocks_cache()
+    cm = local.cm
+    raises(TypeError, lambda: cm.pull_blocks(BlocksCacheKey(1), blocks, [0], None), "dst_blocks")
+    raises(TypeError, lambda: cm.pull_blocks(BlocksCacheKey(1), blocks, None, [0]), "src_blocks")
+    # by id: the vendor's "src_blocks should be empty" check takes len(None) too; no transfer starts
+    raises(TypeError, lambda: cm.pull_blocks(CacheKeyByIdAndIndex(1, 1), blocks, None, [0]), "src_blocks")
+    raises(TypeError, lambda: cm.pull_blocks(CacheKeyByIdAndIndex(1, 1), blocks, dst_blocks=[0],
+                                             src_blocks=None), "src_blocks")
+
+
+def test_a_none_key_fails_where_the_vendor_packs_it_before_the_layer_ranges(local: Local) -> None:
+    cache, _ = local.cache()
+    blocks, _ = local.blocks_cache()
+    cm = local.cm
+    step_2 = range(0, 2, 2)
+    raises(AttributeError, lambda: cm.pull_cache(None, cache, src_layer_range=step_2), "cache_key")  # type: ignore
+    raises(AttributeError, lambda: cm.pull_cache(None, cache, dst_layer_range=[0]), "cache_key")  # type: ignore
+    raises(AttributeError, lambda: cm.pull_blocks(None, blocks, [], [0], src_layer_range=step_2),  # type: ignore
+           "src_cache_key")
+    # the vendor's own tensor_num_per_layer check comes before it packs the key
+    lx(lambda: cm.pull_cache(None, cache, tensor_num_per_layer=0), "tensor_num_per_layer")  # type: ignore
+    lx(lambda: cm.pull_blocks(None, blocks, [], [0], tensor_num_per_layer=0), "tensor_num_per_layer")  # type: ignore
 
 
 def test_pull_blocks_applies_the_key_validity_rule_to_a_cache_key(local: Local) -> None:
@@ -431,8 +456,16 @@ def test_push_blocks_checks_in_the_vendor_order(local: Local, monkeypatch: pytes
     lx(lambda: cm.push_blocks(key, blocks, [0, 1], [2, 2]), "PR-5")
     raises(AttributeError, lambda: cm.push_blocks(key, None, [0], [0]), "src_cache")  # type: ignore[arg-type]
     raises(AttributeError, lambda: cm.push_blocks(None, blocks, [0], [0]), "dst_cache_key")  # type: ignore
+    raises(TypeError, lambda: cm.push_blocks(key, blocks, [0], None), "dst_blocks")  # type: ignore[arg-type]
     not_yet_link(lambda: cm.push_blocks(key, blocks, [0], [0]))
     not_yet_link(lambda: cm.push_blocks(key, blocks, np.arange(2), np.arange(2, 4), range(4), range(4), 1))
+
+
+def test_push_blocks_sends_a_none_source_list_as_an_empty_one_as_the_vendor_does(local: Local) -> None:
+    blocks, _ = local.blocks_cache()
+    # the vendor hands [] on for src_blocks=None: the Python layer lets the call through
+    # and the core (whose function names its message) answers for the empty source list
+    raises(LLMException, lambda: local.cm.push_blocks(BlocksCacheKey(1), blocks, None, [0]), "lldd_ext_push_layer")
 
 
 # ---------------------------------------------------------------------------

@@ -15,7 +15,8 @@ from typing import Any, Iterator
 
 import pytest
 
-from llm_datadist_ffi import LLMException, LLMStatusCode
+from llm_datadist_ffi import LLMException, LLMStatusCode, _capi
+from llm_datadist_ffi._capi import ffi
 from llm_datadist_ffi.v2 import llm_datadist as llm_datadist_module
 from llm_datadist_ffi.vendor import (
     BlocksCacheKey, CacheDesc, CacheKeyByIdAndIndex, DataType, LLMClusterInfo, LLMConfig, LLMDataDist, LLMRole, RegisterMemStatus,
@@ -130,8 +131,16 @@ def test_finalize_before_init_is_a_no_op() -> None:
 def test_init_rejects_options_that_are_not_a_dict() -> None:
     engine = LLMDataDist(LLMRole.PROMPT, 1)
     raises(TypeError, lambda: engine.init([("llm.EnableCacheManager", "1")]), "options")  # type: ignore[arg-type]
-    raises(TypeError, lambda: engine.init(None), "options")  # type: ignore[arg-type]
     assert LLMDataDist.llm_engine_instance is None
+
+
+def test_init_with_none_options_is_the_vendors_attribute_error() -> None:
+    # the vendor's type check lets None through and its next step reads the dict
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    raises(AttributeError, lambda: engine.init(None), "options")  # type: ignore[arg-type]
+    assert LLMDataDist.llm_engine_instance is None
+    # also before the role lookup of an instance made with role=None
+    raises(AttributeError, lambda: LLMDataDist(None, 1).init(None), "options")  # type: ignore[arg-type]
 
 
 def test_init_checks_flow_graph_mem_max_size_type_comma_then_digits() -> None:
@@ -812,12 +821,55 @@ def test_v1_switch_role_checks_in_the_vendor_order(v1_decoder: LLMDataDist) -> N
     raises(TypeError, lambda: v1_decoder.switch_role(2), "role")  # type: ignore[arg-type]
     lx(lambda: v1_decoder.switch_role(LLMRole.DECODER, "not a dict"), "role not changed")  # type: ignore
     raises(TypeError, lambda: v1_decoder.switch_role(LLMRole.PROMPT, "x"), "switch_options")  # type: ignore
-    raises(TypeError, lambda: v1_decoder.switch_role(LLMRole.PROMPT), "switch_options")
     lx(lambda: v1_decoder.switch_role(LLMRole.PROMPT, {}), "llm.listenIpInfo")
     lx(lambda: v1_decoder.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": "1.2.3.4"}), "ip:port")
     raises(RuntimeError, lambda: v1_decoder.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": "nohost:1"}),
            "Can not parse ip str:nohost")
     raises(ValueError, lambda: v1_decoder.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": "127.0.0.1:p"}), "port")
+
+
+def test_v1_switch_role_to_prompt_without_options_is_param_invalid(v1_decoder: LLMDataDist) -> None:
+    lx(lambda: v1_decoder.switch_role(LLMRole.PROMPT), "llm.listenIpInfo")
+    lx(lambda: v1_decoder.switch_role(LLMRole.PROMPT, None), "llm.listenIpInfo")
+
+
+def test_v1_switch_role_parses_the_listen_address_only_for_prompt() -> None:
+    config = LLMConfig()
+    config.device_id = 0
+    config.listen_ip_info = f"127.0.0.1:{vs.free_port()}"
+    config.enable_switch_role = True
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    engine.init(config.generate_options())
+    try:
+        # switching to DECODER or MIX hands the options on unread: no ip, no port check
+        engine.switch_role(LLMRole.DECODER, {"llm.listenIpInfo": "not an address"})
+        engine.switch_role(LLMRole.MIX, {"llm.listenIpInfo": "1.2.3.4:0"})
+        assert engine.kv_cache_manager._role is LLMRole.MIX
+    finally:
+        engine.finalize()
+
+
+def test_v1_switch_role_to_prompt_converts_the_ip_by_inet_aton(monkeypatch: pytest.MonkeyPatch) -> None:
+    # what the Python layer hands the backend (the vendor's C++ reads llm.ListenIp and
+    # llm.ListenPort); "127.1" is inet_aton's shorthand for 127.0.0.1
+    port = vs.free_port()
+    sent = []
+
+    def record(handle: Any, role: int, array: Any, count: int, tag: str) -> None:
+        sent.append((role, {ffi.string(array[i].key).decode(): ffi.string(array[i].value).decode()
+                            for i in range(count)}))
+
+    engine = LLMDataDist(LLMRole.DECODER, 2)
+    engine.init(vs.v1_options())
+    try:
+        monkeypatch.setattr(_capi, "lldd_ext_switch_role", record)
+        engine.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": f"127.1:{port}"})
+        engine.switch_role(LLMRole.DECODER, {"llm.listenIpInfo": "127.1"})
+    finally:
+        monkeypatch.undo()
+        engine.finalize()
+    assert sent == [(1, {"llm.listenIpInfo": f"127.1:{port}", "llm.ListenIp": "16777343", "llm.ListenPort": str(port)}),
+                    (2, {"llm.listenIpInfo": "127.1"})]
 
 
 def test_v1_switch_role_changes_the_kv_cache_manager_role(v1_decoder: LLMDataDist) -> None:

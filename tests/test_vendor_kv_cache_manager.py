@@ -220,6 +220,37 @@ def test_pull_cache_checks_in_the_vendor_order(decoder: KvCacheManager, monkeypa
     not_yet_link(lambda: decoder.pull_cache(CacheKeyByIdAndIndex(P_ID, 1, 1), cache, tensor_num_per_layer=3))
 
 
+def test_pull_cache_offsets_given_as_none_count_as_not_given(decoder: KvCacheManager) -> None:
+    cache = decoder.allocate_cache(desc())
+    not_yet_link(lambda: decoder.pull_cache(CacheKey(P_ID, 10), cache, src_cache_offset=None))
+    not_yet_link(lambda: decoder.pull_cache(CacheKey(P_ID, 10), cache, dst_cache_offset=None))
+    not_yet_link(lambda: decoder.pull_cache(CacheKey(P_ID, 10), cache, 0, 64, src_cache_offset=None,
+                                            dst_cache_offset=None))
+
+
+def test_pull_cache_with_a_none_key_fails_where_the_vendor_packs_it(decoder: KvCacheManager) -> None:
+    cache = decoder.allocate_cache(desc())
+    # v1 packs the key right after the offsets: before tensor_num_per_layer and the ranges
+    raises(AttributeError, lambda: decoder.pull_cache(None, cache, tensor_num_per_layer=0), "cache_key")  # type: ignore
+    raises(AttributeError, lambda: decoder.pull_cache(None, cache, tensor_num_per_layer=-1), "cache_key")  # type: ignore
+    raises(AttributeError, lambda: decoder.pull_cache(None, cache, src_layer_range=range(0, 2, 2)),  # type: ignore
+           "cache_key")
+    # the offsets come before it
+    raises(ValueError, lambda: decoder.pull_cache(None, cache, src_cache_offset=-1), "should be >= 0")  # type: ignore
+
+
+def test_pull_blocks_with_a_none_block_list_is_a_type_error(decoder: KvCacheManager) -> None:
+    cache = decoder.allocate_blocks_cache(desc(shape=(8, 64)))
+    raises(TypeError, lambda: decoder.pull_blocks(BlocksCacheKey(P_ID), cache, None, [0]), "prompt_blocks")
+    raises(TypeError, lambda: decoder.pull_blocks(BlocksCacheKey(P_ID), cache, [0], None), "decoder_blocks")
+
+
+def test_pull_blocks_packs_a_none_key_last_as_the_vendor_does(decoder: KvCacheManager) -> None:
+    cache = decoder.allocate_blocks_cache(desc(shape=(8, 64)))
+    lx(lambda: decoder.pull_blocks(None, cache, [0], [0], src_layer_range=range(0, 2, 2)), "step")  # type: ignore
+    raises(AttributeError, lambda: decoder.pull_blocks(None, cache, [0], [0]), "prompt_cache_key")  # type: ignore
+
+
 def test_pull_blocks_checks_in_the_vendor_order(decoder: KvCacheManager, monkeypatch: pytest.MonkeyPatch) -> None:
     strict(monkeypatch)          # the old refusals of the lint rules (docs/semantics.md §0)
     cache = decoder.allocate_blocks_cache(desc(shape=(8, 64)))

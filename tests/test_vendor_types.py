@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import gc
 import inspect
+import re
 from enum import Enum, IntEnum
 from typing import Any, Callable, List, Optional
 
@@ -405,17 +406,40 @@ def test_cache_key_with_more_than_4_arguments_is_param_invalid(args: tuple, kwar
     raises_lx(lambda: CacheKey(*args, **kwargs), "Param num is over limit")
 
 
-def test_cache_key_without_a_cluster_id_is_param_invalid() -> None:
-    raises_lx(lambda: CacheKey(req_id=1), "cluster_id")
+def exactly(text: str) -> str:
+    """A ``match`` pattern that accepts ``text`` and nothing else."""
+    return "^" + re.escape(text) + "$"
 
 
-def test_cache_key_without_req_id_is_param_invalid() -> None:
-    raises_lx(lambda: CacheKey(1), "req_id")
-    raises_lx(lambda: CacheKey(cluster_id=1, prefix_id=3), "req_id")
+def test_cache_key_without_a_cluster_id_is_param_invalid_with_the_vendor_text() -> None:
+    raises_lx(lambda: CacheKey(req_id=1), exactly("Param prompt_cluster_id or cluster_id is required"))
 
 
-def test_cache_key_with_an_unknown_keyword_is_param_invalid() -> None:
-    raises_lx(lambda: CacheKey(1, 2, batch_index=0), "Unsupported param:batch_index")
+def test_cache_key_without_req_id_is_param_invalid_with_the_vendor_text() -> None:
+    raises_lx(lambda: CacheKey(1), exactly("Param req_id is required"))
+    raises_lx(lambda: CacheKey(cluster_id=1, prefix_id=3), exactly("Param req_id is required"))
+
+
+def test_cache_key_with_an_unknown_keyword_is_param_invalid_with_the_vendor_text() -> None:
+    raises_lx(lambda: CacheKey(1, 2, batch_index=0), exactly("Unsupported param:batch_index"))
+
+
+def test_cache_key_with_too_many_arguments_has_the_vendor_text() -> None:
+    raises_lx(lambda: CacheKey(1, 2, 3, 4, 5), exactly("Param num is over limit"))
+
+
+@pytest.mark.parametrize("kwargs, exc, text", [
+    ({"cluster_id": "1"}, TypeError, "cluster_id only support ['int'], but got <class 'str'>."),
+    ({"prompt_cluster_id": None}, TypeError, "cluster_id only support ['int'], but got <class 'NoneType'>."),
+    ({"req_id": 1.0}, TypeError, "req_id only support ['int'], but got <class 'float'>."),
+    ({"model_id": -1}, ValueError, "model_id's value is out of range,-1 is not a uint64 value."),
+    ({"prefix_id": 2**64}, ValueError, "prefix_id's value is out of range,18446744073709551616 is not a uint64 "
+                                       "value.")])
+def test_cache_key_value_errors_have_the_vendor_texts(kwargs: dict, exc: type, text: str) -> None:
+    args = {"req_id": 2, **kwargs}
+    if "prompt_cluster_id" not in args:
+        args.setdefault("cluster_id", 1)
+    raises(exc, lambda: CacheKey(**args), exactly(text))
 
 
 @pytest.mark.parametrize("slot", ["cluster_id", "req_id", "model_id", "prefix_id"])
@@ -525,18 +549,25 @@ def test_blocks_cache_key_with_more_than_2_arguments_is_param_invalid() -> None:
     raises_lx(lambda: BlocksCacheKey(1, model_id=2, prompt_cluster_id=1), "Param num is over limit")
 
 
-def test_blocks_cache_key_without_a_cluster_id_is_param_invalid() -> None:
-    raises_lx(lambda: BlocksCacheKey(model_id=1), "cluster_id")
+def test_blocks_cache_key_without_a_cluster_id_is_param_invalid_with_the_vendor_text() -> None:
+    raises_lx(lambda: BlocksCacheKey(model_id=1), exactly("Param prompt_cluster_id or cluster_id is required"))
 
 
-def test_blocks_cache_key_with_an_unknown_keyword_is_param_invalid() -> None:
-    raises_lx(lambda: BlocksCacheKey(1, req_id=2), "Unsupported param:req_id")
+def test_blocks_cache_key_with_an_unknown_keyword_is_param_invalid_with_the_vendor_text() -> None:
+    raises_lx(lambda: BlocksCacheKey(1, req_id=2), exactly("Unsupported param:req_id"))
 
 
-def test_blocks_cache_key_type_checks_cluster_id_and_model_id() -> None:
-    raises(TypeError, lambda: BlocksCacheKey("1"), "cluster_id")
-    raises(TypeError, lambda: BlocksCacheKey(prompt_cluster_id=1.0), "prompt_cluster_id")
-    raises(TypeError, lambda: BlocksCacheKey(1, "0"), "model_id")
+def test_blocks_cache_key_with_too_many_arguments_has_the_vendor_text() -> None:
+    raises_lx(lambda: BlocksCacheKey(1, 2, 3), exactly("Param num is over limit"))
+
+
+def test_blocks_cache_key_type_checks_cluster_id_and_model_id_with_the_vendor_texts() -> None:
+    raises(TypeError, lambda: BlocksCacheKey("1"),
+           exactly("The first param cluster_id only support ['int'], but got <class 'str'>."))
+    raises(TypeError, lambda: BlocksCacheKey(prompt_cluster_id=1.0),
+           exactly("The first param cluster_id only support ['int'], but got <class 'float'>."))
+    raises(TypeError, lambda: BlocksCacheKey(1, "0"),
+           exactly("The second param model_id only support ['int'], but got <class 'str'>."))
 
 
 def test_blocks_cache_key_lets_none_through_like_the_vendor() -> None:

@@ -30,7 +30,7 @@ import numpy as np
 
 from .. import _capi
 from .._capi import const, ffi
-from .._vendor_checks import UINT64, param_invalid, type_name
+from .._vendor_checks import UINT64, none_error, param_invalid, type_name
 from ..status import LLMException, LLMStatusCode, exception_for
 from .llm_types import AnyCacheKey, BlocksCacheKey, CacheKeyByIdAndIndex, CoreCacheDesc, core_key
 
@@ -239,7 +239,9 @@ def is_block_array(value: object) -> bool:
 
 
 def block_list(value: Any, name: str) -> BlockArray:
-    """A checked block list (``None`` counts as empty) as a ``BlockArray``.
+    """A checked block list as a ``BlockArray``; ``None`` is an empty list (only
+    ``push_blocks`` gets that far with one: the vendor sends its ``None`` source list
+    as ``[]``).
 
     The element types were checked already (the vendor's type check); this is the
     native conversion: a negative index or one above ``2**64-1`` raises ``TypeError``
@@ -267,7 +269,8 @@ def block_list(value: Any, name: str) -> BlockArray:
 def check_block_types(value: Any, name: str, containers: Tuple[type, ...] = (list, tuple)) -> None:
     """The vendor's type check of a block list, plus the project's numpy arrays.
 
-    ``None`` passes (it counts as empty). A one-dimensional integer numpy array is
+    ``None`` passes, as the vendor's type check lets it through (the vendor's later
+    ``len()`` of it fails: ``block_count``). A one-dimensional integer numpy array is
     accepted (project rule, python-api.md §11.2); any other array is a ``TypeError``
     as in the vendor.
 
@@ -287,9 +290,13 @@ def check_block_types(value: Any, name: str, containers: Tuple[type, ...] = (lis
             raise TypeError(f"{name}[{index}] must be int, not {type_name(item)}")
 
 
-def block_count(value: Any) -> int:
-    """The length of a type-checked block list (``None`` counts as empty)."""
+def block_count(value: Any, name: str) -> int:
+    """The length of a type-checked block list, where the vendor takes ``len()`` of it.
+
+    Raises:
+        TypeError: ``value`` is ``None`` (the vendor's ``len(None)``).
+    """
     if value is None:
-        return 0
+        raise none_error(name, "a list or tuple of block indexes")
     return int(value.size) if isinstance(value, np.ndarray) else len(value)
 

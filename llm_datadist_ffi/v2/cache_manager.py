@@ -534,7 +534,8 @@ class CacheManager:
                 ``CacheKeyByIdAndIndex`` is accepted).
             ValueError: ``batch_index``, ``size``, ``tensor_num_per_layer`` or a layer
                 outside its C type.
-            AttributeError: ``cache`` or ``cache_key`` is ``None``.
+            AttributeError: ``cache`` or ``cache_key`` is ``None`` (the key after the
+                validity rule, before the layer ranges: where the vendor packs it).
             LLMException: ``LLM_PARAM_INVALID`` for another keyword (PR-8), a blocks
                 cache, a bad ``size``, ``tensor_num_per_layer <= 0``, an invalid
                 ``CacheKey``, a bad or empty layer range, PR-3; from the core
@@ -556,9 +557,9 @@ class CacheManager:
         _check_copy_size(size, tag)
         n = _tensor_num(kwargs.get("tensor_num_per_layer", _DEFAULT_TENSOR_NUM), tag)
         check_cache_key(cache_key)
-        src_range, dst_range = _pull_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"), n, tag)
-        if cache_key is None:
+        if cache_key is None:   # where the vendor packs the key: before the layer ranges
             raise none_error("cache_key", "a CacheKey or CacheKeyByIdAndIndex", AttributeError)
+        src_range, dst_range = _pull_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"), n, tag)
         self._pull(tag, cache_key, cache, batch_index, size, None, None, src_range, dst_range, n)
 
     def _pull(self, tag: str, key: Any, cache: Cache, batch_index: int, size: int, src_blocks: Any, dst_blocks: Any,
@@ -577,9 +578,12 @@ class CacheManager:
         (default 2). Block lists may also be one-dimensional integer numpy arrays.
 
         Raises:
-            TypeError: wrong argument types; a block index outside uint64.
+            TypeError: wrong argument types; a block index outside uint64; a block
+                list that is ``None`` (the vendor takes its length).
             ValueError: ``tensor_num_per_layer`` or a layer outside its C type.
-            AttributeError: ``dst_cache`` or ``src_cache_key`` is ``None``.
+            AttributeError: ``dst_cache`` is ``None``; ``src_cache_key`` is ``None``
+                (after the block-list checks, before the layer ranges: where the
+                vendor packs the key).
             LLMException: ``LLM_PARAM_INVALID`` for another keyword (PR-8), a
                 non-blocks ``dst_cache``, empty ``dst_blocks``, empty ``src_blocks`` with a
                 ``BlocksCacheKey`` or non-empty ones without, an invalid ``CacheKey``, a
@@ -595,20 +599,20 @@ class CacheManager:
             raise none_error("dst_cache", "a Cache", AttributeError)
         if not dst_cache.is_blocks_cache:
             raise_param_invalid(f"[{tag}] dst_cache must be a blocks cache")
-        if _native.block_count(dst_blocks) == 0:
+        if _native.block_count(dst_blocks, "dst_blocks") == 0:
             raise_param_invalid(f"[{tag}] dst_blocks must not be empty")
         n = _tensor_num(kwargs.get("tensor_num_per_layer", _DEFAULT_TENSOR_NUM), tag)
         if isinstance(src_cache_key, BlocksCacheKey):
-            if _native.block_count(src_blocks) == 0:
+            if _native.block_count(src_blocks, "src_blocks") == 0:
                 raise_param_invalid(f"[{tag}] src_blocks must not be empty when src_cache_key is a BlocksCacheKey")
         else:
             check_cache_key(src_cache_key)
-            if _native.block_count(src_blocks) != 0:
+            if _native.block_count(src_blocks, "src_blocks") != 0:
                 raise_param_invalid(f"[{tag}] src_blocks should be empty when src_cache_key is not instance of "
                                     "BlocksCacheKey.")
-        src_range, dst_range = _pull_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"), n, tag)
-        if src_cache_key is None:
+        if src_cache_key is None:   # where the vendor packs the key: before the layer ranges
             raise none_error("src_cache_key", "a cache key", AttributeError)
+        src_range, dst_range = _pull_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"), n, tag)
         self._pull(tag, src_cache_key, dst_cache, 0, -1, src_blocks, dst_blocks, src_range, dst_range, n)
 
     # -- pushes (direct mode) --------------------------------------------------------------
@@ -680,7 +684,9 @@ class CacheManager:
         Block lists may also be one-dimensional integer numpy arrays.
 
         Raises:
-            TypeError: wrong argument types; a block index or key value outside uint64.
+            TypeError: wrong argument types; a block index or key value outside uint64;
+                ``dst_blocks`` is ``None`` (the vendor takes its length; a ``None``
+                ``src_blocks`` is sent as ``[]``, as the vendor sends it).
             ValueError: ``tensor_num_per_layer`` outside uint32.
             AttributeError: ``src_cache`` or ``dst_cache_key`` is ``None``.
             LLMException: ``LLM_PARAM_INVALID`` outside direct mode, for a non-blocks
@@ -699,7 +705,7 @@ class CacheManager:
             raise none_error("src_cache", "a Cache", AttributeError)
         if not src_cache.is_blocks_cache:
             raise_param_invalid(f"[{tag}] src_cache must be a blocks cache")
-        if _native.block_count(dst_blocks) == 0:
+        if _native.block_count(dst_blocks, "dst_blocks") == 0:
             raise_param_invalid(f"[{tag}] dst_blocks must not be empty")
         n = _tensor_num(tensor_num_per_layer, tag)
         src_layers, dst_layers = self._push_ranges(src_cache, src_layer_range, dst_layer_range, n, tag)
@@ -1135,13 +1141,16 @@ class KvCacheManager:
         ``dst_cache_offset``.
 
         Keywords: ``src_layer_range``, ``dst_layer_range``, ``src_cache_offset``,
-        ``dst_cache_offset``, ``tensor_num_per_layer`` (default 2). Giving either
-        offset (even 0) keeps the source key bound after the pull.
+        ``dst_cache_offset``, ``tensor_num_per_layer`` (default 2). An offset given as
+        ``None`` counts as not given, as in the vendor. Giving either offset (even 0)
+        keeps the source key bound after the pull.
 
         Raises:
             TypeError, ValueError: wrong types or C ranges; a negative offset is a
                 ``ValueError``.
-            AttributeError: ``kv_cache`` or ``cache_key`` is ``None``.
+            AttributeError: ``kv_cache`` or ``cache_key`` is ``None`` (the key before
+                the ``tensor_num_per_layer`` and layer-range checks: where the vendor
+                packs it).
             LLMException: ``LLM_PARAM_INVALID`` for another keyword (PR-8), a
                 non-DECODER engine, a HOST cache, a bad ``size``, an invalid
                 ``CacheKey``, ``tensor_num_per_layer <= 0``, a bad or empty layer range,
@@ -1159,18 +1168,20 @@ class KvCacheManager:
         _check_copy_size(size, tag)
         offsets = []
         for word in _OFFSET_KEYWORDS:
-            if word in kwargs:
-                value = check_int(kwargs[word], word, INT64)
-                if value < 0:
-                    raise ValueError(f"{word} is {value}; it should be >= 0")
-                offsets.append(value)
-            else:
+            # the vendor reads kwargs.get(word): an offset given as None is not given
+            value = kwargs.get(word)
+            if value is None:
                 offsets.append(-1)
+                continue
+            value = check_int(value, word, INT64)
+            if value < 0:
+                raise ValueError(f"{word} is {value}; it should be >= 0")
+            offsets.append(value)
         check_cache_key(cache_key)
+        if cache_key is None:   # where the vendor packs the key: before tensor_num_per_layer
+            raise none_error("cache_key", "a CacheKey or CacheKeyByIdAndIndex", AttributeError)
         n = _tensor_num(kwargs.get("tensor_num_per_layer", _DEFAULT_TENSOR_NUM), tag)
         src_range, dst_range = _pull_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"), n, tag)
-        if cache_key is None:
-            raise none_error("cache_key", "a CacheKey or CacheKeyByIdAndIndex", AttributeError)
         self._pull(tag, cache_key, kv_cache, batch_index, size, None, None, src_range, dst_range, n,
                    (offsets[0], offsets[1]))
 
@@ -1185,8 +1196,10 @@ class KvCacheManager:
         one-dimensional integer numpy arrays.
 
         Raises:
-            TypeError, ValueError: wrong types or C ranges; a block index outside uint64.
-            AttributeError: ``decoder_kv_cache`` or ``prompt_cache_key`` is ``None``.
+            TypeError, ValueError: wrong types or C ranges; a block index outside uint64;
+                a block list that is ``None`` (the vendor takes its length).
+            AttributeError: ``decoder_kv_cache`` or ``prompt_cache_key`` is ``None``
+                (the key after the layer ranges: the vendor packs it last).
             LLMException: ``LLM_PARAM_INVALID`` for another keyword (PR-8), a
                 non-DECODER engine, a HOST cache, empty or unequal block lists,
                 ``tensor_num_per_layer <= 0``, a bad or empty layer range, PR-3, PR-5;
@@ -1200,13 +1213,15 @@ class KvCacheManager:
         _native.check_block_types(prompt_blocks, "prompt_blocks", containers=(list,))
         _native.check_block_types(decoder_blocks, "decoder_blocks", containers=(list,))
         self._check_device(decoder_kv_cache, "decoder_kv_cache", tag, "Only support device cache")
-        if _native.block_count(prompt_blocks) == 0:
+        num_prompt = _native.block_count(prompt_blocks, "prompt_blocks")
+        if num_prompt == 0:
             raise_param_invalid(f"[{tag}] prompt_blocks must not be empty")
-        if _native.block_count(decoder_blocks) == 0:
+        num_decoder = _native.block_count(decoder_blocks, "decoder_blocks")
+        if num_decoder == 0:
             raise_param_invalid(f"[{tag}] decoder_blocks must not be empty")
-        if _native.block_count(prompt_blocks) != _native.block_count(decoder_blocks):
-            raise_param_invalid(f"[{tag}] prompt_blocks ({_native.block_count(prompt_blocks)}) and decoder_blocks "
-                                f"({_native.block_count(decoder_blocks)}) must have the same length")
+        if num_prompt != num_decoder:
+            raise_param_invalid(f"[{tag}] prompt_blocks ({num_prompt}) and decoder_blocks ({num_decoder}) must have "
+                                "the same length")
         n = _tensor_num(kwargs.get("tensor_num_per_layer", _DEFAULT_TENSOR_NUM), tag)
         src_range, dst_range = _pull_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"), n, tag)
         if prompt_cache_key is None:

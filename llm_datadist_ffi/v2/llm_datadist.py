@@ -194,6 +194,8 @@ class LLMDataDist:
                 ``llm.listenIpInfo``); the core's code when the native init fails.
             TypeError: ``options`` is not a dict, or holds a key or value that is not a
                 ``str``.
+            AttributeError: ``options`` is ``None`` (the vendor reads it after its type
+                check, which lets ``None`` through).
             ValueError: the port of ``llm.listenIpInfo`` is not a number.
             KeyError: the instance was constructed with ``role=None``.
         """
@@ -205,7 +207,9 @@ class LLMDataDist:
                 raise exception_for(int(LLMStatusCode.LLM_FAILED),
                                     "Cannot init multiple LLMDataDists: another LLMDataDist of this process is "
                                     f"initialised (cluster id {other.cluster_id}); finalize it first")
-            check_type(options, dict, "options", allow_none=False)
+            check_type(options, dict, "options")
+            if options is None:   # the vendor's type check lets it through; its next step reads it
+                raise none_error("options", "a dict", AttributeError)
             if "ge.flowGraphMemMaxSize" in options:
                 value = _require_str_option(options, "ge.flowGraphMemMaxSize")
                 if "," in value:
@@ -523,8 +527,13 @@ class LLMDataDist:
             RuntimeError: (v1) the ip of ``llm.listenIpInfo`` cannot be parsed.
             LLMException: ``LLM_PARAM_INVALID`` for a malformed ``llm.listenIpInfo``
                 (PR-27 included), (v1) an unchanged role or a switch to PROMPT without
-                ``llm.listenIpInfo``; from the core ``LLM_EXIST_LINK`` while a link lives,
-                (v1) ``LLM_FEATURE_NOT_ENABLED`` without ``llm.EnableSwitchRole="1"``.
+                ``llm.listenIpInfo`` (also with no ``switch_options`` at all); from the
+                core ``LLM_EXIST_LINK`` while a link lives, (v1)
+                ``LLM_FEATURE_NOT_ENABLED`` without ``llm.EnableSwitchRole="1"``.
+
+        In v1 ``llm.listenIpInfo`` is read only when switching to PROMPT (its ip by
+        ``inet_aton``, so ``"127.1"`` parses); switching to another role hands the
+        options to the core unread, as the vendor does.
         """
         state = self._check_initialized()
         check_type(role, LLMRole, "role")
@@ -542,13 +551,12 @@ class LLMDataDist:
             if role == self._role:
                 raise_param_invalid(f"role not changed: the engine is already {role}")
             check_type(switch_options, dict, "switch_options")
-            if role is LLMRole.PROMPT:
-                if switch_options is None:
-                    raise none_error("switch_options", "a dict holding llm.listenIpInfo when switching to PROMPT")
-                if "llm.listenIpInfo" not in switch_options:
-                    raise_param_invalid("switching to LLMRole.PROMPT needs llm.listenIpInfo in switch_options")
             options = dict(switch_options or {})
-            if "llm.listenIpInfo" in options:
+            # v1 reads the listen address only when switching to PROMPT; for the other
+            # roles the options go to the core as they are
+            if role is LLMRole.PROMPT:
+                if "llm.listenIpInfo" not in options:
+                    raise_param_invalid('Failed to switch to Prompt, option "llm.listenIpInfo" must be specified')
                 ip_int, port = _parse_v1_listen(_require_str_option(options, "llm.listenIpInfo"))
                 options["llm.ListenIp"] = str(ip_int)
                 options["llm.ListenPort"] = str(port)

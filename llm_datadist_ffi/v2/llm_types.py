@@ -24,9 +24,10 @@ from enum import Enum, IntEnum
 from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
 from .._vendor_checks import (
-    INT32, INT64, INVALID_ID, UINT32, UINT64, check_int, check_int_list, check_layer_range,
-    check_type, none_error, param_invalid, raise_param_invalid, type_name,
+    INT32, INT64, INVALID_ID, UINT32, UINT64, check_int, check_int_list, check_type, none_error, param_invalid,
+    raise_param_invalid, type_name,
 )
+from .._vendor_checks import check_layer_range as _check_layer_range
 from ..data_type import ELEMENT_BITS, DataType
 from ..status import LLMException, LLMStatusCode
 
@@ -38,7 +39,7 @@ __all__ = [
     "CacheTask", "TransferConfig", "LayerSynchronizer", "Cache",
 ]
 # Also public, outside the vendor's __all__ (python-api.md §1.3): RegisterMemStatus,
-# Memtype, MemInfo, TransferWithCacheKeyConfig, PushType; and the project's
+# Memtype, MemInfo, TransferWithCacheKeyConfig, PushType, check_layer_range; and the project's
 # CoreCacheDesc, core_cache_desc, CoreKey, core_key, check_cache_key.
 
 
@@ -283,18 +284,54 @@ def core_cache_desc(cache_desc: CacheDesc, is_blocks: bool) -> CoreCacheDesc:
 # Cache keys (python-api.md §7)
 # ---------------------------------------------------------------------------
 
-_CACHE_KEY_WORDS = ("cluster_id", "prompt_cluster_id", "req_id", "model_id", "prefix_id")
-_BLOCKS_KEY_WORDS = ("cluster_id", "prompt_cluster_id", "model_id")
+_CACHE_KEY_WORDS = ("prompt_cluster_id", "cluster_id", "req_id", "model_id", "prefix_id")
+_BLOCKS_KEY_WORDS = ("prompt_cluster_id", "cluster_id", "model_id")
+
+# The key constructors' errors carry the vendor's exact texts: client code (the vendor's
+# own tests among it) matches them with regular expressions.
+_TOO_MANY = "Param num is over limit"
+_NO_CLUSTER = "Param prompt_cluster_id or cluster_id is required"
+_NO_REQ_ID = "Param req_id is required"
 
 
-def _cluster_id_arg(args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Tuple[str, Any]:
-    """The cluster id and the keyword it came by: a positional argument, then
-    ``cluster_id``, then ``prompt_cluster_id``."""
-    if args:
-        return "cluster_id", args[0]
-    if "cluster_id" in kwargs:
-        return "cluster_id", kwargs["cluster_id"]
-    return "prompt_cluster_id", kwargs["prompt_cluster_id"]
+def _key_arguments(args: Tuple[Any, ...], kwargs: Dict[str, Any], slots: Tuple[str, ...],
+                   words: Tuple[str, ...]) -> Dict[str, Any]:
+    """The arguments of a key by name, parsed as the vendor does: the count, then a
+    positional argument overrides the keyword of its slot, then the cluster id must be
+    present, then (``CacheKey``) ``req_id``, then every keyword must be known."""
+    if len(args) + len(kwargs) > len(slots):
+        raise_param_invalid(_TOO_MANY)
+    named = dict(kwargs)
+    named.update(zip(slots, args))
+    if "prompt_cluster_id" not in named and "cluster_id" not in named:
+        raise_param_invalid(_NO_CLUSTER)
+    if "req_id" in slots and "req_id" not in named:
+        raise_param_invalid(_NO_REQ_ID)
+    for word in named:
+        if word not in words:
+            raise_param_invalid(f"Unsupported param:{word}")
+    return named
+
+
+def _cluster_id_arg(named: Dict[str, Any]) -> Tuple[str, Any]:
+    """The cluster id and the keyword it came by: ``cluster_id`` (a positional argument
+    counts as it) wins over ``prompt_cluster_id``."""
+    if "cluster_id" in named:
+        return "cluster_id", named["cluster_id"]
+    return "prompt_cluster_id", named["prompt_cluster_id"]
+
+
+def _only_int(name: str, value: Any, prefix: str = "") -> TypeError:
+    return TypeError(f"{prefix}{name} only support ['int'], but got {type(value)}.")
+
+
+def _key_uint64(value: Any, name: str) -> int:
+    """The vendor's uint64 check of a ``CacheKey`` field, with its texts."""
+    if not isinstance(value, int):
+        raise _only_int(name, value)
+    if not UINT64[1] <= value <= UINT64[2]:
+        raise ValueError(f"{name}'s value is out of range,{value} is not a uint64 value.")
+    return int(value)
 
 
 class CacheKey:
@@ -313,24 +350,12 @@ class CacheKey:
             TypeError: a value that is not an int (also ``None``).
             ValueError: a value outside uint64.
         """
-        if len(args) + len(kwargs) > 4:
-            raise_param_invalid(f"Param num is over limit: CacheKey takes at most 4 arguments "
-                                f"(cluster_id, req_id, model_id, prefix_id), got {len(args) + len(kwargs)}")
-        if not args and "cluster_id" not in kwargs and "prompt_cluster_id" not in kwargs:
-            raise_param_invalid("CacheKey needs cluster_id (or prompt_cluster_id)")
-        if len(args) < 2 and "req_id" not in kwargs:
-            raise_param_invalid("CacheKey needs req_id (pass 2**64-1 for a prefix key)")
-        for word in kwargs:
-            if word not in _CACHE_KEY_WORDS:
-                raise_param_invalid(f"Unsupported param:{word}; CacheKey takes {', '.join(_CACHE_KEY_WORDS)}")
-        cluster_word, cluster_id = _cluster_id_arg(args, kwargs)
-        req_id = args[1] if len(args) > 1 else kwargs["req_id"]
-        model_id = args[2] if len(args) > 2 else kwargs.get("model_id", 0)
-        prefix_id = args[3] if len(args) > 3 else kwargs.get("prefix_id", INVALID_ID)
-        self._cluster_id = check_int(cluster_id, cluster_word, UINT64)
-        self._req_id = check_int(req_id, "req_id", UINT64)
-        self._model_id = check_int(model_id, "model_id", UINT64)
-        self._prefix_id = check_int(prefix_id, "prefix_id", UINT64)
+        named = _key_arguments(args, kwargs, ("cluster_id", "req_id", "model_id", "prefix_id"), _CACHE_KEY_WORDS)
+        # the vendor checks every value under its slot's name, also a prompt_cluster_id
+        self._cluster_id = _key_uint64(_cluster_id_arg(named)[1], "cluster_id")
+        self._req_id = _key_uint64(named["req_id"], "req_id")
+        self._model_id = _key_uint64(named.get("model_id", 0), "model_id")
+        self._prefix_id = _key_uint64(named.get("prefix_id", INVALID_ID), "prefix_id")
 
     @property
     def cluster_id(self) -> int:
@@ -408,18 +433,13 @@ class BlocksCacheKey:
                 cluster id, or an unknown keyword (in that order).
             TypeError: the cluster id or ``model_id`` is not an int (``None`` passes).
         """
-        if len(args) + len(kwargs) > 2:
-            raise_param_invalid(f"Param num is over limit: BlocksCacheKey takes at most 2 arguments "
-                                f"(cluster_id, model_id), got {len(args) + len(kwargs)}")
-        if not args and "cluster_id" not in kwargs and "prompt_cluster_id" not in kwargs:
-            raise_param_invalid("BlocksCacheKey needs cluster_id (or prompt_cluster_id)")
-        for word in kwargs:
-            if word not in _BLOCKS_KEY_WORDS:
-                raise_param_invalid(f"Unsupported param:{word}; BlocksCacheKey takes {', '.join(_BLOCKS_KEY_WORDS)}")
-        cluster_word, cluster_id = _cluster_id_arg(args, kwargs)
-        model_id = args[1] if len(args) > 1 else kwargs.get("model_id", 0)
-        check_type(cluster_id, int, cluster_word)
-        check_type(model_id, int, "model_id")
+        named = _key_arguments(args, kwargs, ("cluster_id", "model_id"), _BLOCKS_KEY_WORDS)
+        cluster_word, cluster_id = _cluster_id_arg(named)
+        model_id = named.get("model_id", 0)
+        if cluster_id is not None and not isinstance(cluster_id, int):
+            raise _only_int("cluster_id", cluster_id, "The first param ")
+        if model_id is not None and not isinstance(model_id, int):
+            raise _only_int("model_id", model_id, "The second param ")
         self._cluster_word = cluster_word
         self._cluster_id: Optional[int] = cluster_id
         self._model_id: Optional[int] = model_id
@@ -755,6 +775,19 @@ class KvCache:
 # ---------------------------------------------------------------------------
 
 
+def check_layer_range(name: str, layer_range: Optional[range], allow_none: bool = True) -> None:
+    """The vendor's module helper, with its signature: the layer-range check of pushes
+    and async transfers (``None`` passes unless ``allow_none`` is False; otherwise a
+    ``range`` with step 1 and ``0 <= start < stop``).
+
+    Raises:
+        TypeError: not a ``range`` (``None`` when ``allow_none`` is False).
+        LLMException: ``LLM_PARAM_INVALID`` for a step other than 1, or a range that
+            is empty, descending or starts below 0.
+    """
+    _check_layer_range(layer_range, name, allow_none=allow_none)
+
+
 class TransferConfig:
     """One destination of a v1-style ``transfer_cache_async``: raw destination
     addresses, two per layer."""
@@ -806,7 +839,7 @@ class TransferConfig:
 
     @src_layer_range.setter
     def src_layer_range(self, value: Optional[range]) -> None:
-        check_layer_range(value, "src_layer_range")
+        _check_layer_range(value, "src_layer_range")
         self._src_layer_range = value
 
     @property
@@ -841,8 +874,8 @@ class TransferWithCacheKeyConfig:
                 ``BlocksCacheKey`` with ``src_batch_index != 0``.
         """
         check_type(cache_key, (BlocksCacheKey, CacheKeyByIdAndIndex), "cache_key", allow_none=False)
-        check_layer_range(src_layer_range, "src_layer_range", allow_none=False)
-        check_layer_range(dst_layer_range, "dst_layer_range", allow_none=False)
+        _check_layer_range(src_layer_range, "src_layer_range", allow_none=False)
+        _check_layer_range(dst_layer_range, "dst_layer_range", allow_none=False)
         if len(cast(range, src_layer_range)) != len(cast(range, dst_layer_range)):
             raise_param_invalid(f"src_layer_range {src_layer_range!r} and dst_layer_range "
                                 f"{dst_layer_range!r} must have the same length")
@@ -876,7 +909,7 @@ class TransferWithCacheKeyConfig:
     @src_layer_range.setter
     def src_layer_range(self, value: Optional[range]) -> None:
         """Raises ``TypeError`` (not a range) or ``LLMException`` (§9.1); ``None`` passes."""
-        check_layer_range(value, "src_layer_range")
+        _check_layer_range(value, "src_layer_range")
         self._src_layer_range = value
 
     @property
@@ -887,7 +920,7 @@ class TransferWithCacheKeyConfig:
     @dst_layer_range.setter
     def dst_layer_range(self, value: Optional[range]) -> None:
         """Raises ``TypeError`` (not a range) or ``LLMException`` (§9.1); ``None`` passes."""
-        check_layer_range(value, "dst_layer_range")
+        _check_layer_range(value, "dst_layer_range")
         self._dst_layer_range = value
 
     @property

@@ -182,6 +182,13 @@ def blocks_of(x: Any) -> List[int]:
     return [] if x is None else [int(v) for v in list(x)]
 
 
+def length(x: Any, name: str) -> int:
+    """The vendor's ``len()`` of a block list that passed its type check: ``None`` → T."""
+    if x is None:
+        _t(name, f"len({name}) of None")
+    return len(blocks_of(x))
+
+
 def convert_blocks(x: Any, name: str) -> None:
     """The binding's conversion of a block list (§11.2, V-10): negative or > 2**64-1 → T."""
     for v in blocks_of(x):
@@ -330,9 +337,9 @@ class Checks:
         n = tensor_num(kwargs.get("tensor_num_per_layer", 2))
         if isinstance(cache_key, Key):
             validity(cache_key)
-        src, dst = pull_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"))
         if cache_key is None:
-            _attr("cache_key", "V-4")
+            _attr("cache_key", "V-4: the key is packed before the layer ranges")
+        src, dst = pull_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"))
         project_pull(src, dst, n, cache.num_tensors)
         return self._pull_core(cache_key, cache, batch_index, size, src, dst, n, blocks=False)
 
@@ -349,20 +356,20 @@ class Checks:
             _attr("dst_cache", "V-4")
         if not dst_cache.blocks:
             _lx("§11.2 pull_blocks step 5", "dst_cache")
-        if len(blocks_of(dst_blocks)) == 0:
+        if length(dst_blocks, "dst_blocks") == 0:
             _lx("§11.2 pull_blocks step 6", "dst_blocks")
         n = tensor_num(kwargs.get("tensor_num_per_layer", 2))
         if isinstance(src_cache_key, Key) and src_cache_key.kind == "BlocksCacheKey":
-            if len(blocks_of(src_blocks)) == 0:
+            if length(src_blocks, "src_blocks") == 0:
                 _lx("§11.2 pull_blocks step 8", "src_blocks")
         else:                                     # the cache→blocks form: anything but a BlocksCacheKey
             if isinstance(src_cache_key, Key):
                 validity(src_cache_key)
-            if len(blocks_of(src_blocks)) != 0:
+            if length(src_blocks, "src_blocks") != 0:
                 _lx("§11.2 pull_blocks step 8", "src_blocks should be empty")
-        src, dst = pull_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"))
         if src_cache_key is None:
-            _attr("src_cache_key", "V-4")
+            _attr("src_cache_key", "V-4: the key is packed before the layer ranges")
+        src, dst = pull_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"))
         convert_blocks(src_blocks, "src_blocks")      # the binding's conversion (the vendor's T)
         convert_blocks(dst_blocks, "dst_blocks")
         project_pull(src, dst, n, dst_cache.num_tensors)
@@ -418,7 +425,7 @@ class Checks:
             _attr("src_cache", "V-4")
         if not src_cache.blocks:
             _lx("§11.3 push_blocks step 5", "src_cache")
-        if len(blocks_of(dst_blocks)) == 0:
+        if length(dst_blocks, "dst_blocks") == 0:        # a None src_blocks is sent as []
             _lx("§11.3 push_blocks step 6", "dst_blocks")
         n = tensor_num(tensor_num_per_layer)
         self._push_ranges(src_cache, src_layer_range, dst_layer_range, n)
@@ -748,7 +755,7 @@ class Checks:
             _lx("§12 pull_cache step 7", "size")
         offsets = []
         for name in ("src_cache_offset", "dst_cache_offset"):
-            if name in kwargs:
+            if kwargs.get(name) is not None:             # the vendor's kwargs.get: None is not given
                 int_range(kwargs[name], I64_MIN, I64_MAX, name)
                 if kwargs[name] < 0:
                     _v(name, "§6.3 offset < 0")
@@ -757,10 +764,10 @@ class Checks:
                 offsets.append(-1)
         if isinstance(cache_key, Key):
             validity(cache_key)
+        if cache_key is None:
+            _attr("cache_key", "V-4: v1 packs the key before tensor_num_per_layer")
         n = tensor_num(kwargs.get("tensor_num_per_layer", 2))
         src, dst = pull_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"))
-        if cache_key is None:
-            _attr("cache_key", "V-4")
         project_pull(src, dst, n, kv_cache.num_tensors)
         return self._v1_pull_core(cache_key, kv_cache, batch_index, size, src, dst, n, offsets[1], blocks=False)
 
@@ -771,17 +778,16 @@ class Checks:
             _lx("§12 pull_blocks step 1: DECODER only", "is not supported by")
         type_check(prompt_cache_key, ["BlocksCacheKey"], "prompt_cache_key")
         type_check(decoder_kv_cache, ["KvCache"], "decoder_kv_cache")
-        # decision: None passes the type check (python-api.md §0) and counts as an empty
-        # list, as V-4 says for v2's block lists; the emptiness checks then raise LX
+        # None passes the type check (python-api.md §0); the emptiness checks take its len()
         seq_of(prompt_blocks, ["list"], "int", "prompt_blocks", none_ok=True, numpy_ok=True)
         seq_of(decoder_blocks, ["list"], "int", "decoder_blocks", none_ok=True, numpy_ok=True)
         if decoder_kv_cache is None:
             _attr("decoder_kv_cache", "V-4")
         if decoder_kv_cache.placement == HOST:
             _lx("§12 pull_blocks step 6", "")
-        if len(blocks_of(prompt_blocks)) == 0:
+        if length(prompt_blocks, "prompt_blocks") == 0:
             _lx("§12 pull_blocks step 7", "prompt_blocks")
-        if len(blocks_of(decoder_blocks)) == 0:
+        if length(decoder_blocks, "decoder_blocks") == 0:
             _lx("§12 pull_blocks step 8", "decoder_blocks")
         if len(blocks_of(prompt_blocks)) != len(blocks_of(decoder_blocks)):
             _lx("§12 pull_blocks step 9", "")
@@ -985,15 +991,14 @@ def switch_role(mode: Mode, role: Any, switch_options: Any = None, enable_switch
         if switch_options is not None and not isinstance(switch_options, dict):
             _t("switch_options", "§10.6 switch_options dict or None")
         if mode.generation == 1 and role.name == "PROMPT":
-            if switch_options is None:
-                _t("switch_options", "V-4: `\"llm.listenIpInfo\" in None`")
-            if "llm.listenIpInfo" not in switch_options:
+            # no options at all are the vendor's empty dict
+            if "llm.listenIpInfo" not in (switch_options or {}):
                 _lx("§10.6 v1: switching to PROMPT needs llm.listenIpInfo", "llm.listenIpInfo")
         listen = (switch_options or {}).get("llm.listenIpInfo")
+        if mode.generation == 1 and role.name != "PROMPT":
+            listen = None                                 # v1 reads it only for PROMPT
         if listen is not None:
-            # §10.6: parsed as at init (§10.2 step 10, V-7) in v2; v1 adds the IPv4 rule.
-            # decision (v1): a listen address given when switching to a role other than
-            # PROMPT is parsed (and checked) all the same
+            # §10.6: parsed as at init (§10.2 step 10, V-7) in v2; v1 adds the IPv4 rule
             parts = listen.split(":")
             if len(parts) != 2:
                 _lx("§10.6: llm.listenIpInfo is not ip:port", "llm.listenIpInfo")
