@@ -219,8 +219,8 @@ def test_ctrl_c_stops_the_demo_and_its_prompt_process_at_once() -> None:
             time.sleep(0.05)
 
 
-def test_the_demo_says_how_its_prompt_process_ended_when_it_did_not_start() -> None:
-    # a port that is taken makes the Prompt's init fail; the Decoder reports the exit
+def test_a_failed_set_up_of_the_demos_prompt_process_is_one_line() -> None:
+    # a port that is taken makes the Prompt's init fail
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
