@@ -7,7 +7,13 @@
   3. on a host with the Ascend toolkit (``ASCEND_HOME_PATH``/``ASCEND_TOOLKIT_HOME``,
      or ``LLM_DATADIST_FFI_ASCEND_HOME``), compiles the C-ABI shim against it into
      ``_lib/libllm_datadist_ffi_shim.so``; elsewhere this step is skipped silently.
-The wheel is marked as platform-specific because it carries shared objects.
+``pip install -e .`` (editable) compiles the libraries into ``llm_datadist_ffi/_lib/`` of
+the source tree instead, where the package it installs looks for them.
+
+The wheel carries shared objects but no CPython extension module: the libraries are
+opened with cffi's ``dlopen`` and never import Python's C API. So it is tagged
+``py3-none-<platform>``: specific to the platform (the objects are machine code), valid
+for every Python 3 on it (one wheel per platform instead of one per Python version).
 """
 from __future__ import annotations
 
@@ -20,6 +26,11 @@ from types import ModuleType
 from setuptools import setup
 from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
+
+try:  # setuptools >= 70.1 carries bdist_wheel; before that the wheel package does
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:  # pragma: no cover - depends on the build environment
+    from wheel.bdist_wheel import bdist_wheel  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parent
 
@@ -36,9 +47,14 @@ def _load_script(path: Path) -> ModuleType:
 class BuildPyWithNative(build_py):
     def run(self) -> None:
         super().run()
-        package_dir = Path(self.build_lib) / "llm_datadist_ffi"
-        shutil.copytree(ROOT / "include", package_dir / "_include", dirs_exist_ok=True)
-        lib_dir = package_dir / "_lib"
+        if getattr(self, "editable_mode", False):
+            # `pip install -e .` imports the package from this source tree, which reads
+            # include/ beside it; the libraries go where that package looks for them.
+            lib_dir = ROOT / "llm_datadist_ffi" / "_lib"
+        else:
+            package_dir = Path(self.build_lib) / "llm_datadist_ffi"
+            shutil.copytree(ROOT / "include", package_dir / "_include", dirs_exist_ok=True)
+            lib_dir = package_dir / "_lib"
         build_mock = _load_script(ROOT / "mock_libs" / "build_mock.py")
         build_mock.build(lib_dir)
         shim_script = ROOT / "llm_datadist_ffi" / "_shim" / "build_shim.py"
@@ -51,8 +67,18 @@ class BuildPyWithNative(build_py):
 
 
 class BinaryDistribution(Distribution):
+    """Installs into platlib: the package holds machine code."""
+
     def has_ext_modules(self) -> bool:
         return True
 
 
-setup(cmdclass={"build_py": BuildPyWithNative}, distclass=BinaryDistribution)
+class PlatformWheel(bdist_wheel):
+    """``py3-none-<platform>``: see the module docstring."""
+
+    def get_tag(self) -> tuple[str, str, str]:
+        _python, _abi, platform = super().get_tag()
+        return "py3", "none", platform
+
+
+setup(cmdclass={"build_py": BuildPyWithNative, "bdist_wheel": PlatformWheel}, distclass=BinaryDistribution)

@@ -1,9 +1,11 @@
 """``python -m llm_datadist_ffi bench``: transfer throughput as a ratio of memcpy.
 
-Figures are only meaningful against a baseline measured in the same run on the same
-machine, so every row is printed as GB/s and as a multiple of the memcpy bandwidth
-measured here for the same number of bytes (``numpy.copyto`` of one contiguous
-buffer). Rows:
+Figures are only meaningful against a baseline measured on the same machine in the
+same state, so every row is printed as GB/s and as a multiple of its own memcpy
+baseline: each repetition of a transfer is followed at once by a ``numpy.copyto`` of
+the same number of bytes, and each row reports the best of its transfers against the
+best of its copies (memory bandwidth drifts with the machine's load and frequency;
+a baseline measured once, before or after, would move the ratios with it). Rows:
 
 - ``pull_kv_blocks`` between two engines of this process (one-sided memcpy), for
   contiguous block lists (coalesced into one run per tensor) and scattered ones
@@ -13,18 +15,24 @@ buffer). Rows:
 - ``push_kv_blocks`` in the same two settings.
 
 This is a benchmark, not a test: it asserts nothing about speed. It does check that
-the bytes arrived, so a fast wrong answer cannot pass for a result.
+the bytes arrived, so a fast wrong answer cannot pass for a result. ``--json`` prints
+the rows as JSON. Sizes that do not fit in the available memory are refused before
+anything is allocated (exit status 2), as are out-of-range arguments; Ctrl-C stops it
+at once (status 130).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import socket
-import subprocess
 import sys
 import time
-from typing import Callable, Sequence
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 import numpy as np
+
+from ._cli import MEMCPY_CHUNK, CommandError, check_fits, describe_exit, description, int_in, \
+    memcpy_seconds, run_interruptibly, spawn
 
 SRC_CLUSTER, DST_CLUSTER = 11, 12
 
@@ -54,24 +62,47 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _best(fn: Callable[[], None], repeat: int) -> float:
-    fn()                                   # warm-up: first use takes the peer's table copy
-    best = float("inf")
+def _best_interleaved(transfer: Callable[[], None], nbytes: int, repeat: int) -> Tuple[float, float]:
+    """(best seconds of ``transfer``, best seconds of a memcpy of ``nbytes``), the two
+    alternating so that both see the machine in the same state."""
+    transfer()                             # warm-up: first use takes the peer's table copy
+    best_transfer = best_copy = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+        transfer()
+        best_transfer = min(best_transfer, time.perf_counter() - start)
+        best_copy = min(best_copy, memcpy_seconds(nbytes))
+    return best_transfer, best_copy
 
 
-def _run(args: argparse.Namespace) -> int:
+def _memory_needed(args: argparse.Namespace) -> int:
+    """Local tensors, the in-process source's and the child's, the baseline's buffers."""
+    cache: int = args.tensors * args.blocks * args.block_bytes
+    return 3 * cache + 2 * min(cache, MEMCPY_CHUNK)
+
+
+def _link(engine: Any, port: int) -> Any:
     from . import native
 
+    cluster = native.ClusterInfo(SRC_CLUSTER, 0, [native.IpInfo("127.0.0.1", 0)], [native.IpInfo("127.0.0.1", port)])
+    status, per = engine.link_llm_clusters([cluster], 5000)
+    if status != 0:
+        raise CommandError(f"link to 127.0.0.1:{port} failed: {status} {per}")
+    return cluster
+
+
+def _run(args: argparse.Namespace) -> List[Dict[str, Any]]:
+    from . import native
+
+    check_fits(_memory_needed(args), f"a bench of {args.tensors} tensors x {args.blocks} blocks x "
+               f"{args.block_bytes} B (three copies: local, in-process source, source process)",
+               "choose fewer --tensors or --blocks or a smaller --block-bytes")
     block_lists = {
         "contiguous": np.arange(args.blocks, dtype=np.uint64),
         "scattered": np.arange(0, args.blocks, 2, dtype=np.uint64),
     }
-    rows: list[tuple[str, int, float]] = []
+    rows: List[Dict[str, Any]] = []
+    last_layer = args.tensors // 2 - 1
 
     def measure(where: str, engine: native.LlmDataDist, remote_id: int, local_id: int,
                 local: list[np.ndarray], expect: int) -> None:
@@ -79,19 +110,22 @@ def _run(args: argparse.Namespace) -> int:
             nbytes = int(blocks.size) * args.block_bytes * args.tensors
             for t in local:
                 t.fill(0)
-            seconds = _best(lambda: engine.pull_kv_blocks(native.CacheIndex(SRC_CLUSTER, remote_id),
-                                                          native.Cache(local_id), blocks, blocks), args.repeat)
+            def pull() -> None:
+                engine.pull_kv_blocks(native.CacheIndex(SRC_CLUSTER, remote_id), native.Cache(local_id), blocks, blocks)
+
+            seconds, baseline = _best_interleaved(pull, nbytes, args.repeat)
             got = local[0][blocks.astype(np.intp)]
             if not (got == expect).all():
-                raise SystemExit(f"bench: pull_kv_blocks ({where}, {shape}) moved wrong bytes")
-            rows.append((f"pull_kv_blocks {where}, {shape}", nbytes, seconds))
-            seconds = _best(lambda: engine.push_kv_blocks(native.Cache(local_id, cache_desc=None),
-                                                          native.CacheIndex(SRC_CLUSTER, remote_id),
-                                                          blocks, blocks,
-                                                          native.KvCacheExtParam((0, args.tensors // 2 - 1),
-                                                                                 (0, args.tensors // 2 - 1))),
-                            args.repeat)
-            rows.append((f"push_kv_blocks {where}, {shape}", nbytes, seconds))
+                raise CommandError(f"pull_kv_blocks ({where}, {shape}) moved wrong bytes", status=1)
+            rows.append(_row("pull_kv_blocks", where, shape, nbytes, seconds, baseline))
+
+            def push() -> None:
+                engine.push_kv_blocks(native.Cache(local_id, cache_desc=None),
+                                      native.CacheIndex(SRC_CLUSTER, remote_id), blocks, blocks,
+                                      native.KvCacheExtParam((0, last_layer), (0, last_layer)))
+
+            seconds, baseline = _best_interleaved(push, nbytes, args.repeat)
+            rows.append(_row("push_kv_blocks", where, shape, nbytes, seconds, baseline))
 
     desc = native.CacheDesc(args.tensors, native.DataType.DT_UINT8, [args.blocks, args.block_bytes])
     local = _tensors(args.tensors, args.blocks, args.block_bytes, fill=0)
@@ -105,63 +139,73 @@ def _run(args: argparse.Namespace) -> int:
             src_engine.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{port}"})
             remote = _tensors(args.tensors, args.blocks, args.block_bytes, fill=7)
             remote_id = src_engine.register_kv_cache(desc, [t.ctypes.data for t in remote])
-            cluster = native.ClusterInfo(SRC_CLUSTER, 0, [native.IpInfo("127.0.0.1", 0)], [native.IpInfo("127.0.0.1", port)])
-            status, per = dst_engine.link_llm_clusters([cluster], 5000)
-            if status != 0:
-                raise SystemExit(f"bench: link failed {status} {per}")
+            cluster = _link(dst_engine, port)
             measure("in-process", dst_engine, remote_id, local_id, local, expect=7)
             dst_engine.unlink_llm_clusters([cluster], 5000)
+        del remote
 
         # 2. the source engine in another process
         port = _free_port()
-        child = subprocess.Popen(
-            [sys.executable, "-m", "llm_datadist_ffi._bench", "--serve", "--port", str(port),
-             "--tensors", str(args.tensors), "--blocks", str(args.blocks), "--block-bytes", str(args.block_bytes)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        child = spawn(["llm_datadist_ffi._bench", "--serve", "--port", str(port), "--tensors", str(args.tensors),
+                       "--blocks", str(args.blocks), "--block-bytes", str(args.block_bytes)])
         assert child.stdin is not None and child.stdout is not None
         try:
             line = child.stdout.readline().split()
             if len(line) != 2 or line[0] != "READY":
-                raise SystemExit(f"bench: the source process did not start ({line!r})")
-            cluster = native.ClusterInfo(SRC_CLUSTER, 0, [native.IpInfo("127.0.0.1", 0)], [native.IpInfo("127.0.0.1", port)])
-            status, per = dst_engine.link_llm_clusters([cluster], 5000)
-            if status != 0:
-                raise SystemExit(f"bench: link failed {status} {per}")
+                child.wait(timeout=5)
+                raise CommandError(f"the source process did not start: it {describe_exit(child.poll())}")
+            cluster = _link(dst_engine, port)
             measure("cross-process", dst_engine, int(line[1]), local_id, local, expect=7)
             dst_engine.unlink_llm_clusters([cluster], 5000)
         finally:
-            child.stdin.write("done\n")
-            child.stdin.flush()
+            if child.poll() is None:
+                child.stdin.write("done\n")
+                child.stdin.flush()
             child.wait(timeout=30)
+    return rows
 
-    def baseline(nbytes: int) -> float:
-        src = np.ones(nbytes, dtype=np.uint8)
-        dst = np.empty_like(src)
-        return nbytes / _best(lambda: np.copyto(dst, src), args.repeat)
 
-    rates = {n: baseline(n) for n in {r[1] for r in rows}}
-    print(f"{args.tensors} tensors x {args.blocks} blocks x {args.block_bytes} B; best of {args.repeat}")
-    print(f"{'transfer':<42} {'bytes':>11} {'ms':>9} {'GB/s':>7} {'x memcpy':>9}")
-    for label, nbytes, seconds in rows:
-        rate = nbytes / seconds
-        print(f"{label:<42} {nbytes:>11} {seconds * 1e3:>9.3f} {rate / 1e9:>7.2f} {rate / rates[nbytes]:>9.2f}")
-    for nbytes, rate in sorted(rates.items()):
-        print(f"memcpy baseline for {nbytes} B: {rate / 1e9:.2f} GB/s")
-    return 0
+def _row(call: str, where: str, shape: str, nbytes: int, seconds: float, baseline: float) -> Dict[str, Any]:
+    seconds, baseline = max(seconds, 1e-9), max(baseline, 1e-9)     # below the clock's resolution
+    return {"transfer": f"{call} {where}, {shape}", "bytes": nbytes, "seconds": seconds,
+            "gb_per_s": nbytes / seconds / 1e9, "memcpy_seconds": baseline,
+            "memcpy_gb_per_s": nbytes / baseline / 1e9, "x_memcpy": baseline / seconds}
+
+
+def _report(args: argparse.Namespace, rows: List[Dict[str, Any]]) -> None:
+    if args.json:
+        print(json.dumps({"tensors": args.tensors, "blocks": args.blocks, "block_bytes": args.block_bytes,
+                          "repeat": args.repeat, "rows": rows}, indent=2))
+        return
+    print(f"{args.tensors} tensors x {args.blocks} blocks x {args.block_bytes} B; best of {args.repeat}, each "
+          "transfer followed by a memcpy of the same bytes")
+    print(f"{'transfer':<42} {'bytes':>11} {'ms':>9} {'GB/s':>7} {'memcpy GB/s':>11} {'x memcpy':>9}")
+    for row in rows:
+        print(f"{row['transfer']:<42} {row['bytes']:>11} {row['seconds'] * 1e3:>9.3f} {row['gb_per_s']:>7.2f} "
+              f"{row['memcpy_gb_per_s']:>11.2f} {row['x_memcpy']:>9.2f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llm_datadist_ffi bench", description=__doc__.splitlines()[0])
-    parser.add_argument("--tensors", type=int, default=8, help="K and V tensors (even)")
-    parser.add_argument("--blocks", type=int, default=512)
-    parser.add_argument("--block-bytes", type=int, default=16384)
-    parser.add_argument("--repeat", type=int, default=5)
+    parser = argparse.ArgumentParser(prog="python -m llm_datadist_ffi bench", description=description(__doc__),
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--tensors", type=int_in(2, 4096), default=8, help="K and V tensors, even, 2..4096")
+    parser.add_argument("--blocks", type=int_in(1, 2**31), default=512, help="blocks per tensor, >= 1")
+    parser.add_argument("--block-bytes", type=int_in(1, 2**31), default=16384, help="bytes per block, >= 1")
+    parser.add_argument("--repeat", type=int_in(1, 10**6), default=5, help="repetitions per row (best is kept)")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int_in(0, 65535), default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.tensors < 2 or args.tensors % 2:
-        parser.error("--tensors must be an even number >= 2")
-    return _serve(args) if args.serve else _run(args)
+    if args.tensors % 2:
+        parser.error("argument --tensors: must be even (K and V of each layer)")
+    prog = "python -m llm_datadist_ffi bench"
+    if args.serve:
+        return run_interruptibly(prog, lambda: _serve(args))
+
+    def work() -> int:
+        _report(args, _run(args))
+        return 0
+    return run_interruptibly(prog, work)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ vendor's API does.
 """
 from __future__ import annotations
 
+import functools
+import os
 from typing import Any
 
 from . import lint
@@ -70,15 +72,23 @@ def lldd_backend_name() -> str:
 
 # ---- engine life cycle ----------------------------------------------------------------------
 
+def _destroy_in(pid: int, engine: CData) -> None:
+    # A child of fork() holds copies of its parent's handles: destroying one there
+    # would act on an engine whose threads and sockets belong to the parent.
+    if os.getpid() == pid:
+        lldd_lib.lldd_destroy(engine)
+
+
 def lldd_create(cluster_id: int, role: int, tag: str) -> CData:
-    """Create an engine; the handle is destroyed by ``ffi.gc`` as a safety net."""
+    """Create an engine; the handle is destroyed by ``ffi.gc`` as a safety net, and
+    only in the process that created it."""
     out = ffi.new("lldd_engine **")
     check(lldd_lib.lldd_create(cluster_id, role, out), tag)
-    return ffi.gc(out[0], lldd_lib.lldd_destroy)
+    return ffi.gc(out[0], functools.partial(_destroy_in, os.getpid()))
 
 
 def lldd_destroy(engine: CData) -> None:
-    ffi.release(engine)          # runs lldd_destroy now, once
+    ffi.release(engine)          # runs the destructor now, once
 
 
 def lldd_initialize(engine: CData, options: CData, count: int, tag: str) -> None:

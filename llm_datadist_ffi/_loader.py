@@ -14,7 +14,17 @@ The backend is chosen once, at import, by ``LLM_DATADIST_FFI_BACKEND``:
     ``ascend`` when the toolkit is present (``ASCEND_HOME_PATH`` or
     ``ASCEND_TOOLKIT_HOME``) and the shim was built, else ``mock``.
 
-Anything else is an ImportError listing the valid values. A failure to load the
+Anything else is an ImportError listing the valid values.
+
+**Running from the source tree.** ``python -m llm_datadist_ffi``, ``python -m pytest``,
+a script or a REPL started in the repository root import the package from the source
+tree (the current directory comes first on ``sys.path``), not the installed copy. So
+when this package sits in a source checkout (``mock_libs/build_mock.py`` beside it) and
+the mock library in ``llm_datadist_ffi/_lib/`` is missing or older than any of its C
+sources or headers, the loader compiles it there first, once, under a file lock (one
+compiler run however many processes start together), writing to a temporary name and
+renaming, so that no process ever opens a half-written library. An installed package
+never compiles anything at import. A failure to load the
 chosen backend is an ImportError that says what to do; there is never a silent
 fall-back from ``ascend`` to ``mock`` (DESIGN §2.4). After loading, the library's
 ABI version must equal the headers' ``LLDD_ABI_VERSION``.
@@ -24,7 +34,11 @@ Only ``llm_datadist_ffi._capi`` and ``llm_datadist_ffi.acl`` use ``lldd_lib`` an
 """
 from __future__ import annotations
 
+import fcntl
 import os
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +56,8 @@ MOCK_LIB_NAME = "libllm_datadist_mock.so"
 SHIM_LIB_NAME = "libllm_datadist_ffi_shim.so"
 ACL_LIB_NAMES = ("libacl_rt.so", "libascendcl.so")
 
-_LIB_DIR = Path(__file__).resolve().parent / "_lib"
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_LIB_DIR = _PACKAGE_DIR / "_lib"
 
 
 @dataclass(frozen=True)
@@ -78,6 +93,57 @@ def _mock_path() -> Path:
     return Path(override) if override else _LIB_DIR / MOCK_LIB_NAME
 
 
+def source_checkout() -> Path | None:
+    """The repository root when this package runs from its source tree, else None."""
+    root = _PACKAGE_DIR.parent
+    if (root / "mock_libs" / "build_mock.py").is_file() and (root / "include" / "lldd").is_dir():
+        return root
+    return None
+
+
+def _mock_inputs(root: Path) -> list[Path]:
+    return [*(root / "mock_libs").glob("*.[ch]"), *(root / "include").rglob("*.h")]
+
+
+def _is_stale(lib: Path, root: Path) -> bool:
+    if not lib.is_file():
+        return True
+    built = lib.stat().st_mtime
+    return any(source.stat().st_mtime > built for source in _mock_inputs(root))
+
+
+def _build_in_source_tree(root: Path) -> None:
+    """Compile the mock into ``_lib/`` of the source tree unless it is up to date.
+
+    Raises:
+        ImportError: the compiler failed (its output is in the message) or ``_lib/``
+            cannot be written.
+    """
+    target = _LIB_DIR / MOCK_LIB_NAME
+    if not _is_stale(target, root):
+        return
+    try:
+        _LIB_DIR.mkdir(exist_ok=True)
+        with open(_LIB_DIR / ".build.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)    # another process may be building it right now
+            if not _is_stale(target, root):
+                return
+            print(f"llm_datadist_ffi: compiling the mock backend from {root / 'mock_libs'} into {_LIB_DIR} "
+                  "(a source checkout; done once per change of the C sources)", file=sys.stderr, flush=True)
+            with tempfile.TemporaryDirectory(dir=_LIB_DIR, prefix=".build-") as scratch:
+                result = subprocess.run(
+                    [sys.executable, str(root / "mock_libs" / "build_mock.py"), scratch],
+                    capture_output=True, text=True, check=False)
+                if result.returncode != 0:
+                    output = (result.stderr or result.stdout).strip()[-2000:]
+                    raise ImportError(
+                        f"llm_datadist_ffi: compiling the mock backend in the source checkout {root} failed "
+                        f"(a C compiler is needed, as for `pip install .`):\n{output}")
+                os.replace(Path(scratch) / MOCK_LIB_NAME, target)
+    except OSError as exc:
+        raise ImportError(f"llm_datadist_ffi: cannot build the mock backend into {_LIB_DIR}: {exc}") from exc
+
+
 def _choose(requested: str) -> str:
     if requested != "auto":
         return requested
@@ -90,6 +156,9 @@ def _dlopen(ffi: cffi.FFI, path: str) -> Any:
 
 def _load_mock(ffi: cffi.FFI) -> tuple[Any, Any, LoadedBackend]:
     path = _mock_path()
+    root = source_checkout()
+    if root is not None and not os.environ.get(MOCK_LIB_ENV):
+        _build_in_source_tree(root)
     if not path.is_file():
         raise ImportError(
             f"llm_datadist_ffi: the mock backend library {path} is missing. Install the package "

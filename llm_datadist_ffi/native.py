@@ -24,7 +24,9 @@ C-contiguous ``uint64`` array crosses into C without a copy.
 """
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any, Mapping, Optional, Sequence, Tuple, Union
@@ -356,8 +358,14 @@ class LlmDataDist:
     """``llm_datadist::LlmDataDist(cluster_id, role)``.
 
     Use as a context manager, or call :meth:`close`, to finalize and free the engine
-    deterministically; garbage collection frees it as a safety net. Every method may
-    be called from any thread; the GIL is released while the backend works.
+    deterministically; an engine nobody refers to any more is finalized and freed when
+    it is garbage-collected, and one still alive at interpreter exit is finalized then.
+    Every method may be called from any thread; the GIL is released while the backend
+    works.
+
+    After ``fork()`` the child's copy of an engine belongs to the parent: every call
+    on it raises ``RuntimeError``, ``finalize`` and ``close`` leave the parent's engine
+    alone, and the child creates engines of its own (docs/user-guide.md, "Processes").
     """
 
     def __init__(self, cluster_id: int, role: Union[LlmRole, int]) -> None:
@@ -367,7 +375,10 @@ class LlmDataDist:
         self._initialized = False
         self._caches: dict[int, CacheDesc] = {}
         self._owned: set[int] = set()          # ids from allocate_cache (deallocate frees only these)
+        self._pid = os.getpid()
         self._handle: Any = _capi.lldd_create(self._cluster_id, self._role, "LlmDataDist")
+        # weakref.finalize runs on garbage collection and, for those still alive, at exit
+        self._release = weakref.finalize(self, _capi.lldd_destroy, self._handle)
 
     # -- properties --
     @property
@@ -386,6 +397,9 @@ class LlmDataDist:
         handle = self._handle
         if handle is None:
             raise RuntimeError("this LlmDataDist was closed")
+        if self._pid != os.getpid():
+            raise RuntimeError(f"this LlmDataDist was created by process {self._pid} before a fork; a child "
+                               "process creates its own engines")
         return handle
 
     # -- life cycle --
@@ -408,8 +422,10 @@ class LlmDataDist:
         self._initialized = True
 
     def finalize(self) -> None:
-        """``Finalize()``: drop every link locally, free every cache. Idempotent."""
-        if self._handle is not None:
+        """``Finalize()``: drop every link locally, free every cache. Idempotent.
+
+        In a child of ``fork()`` it leaves the parent's engine alone."""
+        if self._handle is not None and self._pid == os.getpid():
             _capi.lldd_finalize(self._handle)
         self._initialized = False
         self._caches.clear()
@@ -417,9 +433,8 @@ class LlmDataDist:
 
     def close(self) -> None:
         """Finalize and free the native engine; the object is unusable afterwards."""
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            _capi.lldd_destroy(handle)
+        self._handle = None
+        self._release()              # destroys the engine once (in its own process only)
         self._initialized = False
         self._caches.clear()
         self._owned.clear()

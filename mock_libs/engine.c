@@ -10,6 +10,14 @@
  * The registry lets two engines of one process find each other by serial, so that
  * a transfer between them is a memcpy under a pin instead of a trip through the
  * socket (engine_xfer.c). destroy waits until no peer holds the engine.
+ *
+ * fork: a child process starts with none of its parent's engines. Their threads do
+ * not exist in the child and their sockets are shared with the parent, so the child
+ * may neither finalize them (joining absent threads, shutting the parent's sockets
+ * down) nor use them. A pthread_atfork handler, in the child, closes the child's copies
+ * of their listening sockets (else the parent's port stays bound while the child
+ * lives), marks each one inherited (serial 0, UNINIT: every call fails, finalize is a
+ * no-op, destroy only frees the child's copy of its memory) and empties the registry.
  */
 #include "engine.h"
 
@@ -46,6 +54,42 @@ uint64_t engine_probe_value(void)
 uint64_t engine_probe_addr(void)
 {
     return (uint64_t)(uintptr_t)&g_probe_word;
+}
+
+/* In the child of fork(), which runs single-threaded: locks a parent thread held at
+ * the fork stay held forever in the child, so every lock an inherited engine or the
+ * registry has is re-made instead of taken. */
+static void registry_after_fork_child(void)
+{
+    g_reg_mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+    g_reg_cv = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    for (engine *e = g_engines; e != NULL; e = e->reg_next) {
+        if (e->listening) {
+            close(e->listen_fd);                   /* close, never shutdown: the parent's socket */
+            close(e->wake_pipe[0]);
+            close(e->wake_pipe[1]);
+        }
+        e->listen_fd = -1;
+        e->wake_pipe[0] = e->wake_pipe[1] = -1;
+        e->listening = 0;
+        e->serial = 0;
+        e->state = ENGINE_UNINIT;
+        e->active = 0;
+        e->reg_refs = 0;
+        e->conns = NULL;
+        pthread_mutex_init(&e->life_mu, NULL);
+        pthread_mutex_init(&e->v1_link_mu, NULL);
+        pthread_mutex_init(&e->listen_mu, NULL);
+        pthread_mutex_init(&e->mu, NULL);
+        pthread_cond_init(&e->cv, NULL);
+    }
+    g_engines = NULL;
+    g_live_engines = 0;
+}
+
+__attribute__((constructor)) static void registry_register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, registry_after_fork_child);
 }
 
 engine *registry_acquire(uint64_t serial)
@@ -121,6 +165,11 @@ void engine_reap_conns(engine *e, int all)
 
 lldd_status engine_enter(engine *e, const char *fn)
 {
+    if (e->serial == 0) {
+        mock_set_error("%s: this engine was created by the parent process before a fork; a child process "
+                       "creates its own engines", fn);
+        return LLM_FAILED;
+    }
     pthread_mutex_lock(&e->mu);
     if (e->state != ENGINE_READY) {
         int finalizing = e->state == ENGINE_FINALIZING;
@@ -642,6 +691,11 @@ lldd_status engine_options_call_check(engine *e, const char *fn, const lldd_opti
         mock_set_error("%s: options is NULL but num_options is %zu", fn, num_options);
         return LLM_PARAM_INVALID;
     }
+    if (e->serial == 0) {
+        mock_set_error("%s: this engine was created by the parent process before a fork; a child process "
+                       "creates its own engines", fn);
+        return LLM_FAILED;
+    }
     return LLM_SUCCESS;
 }
 
@@ -720,10 +774,10 @@ MOCK_EXPORT void lldd_destroy(lldd_engine *e)
     for (engine **pp = &g_engines; *pp != NULL; pp = &(*pp)->reg_next) {
         if (*pp == e) {
             *pp = e->reg_next;
+            g_live_engines--;                      /* an engine inherited through fork is not listed */
             break;
         }
     }
-    g_live_engines--;
     while (e->reg_refs > 0)
         pthread_cond_wait(&g_reg_cv, &g_reg_mu);
     pthread_mutex_unlock(&g_reg_mu);

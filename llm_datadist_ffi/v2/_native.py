@@ -23,6 +23,7 @@ for the calls already running (PR-37).
 """
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
@@ -79,6 +80,21 @@ def set_current(state: Optional[EngineState]) -> None:
     global _current
     with _lock:
         _current = state
+
+
+def _forget_parent_engine() -> None:
+    """In the child of ``fork()``: the parent's engine is not this process's. Its
+    handle is dropped without a call into it (the handle's destructor only acts in
+    the process that created it), and the lock is made anew in case a parent thread
+    held it at the fork."""
+    global _current, _lock
+    _lock = threading.Lock()
+    if _current is not None:
+        _current.handle = None
+    _current = None
+
+
+os.register_at_fork(after_in_child=_forget_parent_engine)
 
 
 def no_engine_error(tag: str, code: int) -> LLMException:

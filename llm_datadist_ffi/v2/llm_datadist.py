@@ -13,6 +13,18 @@ Only one ``LLMDataDist`` may be initialised per process (``LLM_FAILED`` otherwis
 creating a fresh engine whose cache and comm ids restart at 1. An ``atexit`` hook
 finalizes the live instance, as the vendor's does.
 
+Additions to the vendor's life cycle (docs/user-guide.md, "Processes"):
+
+* ``with LLMDataDist(role, cluster_id) as datadist:`` finalizes on leaving the block.
+* The process holds its engine weakly. The engine belongs to its ``LLMDataDist`` and
+  to the ``cache_manager``/``kv_cache_manager`` objects taken from it; once none of
+  them is referenced any more, garbage collection finalizes the engine and the slot
+  is free for the next ``init`` (the vendor keeps an abandoned engine, and so the slot,
+  until the process ends).
+* ``fork()``: the child starts with no engine. Its copies of the parent's objects are
+  not initialised, nothing of the parent's engine is finalized or freed from the
+  child, and the child's first ``init`` creates its own engine.
+
 Links come in two kinds: one-sided (``link_clusters``/``unlink_clusters``, both
 generations), which return ``(status, [status per cluster])`` and never raise for a
 link failure, and the rank-table communicator (``link``/``unlink``/
@@ -22,8 +34,10 @@ link failure, and the rank-table communicator (``link``/``unlink``/
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import warnings
+import weakref
 from typing import Any, ClassVar, Dict, List, Optional, Tuple, Union
 
 from .. import _capi
@@ -133,17 +147,51 @@ def _check_v1_options(options: Dict[str, Any], role: LLMRole) -> None:
                                 "[1, 65535] (PR-27)")
 
 
+class _EngineLife:
+    """The lifetime of one initialised engine: the ``LLMDataDist`` and the managers
+    taken from it hold it, and the engine is finalized once it is collected."""
+
+    __slots__ = ("__weakref__",)
+
+
+#: manager -> the life of the engine it was made for (weak keys: a manager holds its
+#: engine's life without the manager classes knowing about it).
+_LIFE_OF_MANAGER: "weakref.WeakKeyDictionary[Any, _EngineLife]" = weakref.WeakKeyDictionary()
+
+
+class _LiveInstance:
+    """``LLMDataDist.llm_engine_instance``: the initialised instance, held weakly."""
+
+    def __get__(self, obj: object, owner: type) -> Optional["LLMDataDist"]:
+        ref = LLMDataDist._instance_ref
+        return None if ref is None else ref()
+
+
+def _release_engine(state: _native.EngineState) -> None:
+    """Finalize the engine of ``state`` unless that was done already: the end of its
+    life, by garbage collection or at interpreter exit (``weakref.finalize``)."""
+    with LLMDataDist._lifecycle_lock:
+        handle, state.handle = state.handle, None
+        if _native.current() is state:
+            _native.set_current(None)
+    if handle is not None:
+        _capi.lldd_finalize(handle)
+
+
 class LLMDataDist:
     """The engine: ``LLMDataDist(role: LLMRole, cluster_id: int)``.
 
     Construction creates no engine; ``init`` does. Every method except ``init``,
     ``finalize`` and ``cluster_id`` raises ``RuntimeError("llm datadist is not
-    initialized")`` before ``init`` and after ``finalize``.
+    initialized")`` before ``init`` and after ``finalize``. As an addition to the
+    vendor's class, ``with LLMDataDist(...) as datadist:`` finalizes on exit, and an
+    engine nobody refers to is finalized by garbage collection (module docstring).
     """
 
-    llm_engine_instance: ClassVar[Optional["LLMDataDist"]] = None
-    """The currently initialised instance, or ``None``."""
+    llm_engine_instance: ClassVar[_LiveInstance] = _LiveInstance()
+    """The currently initialised instance, or ``None`` (read on the class)."""
 
+    _instance_ref: ClassVar[Optional["weakref.ReferenceType[LLMDataDist]"]] = None
     _lifecycle_lock: ClassVar[threading.RLock] = threading.RLock()
 
     def __init__(self, role: LLMRole, cluster_id: int) -> None:
@@ -159,6 +207,13 @@ class LLMDataDist:
         self._state: Optional[_native.EngineState] = None
         self._cache_manager: Optional[CacheManager] = None
         self._kv_cache_manager: Optional[KvCacheManager] = None
+        self._life: Optional[_EngineLife] = None
+
+    def __enter__(self) -> "LLMDataDist":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.finalize()
 
     @property
     def cluster_id(self) -> int:
@@ -202,11 +257,15 @@ class LLMDataDist:
         with LLMDataDist._lifecycle_lock:
             if self._initialized:
                 return
-            other = LLMDataDist.llm_engine_instance
-            if other is not None and other is not self:
-                raise exception_for(int(LLMStatusCode.LLM_FAILED),
-                                    "Cannot init multiple LLMDataDists: another LLMDataDist of this process is "
-                                    f"initialised (cluster id {other.cluster_id}); finalize it first")
+            live = _native.current()
+            if live is not None:
+                other = LLMDataDist.llm_engine_instance
+                holder = (f"another LLMDataDist of this process is initialised (cluster id {live.cluster_id}); "
+                          "finalize it first") if other is not None else (
+                          f"the engine of an LLMDataDist that is gone (cluster id {live.cluster_id}) lives on "
+                          "through its cache_manager or kv_cache_manager; drop those references or keep the "
+                          "LLMDataDist and finalize it")
+                raise exception_for(int(LLMStatusCode.LLM_FAILED), f"Cannot init multiple LLMDataDists: {holder}")
             check_type(options, dict, "options")
             if options is None:   # the vendor's type check lets it through; its next step reads it
                 raise none_error("options", "a dict", AttributeError)
@@ -260,8 +319,14 @@ class LLMDataDist:
             else:
                 self._kv_cache_manager = KvCacheManager(state, self._role)  # type: ignore[arg-type]
                 self._cache_manager = None
+            life = _EngineLife()
+            weakref.finalize(life, _release_engine, state)
+            for manager in (self._cache_manager, self._kv_cache_manager):
+                if manager is not None:
+                    _LIFE_OF_MANAGER[manager] = life
+            self._life = life
             self._initialized = True
-            LLMDataDist.llm_engine_instance = self
+            LLMDataDist._instance_ref = weakref.ref(self)
 
     def finalize(self) -> None:
         """Finalize the engine: every link is dropped locally, every cache freed.
@@ -278,8 +343,9 @@ class LLMDataDist:
                     manager._mark_finalized()
             self._initialized = False
             self._state = None
+            self._life = None
             if LLMDataDist.llm_engine_instance is self:
-                LLMDataDist.llm_engine_instance = None
+                LLMDataDist._instance_ref = None
             if state is not None:
                 if _native.current() is state:
                     _native.set_current(None)
@@ -602,3 +668,23 @@ def _finalize_at_exit() -> None:
 
 
 atexit.register(_finalize_at_exit)
+
+
+def _forget_parent_engine() -> None:
+    """In the child of ``fork()``: no engine. The parent's instance, if the child still
+    refers to it, is left not initialised; its engine is neither used nor finalized
+    here (its threads and sockets are the parent's). Locks a parent thread held at the
+    fork would stay held in the child, so the lock is made anew."""
+    LLMDataDist._lifecycle_lock = threading.RLock()
+    instance = LLMDataDist.llm_engine_instance
+    LLMDataDist._instance_ref = None
+    if instance is not None:
+        for manager in (instance._cache_manager, instance._kv_cache_manager):
+            if manager is not None:
+                manager._mark_finalized()
+        instance._initialized = False
+        instance._state = None
+        instance._life = None
+
+
+os.register_at_fork(after_in_child=_forget_parent_engine)

@@ -1,0 +1,259 @@
+"""Engines and the life of the process: garbage collection, interpreter exit, ``with``,
+and ``fork()`` (docs/user-guide.md, "Processes").
+
+A finalized engine closes its listening socket, so "is this engine finalized?" is
+answered from outside the package: does 127.0.0.1:port still accept a connection?
+"""
+from __future__ import annotations
+
+import gc
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import traceback
+from typing import Callable, Iterator
+
+import pytest
+
+import vendor_support as vs
+from llm_datadist_ffi import native
+from llm_datadist_ffi.status import LLMStatusCode
+from llm_datadist_ffi.vendor import CacheDesc, DataType, LLMDataDist, LLMException, LLMRole
+
+# The tests fork a process whose engines run threads; Python >= 3.12 warns about any such
+# fork, and what they check is exactly that it is safe for the engines.
+fork_warning = pytest.mark.filterwarnings("ignore:.*use of fork\\(\\) may lead to deadlocks:DeprecationWarning")
+
+
+def accepts(port: int) -> bool:
+    """Whether something listens on 127.0.0.1:port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(2.0)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture(autouse=True)
+def no_engine_left() -> Iterator[None]:
+    yield
+    gc.collect()
+    leftover = LLMDataDist.llm_engine_instance
+    if leftover is not None:
+        leftover.finalize()
+        pytest.fail("a test left an initialised LLMDataDist behind")
+
+
+def in_child(body: Callable[[], None], wait_fd: int = -1) -> int:
+    """Fork; the child runs ``body`` (and, with ``wait_fd``, first blocks until that
+    descriptor is readable) and exits with 0, or 1 after printing its traceback to
+    stderr. Returns the child's pid."""
+    pid = os.fork()
+    if pid == 0:                                   # the child: never returns into pytest
+        code = 1
+        try:
+            body()
+            if wait_fd >= 0:
+                os.read(wait_fd, 1)
+            code = 0
+        except BaseException:                      # reported to the parent through the exit code
+            traceback.print_exc()
+        finally:
+            os._exit(code)
+    return pid
+
+
+def exit_code(pid: int) -> int:
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+# ---- garbage collection -------------------------------------------------------------------
+
+def test_an_engine_nobody_refers_to_is_finalized_when_collected() -> None:
+    port = vs.free_port()
+    datadist = LLMDataDist(LLMRole.PROMPT, 1)
+    datadist.init(vs.v2_options(port))
+    assert accepts(port)
+    del datadist
+    gc.collect()
+    assert not accepts(port)
+    assert LLMDataDist.llm_engine_instance is None
+    another = LLMDataDist(LLMRole.PROMPT, 2)
+    another.init(vs.v2_options(port))
+    assert LLMDataDist.llm_engine_instance is another
+    another.finalize()
+
+
+def test_a_cache_manager_keeps_its_engine_alive_after_its_llmdatadist_is_gone() -> None:
+    port = vs.free_port()
+    datadist = LLMDataDist(LLMRole.PROMPT, 1)
+    datadist.init(vs.v2_options(port, pool=True))
+    cache_manager = datadist.cache_manager
+    del datadist
+    gc.collect()
+    assert accepts(port)
+    assert LLMDataDist.llm_engine_instance is None
+    vs.raises(LLMException, lambda: LLMDataDist(LLMRole.DECODER, 2).init(vs.v2_options()),
+              "lives on through its cache_manager", LLMStatusCode.LLM_FAILED)
+    desc = CacheDesc(1, [4, 8], DataType.DT_UINT8)
+    cache = cache_manager.allocate_cache(desc)
+    assert cache.cache_id == 1
+    del cache_manager, cache
+    gc.collect()
+    assert not accepts(port)
+    another = LLMDataDist(LLMRole.DECODER, 2)
+    another.init(vs.v2_options())
+    assert LLMDataDist.llm_engine_instance is another
+    another.finalize()
+
+
+def test_a_native_engine_nobody_refers_to_is_finalized_when_collected() -> None:
+    port = vs.free_port()
+    engine = native.LlmDataDist(1, native.LlmRole.PROMPT)
+    engine.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{port}"})
+    assert accepts(port)
+    del engine
+    gc.collect()
+    assert not accepts(port)
+
+
+# ---- with ---------------------------------------------------------------------------------
+
+def test_leaving_a_with_block_finalizes_the_llmdatadist() -> None:
+    port = vs.free_port()
+    with LLMDataDist(LLMRole.PROMPT, 1) as datadist:
+        datadist.init(vs.v2_options(port))
+        assert LLMDataDist.llm_engine_instance is datadist
+        assert accepts(port)
+    assert LLMDataDist.llm_engine_instance is None
+    assert not accepts(port)
+    vs.raises(RuntimeError, lambda: datadist.cache_manager, "llm datadist is not initialized")
+
+
+def test_an_exception_in_a_with_block_still_finalizes_and_propagates() -> None:
+    port = vs.free_port()
+    with pytest.raises(KeyError, match="inside"):
+        with LLMDataDist(LLMRole.PROMPT, 1) as datadist:
+            datadist.init(vs.v2_options(port))
+            raise KeyError("inside")
+    assert LLMDataDist.llm_engine_instance is None
+    assert not accepts(port)
+
+
+# ---- interpreter exit ---------------------------------------------------------------------
+
+AT_EXIT = """
+import atexit, socket, sys
+port = int(sys.argv[1])
+
+def report():                      # registered first, so it runs after the package's hooks
+    with socket.socket() as s:
+        s.settimeout(2.0)
+        print("listening" if s.connect_ex(("127.0.0.1", port)) == 0 else "closed", flush=True)
+
+atexit.register(report)
+{body}
+print("initialised", flush=True)
+"""
+
+AT_EXIT_BODIES = {
+    "native": """
+from llm_datadist_ffi import native
+engine = native.LlmDataDist(1, native.LlmRole.PROMPT)
+engine.initialize({"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{port}"})
+""",
+    "vendor": """
+from llm_datadist_ffi.vendor import LLMDataDist, LLMRole
+datadist = LLMDataDist(LLMRole.PROMPT, 1)
+datadist.init({"llm.EnableCacheManager": "1", "ge.exec.deviceId": "0", "llm.listenIpInfo": f"127.0.0.1:{port}"})
+""",
+    "vendor, only its cache_manager kept": """
+from llm_datadist_ffi.vendor import LLMDataDist, LLMRole
+datadist = LLMDataDist(LLMRole.PROMPT, 1)
+datadist.init({"llm.EnableCacheManager": "1", "ge.exec.deviceId": "0", "llm.listenIpInfo": f"127.0.0.1:{port}"})
+kept = datadist.cache_manager
+del datadist
+""",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(AT_EXIT_BODIES))
+def test_an_engine_still_alive_at_interpreter_exit_is_finalized(kind: str) -> None:
+    script = AT_EXIT.format(body=textwrap.dedent(AT_EXIT_BODIES[kind]))
+    result = subprocess.run([sys.executable, "-c", script, str(vs.free_port())], capture_output=True, text=True,
+                            timeout=60, cwd=tempfile.gettempdir())
+    assert (result.returncode, result.stdout, result.stderr) == (0, "initialised\nclosed\n", "")
+
+
+# ---- fork ---------------------------------------------------------------------------------
+
+@fork_warning
+def test_a_child_forked_after_init_starts_without_an_engine_and_initialises_its_own() -> None:
+    parent_port, child_port = vs.free_port(), vs.free_port()
+    datadist = LLMDataDist(LLMRole.PROMPT, 1)
+    datadist.init(vs.v2_options(parent_port))
+
+    def child() -> None:
+        assert LLMDataDist.llm_engine_instance is None
+        vs.raises(RuntimeError, lambda: datadist.cache_manager, "llm datadist is not initialized")
+        datadist.finalize()                          # a no-op here: the parent's engine is not touched
+        own = LLMDataDist(LLMRole.PROMPT, 2)
+        own.init(vs.v2_options(child_port, pool=True))
+        assert LLMDataDist.llm_engine_instance is own
+        assert own.cache_manager.allocate_cache(CacheDesc(1, [4, 8], DataType.DT_UINT8)).cache_id == 1
+        assert accepts(child_port)
+        own.finalize()
+
+    pid = in_child(child)
+    assert exit_code(pid) == 0
+    # the parent's engine still serves: a Decoder of this process links to it
+    assert LLMDataDist.llm_engine_instance is datadist
+    with native.LlmDataDist(9, native.LlmRole.DECODER) as decoder:
+        decoder.initialize({native.OPTION_DEVICE_ID: "1"})
+        cluster = native.ClusterInfo(1, 0, [native.IpInfo("127.0.0.1", 0)], [native.IpInfo("127.0.0.1", parent_port)])
+        assert decoder.link_llm_clusters([cluster], 5000) == (LLMStatusCode.LLM_SUCCESS, [LLMStatusCode.LLM_SUCCESS])
+        assert decoder.unlink_llm_clusters([cluster], 5000)[0] == LLMStatusCode.LLM_SUCCESS
+    datadist.finalize()
+
+
+@fork_warning
+def test_a_native_engine_of_the_parent_is_unusable_in_the_child_and_closing_it_there_leaves_it_alone() -> None:
+    port = vs.free_port()
+    engine = native.LlmDataDist(1, native.LlmRole.PROMPT)
+    engine.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{port}"})
+
+    def child() -> None:
+        vs.raises(RuntimeError, lambda: engine.register_kv_cache(native.CacheDesc(1, native.DataType.DT_UINT8, [4]),
+                                                                 [0]), "before a fork")
+        engine.close()
+        own = native.LlmDataDist(2, native.LlmRole.PROMPT)
+        own.initialize({native.OPTION_DEVICE_ID: "0"})
+        own.close()
+
+    assert exit_code(in_child(child)) == 0
+    assert accepts(port)
+    engine.close()
+    assert not accepts(port)
+
+
+@fork_warning
+def test_a_child_does_not_keep_the_parents_port_bound_after_the_parent_finalizes() -> None:
+    port = vs.free_port()
+    first = native.LlmDataDist(1, native.LlmRole.PROMPT)
+    first.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{port}"})
+    release_r, release_w = os.pipe()
+    pid = in_child(lambda: None, wait_fd=release_r)  # lives on until told to exit
+    try:
+        first.close()
+        assert not accepts(port)
+        second = native.LlmDataDist(2, native.LlmRole.PROMPT)
+        second.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{port}"})
+        assert accepts(port)
+        second.close()
+    finally:
+        os.write(release_w, b"x")
+        assert exit_code(pid) == 0
+        os.close(release_r)
+        os.close(release_w)
+
