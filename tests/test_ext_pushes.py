@@ -17,7 +17,7 @@ from llm_datadist_ffi import LLMStatusCode as S
 
 
 import ext_support as xs  # noqa: E402
-from lint_support import lenient, mode_for  # noqa: E402
+from lint_support import mode_for  # noqa: E402
 pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
 SA, DIRECT, V1 = "server-assisted", "direct", "v1"
 

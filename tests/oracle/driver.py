@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -118,9 +120,32 @@ def observe(fn: Callable[[], Any]) -> tuple[str, Optional[S], Any, str]:
     return "ok", S.LLM_SUCCESS, result, ""
 
 
-def agree(call: str, expected: Outcome, fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` and check it against ``expected`` (raising calls only)."""
-    kind, status, result, message = observe(fn)
+_LINT_ID = re.compile(r"\((PR-\d+|OPT-\d+)[;)]")
+
+
+def lint_ids(records: Sequence[warnings.WarningMessage]) -> set[str]:
+    """The rule ids (``PR-n``) the lint warnings among ``records`` name in their text."""
+    ids = set()
+    for record in records:
+        found = _LINT_ID.search(str(record.message))
+        if found and issubclass(record.category, UserWarning):
+            ids.add(found.group(1))
+    return ids
+
+
+def agree_lints(call: str, expected: set[str], got: set[str]) -> None:
+    if got != expected:
+        raise Mismatch(f"{call}: the oracle expects the lints {sorted(expected)}, the package gave {sorted(got)}")
+
+
+def agree(call: str, expected: Outcome, fn: Callable[[], Any], lints: Optional[set[str]] = None) -> Any:
+    """Run ``fn`` and check it against ``expected`` (raising calls only), and the lint
+    warnings it emits against ``lints`` (when given)."""
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        kind, status, result, message = observe(fn)
+    if lints is not None:
+        agree_lints(call, lints, lint_ids(records))
     if expected.python_error is not None:
         want: tuple[str, Optional[S]] = (expected.python_error.__name__, None)
     elif expected.status == S.LLM_SUCCESS:
@@ -171,6 +196,11 @@ class RawAbi:
     def error(self) -> str:
         return str(self.ffi.string(self.lib.lldd_last_error()).decode("utf-8", "replace"))
 
+    def lints(self) -> set[str]:
+        """The rules of the mock's lint record of this thread (include/lldd/mock.h), as ids."""
+        count = min(int(self.lib.lldd_mock_lint_count()), 8)
+        return {f"PR-{int(self.lib.lldd_mock_lint_rule(i))}" for i in range(count)}
+
 
 def agree_status(call: str, expected: Outcome, status: int, message: str) -> None:
     want = S.LLM_SUCCESS if expected.ok else expected.status
@@ -214,8 +244,9 @@ class Harness:
         return self.engine(cluster_id)._engine()
 
     def _agree(self, call: str, expected: Outcome, fn: Callable[[], Any]) -> Any:
+        lints = {reason.split(":")[0] for reason in self.world.take_lints()}
         try:
-            return agree(call, expected, fn)
+            return agree(call, expected, fn, lints)
         except Mismatch as exc:
             raise Mismatch(f"{exc}\n  calls so far: {self.log[-15:]}") from None
 
@@ -310,11 +341,16 @@ class Harness:
         if self.raw and raw is not None:
             call += " [C ABI]"
             self.log.append(call)
+            lints = set(self.world.take_lints())
             if expected.python_error is not None:
                 return expected               # not expressible in C types: no call
+            self.abi.lib.lldd_mock_lint_clear()
             status = raw()
+            got_lints = self.abi.lints()
+            self.abi.lib.lldd_mock_lint_clear()     # the package reports a record it finds later
             try:
                 agree_status(call, expected, status, self.abi.error() if status else "")
+                agree_lints(call, lints, got_lints)
             except Mismatch as exc:
                 raise Mismatch(f"{exc}\n  calls so far: {self.log[-15:]}") from None
         else:

@@ -6,13 +6,16 @@ caches it registered or allocated. A method per native call checks the call's
 arguments in the order of the three layers that see them:
 
 1. the Python layer (docs/semantics.md N-1, N-2): ``ValueError`` for an integer
-   outside its C type; then, while the engine is initialised, the [all] project rules
-   PR-11, PR-1, PR-3, PR-33 and PR-5, in that order, all ``PARAM_INVALID``;
+   outside its C type; then, while the engine is initialised, the lints PR-11, PR-1 and
+   PR-5 (in that order);
 2. the C++ API layer (cpp-api.md §6.4–§6.13);
 3. the engine (semantics.md §3, §8.0 and the sections they cite),
 
 and either returns the first failing rule's outcome, or applies the call to the state
-and returns the copies it makes. Logical time (``World.clock``) orders registrations,
+and returns the copies it makes. A lint rule (docs/semantics.md §0) is noted in
+``World.lints`` and the call goes on as the device's; in strict mode
+(``LLM_DATADIST_FFI_STRICT=1``, read per call) it is the refusal the rule names, at the
+rule's place in the order. Logical time (``World.clock``) orders registrations,
 links and table copies, which decides PR-32 and §9.7.
 
 Every rule below carries the spec reference it implements; where the specification
@@ -21,6 +24,7 @@ leaves a choice, the comment says "decision" and the report of the test suite li
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
@@ -206,18 +210,23 @@ def _first_repeat(values: Sequence[int]) -> Optional[int]:
     return None
 
 
-def _python_ext_rules(ext: Ext) -> Optional[str]:
-    """PR-11 (src, then dst) and PR-1, as the Python layer checks them (N-2)."""
-    for name, pair in (("src", ext.src), ("dst", ext.dst)):
-        if pair[0] == -1 and pair[1] >= 0:
-            return f"PR-11: {name} layer range {pair} is neither a range nor the default"
-    if (ext.src == (-1, -1)) != (ext.dst == (-1, -1)):
-        return "PR-1: exactly one layer range is {-1, -1}"
-    return None
+def strict() -> bool:
+    """Strict mode: every lint rule is its old refusal (docs/semantics.md §0)."""
+    return os.environ.get("LLM_DATADIST_FFI_STRICT", "") == "1"
+
+
+def _ext_lints(ext: Ext) -> list[str]:
+    """PR-11 for each pair ``{-1, s}``, ``s >= 0`` (src, then dst), then PR-1 when exactly
+    one pair starts at -1: pairs the API accepts and reads as "every layer"."""
+    found = [f"PR-11: {name} layer range {pair} is neither a range nor the default"
+             for name, pair in (("src", ext.src), ("dst", ext.dst)) if pair[0] == -1 and pair[1] >= 0]
+    if (ext.src[0] == -1) != (ext.dst[0] == -1):
+        found.append("PR-1: exactly one layer range is a range")
+    return found
 
 
 def _api_ext_rules(ext: Ext, push: bool) -> Optional[str]:
-    """cpp-api.md §6.10 step 3 (and §6.11 step 4 for pushes), N-3, PR-11, PR-1."""
+    """cpp-api.md §6.10 step 3 (and §6.11 step 4 for pushes), N-3."""
     for name, (first, second) in (("src", ext.src), ("dst", ext.dst)):
         if first < -1 or second < -1 or first > second:
             return f"§4.4: {name} layer range {(first, second)} is malformed"
@@ -225,15 +234,14 @@ def _api_ext_rules(ext: Ext, push: bool) -> Optional[str]:
         return f"§5, N-3: tensor_num_per_layer {ext.n} is outside [1, 255]"
     if push and ext.src[1] - ext.src[0] != ext.dst[1] - ext.dst[0]:
         return "cpp-api §6.11: the layer ranges span different numbers of layers"
-    return _python_ext_rules(ext)
+    return None
 
 
-def _tensor_num_rule(ext: Ext, local_tensors: int, push: bool) -> Optional[str]:
-    """PR-3 against the local cache's tensor count."""
-    if not 1 <= ext.n <= local_tensors:
-        return f"PR-3: tensor_num_per_layer {ext.n} is outside [1, {local_tensors}]"
-    if (push or ext.src != (-1, -1) or ext.dst != (-1, -1)) and local_tensors % ext.n:
-        return f"PR-3: tensor_num_per_layer {ext.n} does not divide {local_tensors}"
+def _tensor_num_rule(ext: Ext, local_tensors: int) -> Optional[str]:
+    """§5: a ranged pull needs a local tensor count that is a multiple of ``n`` (the v2
+    engine's check); no upper bound (PR-3 is gone)."""
+    if ext.ranged and local_tensors % ext.n:
+        return f"§5: tensor_num_per_layer {ext.n} does not divide {local_tensors}"
     return None
 
 
@@ -248,6 +256,8 @@ class World:
         #: applies and the engine checks the [all] rules at their own places
         self.python_layer = True
         self.clock = 0
+        #: the lint rules (ids) the current call emits; the driver takes them per call
+        self.lints: list[str] = []
         self._tokens = 0
         #: live mock-ACL allocations (address, size) that registrations must respect (PR-30)
         self.acl_allocations: list[tuple[int, int]] = []
@@ -258,6 +268,17 @@ class World:
     def tick(self) -> int:
         self.clock += 1
         return self.clock
+
+    def lint(self, reason: str) -> Optional[Outcome]:
+        """Lint ``reason`` (``"PR-n: …"``): in strict mode its refusal, else noted (None)."""
+        if strict():
+            return fail(PI, reason)
+        self.lints.append(reason.split(":", 1)[0])
+        return None
+
+    def take_lints(self) -> list[str]:
+        taken, self.lints = self.lints, []
+        return taken
 
     def add_engine(self, cluster_id: int, role: int) -> EngineModel:
         engine = EngineModel(cluster_id, int(role))
@@ -603,7 +624,9 @@ class World:
         dlists: list[list[int]] = [lst for lst in lists if lst is not None]
         flat = [b for lst in dlists for b in lst]
         if self.python_layer and e.initialized and _first_repeat(flat) is not None:
-            return fail(PI, "PR-5: a destination block repeats (checked in Python)")
+            refused = self.lint("PR-5: a destination block repeats (checked in Python)")
+            if refused is not None:
+                return refused
         if not e.initialized or not e.pools:
             return fail(S.LLM_FEATURE_NOT_ENABLED, "PR-9: no memory pool")
         if not sblk or not dlists:
@@ -638,16 +661,16 @@ class World:
         if _outside([(src[0], U64), (src[1], I64), (src[2], U32), (dst_id, I64), (batch_index, U32),
                      (size, I64)]) or self._ext_outside(ext):
             return python_error(ValueError, "N-1: a value outside its C type")
-        early = self._python_rules(e, ext, dst_id, push=False)
+        early = self._python_rules(e, ext, None)
         if early is not None:
             return early
         if not e.initialized:
             return fail(S.LLM_FAILED, "§12.1: not initialised")
         if not (size == -1 or size > 0):
             return fail(PI, "§6.1: size neither -1 nor > 0")
-        reason = _api_ext_rules(ext, push=False)
-        if reason:
-            return fail(PI, reason)
+        early = self._api_rules(ext, push=False)
+        if early is not None:
+            return early
         return self._pull(e, src, dst_id, ext, batch=batch_index, size=size, blocks=None)
 
     def pull_kv_blocks(self, cluster_id: int, src: tuple[int, int, int], dst_id: int, src_blocks: Sequence[int],
@@ -658,18 +681,16 @@ class World:
         if _outside([(src[0], U64), (src[1], I64), (src[2], U32), (dst_id, I64)]) or self._ext_outside(ext) \
                 or sblk is None or dblk is None:
             return python_error(ValueError, "N-1: a value outside its C type")
-        early = self._python_rules(e, ext, dst_id, push=False)
-        if early is None and self.python_layer and e.initialized and _first_repeat(dblk) is not None:
-            early = fail(PI, "PR-5: a destination block repeats (checked in Python)")
+        early = self._python_rules(e, ext, dblk)
         if early is not None:
             return early
         if not e.initialized:
             return fail(S.LLM_FAILED, "§12.1: not initialised")
         if src[2] != 0:
             return fail(PI, "§6.2: CacheIndex.batch_index of a block pull must be 0")
-        reason = _api_ext_rules(ext, push=False)
-        if reason:
-            return fail(PI, reason)
+        early = self._api_rules(ext, push=False)
+        if early is not None:
+            return early
         if not sblk:
             return fail(PI, "§7.1: src_blocks empty (the C++ API cannot pull into blocks from a cache)")
         if len(sblk) != len(dblk):
@@ -693,7 +714,7 @@ class World:
                 return fail(PI, "§6.2: destination batch out of range")
             if size > local.stride:
                 return fail(PI, "§6.1: size > destination stride")
-        reason = _tensor_num_rule(ext, local.num_tensors, push=False)
+        reason = _tensor_num_rule(ext, local.num_tensors)
         if reason:
             return fail(PI, reason)
         # (range objects, not lists: a pair may name layers up to 2^31 - 1)
@@ -716,7 +737,9 @@ class World:
         if blocks is not None:
             sblk, dblk = blocks
             if _first_repeat(dblk) is not None:
-                return fail(PI, "PR-5: a destination block repeats")
+                refused = self.lint("PR-5: a destination block repeats")
+                if refused is not None:
+                    return refused
             if any(d >= local.blocks for d in dblk):
                 return fail(PI, "§7.3, PR-4: a destination block out of range")
             request_runs = len(runs(list(zip(sblk, dblk))))
@@ -777,7 +800,7 @@ class World:
         if _outside([(src_id, I64), (dst[0], U64), (dst[1], I64), (dst[2], U32), (src_batch, U32), (size, I64),
                      (placement, U32), (given, U32)]) or self._ext_outside(ext):
             return python_error(ValueError, "N-1: a value outside its C type")
-        early = self._python_rules(e, ext, src_id, push=True) or self._python_push_source(e, src_id, caller)
+        early = self._python_rules(e, ext, None)
         if early is not None:
             return early
         if not e.initialized:
@@ -798,9 +821,7 @@ class World:
         if _outside([(src_id, I64), (dst[0], U64), (dst[1], I64), (dst[2], U32), (placement, U32),
                      (given, U32)]) or self._ext_outside(ext) or sblk is None or dblk is None:
             return python_error(ValueError, "N-1: a value outside its C type")
-        early = self._python_rules(e, ext, src_id, push=True) or self._python_push_source(e, src_id, caller)
-        if early is None and self.python_layer and e.initialized and _first_repeat(dblk) is not None:
-            early = fail(PI, "PR-5: a destination block repeats (checked in Python)")
+        early = self._python_rules(e, ext, dblk)
         if early is not None:
             return early
         if not e.initialized:
@@ -824,20 +845,30 @@ class World:
             return fail(PI, reason)
         if ext.src[0] == -1 and given == 0:
             return fail(PI, "cpp-api §6.11: default source range and num_tensors == 0")
-        # the layer pairs (cpp-api.md §6.11 step 6; PR-1 leaves two of its three cases)
+        early = self._api_rules(ext, push=True)
+        if early is not None:
+            return early
+        # the layer pairs (cpp-api.md §6.11 step 6): a default source pushes every layer of
+        # the caller's tensor count to the same layers; a source range takes the destination
+        # pair's first layer, which for a default destination is 2^64 - 1 (refused below)
         if ext.src[0] < 0:
             last = 0 if given < n else (given // n - 1 if given % n == 0 else given // n)
             layers: Iterable[tuple[int, int]] = ((k, k) for k in range(last + 1))
         else:   # lazily: the per-layer checks stop the loop at the first layer past either cache
-            layers = ((ext.src[0] + k, ext.dst[0] + k) for k in range(ext.src[1] - ext.src[0] + 1))
-        # 2. the local (source) cache, and PR-33 against it
+            first_dst = ext.dst[0] if ext.dst[0] >= 0 else 2**64 - 1
+            layers = ((ext.src[0] + k, first_dst + k) for k in range(ext.src[1] - ext.src[0] + 1))
+        # 2. the local (source) cache; the vendor checks only the caller's description (PR-33)
         local = e.caches.get(src_id)
         if local is None:
             return fail(KVNE, "§8.0 push 2: unknown local cache")
         if given and given != local.num_tensors:
-            return fail(PI, "PR-33: caller num_tensors differs")
+            refused = self.lint("PR-33: caller num_tensors differs")
+            if refused is not None:
+                return refused
         if local.placement != CachePlacement.DEVICE:
-            return fail(PI, "PR-33: the local cache is not DEVICE")
+            refused = self.lint("PR-33: the local cache is not DEVICE")
+            if refused is not None:
+                return refused
         # 3. the link
         link = e.links.get(dst_cluster)
         if link is None:
@@ -862,8 +893,9 @@ class World:
             return fail(KVNE, "§9.7, PR-7: the destination is not in the table copy or not live")
         # 6.-8. per layer: destination checks, source checks, the transfer
         copies: list[Copy] = []
-        for ls, ld in layers:
-            reason = self._push_layer_checks(local, remote, link, ext, ls, ld, src_batch, dst_batch, blocks)
+        for k, (ls, ld) in enumerate(layers):
+            reason = self._push_layer_checks(local, remote, link, ext, ls, ld, src_batch, dst_batch, blocks,
+                                             first=k == 0)
             if reason:
                 return fail(PI, reason, copies).at((e.cluster_id, src_id), (dst_cluster, dst_id))
             for j in range(n):
@@ -875,10 +907,9 @@ class World:
                                   for s0, d0, count in runs(list(zip(*blocks))))
         return success(copies=copies).at((e.cluster_id, src_id), (dst_cluster, dst_id))
 
-    @staticmethod
-    def _push_layer_checks(local: CacheModel, remote: CacheModel, link: LinkEnd, ext: Ext, ls: int, ld: int,
-                           src_batch: int, dst_batch: int,
-                           blocks: Optional[tuple[list[int], list[int]]]) -> Optional[str]:
+    def _push_layer_checks(self, local: CacheModel, remote: CacheModel, link: LinkEnd, ext: Ext, ls: int, ld: int,
+                           src_batch: int, dst_batch: int, blocks: Optional[tuple[list[int], list[int]]],
+                           first: bool) -> Optional[str]:
         n = ext.n
         # 6. destination
         if not remote.owned and remote.born > link.born:
@@ -896,13 +927,15 @@ class World:
                 return "§7.3, PR-4: a destination block out of range"
             if local.stride != remote.stride:
                 return "PR-13: block sizes differ"
-            if _first_repeat(dblk) is not None:
-                return "PR-5: a destination block repeats"
+            if first and _first_repeat(dblk) is not None:        # the engine checks it once
+                refused = self.lint("PR-5: a destination block repeats")
+                if refused is not None:
+                    return refused.rule
         # 7. source
         if ls >= local.num_tensors // n:
             return f"§4.3: source layer {ls} out of range"
         if local.num_tensors % n:
-            return "PR-3: tensor_num_per_layer does not divide the local tensor count"
+            return "§5: tensor_num_per_layer does not divide the local tensor count"
         if blocks is None:
             if src_batch >= local.batches:
                 return "§6.2: source batch out of range"
@@ -910,36 +943,35 @@ class World:
             return "PR-4: a source block out of range"
         return None
 
-    # -- the Python layer's [all] rules (N-2) --
+    # -- the lints the Python layer checks before the call (N-2) --
 
     @staticmethod
     def _ext_outside(ext: Ext) -> bool:
         return _outside([(ext.src[0], I32), (ext.src[1], I32), (ext.dst[0], I32), (ext.dst[1], I32),
                          (ext.n, U32)])
 
-    def _python_rules(self, e: EngineModel, ext: Ext, local_id: int, push: bool) -> Optional[Outcome]:
-        """PR-11, PR-1, then PR-3 when the package knows the local cache (N-2)."""
+    def _python_rules(self, e: EngineModel, ext: Ext, dst_blocks: Optional[list[int]]) -> Optional[Outcome]:
+        """PR-11, PR-1 (for pairs the API accepts), then PR-5, while the engine is initialised."""
         if not self.python_layer or not e.initialized:
             return None
-        reason = _python_ext_rules(ext)
+        reasons = []
+        if all(-1 <= pair[0] <= pair[1] for pair in (ext.src, ext.dst)):
+            reasons = _ext_lints(ext)
+        if dst_blocks is not None and _first_repeat(dst_blocks) is not None:
+            reasons.append("PR-5: a destination block repeats")
+        for reason in reasons:
+            refused = self.lint(f"{reason} (checked in Python)")
+            if refused is not None:
+                return refused
+        return None
+
+    def _api_rules(self, ext: Ext, push: bool) -> Optional[Outcome]:
+        """The API layer's checks of the pairs, then the engine's own PR-11 and PR-1 lints."""
+        reason = _api_ext_rules(ext, push)
         if reason:
-            return fail(PI, f"{reason} (checked in Python)")
-        local = e.caches.get(local_id) if local_id in e.known else None
-        if local is not None and 1 <= ext.n <= 255:
-            reason = _tensor_num_rule(ext, local.num_tensors, push)
-            if reason:
-                return fail(PI, f"{reason} (checked in Python)")
+            return fail(PI, reason)
+        for reason in _ext_lints(ext):
+            refused = self.lint(reason)
+            if refused is not None:
+                return refused
         return None
-
-    def _python_push_source(self, e: EngineModel, src_id: int, caller: Optional[tuple[int, int]]) -> Optional[Outcome]:
-        """PR-33 when the package knows the source cache (N-2)."""
-        local = e.caches.get(src_id) if src_id in e.known else None
-        if not self.python_layer or not e.initialized or local is None:
-            return None
-        given = 0 if caller is None else caller[1]
-        if given and given != local.num_tensors:
-            return fail(PI, "PR-33: caller num_tensors differs (checked in Python)")
-        if local.placement != CachePlacement.DEVICE:
-            return fail(PI, "PR-33: the local cache is not DEVICE (checked in Python)")
-        return None
-
