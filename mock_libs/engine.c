@@ -435,6 +435,11 @@ static lldd_status parse_init_options(engine *e, const char *fn, const lldd_opti
             return LLM_PARAM_INVALID;
         }
         c->hixl = 1;
+        /* the HIXL engine is named by its listen address: it needs one (E-5) */
+        if (!c->has_listen) {
+            mock_set_error("%s: option llm.TransferBackend \"hixl\" needs option llm.ListenIpInfo", fn);
+            return LLM_PARAM_INVALID;
+        }
     }
 
     lldd_status st = engine_parse_sync_wait(fn, opts, n, &c->sync_timeout_ms);
@@ -837,12 +842,14 @@ MOCK_EXPORT lldd_status lldd_mock_drop_connections(lldd_engine *e)
     if (st != LLM_SUCCESS)
         return st;
     pthread_mutex_lock(&e->mu);
-    for (mlink *l = e->links; l != NULL; l = l->next) {
-        if (!l->ready)
-            continue;
-        atomic_store(&l->dropped, 1);
-        tp_shutdown(l->req_fd);
-        tp_shutdown(l->srv_fd);
+    for (int list = 0; list < 2; list++) {
+        for (mlink *l = list == 0 ? e->links : e->served; l != NULL; l = l->next) {
+            if (!l->ready)
+                continue;
+            atomic_store(&l->dropped, 1);
+            tp_shutdown(l->req_fd);
+            tp_shutdown(l->srv_fd);
+        }
     }
     pthread_mutex_unlock(&e->mu);
     engine_leave(e);

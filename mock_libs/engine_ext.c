@@ -269,6 +269,12 @@ static lldd_status parse_ext_options(const char *fn, const lldd_option *o, size_
             return LLM_PARAM_INVALID;
         }
         c->hixl = 1;
+        /* the HIXL engine is named by its listen address: it needs one (E-5) */
+        if (!c->has_listen) {
+            mock_set_error("%s: option llm.TransferBackend \"hixl\" needs options llm.ListenIp and llm.ListenPort",
+                           fn);
+            return LLM_PARAM_INVALID;
+        }
     }
     if ((st = engine_parse_sync_wait(fn, o, n, &c->sync_timeout_ms)) != LLM_SUCCESS)
         return st;

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from llm_datadist_ffi import LLMStatusCode as S
-from llm_datadist_ffi import mock_control, native
+from llm_datadist_ffi import lint, mock_control, native
 from llm_datadist_ffi.native import Cache, CacheIndex, ClusterInfo, IpInfo
 
 
@@ -36,6 +36,14 @@ sup = _support()
 raw = sup.Raw()
 
 Engines = Callable[..., native.LlmDataDist]
+
+PR28 = "the cluster id check of PR-28 is a lint of the mock's handshake"
+
+
+@pytest.fixture
+def strict(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LLM_DATADIST_FFI_STRICT=1: every lint is the refusal the rule used to be."""
+    monkeypatch.setenv(lint.STRICT_ENV, "1")
 
 
 @pytest.fixture
@@ -106,14 +114,16 @@ def test_link_checks_each_cluster_and_returns_the_last_failure(pair: Any, silent
     clusters = [
         sup.cluster(1, server.listen_port),                                  # fine
         ClusterInfo(3, 0, [IpInfo("127.0.0.1", 0)], []),                     # no remote address
-        ClusterInfo(4, 0, [], [IpInfo("127.0.0.1", server.listen_port)]),   # no local address, no listener
+        ClusterInfo(4, 0, [IpInfo("127.0.0.1", 0)], [IpInfo("127.0.0.1", server.listen_port)] * 2),  # two
         sup.cluster(5, sup.free_port()),                                     # nobody listens
     ]
     status, rets = client.link_llm_clusters(clusters)
     assert rets == [S.LLM_SUCCESS, S.LLM_PARAM_INVALID, S.LLM_PARAM_INVALID, S.LLM_LINK_FAILED]
     assert status == S.LLM_LINK_FAILED
     assert "remote_cluster_id 5" in raw.last_error() and "refused" in raw.last_error()
-    assert client.link_llm_clusters([clusters[1], sup.cluster(6, server.listen_port)])[0] == S.LLM_PARAM_INVALID
+    assert client.unlink_llm_clusters([clusters[0]])[0] == S.LLM_SUCCESS
+    assert client.link_llm_clusters([clusters[1], clusters[0]]) == (S.LLM_PARAM_INVALID,
+                                                                    [S.LLM_PARAM_INVALID, S.LLM_SUCCESS])
 
 
 def test_a_listener_needs_no_local_address_and_a_first_link_generates_the_resource(pair: Any) -> None:
@@ -182,7 +192,19 @@ def test_a_serve_delay_makes_the_handshake_time_out(pair: Any) -> None:
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)], 1000)[1] == [S.LLM_SUCCESS]
 
 
-def test_a_wrong_remote_cluster_id_links_nothing(pair: Any) -> None:
+@pytest.mark.mock_only(reason=PR28)
+def test_a_wrong_remote_cluster_id_warns_and_keys_the_link_by_the_listeners_id(pair: Any) -> None:
+    server, client = pair
+    s_src, c_dst = pullable(client, server)
+    with pytest.warns(lint.ClusterIdMismatchWarning, match=r"remote_cluster_id 7 .* keys the link by 1 \(PR-28\)"):
+        assert client.link_llm_clusters([sup.cluster(7, server.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(client, 1, s_src, c_dst) == S.LLM_SUCCESS                # the vendor's key: the listener's id
+    assert pull(client, 7, s_src, c_dst) == S.LLM_NOT_YET_LINK
+    assert sup.status_of(server.set_role, native.LlmRole.MIX,
+                         {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"}) == S.LLM_EXIST_LINK
+
+
+def test_a_wrong_remote_cluster_id_links_nothing_in_strict_mode(pair: Any, strict: None) -> None:
     server, client = pair
     status, rets = client.link_llm_clusters([sup.cluster(7, server.listen_port)])
     assert (status, rets) == (S.LLM_PARAM_INVALID, [S.LLM_PARAM_INVALID])
@@ -191,9 +213,32 @@ def test_a_wrong_remote_cluster_id_links_nothing(pair: Any) -> None:
     client.set_role(native.LlmRole.MIX)                                  # no link on either side
 
 
-def test_linking_to_the_own_cluster_id_is_param_invalid(pair: Any) -> None:
+def test_an_engine_links_to_itself_over_loopback(pair: Any) -> None:
+    """The vendor's Python tests link an engine to its own listener (E-7); a pull from
+    the own cluster id stays refused in v2, by the vendor's pull check."""
     server, _ = pair
-    assert server.link_llm_clusters([sup.cluster(1, server.listen_port)])[1] == [S.LLM_PARAM_INVALID]
+    own, other = pullable(server, server)
+    itself = sup.cluster(1, server.listen_port)
+    assert server.link_llm_clusters([itself]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert server.link_llm_clusters([itself]) == (S.LLM_ALREADY_LINK, [S.LLM_ALREADY_LINK])
+    assert pull(server, 1, own, other) == S.LLM_PARAM_INVALID
+    assert "own cluster" in raw.last_error()
+    assert sup.status_of(server.set_role, native.LlmRole.MIX,
+                         {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"}) == S.LLM_EXIST_LINK
+    assert server.unlink_llm_clusters([itself]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    server.set_role(native.LlmRole.MIX, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"})
+    assert server.unlink_llm_clusters([itself]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])     # never linked: fine
+    assert server.link_llm_clusters([itself]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])       # and again
+
+
+def test_two_engines_that_share_a_cluster_id_link(engines: Engines) -> None:
+    server, client = engines(1, listen=True), engines(1, options={}, device_id=1)
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert sup.status_of(server.set_role, native.LlmRole.MIX,
+                         {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"}) == S.LLM_EXIST_LINK
+    assert client.unlink_llm_clusters([sup.cluster(1, server.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    server.set_role(native.LlmRole.MIX, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"})
+    client.set_role(native.LlmRole.MIX)
 
 
 # ---- links and their use -------------------------------------------------------------------
@@ -232,7 +277,16 @@ def test_a_stale_link_to_a_peer_that_stopped_listening_fails_to_connect(pair: An
     assert sup.status_of(client.set_role, native.LlmRole.MIX) == S.LLM_EXIST_LINK          # still held
 
 
+@pytest.mark.mock_only(reason=PR28)
 def test_an_existing_link_still_gets_the_cluster_id_check(engines: Engines) -> None:
+    server, other = engines(1, listen=True), engines(6, listen=True)
+    client = engines(2, options={})
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    with pytest.warns(lint.ClusterIdMismatchWarning, match="PR-28"):
+        assert client.link_llm_clusters([sup.cluster(1, other.listen_port)])[1] == [S.LLM_ALREADY_LINK]
+
+
+def test_an_existing_link_still_gets_the_cluster_id_check_in_strict_mode(engines: Engines, strict: None) -> None:
     server, other = engines(1, listen=True), engines(6, listen=True)
     client = engines(2, options={})
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
@@ -412,7 +466,21 @@ def test_the_peer_process_runs_the_package_under_test(peer: Any) -> None:
     assert peer.call("package") == str(Path(llm_datadist_ffi.__file__).resolve())
 
 
-def test_a_non_forced_unlink_checks_the_peer_cluster_id(engines: Engines) -> None:
+@pytest.mark.mock_only(reason=PR28)
+def test_a_non_forced_unlink_at_another_clusters_address_warns_and_drops_the_named_link(engines: Engines) -> None:
+    """The vendor's disconnect carries the caller's own id only: the listener drops its
+    link to the caller (it has none), the caller drops its link to the id it named."""
+    server, other = engines(1, listen=True), engines(6, listen=True)
+    client = engines(2, options={})
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    with pytest.warns(lint.ClusterIdMismatchWarning, match="cluster 6's listener"):
+        assert client.unlink_llm_clusters([sup.cluster(1, other.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    client.set_role(native.LlmRole.MIX)                                   # the client's side is gone
+    assert sup.status_of(server.set_role, native.LlmRole.MIX,
+                         {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"}) == S.LLM_EXIST_LINK
+
+
+def test_a_non_forced_unlink_checks_the_peer_cluster_id_in_strict_mode(engines: Engines, strict: None) -> None:
     server, other = engines(1, listen=True), engines(6, listen=True)
     client = engines(2, options={})
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
@@ -428,13 +496,15 @@ def test_a_non_forced_unlink_checks_the_peer_cluster_id(engines: Engines) -> Non
 # ---- the handshake protocol (mock transport) -------------------------------------------------
 
 HDR = struct.Struct("=IHHIIQQQ")            # magic, type, version, status, count, a, b, payload_len
-HELLO = struct.Struct("=IIQQQQqQQQ")        # mode, timeout, cluster, expected, pid, serial, next id, token, probe
+HELLO = struct.Struct("=IIQQQQqQQQII")      # mode, timeout, cluster, expected, pid, serial, next id, token, probe,
+                                            # hixl, strict ids
 MAGIC, VERSION, MSG_HELLO, MSG_HELLO_REPLY = 0x4C4C4444, 1, 1, 2
 
 
-def handshake(port: int, mode: int, cluster_id: int, expected: int) -> tuple[int, str]:
+def handshake(port: int, mode: int, cluster_id: int, expected: int, hixl: int = 0, strict_ids: int = 1
+              ) -> tuple[int, str]:
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        body = HELLO.pack(mode, 1000, cluster_id, expected, 1, 1, 1, 42, 0, 0)
+        body = HELLO.pack(mode, 1000, cluster_id, expected, 1, 1, 1, 42, 0, 0, hixl, strict_ids)
         s.sendall(HDR.pack(MAGIC, MSG_HELLO, VERSION, 0, 0, 0, 0, len(body)) + body)
         data = b""
         while len(data) < HDR.size + HELLO.size + 240:
@@ -453,6 +523,8 @@ def test_a_peer_in_another_transfer_mode_is_refused(pair: Any) -> None:
     assert status == S.LLM_PARAM_INVALID and "transfer modes differ" in text
     status, text = handshake(server.listen_port, 1, 9, 4)
     assert status == S.LLM_PARAM_INVALID and "PR-28" in text
+    status, text = handshake(server.listen_port, 1, 9, 1, hixl=1)
+    assert status == S.LLM_LINK_FAILED and "transfer backends differ" in text
     status, text = handshake(server.listen_port, 1, 9, 1)          # accepted, then abandoned: no REVERSE
     assert status == S.LLM_SUCCESS
     server.set_role(native.LlmRole.MIX, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"})
