@@ -552,3 +552,51 @@ def test_finalize_leaves_no_socket_or_thread_behind() -> None:
     client.close()
     server.close()
     assert (_open_fds(), _threads()) == (fds, threads)
+
+
+# ---- the HIXL backend (PR-42, E-5) ------------------------------------------------------------
+
+def hixl_engine(engines: Engines, cluster_id: int, device_id: int = 0) -> native.LlmDataDist:
+    return engines(cluster_id, options={native.OPTION_TRANSFER_BACKEND: "hixl"}, listen=True, device_id=device_id)
+
+
+def test_hixl_links_belong_to_the_client_one_per_direction(engines: Engines) -> None:
+    a, b = hixl_engine(engines, 1), hixl_engine(engines, 2, device_id=1)
+    b_src, a_dst = pullable(a, b)
+    a_src, b_dst = pullable(b, a)
+    assert a.link_llm_clusters([sup.cluster(2, b.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(a, 2, b_src, a_dst) == S.LLM_SUCCESS
+    assert pull(b, 1, a_src, b_dst) == S.LLM_NOT_YET_LINK                 # the listener holds no link
+    assert b.link_llm_clusters([sup.cluster(1, a.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(b, 1, a_src, b_dst) == S.LLM_SUCCESS
+    # one link per remote address, found before connecting
+    assert a.link_llm_clusters([sup.cluster(7, b.listen_port)]) == (S.LLM_ALREADY_LINK, [S.LLM_ALREADY_LINK])
+    # the unlink ignores force and addresses: the client's link goes, the other stays
+    assert a.unlink_llm_clusters([ClusterInfo(2, 0, [], [])]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(a, 2, b_src, a_dst) == S.LLM_NOT_YET_LINK
+    assert pull(b, 1, a_src, b_dst) == S.LLM_SUCCESS
+    assert b.unlink_llm_clusters([ClusterInfo(1, 0, [], [])], force_flag=True) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert b.unlink_llm_clusters([ClusterInfo(1, 0, [], [])]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])  # none: fine
+    assert pull(b, 1, a_src, b_dst) == S.LLM_NOT_YET_LINK
+
+
+def test_hixl_refuses_to_connect_to_its_own_listen_address(engines: Engines) -> None:
+    a = hixl_engine(engines, 1)
+    assert a.link_llm_clusters([sup.cluster(5, a.listen_port)]) == (S.LLM_PARAM_INVALID, [S.LLM_PARAM_INVALID])
+    assert "own listen address" in raw.last_error()
+
+
+def test_hixl_and_the_default_backend_do_not_link(engines: Engines) -> None:
+    a, b = hixl_engine(engines, 1), engines(2, listen=True, device_id=1)
+    assert a.link_llm_clusters([sup.cluster(2, b.listen_port)])[1] == [S.LLM_LINK_FAILED]
+    assert "transfer backends differ" in raw.last_error()
+
+
+@pytest.mark.mock_only(reason=PR28)
+def test_a_hixl_link_is_keyed_by_the_id_the_client_gave(engines: Engines) -> None:
+    a, b = hixl_engine(engines, 1), hixl_engine(engines, 2, device_id=1)
+    b_src, a_dst = pullable(a, b)
+    with pytest.warns(lint.ClusterIdMismatchWarning, match="keys the link by 9"):
+        assert a.link_llm_clusters([sup.cluster(9, b.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(a, 9, b_src, a_dst) == S.LLM_SUCCESS
+    assert pull(a, 2, b_src, a_dst) == S.LLM_NOT_YET_LINK
