@@ -600,3 +600,21 @@ def test_a_hixl_link_is_keyed_by_the_id_the_client_gave(engines: Engines) -> Non
         assert a.link_llm_clusters([sup.cluster(9, b.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
     assert pull(a, 9, b_src, a_dst) == S.LLM_SUCCESS
     assert pull(a, 2, b_src, a_dst) == S.LLM_NOT_YET_LINK
+
+
+def test_a_hixl_link_under_a_linked_id_to_another_address_replaces_it_under_that_id(engines: Engines) -> None:
+    """HIXL keys the link table by the id given and its connections by address: the old
+    connection stays (its address is still linked) but the id names the new one."""
+    a, b = hixl_engine(engines, 1), hixl_engine(engines, 2, device_id=1)
+    c = hixl_engine(engines, 3, device_id=2)
+    b_src, a_dst = pullable(a, b)
+    pullable(a, c)
+    c_src, _ = pullable(a, c)                                  # cache 2 of c; b has only cache 1
+    assert a.link_llm_clusters([sup.cluster(2, b.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(a, 2, c_src, a_dst) == S.LLM_KV_CACHE_NOT_EXIST
+    with pytest.warns(lint.ClusterIdMismatchWarning):
+        assert a.link_llm_clusters([sup.cluster(2, c.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(a, 2, c_src, a_dst) == S.LLM_SUCCESS                        # id 2 now names c's listener
+    assert a.link_llm_clusters([sup.cluster(2, b.listen_port)]) == (S.LLM_ALREADY_LINK, [S.LLM_ALREADY_LINK])
+    assert a.unlink_llm_clusters([ClusterInfo(2, 0, [], [])]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(a, 2, b_src, a_dst) == S.LLM_NOT_YET_LINK
