@@ -317,6 +317,8 @@ def test_native_engines_follow_the_model(harness: Harness, strict: bool, monkeyp
     its rule's refusal."""
     if strict:
         monkeypatch.setenv("LLM_DATADIST_FFI_STRICT", "1")
+    else:
+        monkeypatch.delenv("LLM_DATADIST_FFI_STRICT", raising=False)
     run_state_machine_as_test(lambda: NativeEngines(harness),
                               settings=settings(settings.default, max_examples=3 * settings.default.max_examples,
                                                 stateful_step_count=40))
