@@ -117,6 +117,8 @@ def lldd_unlink_clusters(engine: CData, clusters: CData, count: int, timeout: in
     rets = ffi.new("lldd_status[]", max(count, 1))
     num = ffi.new("size_t *")
     status = lldd_lib.lldd_unlink_clusters(engine, clusters, count, timeout, int(force), rets, num)
+    if _HAS_LINT_RECORD and lldd_lib.lldd_mock_lint_count():
+        report_engine_lints()
     return int(status), [int(rets[i]) for i in range(num[0])]
 
 

@@ -125,7 +125,8 @@ class ZeroWaitTimeWarning(LintWarning):
 
 
 class ClusterIdMismatchWarning(LintWarning):
-    """PR-28: the listener's cluster id is not the ``remote_cluster_id`` the link named."""
+    """PR-28: the listener's cluster id is not the ``remote_cluster_id`` a link or a
+    non-forced unlink named."""
     rule = "PR-28"
 
 
@@ -172,7 +173,9 @@ RULES: Dict[str, LintRule] = {r.rule: r for r in (
              "the cache entry goes; its pool memory is lost until finalize"),
     LintRule("PR-25", EmptyMappingWarning, "the copy or swap has the vendor's degenerate effect"),
     LintRule("PR-26", ZeroWaitTimeWarning, "every transfer wait ends at once"),
-    LintRule("PR-28", ClusterIdMismatchWarning, "the link is made and keyed by the listener's real id"),
+    LintRule("PR-28", ClusterIdMismatchWarning,
+             "the link is made, keyed by the listener's real id (by the id given with HIXL); "
+             "a non-forced unlink drops the listener's link to the caller"),
     LintRule("PR-33", PushTensorCountWarning, "only the caller's description is checked"),
     LintRule("PR-41", PlaceholderKeyWarning, "the placeholder-shaped key unbinds a blocks key"),
     LintRule("OPT-1", UnknownOptionWarning, "the option is ignored"),

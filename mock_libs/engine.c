@@ -484,6 +484,11 @@ static lldd_status parse_init_options(engine *e, const char *fn, const lldd_opti
             return LLM_PARAM_INVALID;
         }
         c->hixl = 1;
+        /* the HIXL engine is named by its listen address: it needs one (E-5) */
+        if (!c->has_listen) {
+            mock_set_error("%s: option llm.TransferBackend \"hixl\" needs option llm.ListenIpInfo", fn);
+            return LLM_PARAM_INVALID;
+        }
     }
 
     lldd_status st = engine_parse_sync_wait(fn, opts, n, &c->sync_timeout_ms);
@@ -813,7 +818,8 @@ MOCK_EXPORT lldd_status lldd_set_role(lldd_engine *e, int32_t role, const lldd_o
             goto out;
         }
     }
-    size_t links = engine_link_count(e);
+    /* HIXL's role switch looks at no links: only the listen address may not change (E-5) */
+    size_t links = e->hixl ? 0 : engine_link_count(e);
     if (links > 0) {
         mock_set_error("%s: %zu link(s) still exist; unlink every cluster before switching roles", fn, links);
         st = LLM_EXIST_LINK;
@@ -891,12 +897,14 @@ MOCK_EXPORT lldd_status lldd_mock_drop_connections(lldd_engine *e)
     if (st != LLM_SUCCESS)
         return st;
     pthread_mutex_lock(&e->mu);
-    for (mlink *l = e->links; l != NULL; l = l->next) {
-        if (!l->ready)
-            continue;
-        atomic_store(&l->dropped, 1);
-        tp_shutdown(l->req_fd);
-        tp_shutdown(l->srv_fd);
+    for (int list = 0; list < 2; list++) {
+        for (mlink *l = list == 0 ? e->links : e->served; l != NULL; l = l->next) {
+            if (!l->ready)
+                continue;
+            atomic_store(&l->dropped, 1);
+            tp_shutdown(l->req_fd);
+            tp_shutdown(l->srv_fd);
+        }
     }
     pthread_mutex_unlock(&e->mu);
     engine_leave(e);

@@ -157,6 +157,12 @@ typedef struct mlink {
     uint64_t comm_key;           /* a rank-table communicator's link (0: link_clusters) */
     atomic_int comm_pending;     /* its communicator is not OK yet: transfers NOT_YET_LINK */
     atomic_int busy;             /* a transfer of this side holds the link (v1 LINK_BUSY) */
+    int served_only;             /* in e->served: answers the client's requests but is no link of this
+                                    engine (a HIXL listener's side; the listening half of a link to itself) */
+    int orphan;                  /* e->mu: HIXL: replaced under its cluster id by a link to another
+                                    address; reachable by that address only (for ALREADY_LINK) */
+    char peer_ip[64];            /* client side: the address linked to (HIXL keys connections by it) */
+    uint16_t peer_port;
     pthread_mutex_t xfer_mu;
 } mlink;
 
@@ -219,6 +225,7 @@ struct lldd_engine {
 
     /* links, handshakes and connection threads (mu) */
     mlink *links;
+    mlink *served;               /* served-only sides of links that belong to their clients */
     pending_link *pending;
     eng_thread *conns;           /* accepted connections not owned by a link */
     struct comm *comms;          /* rank-table communicators (engine_ext_comm.c) */
@@ -267,6 +274,9 @@ void pool_destroy(mpool *p);
 
 /* ---- engine_link.c ---- */
 mlink *link_find_locked(engine *e, uint64_t peer_cluster);
+/* The other side of `mine` in `peer` (links or served sides; peer may be mine's own
+ * engine for a link to itself), or NULL. peer->mu held. */
+mlink *link_peer_side_locked(engine *peer, const mlink *mine);
 void link_ref(mlink *l);
 void link_unref(mlink *l);
 /* Takes the link out of the table, waits for its transfers, closes it. */

@@ -175,7 +175,7 @@ static lldd_status src_resolve(xlink *x, const char *fn, const resolve_req *q, x
         lldd_status st = peer_local_enter(x, fn);
         if (st != LLM_SUCCESS)
             return st;
-        mlink *their = link_find_locked(peer, e->cluster_id);
+        mlink *their = link_peer_side_locked(peer, l);
         mcache *c;
         st = ext_resolve_locked(peer, their, q, &c, &s->r, why, sizeof why);
         if (q->direct)
@@ -695,7 +695,8 @@ MOCK_EXPORT lldd_status lldd_ext_pull(lldd_engine *e, const lldd_key *src, int64
     mcache *lc = NULL;
     if ((st = pull_args_check(e, fn, &a, &form)) != LLM_SUCCESS)
         goto out;
-    if (src->cluster_id == e->cluster_id) {
+    if (e->gen != GEN_V1 && src->cluster_id == e->cluster_id) {
+        /* v2 only: v1 has no such check and pulls over a link named by its own id (E-7) */
         mock_set_error("%s: src.cluster_id %llu is this engine's own cluster; pull from a peer", fn,
                        (unsigned long long)src->cluster_id);
         st = LLM_PARAM_INVALID;

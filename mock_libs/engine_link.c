@@ -39,7 +39,26 @@ enum { LINK_WORKERS = 16, FIRST_MESSAGE_WAIT_MS = 10000, MSG_LEN = 256 };
 mlink *link_find_locked(engine *e, uint64_t peer_cluster)
 {
     for (mlink *l = e->links; l != NULL; l = l->next)
-        if (l->peer_cluster == peer_cluster)
+        if (l->peer_cluster == peer_cluster && !l->orphan)
+            return l;
+    return NULL;
+}
+
+mlink *link_peer_side_locked(engine *peer, const mlink *mine)
+{
+    for (int list = 0; list < 2; list++)
+        for (mlink *l = list == 0 ? peer->links : peer->served; l != NULL; l = l->next)
+            if (l != mine && l->token == mine->token)
+                return l;
+    return NULL;
+}
+
+/* HIXL keys its connections by the remote address: a link (or one being made) of
+ * this engine to ip:port, orphans included. e->mu held. */
+static mlink *link_find_addr_locked(engine *e, const char *ip, uint16_t port)
+{
+    for (mlink *l = e->links; l != NULL; l = l->next)
+        if (!l->removed && l->peer_port == port && strcmp(l->peer_ip, ip) == 0)
             return l;
     return NULL;
 }
@@ -76,7 +95,7 @@ static mlink *link_new(engine *e, uint64_t peer_cluster, uint64_t token)
 
 static void table_unlink_locked(engine *e, mlink *l)
 {
-    for (mlink **pp = &e->links; *pp != NULL; pp = &(*pp)->next) {
+    for (mlink **pp = l->served_only ? &e->served : &e->links; *pp != NULL; pp = &(*pp)->next) {
         if (*pp == l) {
             *pp = l->next;
             return;
@@ -109,7 +128,25 @@ void links_teardown(engine *e)
 {
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        mlink *l = e->links;
+        mlink *l = e->links != NULL ? e->links : e->served;
+        if (l != NULL)
+            link_ref(l);
+        pthread_mutex_unlock(&e->mu);
+        if (l == NULL)
+            return;
+        link_drop(e, l);
+        link_unref(l);
+    }
+}
+
+/* Drops the served-only sides whose client has gone (their server thread saw EOF). */
+static void served_reap(engine *e)
+{
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        mlink *l = e->served;
+        while (l != NULL && !atomic_load(&l->peer_gone))
+            l = l->next;
         if (l != NULL)
             link_ref(l);
         pthread_mutex_unlock(&e->mu);
@@ -157,13 +194,25 @@ static void fill_hello(engine *e, hello_body *h, uint64_t expected, uint64_t tok
     h->token = token;
     h->probe_addr = engine_probe_addr();
     h->probe_value = engine_probe_value();
+    h->hixl = (uint32_t)e->hixl;
+    h->strict_ids = (uint32_t)mock_strict();
 }
 
-static void reply_status(int fd, uint16_t type, lldd_status status, const hello_body *hello, const char *text)
+/* The listener's side of this handshake is served only, not a link of its own: HIXL
+ * keeps no link on the listener (a client's link is one-way), and a link to oneself
+ * is the client's link (one per cluster id). */
+static int serve_only_side(const engine *e, const hello_body *peer)
+{
+    return e->hixl || (peer->pid == (uint64_t)getpid() && peer->serial == e->serial);
+}
+
+static void reply_status(int fd, uint16_t type, lldd_status status, const hello_body *hello, const char *text,
+                         uint64_t a)
 {
     msg_hdr h;
     msg_init(&h, type);
     h.status = status;
+    h.a = a;
     struct {
         hello_body hello;
         reply_text text;
@@ -206,19 +255,22 @@ static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h)
     lldd_status st = LLM_SUCCESS;
     text[0] = '\0';
     pending_link *p = NULL;
+    int serve_only = serve_only_side(e, &peer);
     pthread_mutex_lock(&e->mu);
-    mlink *existing = link_find_locked(e, peer.cluster_id);
+    mlink *existing = serve_only ? NULL : link_find_locked(e, peer.cluster_id);
     if (e->state != ENGINE_READY) {
         st = LLM_LINK_FAILED;
         snprintf(text, sizeof text, "cluster %llu is finalizing", (unsigned long long)e->cluster_id);
-    } else if (peer.expected_cluster_id != e->cluster_id) {
+    } else if (peer.strict_ids && peer.expected_cluster_id != e->cluster_id) {
+        /* strict mode only: otherwise the client links and warns (PR-28) */
         st = LLM_PARAM_INVALID;
         snprintf(text, sizeof text, "remote cluster id mismatch: the listener's cluster id is %llu, not %llu (PR-28)",
                  (unsigned long long)e->cluster_id, (unsigned long long)peer.expected_cluster_id);
-    } else if (peer.cluster_id == e->cluster_id) {
-        st = LLM_PARAM_INVALID;
-        snprintf(text, sizeof text, "the client has the same cluster id %llu as the listener",
-                 (unsigned long long)e->cluster_id);
+    } else if (peer.hixl != (uint32_t)e->hixl) {
+        st = LLM_LINK_FAILED;
+        snprintf(text, sizeof text, "transfer backends differ: cluster %llu uses %s, the client %s",
+                 (unsigned long long)e->cluster_id, e->hixl ? "hixl" : "the default backend",
+                 peer.hixl ? "hixl" : "the default backend");
     } else if (h->a == HELLO_CHECK_ONLY) {
         /* the client holds a link already: identity checked, nothing changes here */
     } else if (peer.mode != e->mode) {
@@ -243,7 +295,7 @@ static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h)
         e->pending = p;
     }
     pthread_mutex_unlock(&e->mu);
-    reply_status(fd, MSG_HELLO_REPLY, st, &mine, text);
+    reply_status(fd, MSG_HELLO_REPLY, st, &mine, text, 0);
     if (p == NULL)
         return;
 
@@ -291,6 +343,8 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
     lldd_status st = LLM_SUCCESS;
     mlink *stale = NULL;
     hello_body peer;
+    int serve_only = 0;
+    served_reap(e);
     pthread_mutex_lock(&e->mu);
     pending_link *p = e->pending;
     while (p != NULL && !(p->state == 0 && p->peer.token == token && p->peer.cluster_id == client))
@@ -300,7 +354,8 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
         snprintf(text, sizeof text, "no handshake in progress for this link (it timed out)");
     } else {
         peer = p->peer;
-        stale = link_find_locked(e, client);
+        serve_only = serve_only_side(e, &peer);
+        stale = serve_only ? NULL : link_find_locked(e, client);
         if (stale != NULL && !stale->ready) {
             st = LLM_ALREADY_LINK;
             snprintf(text, sizeof text, "cluster %llu is itself linking to cluster %llu right now",
@@ -312,7 +367,7 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
     }
     pthread_mutex_unlock(&e->mu);
     if (st != LLM_SUCCESS) {
-        reply_status(fd, MSG_REVERSE_REPLY, st, NULL, text);
+        reply_status(fd, MSG_REVERSE_REPLY, st, NULL, text, 0);
         return;
     }
     if (stale != NULL) {
@@ -322,7 +377,7 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
     }
     mlink *l = link_new(e, client, token);
     if (l == NULL) {
-        reply_status(fd, MSG_REVERSE_REPLY, LLM_LINK_FAILED, NULL, "out of host memory");
+        reply_status(fd, MSG_REVERSE_REPLY, LLM_LINK_FAILED, NULL, "out of host memory", 0);
         return;
     }
     l->peer_pid = (pid_t)peer.pid;
@@ -332,9 +387,10 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
     atomic_store(&l->vm_ok, l->same_process ? 0 : probe_vm(&peer));
     /* Our transfers ask on c2, where the reply below still has to go: the link is
      * usable once that reply is sent, so hold its transfer lock until then. */
+    l->served_only = serve_only;
     pthread_mutex_lock(&l->xfer_mu);
     pthread_mutex_lock(&e->mu);
-    if (link_find_locked(e, client) != NULL) {
+    if (!serve_only && link_find_locked(e, client) != NULL) {
         /* this engine started linking to the client meanwhile */
         st = LLM_ALREADY_LINK;
         snprintf(text, sizeof text, "cluster %llu is itself linking to cluster %llu right now",
@@ -361,14 +417,15 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
         l->server = p->c1_thread;
         self->fd = -1;
         link_ref(l); /* held by the server thread */
-        l->next = e->links;
-        e->links = l;
+        mlink **table = serve_only ? &e->served : &e->links;
+        l->next = *table;
+        *table = l;
         p->link = l;
         p->state = 1;
         pthread_cond_broadcast(&e->cv);
     }
     pthread_mutex_unlock(&e->mu);
-    reply_status(fd, MSG_REVERSE_REPLY, st, NULL, text);
+    reply_status(fd, MSG_REVERSE_REPLY, st, NULL, text, 0);
     pthread_mutex_unlock(&l->xfer_mu);
     if (st != LLM_SUCCESS)
         link_unref(l);
@@ -388,9 +445,10 @@ static void on_disconnect(engine *e, int fd, const msg_hdr *h)
     if (e->state != ENGINE_READY) {
         st = LLM_UNLINK_FAILED;
         snprintf(text, sizeof text, "cluster %llu is finalizing", (unsigned long long)e->cluster_id);
-    } else if (h->b != e->cluster_id) {
+    } else if ((h->count & DISCONNECT_STRICT_IDS) && h->b != e->cluster_id) {
+        /* strict mode only: otherwise the vendor's order, the client warns (PR-28) */
         st = LLM_PARAM_INVALID;
-        snprintf(text, sizeof text, "remote cluster id mismatch: the listener's cluster id is %llu, not %llu",
+        snprintf(text, sizeof text, "remote cluster id mismatch: the listener's cluster id is %llu, not %llu (PR-28)",
                  (unsigned long long)e->cluster_id, (unsigned long long)h->b);
     } else {
         l = link_find_locked(e, h->a);
@@ -404,7 +462,7 @@ static void on_disconnect(engine *e, int fd, const msg_hdr *h)
         link_drop(e, l);
         link_unref(l);
     }
-    reply_status(fd, MSG_DISCONNECT_REPLY, st, NULL, text);
+    reply_status(fd, MSG_DISCONNECT_REPLY, st, NULL, text, e->cluster_id);
 }
 
 void *conn_thread_main(void *arg)
@@ -455,6 +513,7 @@ typedef struct cluster_job {
     uint64_t comm_key;           /* a rank-table communicator's link */
     lldd_status status;
     char msg[MSG_LEN];
+    char lint[MSG_LEN];          /* PR-28, reported by the calling thread (the lint record is per thread) */
 } cluster_job;
 
 static lldd_status connect_status(int r, int err, int unlink, char *msg, const char *ip, uint16_t port)
@@ -470,7 +529,7 @@ static lldd_status connect_status(int r, int err, int unlink, char *msg, const c
 
 /* Receives a reply of `type` with a reply_text (and a hello_body first if hello). */
 static lldd_status recv_reply(int fd, uint16_t type, int64_t deadline, hello_body *hello, char *msg, int unlink,
-                              const char *what)
+                              const char *what, uint64_t *hdr_a)
 {
     msg_hdr h;
     int r = msg_recv_hdr(fd, &h, deadline);
@@ -494,6 +553,8 @@ static lldd_status recv_reply(int fd, uint16_t type, int64_t deadline, hello_bod
     body.text.text[sizeof body.text.text - 1] = '\0';
     if (hello != NULL)
         *hello = body.hello;
+    if (hdr_a != NULL)
+        *hdr_a = h.a;
     if (h.status != LLM_SUCCESS) {
         snprintf(msg, MSG_LEN, "the peer refused the %s: %.200s", what, body.text.text);
         return h.status;
@@ -554,17 +615,26 @@ static lldd_status link_one(cluster_job *job)
         snprintf(msg, MSG_LEN, "remote_ip_infos has %zu entries; exactly one is needed", ci->num_remote_ip_infos);
         return LLM_PARAM_INVALID;
     }
-    lldd_status st = job->v1 || job->comm_key != 0 ? LLM_SUCCESS : check_comm_res(e, ci, msg);
+    /* the HIXL backend's link generates no communication resource (E-5) */
+    lldd_status st = job->v1 || job->comm_key != 0 || e->hixl ? LLM_SUCCESS : check_comm_res(e, ci, msg);
     if (st != LLM_SUCCESS)
         return st;
+    /* A remote_cluster_id equal to our own is no error (E-7): the vendor's v1 samples
+     * link two engines that share a cluster id, and an engine may link to itself. */
     uint64_t peer_id = ci->remote_cluster_id;
-    if (peer_id == e->cluster_id) {
-        snprintf(msg, MSG_LEN, "remote_cluster_id %llu is this engine's own cluster id",
-                 (unsigned long long)peer_id);
-        return LLM_PARAM_INVALID;
-    }
     const char *ip = ci->remote_ip_infos[0].ip;
     uint16_t port = ci->remote_ip_infos[0].port;
+    if (e->hixl) {
+        /* HIXL connects to "ip:port" and refuses its own listen address, textually */
+        pthread_mutex_lock(&e->listen_mu);
+        int self = e->listening && e->listen_addr.port == port && strcmp(e->listen_addr.ip, ip) == 0;
+        pthread_mutex_unlock(&e->listen_mu);
+        if (self) {
+            snprintf(msg, MSG_LEN, "%s:%u is this engine's own listen address; HIXL does not connect an engine to "
+                     "itself", ip, (unsigned)port);
+            return LLM_PARAM_INVALID;
+        }
+    }
     int64_t deadline = tp_deadline(job->timeout_ms);
     int c1 = -1, c2 = -1, err;
     hello_body mine, peer;
@@ -573,24 +643,52 @@ static lldd_status link_one(cluster_job *job)
     msg_hdr h;
     /* cpp-api.md §6.7 step 5: the connection first (refused: LINK_FAILED; not in
      * time: TIMEOUT), then the handshake, which reports an existing link (PR-42) */
-    int r = tp_connect(ip, port, deadline, &c1, &err);
+    int r;
+    uint64_t token = new_token(e);
+    if (e->hixl) {
+        /* HIXL (PR-42): links are the client's, one per remote address, found before
+         * any connection; the listener keeps none, so B -> A is a link of its own */
+        pthread_mutex_lock(&e->mu);
+        mlink *same = link_find_addr_locked(e, ip, port);
+        if (same == NULL && (l = link_new(e, peer_id, token)) != NULL) {
+            l->orphan = 1; /* invisible under its cluster id until it is ready */
+            snprintf(l->peer_ip, sizeof l->peer_ip, "%s", ip);
+            l->peer_port = port;
+            l->next = e->links;
+            e->links = l;
+        }
+        pthread_mutex_unlock(&e->mu);
+        if (same != NULL) {
+            snprintf(msg, MSG_LEN, "%s:%u is already linked (as cluster %llu)", ip, (unsigned)port,
+                     (unsigned long long)same->peer_cluster);
+            return LLM_ALREADY_LINK;
+        }
+        if (l == NULL) {
+            snprintf(msg, MSG_LEN, "out of host memory");
+            return LLM_FAILED;
+        }
+    }
+    r = tp_connect(ip, port, deadline, &c1, &err);
     if (r != TP_OK) {
         st = connect_status(r, err, 0, msg, ip, port);
         goto fail;
     }
-    uint64_t token = new_token(e);
     fill_hello(e, &mine, peer_id, token, (uint32_t)job->timeout_ms);
-    pthread_mutex_lock(&e->mu);
-    mlink *existing = link_find_locked(e, peer_id);
-    int existing_ready = existing != NULL && existing->ready;
-    if (existing == NULL) {
-        l = link_new(e, peer_id, token);
-        if (l != NULL) {
-            l->next = e->links;
-            e->links = l;
+    mlink *existing = NULL;
+    int existing_ready = 0;
+    if (!e->hixl) {
+        pthread_mutex_lock(&e->mu);
+        existing = link_find_locked(e, peer_id);
+        existing_ready = existing != NULL && existing->ready;
+        if (existing == NULL) {
+            l = link_new(e, peer_id, token);
+            if (l != NULL) {
+                l->next = e->links;
+                e->links = l;
+            }
         }
+        pthread_mutex_unlock(&e->mu);
     }
-    pthread_mutex_unlock(&e->mu);
     if (existing == NULL && l == NULL) {
         snprintf(msg, MSG_LEN, "out of host memory");
         st = LLM_FAILED;
@@ -606,8 +704,16 @@ static lldd_status link_one(cluster_job *job)
         snprintf(msg, MSG_LEN, "sending the handshake to %s:%u failed", ip, (unsigned)port);
         goto fail;
     }
-    if ((st = recv_reply(c1, MSG_HELLO_REPLY, deadline, &peer, msg, 0, "link handshake")) != LLM_SUCCESS)
+    if ((st = recv_reply(c1, MSG_HELLO_REPLY, deadline, &peer, msg, 0, "link handshake", NULL)) != LLM_SUCCESS)
         goto fail;
+    if (peer.cluster_id != peer_id) {
+        /* PR-28 (lint): the listener is another cluster than the one named. In strict
+         * mode the listener refused above. */
+        snprintf(job->lint, MSG_LEN, "remote_cluster_id %llu names cluster %llu's listener at %s:%u; the device "
+                 "links anyway and keys the link by %llu (PR-28)", (unsigned long long)peer_id,
+                 (unsigned long long)peer.cluster_id, ip, (unsigned)port,
+                 (unsigned long long)(e->hixl ? peer_id : peer.cluster_id));
+    }
     if (existing != NULL) {
         snprintf(msg, MSG_LEN, "cluster %llu is already linked%s", (unsigned long long)peer_id,
                  existing_ready ? "" : " (a link to it is being made)");
@@ -628,7 +734,7 @@ static lldd_status link_one(cluster_job *job)
         snprintf(msg, MSG_LEN, "sending the handshake to %s:%u failed", ip, (unsigned)port);
         goto fail;
     }
-    if ((st = recv_reply(c2, MSG_REVERSE_REPLY, deadline, NULL, msg, 0, "link handshake")) != LLM_SUCCESS)
+    if ((st = recv_reply(c2, MSG_REVERSE_REPLY, deadline, NULL, msg, 0, "link handshake", NULL)) != LLM_SUCCESS)
         goto fail;
 
     server = calloc(1, sizeof *server);
@@ -659,9 +765,31 @@ static lldd_status link_one(cluster_job *job)
         snprintf(msg, MSG_LEN, "cannot start a thread");
         goto fail;
     }
+    /* Install under the vendor's key: HIXL keys the client's link by the given id and
+     * replaces (orphans) an older link to another address under that id; the default
+     * backend keys it by the id the listener reported, replacing an older link to it. */
+    uint64_t key = e->hixl ? peer_id : peer.cluster_id;
+    mlink *replaced = NULL;
     pthread_mutex_lock(&e->mu);
+    for (mlink *o = e->links; o != NULL; o = o->next) {
+        if (o != l && o->peer_cluster == key && !o->orphan && o->ready && !o->removed) {
+            if (e->hixl) {
+                o->orphan = 1;
+            } else {
+                replaced = o;
+                link_ref(o);
+            }
+            break;
+        }
+    }
+    l->peer_cluster = key;
+    l->orphan = 0;
     l->ready = 1;
     pthread_mutex_unlock(&e->mu);
+    if (replaced != NULL) {
+        link_drop(e, replaced);
+        link_unref(replaced);
+    }
     return LLM_SUCCESS;
 
 fail:
@@ -693,7 +821,9 @@ static lldd_status unlink_one(cluster_job *job)
             return LLM_LINK_BUSY;
         }
     }
-    if (!job->force) {
+    if (!job->force && !e->hixl) {
+        /* (HIXL's unlink ignores the force flag and the address list: it drops the
+         * client's link and closes its connection, below) */
         if (ci->num_remote_ip_infos != 1) {
             snprintf(msg, MSG_LEN, "remote_ip_infos has %zu entries; exactly one is needed",
                      ci->num_remote_ip_infos);
@@ -710,17 +840,24 @@ static lldd_status unlink_one(cluster_job *job)
         msg_init(&h, MSG_DISCONNECT);
         h.a = e->cluster_id;
         h.b = peer_id;
+        h.count = mock_strict() ? DISCONNECT_STRICT_IDS : 0;
         r = msg_send(fd, &h, NULL, 0, deadline);
         lldd_status st;
+        uint64_t server_id = peer_id;
         if (r != TP_OK) {
             st = r == TP_TIMEOUT ? LLM_TIMEOUT : LLM_UNLINK_FAILED;
             snprintf(msg, MSG_LEN, "sending the disconnect to %s:%u failed", ip, (unsigned)port);
         } else {
-            st = recv_reply(fd, MSG_DISCONNECT_REPLY, deadline, NULL, msg, 1, "disconnect");
+            st = recv_reply(fd, MSG_DISCONNECT_REPLY, deadline, NULL, msg, 1, "disconnect", &server_id);
         }
         tp_close(&fd);
         if (st != LLM_SUCCESS)
             return st; /* the local link is kept */
+        if (server_id != peer_id)
+            snprintf(job->lint, MSG_LEN, "remote_cluster_id %llu names cluster %llu's listener at %s:%u; the device "
+                     "drops that cluster's link to this engine and this engine's link to %llu, if any (PR-28)",
+                     (unsigned long long)peer_id, (unsigned long long)server_id, ip, (unsigned)port,
+                     (unsigned long long)peer_id);
     }
     pthread_mutex_lock(&e->mu);
     mlink *l = link_find_locked(e, peer_id);
@@ -778,6 +915,7 @@ static void run_group(batch *b, size_t g)
     for (size_t i = b->group_start[g]; i < b->group_start[g + 1]; i++) {
         cluster_job *job = &b->jobs[b->order[i]];
         job->msg[0] = '\0';
+        job->lint[0] = '\0';
         if (job->v1 && i > b->group_start[g]) {
             /* v1: the device side refuses a cluster named twice in one request */
             snprintf(job->msg, MSG_LEN, "remote_cluster_id %llu appears more than once in this request",
@@ -855,6 +993,9 @@ static lldd_status run_clusters(engine *e, const char *fn, const lldd_cluster_in
     for (size_t w = 0; w < started; w++)
         pthread_join(tids[w], NULL);
 
+    for (size_t i = 0; i < n; i++)
+        if (b.jobs[i].lint[0] != '\0')
+            (void)mock_lint(28, "%s: clusters[%zu]: %s", fn, i, b.jobs[i].lint);
     lldd_status result = LLM_SUCCESS;
     size_t last_bad = n;
     int rolled_back = 0, unlink_failed = 0;

@@ -114,7 +114,8 @@ static int peer_side_alive_locked(engine *peer, engine *self, const mlink *l)
 {
     if (peer->state != ENGINE_READY)
         return 0;
-    mlink *pl = link_find_locked(peer, self->cluster_id);
+    (void)self; /* the other side is found by the link's token: ids may repeat (E-7) */
+    mlink *pl = link_peer_side_locked(peer, l);
     return pl != NULL && pl->ready && !pl->removed && pl->token == l->token && !atomic_load(&pl->dropped) &&
            !atomic_load(&pl->peer_gone);
 }

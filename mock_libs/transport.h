@@ -84,8 +84,9 @@ enum msg_type {
     MSG_HELLO_REPLY,        /* status; body hello_body + reply_text                          */
     MSG_REVERSE,            /* a = token, b = client cluster id       -> MSG_REVERSE_REPLY */
     MSG_REVERSE_REPLY,      /* status; body reply_text                                       */
-    MSG_DISCONNECT,         /* a = client cluster id, b = expected server cluster id         */
-    MSG_DISCONNECT_REPLY,   /* status; body reply_text                                       */
+    MSG_DISCONNECT,         /* a = client cluster id, b = expected server cluster id,
+                               count = DISCONNECT_STRICT_IDS or 0                           */
+    MSG_DISCONNECT_REPLY,   /* status; a = server cluster id; body reply_text               */
     MSG_PIN,                /* a = cache id, b = table watermark (0: take it now)           */
     MSG_PIN_REPLY,          /* status; a = watermark; body cache_wire + addrs, or reply_text */
     MSG_UNPIN,              /* a = cache id; no reply                                        */
@@ -105,6 +106,10 @@ enum msg_type {
  * connects and greets it (a refused or silent peer must be reported as such), but
  * only asks for the identity checks: the peer answers and keeps its state (PR-42). */
 enum { HELLO_LINK = 0, HELLO_CHECK_ONLY = 1 };
+
+/* MSG_DISCONNECT flag (msg_hdr.count): the client refuses a cluster id mismatch
+ * (PR-28, strict mode), so the server must not drop anything on one. */
+enum { DISCONNECT_STRICT_IDS = 1 };
 
 typedef struct msg_hdr {
     uint32_t magic;
@@ -132,6 +137,8 @@ typedef struct hello_body {
     uint64_t token;                /* names the link on both sides */
     uint64_t probe_addr;           /* where a process_vm_readv probe finds probe_value */
     uint64_t probe_value;
+    uint32_t hixl;                 /* the sender uses llm.TransferBackend "hixl" */
+    uint32_t strict_ids;           /* client: refuse a cluster id mismatch (PR-28 in strict mode) */
 } hello_body;
 
 typedef struct reply_text {

@@ -154,7 +154,7 @@ def test_the_native_layer_checks_pr_26_and_pr_27_before_the_backend(engines: Eng
 
 
 @pytest.mark.parametrize("key,value,status", [
-    ("llm.TransferBackend", "hixl", S.LLM_SUCCESS),
+    ("llm.TransferBackend", "hixl", S.LLM_PARAM_INVALID),          # E-5: no llm.ListenIpInfo
     ("llm.TransferBackend", "hccl", S.LLM_PARAM_INVALID),
     ("llm.TransferBackend", "", S.LLM_PARAM_INVALID),
     ("llm.LinkRetryCount", "1", S.LLM_SUCCESS),
@@ -470,9 +470,29 @@ def test_set_role_is_refused_while_a_link_exists(engines: Engines) -> None:
     client.set_role(native.LlmRole.PROMPT)
 
 
-def test_set_role_checks_role_and_address_before_links_and_links_before_the_listener(engines: Engines) -> None:
-    # cpp-api.md §6.6: role, listen address, links (EXIST_LINK), then the listener (HIXL)
+def test_hixl_needs_a_listen_address(engines: Engines) -> None:
+    """The vendor's HIXL engine is named by its listen address: without llm.ListenIpInfo
+    its initialisation is PARAM_INVALID (E-5)."""
+    with native.LlmDataDist(1, 1) as e:
+        assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.TransferBackend", "hixl")]) == S.LLM_PARAM_INVALID
+        assert "llm.ListenIpInfo" in raw.last_error()
+    engines(2, options={native.OPTION_TRANSFER_BACKEND: "hixl"}, listen=True)
+
+
+def test_set_role_with_hixl_checks_no_links(engines: Engines) -> None:
+    """HIXL's role switch only refuses a changed listen address (E-5), links or not."""
     server = engines(1, options={native.OPTION_TRANSFER_BACKEND: "hixl"}, listen=True)
+    client = engines(2, options={native.OPTION_TRANSFER_BACKEND: "hixl"}, listen=True, device_id=1)
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    assert raw.set_role(client, 2, [("llm.ListenIpInfo", f"127.0.0.1:{sup.free_port()}")]) == \
+        S.LLM_FEATURE_NOT_ENABLED
+    client.set_role(native.LlmRole.DECODER, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{client.listen_port}"})
+    assert client.role == native.LlmRole.DECODER
+
+
+def test_set_role_checks_role_and_address_before_links_and_links_before_the_listener(engines: Engines) -> None:
+    # cpp-api.md §6.6: role, listen address, links (EXIST_LINK), then the listener
+    server = engines(1, listen=True)
     client = engines(2, options={})
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
     assert raw.set_role(server, 4, [("llm.ListenIpInfo", "nowhere")]) == S.LLM_PARAM_INVALID

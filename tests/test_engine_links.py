@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from llm_datadist_ffi import LLMStatusCode as S
-from llm_datadist_ffi import mock_control, native
+from llm_datadist_ffi import lint, mock_control, native
 from llm_datadist_ffi.native import Cache, CacheIndex, ClusterInfo, IpInfo
 
 
@@ -36,6 +36,20 @@ sup = _support()
 raw = sup.Raw()
 
 Engines = Callable[..., native.LlmDataDist]
+
+PR28 = "the cluster id check of PR-28 is a lint of the mock's handshake"
+
+
+@pytest.fixture
+def strict(monkeypatch: pytest.MonkeyPatch) -> None:
+    """LLM_DATADIST_FFI_STRICT=1: every lint is the refusal the rule used to be."""
+    monkeypatch.setenv(lint.STRICT_ENV, "1")
+
+
+@pytest.fixture
+def lenient(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default mode (lints warn), also when the whole suite runs strict."""
+    monkeypatch.delenv(lint.STRICT_ENV, raising=False)
 
 
 @pytest.fixture
@@ -106,14 +120,16 @@ def test_link_checks_each_cluster_and_returns_the_last_failure(pair: Any, silent
     clusters = [
         sup.cluster(1, server.listen_port),                                  # fine
         ClusterInfo(3, 0, [IpInfo("127.0.0.1", 0)], []),                     # no remote address
-        ClusterInfo(4, 0, [], [IpInfo("127.0.0.1", server.listen_port)]),   # no local address, no listener
+        ClusterInfo(4, 0, [IpInfo("127.0.0.1", 0)], [IpInfo("127.0.0.1", server.listen_port)] * 2),  # two
         sup.cluster(5, sup.free_port()),                                     # nobody listens
     ]
     status, rets = client.link_llm_clusters(clusters)
     assert rets == [S.LLM_SUCCESS, S.LLM_PARAM_INVALID, S.LLM_PARAM_INVALID, S.LLM_LINK_FAILED]
     assert status == S.LLM_LINK_FAILED
     assert "remote_cluster_id 5" in raw.last_error() and "refused" in raw.last_error()
-    assert client.link_llm_clusters([clusters[1], sup.cluster(6, server.listen_port)])[0] == S.LLM_PARAM_INVALID
+    assert client.unlink_llm_clusters([clusters[0]])[0] == S.LLM_SUCCESS
+    assert client.link_llm_clusters([clusters[1], clusters[0]]) == (S.LLM_PARAM_INVALID,
+                                                                    [S.LLM_PARAM_INVALID, S.LLM_SUCCESS])
 
 
 def test_a_listener_needs_no_local_address_and_a_first_link_generates_the_resource(pair: Any) -> None:
@@ -182,7 +198,19 @@ def test_a_serve_delay_makes_the_handshake_time_out(pair: Any) -> None:
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)], 1000)[1] == [S.LLM_SUCCESS]
 
 
-def test_a_wrong_remote_cluster_id_links_nothing(pair: Any) -> None:
+@pytest.mark.mock_only(reason=PR28)
+def test_a_wrong_remote_cluster_id_warns_and_keys_the_link_by_the_listeners_id(pair: Any, lenient: None) -> None:
+    server, client = pair
+    s_src, c_dst = pullable(client, server)
+    with pytest.warns(lint.ClusterIdMismatchWarning, match=r"remote_cluster_id 7 .* keys the link by 1 \(PR-28\)"):
+        assert client.link_llm_clusters([sup.cluster(7, server.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(client, 1, s_src, c_dst) == S.LLM_SUCCESS                # the vendor's key: the listener's id
+    assert pull(client, 7, s_src, c_dst) == S.LLM_NOT_YET_LINK
+    assert sup.status_of(server.set_role, native.LlmRole.MIX,
+                         {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"}) == S.LLM_EXIST_LINK
+
+
+def test_a_wrong_remote_cluster_id_links_nothing_in_strict_mode(pair: Any, strict: None) -> None:
     server, client = pair
     status, rets = client.link_llm_clusters([sup.cluster(7, server.listen_port)])
     assert (status, rets) == (S.LLM_PARAM_INVALID, [S.LLM_PARAM_INVALID])
@@ -191,9 +219,32 @@ def test_a_wrong_remote_cluster_id_links_nothing(pair: Any) -> None:
     client.set_role(native.LlmRole.MIX)                                  # no link on either side
 
 
-def test_linking_to_the_own_cluster_id_is_param_invalid(pair: Any) -> None:
+def test_an_engine_links_to_itself_over_loopback(pair: Any) -> None:
+    """The vendor's Python tests link an engine to its own listener (E-7); a pull from
+    the own cluster id stays refused in v2, by the vendor's pull check."""
     server, _ = pair
-    assert server.link_llm_clusters([sup.cluster(1, server.listen_port)])[1] == [S.LLM_PARAM_INVALID]
+    own, other = pullable(server, server)
+    itself = sup.cluster(1, server.listen_port)
+    assert server.link_llm_clusters([itself]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert server.link_llm_clusters([itself]) == (S.LLM_ALREADY_LINK, [S.LLM_ALREADY_LINK])
+    assert pull(server, 1, own, other) == S.LLM_PARAM_INVALID
+    assert "own cluster" in raw.last_error()
+    assert sup.status_of(server.set_role, native.LlmRole.MIX,
+                         {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"}) == S.LLM_EXIST_LINK
+    assert server.unlink_llm_clusters([itself]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    server.set_role(native.LlmRole.MIX, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"})
+    assert server.unlink_llm_clusters([itself]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])     # never linked: fine
+    assert server.link_llm_clusters([itself]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])       # and again
+
+
+def test_two_engines_that_share_a_cluster_id_link(engines: Engines) -> None:
+    server, client = engines(1, listen=True), engines(1, options={}, device_id=1)
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert sup.status_of(server.set_role, native.LlmRole.MIX,
+                         {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"}) == S.LLM_EXIST_LINK
+    assert client.unlink_llm_clusters([sup.cluster(1, server.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    server.set_role(native.LlmRole.MIX, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"})
+    client.set_role(native.LlmRole.MIX)
 
 
 # ---- links and their use -------------------------------------------------------------------
@@ -232,7 +283,16 @@ def test_a_stale_link_to_a_peer_that_stopped_listening_fails_to_connect(pair: An
     assert sup.status_of(client.set_role, native.LlmRole.MIX) == S.LLM_EXIST_LINK          # still held
 
 
-def test_an_existing_link_still_gets_the_cluster_id_check(engines: Engines) -> None:
+@pytest.mark.mock_only(reason=PR28)
+def test_an_existing_link_still_gets_the_cluster_id_check(engines: Engines, lenient: None) -> None:
+    server, other = engines(1, listen=True), engines(6, listen=True)
+    client = engines(2, options={})
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    with pytest.warns(lint.ClusterIdMismatchWarning, match="PR-28"):
+        assert client.link_llm_clusters([sup.cluster(1, other.listen_port)])[1] == [S.LLM_ALREADY_LINK]
+
+
+def test_an_existing_link_still_gets_the_cluster_id_check_in_strict_mode(engines: Engines, strict: None) -> None:
     server, other = engines(1, listen=True), engines(6, listen=True)
     client = engines(2, options={})
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
@@ -412,7 +472,21 @@ def test_the_peer_process_runs_the_package_under_test(peer: Any) -> None:
     assert peer.call("package") == str(Path(llm_datadist_ffi.__file__).resolve())
 
 
-def test_a_non_forced_unlink_checks_the_peer_cluster_id(engines: Engines) -> None:
+@pytest.mark.mock_only(reason=PR28)
+def test_a_non_forced_unlink_at_another_clusters_address_warns_and_drops_the_named_link(engines: Engines, lenient: None) -> None:
+    """The vendor's disconnect carries the caller's own id only: the listener drops its
+    link to the caller (it has none), the caller drops its link to the id it named."""
+    server, other = engines(1, listen=True), engines(6, listen=True)
+    client = engines(2, options={})
+    assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    with pytest.warns(lint.ClusterIdMismatchWarning, match="cluster 6's listener"):
+        assert client.unlink_llm_clusters([sup.cluster(1, other.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    client.set_role(native.LlmRole.MIX)                                   # the client's side is gone
+    assert sup.status_of(server.set_role, native.LlmRole.MIX,
+                         {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"}) == S.LLM_EXIST_LINK
+
+
+def test_a_non_forced_unlink_checks_the_peer_cluster_id_in_strict_mode(engines: Engines, strict: None) -> None:
     server, other = engines(1, listen=True), engines(6, listen=True)
     client = engines(2, options={})
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
@@ -428,13 +502,15 @@ def test_a_non_forced_unlink_checks_the_peer_cluster_id(engines: Engines) -> Non
 # ---- the handshake protocol (mock transport) -------------------------------------------------
 
 HDR = struct.Struct("=IHHIIQQQ")            # magic, type, version, status, count, a, b, payload_len
-HELLO = struct.Struct("=IIQQQQqQQQ")        # mode, timeout, cluster, expected, pid, serial, next id, token, probe
+HELLO = struct.Struct("=IIQQQQqQQQII")      # mode, timeout, cluster, expected, pid, serial, next id, token, probe,
+                                            # hixl, strict ids
 MAGIC, VERSION, MSG_HELLO, MSG_HELLO_REPLY = 0x4C4C4444, 1, 1, 2
 
 
-def handshake(port: int, mode: int, cluster_id: int, expected: int) -> tuple[int, str]:
+def handshake(port: int, mode: int, cluster_id: int, expected: int, hixl: int = 0, strict_ids: int = 1
+              ) -> tuple[int, str]:
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        body = HELLO.pack(mode, 1000, cluster_id, expected, 1, 1, 1, 42, 0, 0)
+        body = HELLO.pack(mode, 1000, cluster_id, expected, 1, 1, 1, 42, 0, 0, hixl, strict_ids)
         s.sendall(HDR.pack(MAGIC, MSG_HELLO, VERSION, 0, 0, 0, 0, len(body)) + body)
         data = b""
         while len(data) < HDR.size + HELLO.size + 240:
@@ -453,6 +529,8 @@ def test_a_peer_in_another_transfer_mode_is_refused(pair: Any) -> None:
     assert status == S.LLM_PARAM_INVALID and "transfer modes differ" in text
     status, text = handshake(server.listen_port, 1, 9, 4)
     assert status == S.LLM_PARAM_INVALID and "PR-28" in text
+    status, text = handshake(server.listen_port, 1, 9, 1, hixl=1)
+    assert status == S.LLM_LINK_FAILED and "transfer backends differ" in text
     status, text = handshake(server.listen_port, 1, 9, 1)          # accepted, then abandoned: no REVERSE
     assert status == S.LLM_SUCCESS
     server.set_role(native.LlmRole.MIX, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"})
@@ -480,3 +558,69 @@ def test_finalize_leaves_no_socket_or_thread_behind() -> None:
     client.close()
     server.close()
     assert (_open_fds(), _threads()) == (fds, threads)
+
+
+# ---- the HIXL backend (PR-42, E-5) ------------------------------------------------------------
+
+def hixl_engine(engines: Engines, cluster_id: int, device_id: int = 0) -> native.LlmDataDist:
+    return engines(cluster_id, options={native.OPTION_TRANSFER_BACKEND: "hixl"}, listen=True, device_id=device_id)
+
+
+def test_hixl_links_belong_to_the_client_one_per_direction(engines: Engines) -> None:
+    a, b = hixl_engine(engines, 1), hixl_engine(engines, 2, device_id=1)
+    b_src, a_dst = pullable(a, b)
+    a_src, b_dst = pullable(b, a)
+    assert a.link_llm_clusters([sup.cluster(2, b.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(a, 2, b_src, a_dst) == S.LLM_SUCCESS
+    assert pull(b, 1, a_src, b_dst) == S.LLM_NOT_YET_LINK                 # the listener holds no link
+    assert b.link_llm_clusters([sup.cluster(1, a.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(b, 1, a_src, b_dst) == S.LLM_SUCCESS
+    # one link per remote address, found before connecting
+    assert a.link_llm_clusters([sup.cluster(7, b.listen_port)]) == (S.LLM_ALREADY_LINK, [S.LLM_ALREADY_LINK])
+    # the unlink ignores force and addresses: the client's link goes, the other stays
+    assert a.unlink_llm_clusters([ClusterInfo(2, 0, [], [])]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(a, 2, b_src, a_dst) == S.LLM_NOT_YET_LINK
+    assert pull(b, 1, a_src, b_dst) == S.LLM_SUCCESS
+    assert b.unlink_llm_clusters([ClusterInfo(1, 0, [], [])], force_flag=True) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert b.unlink_llm_clusters([ClusterInfo(1, 0, [], [])]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])  # none: fine
+    assert pull(b, 1, a_src, b_dst) == S.LLM_NOT_YET_LINK
+
+
+def test_hixl_refuses_to_connect_to_its_own_listen_address(engines: Engines) -> None:
+    a = hixl_engine(engines, 1)
+    assert a.link_llm_clusters([sup.cluster(5, a.listen_port)]) == (S.LLM_PARAM_INVALID, [S.LLM_PARAM_INVALID])
+    assert "own listen address" in raw.last_error()
+
+
+def test_hixl_and_the_default_backend_do_not_link(engines: Engines) -> None:
+    a, b = hixl_engine(engines, 1), engines(2, listen=True, device_id=1)
+    assert a.link_llm_clusters([sup.cluster(2, b.listen_port)])[1] == [S.LLM_LINK_FAILED]
+    assert "transfer backends differ" in raw.last_error()
+
+
+@pytest.mark.mock_only(reason=PR28)
+def test_a_hixl_link_is_keyed_by_the_id_the_client_gave(engines: Engines, lenient: None) -> None:
+    a, b = hixl_engine(engines, 1), hixl_engine(engines, 2, device_id=1)
+    b_src, a_dst = pullable(a, b)
+    with pytest.warns(lint.ClusterIdMismatchWarning, match="keys the link by 9"):
+        assert a.link_llm_clusters([sup.cluster(9, b.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(a, 9, b_src, a_dst) == S.LLM_SUCCESS
+    assert pull(a, 2, b_src, a_dst) == S.LLM_NOT_YET_LINK
+
+
+def test_a_hixl_link_under_a_linked_id_to_another_address_replaces_it_under_that_id(engines: Engines, lenient: None) -> None:
+    """HIXL keys the link table by the id given and its connections by address: the old
+    connection stays (its address is still linked) but the id names the new one."""
+    a, b = hixl_engine(engines, 1), hixl_engine(engines, 2, device_id=1)
+    c = hixl_engine(engines, 3, device_id=2)
+    b_src, a_dst = pullable(a, b)
+    pullable(a, c)
+    c_src, _ = pullable(a, c)                                  # cache 2 of c; b has only cache 1
+    assert a.link_llm_clusters([sup.cluster(2, b.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(a, 2, c_src, a_dst) == S.LLM_KV_CACHE_NOT_EXIST
+    with pytest.warns(lint.ClusterIdMismatchWarning):
+        assert a.link_llm_clusters([sup.cluster(2, c.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(a, 2, c_src, a_dst) == S.LLM_SUCCESS                        # id 2 now names c's listener
+    assert a.link_llm_clusters([sup.cluster(2, b.listen_port)]) == (S.LLM_ALREADY_LINK, [S.LLM_ALREADY_LINK])
+    assert a.unlink_llm_clusters([ClusterInfo(2, 0, [], [])]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    assert pull(a, 2, b_src, a_dst) == S.LLM_NOT_YET_LINK

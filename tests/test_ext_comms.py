@@ -101,7 +101,7 @@ def test_link_checks_pointers_generation_and_backend(x: Any) -> None:
     v1 = x.engine(2, xs.v1_options())
     assert link(x, v1, b"c", {1: 0, 2: 1})[0] == S.LLM_PARAM_INVALID
     assert x.lib.lldd_ext_unlink(v1, 1) == S.LLM_PARAM_INVALID
-    hixl = x.engine(3, v2(**{"llm.TransferBackend": "hixl"}))
+    hixl = x.engine(3, xs.v2_options(port=xs.free_port(), **{"llm.TransferBackend": "hixl"}))
     assert link(x, hixl, b"c", {3: 0, 2: 1})[0] == S.LLM_FEATURE_NOT_ENABLED
     assert query(x, hixl, 1)[0] == S.LLM_FEATURE_NOT_ENABLED
 

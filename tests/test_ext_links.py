@@ -168,7 +168,7 @@ def test_v2_switch_role_moves_starts_and_stops_the_listener(x: Any) -> None:
 
 
 def test_v2_switch_role_with_hixl_cannot_move_the_listener(x: Any) -> None:
-    engine = x.engine(1, xs.v2_options(**{"llm.TransferBackend": "hixl"}))
+    engine = x.engine(1, xs.v2_options(port=xs.free_port(), **{"llm.TransferBackend": "hixl"}))
     port = xs.free_port()
     assert switch(x, engine, xs.PROMPT, {"llm.ListenIp": "127.0.0.1", "llm.ListenPort": str(port)}) == \
         S.LLM_FEATURE_NOT_ENABLED

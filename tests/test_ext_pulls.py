@@ -525,6 +525,22 @@ def test_v1_pulls_are_for_a_decoder_and_cannot_cut_a_cache_into_blocks(x: Any) -
     assert x.pull(d, x.by_id(1, src_id, 2), dst_id) == S.LLM_KV_CACHE_NOT_EXIST
 
 
+def test_a_v1_pull_from_the_own_cluster_id_runs_the_local_checks_then_needs_a_link(x: Any) -> None:
+    """v1 has no own-cluster step (E-7, X-18): the local checks run, then the link named
+    by that id decides (none: NOT_YET_LINK; the vendor's v1 sample pair shares id 0)."""
+    d = x.engine(2, options(V1, "Decoder"))
+    dst_id, dst = alloc_filled(x, d, 2, (2, 32), 37)
+    assert x.pull(d, x.req(1, cluster=2), 99) == S.LLM_KV_CACHE_NOT_EXIST
+    assert x.pull(d, x.req(1, cluster=2), dst_id, batch_index=5) == S.LLM_PARAM_INVALID
+    assert x.pull(d, x.req(1, cluster=2), dst_id) == S.LLM_NOT_YET_LINK
+    p, port = x.listening(2, options(V1, "Prompt"), v1=True)
+    src_id, src = alloc_filled(x, p, 2, (2, 32), 38, keys=[x.req(1, cluster=2)])
+    assert x.link(d, [(2, port)]) == (0, [0]), x.last_error()
+    assert x.pull(d, x.req(1, cluster=2), dst_id) == S.LLM_SUCCESS
+    for t in range(2):
+        assert np.array_equal(dst[t][0], src[t][0])
+
+
 def test_v1_repeated_keys_bind_the_last_slot(x: Any) -> None:
     p, d, go = linked(x, V1)
     src_id, src = alloc_filled(x, p, 1, (3, 8), 37, keys=[x.req(1), x.placeholder(), x.req(1)])

@@ -169,17 +169,20 @@ class NativeEngines(RuleBasedStateMachine):
         self.h.link(client, 99 if wrong_id else server, port=port)              # 99: PR-28
 
     @rule(client=clusters, unlink=st.booleans(), force=st.booleans(),
-          form=st.sampled_from(["twice", "wrong id first", "own id", "no clusters", "timeout 0"]))
+          form=st.sampled_from(["twice", "wrong id", "own id", "no clusters", "timeout 0"]))
     def link_several(self, client: int, unlink: bool, force: bool, form: str) -> None:
         """A call with several clusters or odd arguments: PR-29 (a repeated cluster: the
-        input order decides, ALREADY_LINK), PR-28 and E-8 (another cluster answers), E-7
-        (the own cluster id); the call status is the last failure's; an empty list or a
-        timeout <= 0 is PARAM_INVALID without per-cluster results."""
+        input order decides, ALREADY_LINK), PR-28 and E-8 (another cluster answers: a lint,
+        or the refusal in strict mode), E-7 (the own cluster id, which another cluster
+        answers to here); the call status is the last failure's; an empty list or a
+        timeout <= 0 is PARAM_INVALID without per-cluster results. (A wrong id and the
+        right one in one call would race: both name the same peer, PR-29 orders only
+        equal ids.)"""
         server = other(client)
         remotes: list[tuple[int, Optional[int]]] = {
             "twice": [(server, None), (server, None)],
-            "wrong id first": [(99, self.h.nodes[server].port), (server, None)],
-            "own id": [(client, self.h.nodes[server].port)],       # E-7 (link); E-8 (unlink)
+            "wrong id": [(99, self.h.nodes[server].port)],
+            "own id": [(client, self.h.nodes[server].port)],       # E-7; PR-28 (link), E-8 (unlink)
             "no clusters": [],
             "timeout 0": [(server, None)],
         }[form]
@@ -307,8 +310,15 @@ class NativeEngines(RuleBasedStateMachine):
         self.h.check_memory()
 
 
-def test_native_engines_follow_the_model(harness: Harness) -> None:
-    """Every call of every random walk agrees with the model; memory matches after every step."""
+@pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
+def test_native_engines_follow_the_model(harness: Harness, strict: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every call of every random walk agrees with the model; memory matches after every step.
+    In strict mode (LLM_DATADIST_FFI_STRICT=1, which the model reads too) every lint is
+    its rule's refusal."""
+    if strict:
+        monkeypatch.setenv("LLM_DATADIST_FFI_STRICT", "1")
+    else:
+        monkeypatch.delenv("LLM_DATADIST_FFI_STRICT", raising=False)
     run_state_machine_as_test(lambda: NativeEngines(harness),
                               settings=settings(settings.default, max_examples=3 * settings.default.max_examples,
                                                 stateful_step_count=40))

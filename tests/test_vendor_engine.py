@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from llm_datadist_ffi import LLMException, LLMStatusCode, _capi
+from llm_datadist_ffi import LLMException, LLMStatusCode, _capi, lint
 from llm_datadist_ffi._capi import ffi
 from llm_datadist_ffi.v2 import llm_datadist as llm_datadist_module
 from llm_datadist_ffi.vendor import (
@@ -547,7 +547,26 @@ def test_link_and_unlink_a_peer_over_loopback_in_both_generations() -> None:
                 peer.run("p.finalize()")
 
 
-def test_link_clusters_to_a_peer_with_another_cluster_id_fails_per_cluster() -> None:
+def test_link_clusters_to_a_peer_with_another_cluster_id_warns_and_links(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PR-28 (lint): the device links and keys the link by the listener's id."""
+    monkeypatch.delenv(lint.STRICT_ENV, raising=False)
+    port = vs.free_port()
+    with vs.Peer() as peer:
+        peer.run(f"p = LLMDataDist(LLMRole.PROMPT, 1); p.init(support.v2_options({port}))")
+        engine = LLMDataDist(LLMRole.DECODER, 2)
+        engine.init(vs.v2_options())
+        try:
+            with pytest.warns(lint.ClusterIdMismatchWarning, match="PR-28"):
+                assert engine.link_clusters([vs.cluster_info(99, port)], 5000) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+            assert engine.link_clusters([vs.cluster_info(1, port)], 5000) == (S.LLM_ALREADY_LINK,
+                                                                             [S.LLM_ALREADY_LINK])
+        finally:
+            engine.finalize()
+
+
+def test_link_clusters_to_a_peer_with_another_cluster_id_fails_per_cluster_in_strict_mode(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(lint.STRICT_ENV, "1")
     port = vs.free_port()
     with vs.Peer() as peer:
         peer.run(f"p = LLMDataDist(LLMRole.PROMPT, 1); p.init(support.v2_options({port}))")
@@ -558,6 +577,21 @@ def test_link_clusters_to_a_peer_with_another_cluster_id_fails_per_cluster() -> 
                 S.LLM_PARAM_INVALID, [S.LLM_PARAM_INVALID])
         finally:
             engine.finalize()
+
+
+def test_an_engine_links_to_itself_as_the_vendors_tests_do() -> None:
+    """The vendor's test_enable_local_comm_res.py links an engine to its own listener,
+    then unlinks without force; cleaning up a link never made succeeds too."""
+    port = vs.free_port()
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    engine.init(vs.v2_options(port, **{"llm.LocalCommRes": '{"version": "1.0", "server_list": []}'}))
+    try:
+        itself = vs.cluster_info(1, port)
+        assert engine.unlink_clusters([itself], 5000) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+        assert engine.link_clusters([itself], 5000) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+        assert engine.unlink_clusters([itself], 5000) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    finally:
+        engine.finalize()
 
 
 def test_v1_link_clusters_by_a_prompt_is_param_invalid_without_per_cluster_results() -> None:

@@ -25,7 +25,7 @@ import numpy as np
 
 from llm_datadist_ffi import LLMException
 from llm_datadist_ffi import LLMStatusCode as S
-from llm_datadist_ffi import native
+from llm_datadist_ffi import lint, native
 
 from .dtypes import tensor_layout
 from .memory import apply_copies
@@ -466,9 +466,14 @@ class Harness:
                 f"{', force' if force else ''})")
         self.log.append(call)
         engine = self.engine(cluster_id)
-        got = engine.unlink_llm_clusters(infos, timeout, force) if unlink else engine.link_llm_clusters(infos, timeout)
-        if (got[0], list(got[1])) != (expected.status, expected.value):
-            raise Mismatch(f"{call}: got {got}, the oracle expects {(expected.status, expected.value)}; "
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always", lint.LintWarning)
+            got = (engine.unlink_llm_clusters(infos, timeout, force) if unlink
+                   else engine.link_llm_clusters(infos, timeout))
+        warned = {w.message.rule for w in seen if isinstance(w.message, lint.LintWarning)}
+        if (got[0], list(got[1]), warned) != (expected.status, expected.value, set(expected.lints)):
+            raise Mismatch(f"{call}: got {got} with lints {sorted(warned)}, the oracle expects "
+                           f"{(expected.status, expected.value)} with lints {sorted(expected.lints)}; "
                            f"calls so far: {self.log[-15:]}")
         return expected
 

@@ -32,7 +32,7 @@ from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi.native import CachePlacement, LlmRole
 
 from .dtypes import Layout, tensor_layout
-from .outcome import Copy, Outcome, fail, python_error, success
+from .outcome import Copy, Outcome, fail, python_error, strict_mode, success
 
 PI = S.LLM_PARAM_INVALID
 KVNE = S.LLM_KV_CACHE_NOT_EXIST
@@ -430,30 +430,34 @@ class World:
         if early is not None:
             return early
         rets: list[S] = []
+        lints: set[str] = set()
         for c in clusters:                                     # PR-29: as if in input order
-            rets.append(self._link_one(e, c))
-        return Outcome(status=self._call_status(rets), value=rets)
+            rets.append(self._link_one(e, c, lints))
+        return Outcome(status=self._call_status(rets), value=rets, lints=frozenset(lints))
 
-    def _link_one(self, e: EngineModel, c: ClusterArg) -> S:
+    def _link_one(self, e: EngineModel, c: ClusterArg, lints: set[str]) -> S:
         if len(c.remote_ports) != 1:
             return PI
         if not e.comm_resource:
             if c.num_local != 1:
                 return PI
             e.comm_resource = True                            # the first link generates it
-        if c.remote_cluster_id == e.cluster_id:
-            return PI                                         # docs/semantics.md E-7, before connecting
+        # the own cluster id is no error (docs/semantics.md E-7)
         target = self.listener(c.remote_ports[0])
         if target is None:
             return S.LLM_LINK_FAILED
+        key = c.remote_cluster_id
         if target.cluster_id != c.remote_cluster_id:
-            return PI                                         # PR-28
+            if strict_mode():
+                return PI                                     # PR-28, strict: nothing linked
+            lints.add("PR-28")
+            key = target.cluster_id                           # the vendor keys by the listener's id
         if c.remote_cluster_id in e.links:
             return S.LLM_ALREADY_LINK                         # PR-42: the peer is left unchanged
         self._tokens += 1
         born = self.tick()
-        # a peer that still holds an old link to us drops it (§10.2, §10.4)
-        e.links[target.cluster_id] = LinkEnd(target.cluster_id, self._tokens, born)
+        # an older link under that key, and the peer's old side, are replaced (§10.2, §10.4)
+        e.links[key] = LinkEnd(key, self._tokens, born)
         target.links[e.cluster_id] = LinkEnd(e.cluster_id, self._tokens, born)
         return S.LLM_SUCCESS
 
@@ -464,6 +468,7 @@ class World:
         if early is not None:
             return early
         rets: list[S] = []
+        lints: set[str] = set()
         for c in clusters:
             if force:
                 e.links.pop(c.remote_cluster_id, None)
@@ -477,13 +482,15 @@ class World:
                 rets.append(S.LLM_UNLINK_FAILED)              # the local link is kept
                 continue
             if target.cluster_id != c.remote_cluster_id:
-                rets.append(PI)                               # docs/semantics.md E-8: both links kept
-                continue
+                if strict_mode():
+                    rets.append(PI)                           # PR-28 (E-8), strict: both links kept
+                    continue
+                lints.add("PR-28")                            # the vendor's disconnect carries no expected id
             # decision: the peer drops whatever link it holds to us, even when we hold none
             target.links.pop(e.cluster_id, None)
             e.links.pop(c.remote_cluster_id, None)
             rets.append(S.LLM_SUCCESS)
-        return Outcome(status=self._call_status(rets), value=rets)
+        return Outcome(status=self._call_status(rets), value=rets, lints=frozenset(lints))
 
     # -- caches (§3, cpp-api.md §6.9, §6.13) --
 

@@ -1,8 +1,9 @@
 """What a call must do: its outcome, and the bytes it moves."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, FrozenSet, Optional
 
 from llm_datadist_ffi import LLMStatusCode as S
 
@@ -28,7 +29,9 @@ class Outcome:
     or the ``status_code`` of the ``LLMException`` raised (link calls return it).
     ``copies`` move bytes from cache ``src`` to cache ``dst`` (each ``(cluster_id,
     cache_id)``); ``value`` is the call's result (a cache id, link results, ...);
-    ``rule`` names the rule that decided, for failure messages.
+    ``rule`` names the rule that decided, for failure messages. ``lints`` are the ids
+    of the lint rules the call must warn about (none in strict mode, where a lint is
+    the refusal the rule names).
     """
 
     status: S = S.LLM_SUCCESS
@@ -38,6 +41,7 @@ class Outcome:
     src: Optional[tuple[int, int]] = None
     dst: Optional[tuple[int, int]] = None
     value: Any = None
+    lints: FrozenSet[str] = frozenset()
 
     @property
     def ok(self) -> bool:
@@ -63,3 +67,9 @@ def python_error(kind: type, rule: str) -> Outcome:
 
 def success(value: Any = None, copies: Optional[list[Copy]] = None, rule: str = "") -> Outcome:
     return Outcome(value=value, copies=copies or [], rule=rule)
+
+
+def strict_mode() -> bool:
+    """``LLM_DATADIST_FFI_STRICT=1``: every lint is the refusal its rule names (read at
+    each call, as the package reads it)."""
+    return os.environ.get("LLM_DATADIST_FFI_STRICT") == "1"

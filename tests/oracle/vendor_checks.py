@@ -716,11 +716,10 @@ class Checks:
 
     def _v1_pull_core(self, key: Any, cache: Ref, batch_index: int, size: int, src: Optional[range],
                       dst: Optional[range], n: int, dst_offset: int, blocks: bool) -> Verdict:
-        """The v1 core without a link: semantics §8.0's pull order (own cluster, local cache,
-        local checks, link) with the v1 length rule of §6.1 (decision: §8.0 is written for
-        v2; v1 pulls are answered by the same engine steps before the link)."""
-        if key.cluster_id == self.mode.cluster_id:
-            return Verdict("core", S.LLM_PARAM_INVALID, rule="§8.0 step 2: own cluster")
+        """The v1 core without a link: semantics §8.0's pull order (local cache, local
+        checks, link) with the v1 length rule of §6.1 (decision: §8.0 is written for
+        v2; v1 pulls are answered by the same engine steps before the link). v1 has no
+        own-cluster step (E-7)."""
         local = self.live(cache)
         if local is None:
             return Verdict("core", S.LLM_KV_CACHE_NOT_EXIST, rule="v1 local cache")
@@ -896,10 +895,8 @@ def link_clusters(mode: Mode, clusters: Any, timeout: Any = 3000, local_comm_res
         for i, c in enumerate(clusters):
             if any(d.remote_cluster_id == c.remote_cluster_id for d in clusters[:i]):
                 results.append(S.LLM_REPEAT_REQUEST)      # §10.5, X-12: a later occurrence
-            elif c.remote_cluster_id == mode.cluster_id:
-                results.append(S.LLM_PARAM_INVALID)       # E-7
             else:
-                results.append(S.LLM_LINK_FAILED)
+                results.append(S.LLM_LINK_FAILED)         # refused (the own cluster id too, E-7)
         if S.LLM_LINK_FAILED in results:
             return Verdict("core", value=(S.LLM_LINK_FAILED, results), rule="§10.5 v1: rolled back")
         failures = [r for r in results if r != S.LLM_SUCCESS]
@@ -908,10 +905,8 @@ def link_clusters(mode: Mode, clusters: Any, timeout: Any = 3000, local_comm_res
     for c in clusters:
         if c.remote_ips != 1 or (c.local_ips != 1 and not local_comm_res):
             results.append(S.LLM_PARAM_INVALID)          # §10.5 per cluster: exactly one entry each
-        elif c.remote_cluster_id == mode.cluster_id:
-            results.append(S.LLM_PARAM_INVALID)          # E-7: linking to one's own cluster id
         else:
-            results.append(S.LLM_LINK_FAILED)            # §10.5: the connection is refused
+            results.append(S.LLM_LINK_FAILED)            # §10.5: refused (the own cluster id too, E-7)
     failures = [r for r in results if r != S.LLM_SUCCESS]
     return Verdict("core", value=(failures[-1] if failures else S.LLM_SUCCESS, results), rule="§10.5")
 

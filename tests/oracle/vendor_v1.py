@@ -256,9 +256,7 @@ class V1Engine:
         if layered is not None:
             return layered
         local = self.live(dst_id)
-        # the engine (§8.0 pull order)
-        if key.cluster_id == self.cluster_id:
-            return fail(PI, "§8.0 step 2: own cluster")
+        # the engine (§8.0 pull order; v1 has no own-cluster step, E-7)
         if local is None:
             return fail(KVNE, "§8.0 step 3: local cache unknown")
         if batch_index >= local.batches:
@@ -328,8 +326,7 @@ class V1Engine:
         local = self.live(dst_id)
         if len(set(dst_blocks)) != len(dst_blocks):
             return python_error_lx("PR-5: a repeated destination block")
-        if key.cluster_id == self.cluster_id:
-            return fail(PI, "§8.0 step 2: own cluster")
+        # (v1 has no own-cluster step: a pull names the linked cluster, E-7)
         if local is None:
             return fail(KVNE, "§8.0 step 3: local cache unknown")
         if not local.blocks:
