@@ -128,3 +128,20 @@ def numpy_cache(num_tensors: int, shape: tuple[int, ...], dtype: str = "uint8",
         else:
             arrays.append(np.zeros(shape, dtype=dtype))
     return arrays
+
+
+@pytest.fixture(autouse=True)
+def _empty_lint_record() -> Iterator[None]:
+    """Raw C-ABI calls of a test leave their lints in the mock's per-thread record, which
+    the package would report at its next call: each test starts and ends with it empty."""
+    clear = _lint_clear()
+    if clear is not None:
+        clear()
+    yield
+    if clear is not None:
+        clear()
+
+
+def _lint_clear() -> Callable[[], None] | None:
+    from llm_datadist_ffi import _capi
+    return _capi.lldd_lib.lldd_mock_lint_clear if _capi._HAS_LINT_RECORD else None

@@ -446,14 +446,16 @@ def test_copy_kv_blocks_checks(eng: native.LlmDataDist, s: int, d: int, src_bloc
 
 
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
-def test_copy_kv_blocks_checks_repeated_destinations_in_python_first(eng: native.LlmDataDist) -> None:
-    # PR-5 is an [all] rule: the native layer decides it before any backend call, so an
-    # injected fault of the backend function is still armed afterwards
+def test_copy_kv_blocks_checks_repeated_destinations_in_python_first(eng: native.LlmDataDist,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    # PR-5, a lint the Python layer sees: in strict mode the native layer refuses it before
+    # any backend call, so an injected fault of the backend function is still armed afterwards
+    monkeypatch.setenv("LLM_DATADIST_FFI_STRICT", "1")
     src, dst = sup.register(eng, zeros(1, (4, 4))), sup.register(eng, zeros(1, (4, 4)))
     with mock_control.fault("lldd_copy_kv_blocks", S.LLM_WAIT_PROCESS_TIMEOUT):
         with pytest.raises(LLMException) as info:
             eng.copy_kv_blocks(Cache(src), Cache(dst), [0, 1], [[2, 3], [3, 0]])
-        assert info.value.status_code == S.LLM_PARAM_INVALID and "(PR-5)" in str(info.value)
+        assert info.value.status_code == S.LLM_PARAM_INVALID and "(PR-5;" in str(info.value)
         assert _flat_copy(eng, src, dst, [0], [[1]]) == S.LLM_WAIT_PROCESS_TIMEOUT
 
 

@@ -1,11 +1,13 @@
 """Randomised byte checks of lldd_ext_pull (C2C, B2B, C2B, with layer ranges) in both
 v2 modes against a numpy model written from semantics §8.2-§8.4: every destination
 byte the rules name is the source byte they name, every other byte is unchanged.
-Block lists may hold out-of-range or repeated destinations: then PARAM_INVALID and
-no byte changes (PR-4, PR-5).
+Block lists may hold out-of-range destinations: then PARAM_INVALID and no byte
+changes (PR-4); repeated destinations are copied in list order, the last write wins
+(PR-5, a lint: refused like PR-4 under LLM_DATADIST_FFI_STRICT=1).
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -16,6 +18,7 @@ from llm_datadist_ffi import LLMStatusCode as S
 
 
 import ext_support as xs  # noqa: E402
+from lint_support import STRICT_ENV  # noqa: E402
 pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
 
 
@@ -65,7 +68,8 @@ def expected(scen: dict[str, Any], src: list[np.ndarray], dst: list[np.ndarray])
         pairs = [(i, i) for i in range(scen["nd"])]
     if form in ("B2B", "C2B"):
         dblk = scen["dblk"]
-        if len(set(dblk)) != len(dblk) or max(dblk) >= scen["d_count"]:
+        repeated = len(set(dblk)) != len(dblk)
+        if (repeated and os.environ.get(STRICT_ENV) == "1") or max(dblk) >= scen["d_count"]:
             return S.LLM_PARAM_INVALID, out
         if form == "B2B" and max(scen["sblk"]) >= scen["s_count"]:
             return S.LLM_PARAM_INVALID, out
