@@ -24,7 +24,8 @@ descriptions, so it shares nothing with the package.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from llm_datadist_ffi import LLMStatusCode as S
@@ -96,6 +97,8 @@ class Verdict:
     name: str = ""
     rule: str = ""
     value: Any = None
+    #: the lint rules the call warns about (docs/semantics.md §0), set by ``Checks.run``
+    lints: Tuple[str, ...] = ()
 
     def describe(self) -> str:
         return f"{self.kind} {self.status.name} [{self.name}] ({self.rule})"
@@ -121,6 +124,22 @@ def _lx(rule: str, name: str = "", status: S = S.LLM_PARAM_INVALID) -> None:
 
 def _attr(name: str, rule: str) -> None:
     raise _Stop(Verdict("A", name=name, rule=rule))
+
+
+#: the lints of the call ``Checks.run`` is checking
+_LINTS: List[str] = []
+
+
+def strict() -> bool:
+    """``LLM_DATADIST_FFI_STRICT=1``: a lint rule is the refusal it names (read per call)."""
+    return os.environ.get("LLM_DATADIST_FFI_STRICT", "") == "1"
+
+
+def _lint(rule: str, name: str = "") -> None:
+    """A lint rule: LX in strict mode, else noted and the checks go on."""
+    if strict():
+        _lx(rule, name)
+    _LINTS.append(rule)
 
 
 # ---- the vendor's check helpers (python-api.md §0) ---------------------------------------------
@@ -218,10 +237,12 @@ def pull_ranges(src: Any, dst: Any) -> Tuple[Optional[range], Optional[range]]:
         if r is None:
             out.append(None)
             continue
-        # PR-2 sits where the vendor turns an empty range into "all layers": in the loop
-        # over src then dst, before that range's own checks (docs/semantics.md §5.1, rule 7)
+        # PR-2 (lint) sits where the vendor turns an empty range into "all layers": in the
+        # loop over src then dst, before that range's own checks
         if len(r) == 0:
-            _lx("PR-2", name)
+            _lint("PR-2", name)
+            out.append(None)
+            continue
         if r[0] < 0:
             _lx("§11.2 first < 0", name)
         if not 0 <= r[0] <= U32_MAX or not 0 <= r[-1] <= U32_MAX:
@@ -231,11 +252,9 @@ def pull_ranges(src: Any, dst: Any) -> Tuple[Optional[range], Optional[range]]:
 
 
 def project_pull(src: Optional[range], dst: Optional[range], n: int, n_local: int) -> None:
-    """The project rules of every pull, after the vendor's checks (docs/semantics.md §5.1):
-    PR-3 (``n`` in [1, N_local], dividing N_local when a range is given), then V-5 (a range
-    selecting more tensors than the local cache has)."""
-    if n > n_local or ((src is not None or dst is not None) and n_local % n):
-        _lx("PR-3", "tensor_num_per_layer")
+    """V-5 of every pull, after the vendor's checks: a range selecting more tensors than the
+    local cache has is the engine's PARAM_INVALID, raised in Python. (``n`` has no upper
+    bound; the v2 engine's divisibility check is in the core model.)"""
     for r, name in ((src, "src_layer_range"), (dst, "dst_layer_range")):
         if r is not None and len(r) * n > n_local:
             _lx("V-5", name)
@@ -249,10 +268,10 @@ def tensor_num(n: Any) -> int:
 
 
 def keywords(kwargs: Dict[str, Any], allowed: Sequence[str]) -> None:
-    """PR-8: any keyword the call does not read raises LX naming it, first."""
+    """PR-8 (lint): a keyword the call does not read is ignored, first."""
     for name in kwargs:
         if name not in allowed:
-            _lx("PR-8", name)
+            _lint("PR-8", name)
 
 
 # ---- the engine and its mode ------------------------------------------------------------------
@@ -269,9 +288,13 @@ class Mode:
     host_pool: bool = False
 
 
-def _range_rules(src: Optional[range], dst: Optional[range], n: int, nl: int, link_rule: str) -> Verdict:
+def _range_rules(src: Optional[range], dst: Optional[range], n: int, nl: int, link_rule: str,
+                 v2: bool = True) -> Verdict:
     """semantics §4.2, the engine rows of a pull's layer ranges against the local cache of
-    ``nl`` tensors; when they hold, the pull reaches the link lookup: NOT_YET_LINK here."""
+    ``nl`` tensors (the v2 engine first asks a ranged pull's ``nl`` to be a multiple of
+    ``n``; v1 does not); when they hold, the pull reaches the link lookup: NOT_YET_LINK here."""
+    if v2 and (src is not None or dst is not None) and nl % n:
+        return Verdict("core", S.LLM_PARAM_INVALID, rule="§5: N_local not a multiple of n (v2 engine)")
     if src is not None and dst is not None and len(src) != len(dst):
         return Verdict("core", S.LLM_PARAM_INVALID, rule="§4.2 spans differ")
     if src is not None and dst is None and len(src) * n != nl:
@@ -292,10 +315,12 @@ class Checks:
     def run(self, method: str, *args: Any, **kwargs: Any) -> Verdict:
         """The verdict of ``method(*args, **kwargs)``; a call the core accepts is applied
         to the model (ids, bindings, bytes)."""
+        _LINTS.clear()
         try:
-            return getattr(self, "_" + method)(*args, **kwargs)
+            verdict = getattr(self, "_" + method)(*args, **kwargs)
         except _Stop as stop:
-            return stop.verdict
+            verdict = stop.verdict
+        return replace(verdict, lints=tuple(_LINTS))
 
     def live(self, ref: Ref) -> Optional[CacheM]:
         return self.engine.caches.get(ref.cache_id)
@@ -375,12 +400,13 @@ class Checks:
         project_pull(src, dst, n, dst_cache.num_tensors)
         d = blocks_of(dst_blocks)
         if len(set(d)) != len(d):
-            _lx("PR-5", "dst_blocks")
+            _lint("PR-5", "dst_blocks")
         return self._pull_core(src_cache_key, dst_cache, 0, -1, src, dst, n, blocks=True)
 
     # ---- v2 pushes (§11.3) ------------------------------------------------------------------
 
-    def _push_ranges(self, src_cache: Ref, src: Any, dst: Any, n: int) -> None:
+    def _push_ranges(self, src_cache: Ref, src: Any, dst: Any, n: int) -> int:
+        """The range checks of a push; the number of layers it pushes."""
         for r, name in ((src, "src_layer_range"), (dst, "dst_layer_range")):
             type_check(r, ["range"], name)
             if r is not None and r.step != 1:
@@ -388,12 +414,12 @@ class Checks:
             if r is not None and not 0 <= r.start < r.stop:
                 _lx("§9.1 0 <= start < stop", name)
         default = range(0, src_cache.num_tensors // n)
-        src = default if src is None else src
-        dst = default if dst is None else dst
-        if len(default) == 0:
-            _lx("PR-3 (empty default range)", "tensor_num_per_layer")
-        if len(src) != len(dst):
+        if len(default) == 0 and src is None and dst is None:
+            _lint("PR-3", "tensor_num_per_layer")      # the loop over no layer: nothing moves
+        layers = default if src is None else src
+        if len(layers) != len(default if dst is None else dst):
             _lx("§11.3 lengths differ", "layer_range")
+        return len(layers)
 
     def _push_cache(self, dst_cache_key: Any, src_cache: Any, src_batch_index: Any = 0, src_layer_range: Any = None,
                     dst_layer_range: Any = None, size: Any = -1, tensor_num_per_layer: Any = 2) -> Verdict:
@@ -405,12 +431,12 @@ class Checks:
         if src_cache.blocks:
             _lx("§11.3 step 5", "src_cache")
         n = tensor_num(tensor_num_per_layer)
-        self._push_ranges(src_cache, src_layer_range, dst_layer_range, n)
+        layers = self._push_ranges(src_cache, src_layer_range, dst_layer_range, n)
         int_range(size, I64_MIN, I64_MAX, "size")
         if size != -1:
             _lx("§11.3 step 10", "size")
-        if n > src_cache.num_tensors or src_cache.num_tensors % n:
-            _lx("PR-3", "tensor_num_per_layer")
+        if layers == 0:
+            return Verdict("core", S.LLM_SUCCESS, rule="PR-3: the vendor loops over no layer")
         return self._push_core(src_cache, dst_cache_key)
 
     def _push_blocks(self, dst_cache_key: Any, src_cache: Any, src_blocks: Any = (), dst_blocks: Any = (),
@@ -428,16 +454,16 @@ class Checks:
         if length(dst_blocks, "dst_blocks") == 0:        # a None src_blocks is sent as []
             _lx("§11.3 push_blocks step 6", "dst_blocks")
         n = tensor_num(tensor_num_per_layer)
-        self._push_ranges(src_cache, src_layer_range, dst_layer_range, n)
+        layers = self._push_ranges(src_cache, src_layer_range, dst_layer_range, n)
         if dst_cache_key is None:
             _attr("dst_cache_key", "V-4")
         convert_blocks(src_blocks, "src_blocks")
         convert_blocks(dst_blocks, "dst_blocks")
-        if src_cache.num_tensors % n:
-            _lx("PR-3", "tensor_num_per_layer")
         d = blocks_of(dst_blocks)
         if len(set(d)) != len(d):
-            _lx("PR-5", "dst_blocks")
+            _lint("PR-5", "dst_blocks")
+        if layers == 0:
+            return Verdict("core", S.LLM_SUCCESS, rule="PR-3: the vendor loops over no layer")
         s = blocks_of(src_blocks)
         if not s or len(s) != len(d):
             # §7.2: an empty src_blocks or lists of different lengths are PARAM_INVALID; the
@@ -734,7 +760,7 @@ class Checks:
             length = size if size > 0 else local.stride - off
             if length <= 0 or off + length > local.stride:
                 return Verdict("core", S.LLM_PARAM_INVALID, rule="§6.1 v1 dst_cache_offset + L > S_dst")
-        return _range_rules(src, dst, n, local.num_tensors, "no link")
+        return _range_rules(src, dst, n, local.num_tensors, "no link", v2=False)
 
     def _v1_pull_cache(self, cache_key: Any, kv_cache: Any, batch_index: Any = 0, size: Any = -1,
                        **kwargs: Any) -> Verdict:
@@ -799,7 +825,7 @@ class Checks:
         project_pull(src, dst, n, decoder_kv_cache.num_tensors)
         d = blocks_of(decoder_blocks)
         if len(set(d)) != len(d):
-            _lx("PR-5", "decoder_blocks")
+            _lint("PR-5", "decoder_blocks")
         return self._v1_pull_core(prompt_cache_key, decoder_kv_cache, 0, -1, src, dst, n, -1, blocks=True)
 
     def _get_cache_tensors(self, cache: Any, tensor_index: Any = 0) -> Verdict:
@@ -1135,7 +1161,7 @@ def transfer_cache_async(mode: Mode, src: Any, synchronizer: Any, configs: Any, 
                 _lx("§11.4 step 10: dst_addrs", "dst_addrs")
             spans.append(r)
         if dst_blocks and len(set(dst_blocks)) != len(dst_blocks):
-            _lx("PR-5", "dst_block_indices")
+            _lint("PR-5", "dst_block_indices")
     except _Stop as stop:
         return stop.verdict
     first = min(range(len(configs)), key=lambda i: (spans[i].start, i), default=None)
@@ -1147,8 +1173,10 @@ def transfer_cache_async(mode: Mode, src: Any, synchronizer: Any, configs: Any, 
         # §7.6, PR-15 (X-10: also for TransferConfig sources): contiguous forms need a
         # source without blocks, B2B one with blocks; a local check, before the link
         code = S.LLM_PARAM_INVALID
-    if keyed and cluster != mode.cluster_id and configs[first].key.kind == "BlocksCacheKey" and not src_blocks:
+    if keyed and cluster != mode.cluster_id and configs[first].key.kind == "BlocksCacheKey" and not src_blocks \
+            and dst_blocks:
         code = S.LLM_PARAM_INVALID       # §7.2: a blocks push without source blocks, as push_blocks
+    # (a BlocksCacheKey with neither list is the vendor's "batch" 0 of it, block 0: X-25)
     if keyed and cluster != mode.cluster_id and configs[first].key.kind != "BlocksCacheKey" and \
             (src_blocks or dst_blocks):
         code = S.LLM_PARAM_INVALID       # decision: a contiguous push (push_cache's form) takes no block lists

@@ -8,7 +8,9 @@ their guard bytes, and pool tensors read through their addresses with ctypes.
 from __future__ import annotations
 
 import ctypes
+import re
 import socket
+import warnings
 from dataclasses import replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -248,18 +250,29 @@ class Env:
 
 # ---- making the call and comparing --------------------------------------------------------------
 
+#: the rule ids of the lint warnings of the last ``outcome_of`` call in this process
+LAST_LINTS: List[str] = []
+_LINT_ID = re.compile(r"\((PR-\d+|OPT-\d+)[;)]")
+
+
 def outcome_of(call: Any) -> Tuple[str, Any, str]:
-    """What a call did: ("ok", value, "") or the exception kind, status and message."""
-    try:
-        value = call()
-    except LLMException as exc:
-        return "LX", exc.status_code, str(exc)
-    except TypeError as exc:
-        return "T", None, str(exc)
-    except ValueError as exc:
-        return "V", None, str(exc)
-    except AttributeError as exc:
-        return "A", None, str(exc)
+    """What a call did: ("ok", value, "") or the exception kind, status and message. The
+    rule ids of the lint warnings it emitted are left in ``LAST_LINTS``."""
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always")
+        try:
+            value = call()
+        except LLMException as exc:
+            return "LX", exc.status_code, str(exc)
+        except TypeError as exc:
+            return "T", None, str(exc)
+        except ValueError as exc:
+            return "V", None, str(exc)
+        except AttributeError as exc:
+            return "A", None, str(exc)
+        finally:
+            LAST_LINTS[:] = sorted({m.group(1) for r in records
+                                    for m in [_LINT_ID.search(str(r.message))] if m is not None})
     return "ok", value, ""
 
 
@@ -272,6 +285,8 @@ NATIVE_MARK = "lldd_ext_"
 
 def assert_agrees(verdict: Verdict, got: Tuple[str, Any, str], what: str) -> None:
     kind, status, message = got
+    assert LAST_LINTS == sorted(set(verdict.lints)), \
+        f"{what}: the oracle expects the lints {sorted(set(verdict.lints))}, the package warned {LAST_LINTS}"
     if verdict.kind == "core":
         if verdict.status == S.LLM_SUCCESS:
             assert kind == "ok", f"{what}: expected success ({verdict.rule}), got {kind} {status} {message}"
