@@ -16,8 +16,10 @@ installed package is the one imported.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import traceback
+import warnings
 from typing import Any, Dict
 
 import numpy as np
@@ -29,6 +31,9 @@ import llm_datadist_ffi.compat  # noqa: E402
 llm_datadist_ffi.compat.install()
 
 import llm_datadist  # noqa: E402
+from llm_datadist_ffi import LintWarning  # noqa: E402
+
+LINT_ID = re.compile(r"\((PR-\d+|OPT-\d+)[;)]")
 
 import vendor_support  # noqa: E402
 
@@ -41,15 +46,20 @@ def main() -> int:
         if not line.strip():
             continue
         command = json.loads(line)
-        try:
-            exec(command.get("code") or "", namespace)
-            expression = command.get("value")
-            value = eval(expression, namespace) if expression else None
-            answer: Dict[str, Any] = {"ok": True, "value": value}
-        except Exception as exc:  # noqa: BLE001 - reported to the test, which asserts on it
-            status = getattr(exc, "status_code", None)
-            answer = {"ok": False, "type": type(exc).__name__, "status": None if status is None else int(status),
-                      "message": str(exc), "traceback": traceback.format_exc()}
+        with warnings.catch_warnings(record=True) as records:
+            warnings.simplefilter("always", LintWarning)
+            try:
+                exec(command.get("code") or "", namespace)
+                expression = command.get("value")
+                value = eval(expression, namespace) if expression else None
+                answer: Dict[str, Any] = {"ok": True, "value": value}
+            except Exception as exc:  # noqa: BLE001 - reported to the test, which asserts on it
+                status = getattr(exc, "status_code", None)
+                answer = {"ok": False, "type": type(exc).__name__, "status": None if status is None else int(status),
+                          "message": str(exc), "traceback": traceback.format_exc()}
+        # the rule ids of the lint warnings the command emitted (docs/semantics.md §0)
+        answer["lints"] = sorted({m.group(1) for r in records if issubclass(r.category, LintWarning)
+                                  for m in [LINT_ID.search(str(r.message))] if m is not None})
         print(json.dumps(answer), flush=True)
     return 0
 

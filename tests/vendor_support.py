@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -56,6 +57,8 @@ class Peer:
     def __init__(self, env: Optional[Dict[str, str]] = None) -> None:
         full_env = dict(os.environ)
         full_env.update(env or {})
+        #: the lint rule ids the last command warned about in the peer
+        self.last_lints: frozenset = frozenset()
         self.process = subprocess.Popen(
             [sys.executable, str(TESTS / "vendor_peer.py"), str(TESTS)], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir(), env=full_env)
@@ -73,6 +76,7 @@ class Peer:
         if not line:
             raise RuntimeError(f"the peer process exited with {self.process.wait()}")
         answer = json.loads(line)
+        self.last_lints = frozenset(answer.get("lints", ()))
         if not answer["ok"]:
             raise PeerError(answer)
         return answer["value"]
@@ -175,6 +179,19 @@ def cluster_info(remote_cluster_id: Optional[int], port: int, local: bool = True
     return info
 
 
+#: the lint rule ids of the last observed call (set by the suites' ``observed`` helpers;
+#: ``None``: not observed, so not compared)
+LAST_LINTS: Optional[frozenset] = None
+LINT_ID = re.compile(r"\((PR-\d+|OPT-\d+)[;)]")
+
+
+def lint_ids(records: Any) -> frozenset:
+    """The rule ids named by the lint warnings among ``records`` (``warnings`` records)."""
+    from llm_datadist_ffi import LintWarning
+    return frozenset(m.group(1) for r in records if issubclass(r.category, LintWarning)
+                     for m in [LINT_ID.search(str(r.message))] if m is not None)
+
+
 def expect(outcome: Any, got: Tuple[str, Any], what: str) -> None:
     """Compare an observed ``("ok", value)``, ``("status", code)`` or ``("error", type name)``
     with an oracle ``Outcome``: its Python error type, else its status (any value on success)."""
@@ -186,4 +203,9 @@ def expect(outcome: Any, got: Tuple[str, Any], what: str) -> None:
     else:
         wanted = ("status", outcome.status)
     assert got == wanted, f"{what}: got {got}, the oracle says {outcome.describe()}"
+    global LAST_LINTS
+    seen, LAST_LINTS = LAST_LINTS, None
+    if seen is not None:
+        assert seen == frozenset(outcome.lints), \
+            f"{what}: the package warned {sorted(seen)}, the oracle expects the lints {sorted(outcome.lints)}"
 

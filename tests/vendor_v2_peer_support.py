@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -159,40 +159,52 @@ def peer_link(port: int) -> List[int]:
 # ---------------------------------------------------------------------------
 
 
-def observe(call: Any) -> Tuple[str, Optional[int]]:
-    """``("ok", None)``, ``("LLMException", status)`` or ``("TypeError"/"ValueError", None)``."""
-    from llm_datadist_ffi import LLMException
-
-    try:
-        call()
-    except LLMException as exc:
-        return ("LLMException", int(exc.status_code))
-    except (TypeError, ValueError) as exc:
-        return (type(exc).__name__, None)
-    return ("ok", None)
+Seen = Tuple[str, Optional[int], FrozenSet[str]]
 
 
-def expected(outcome: Any) -> Tuple[str, Optional[int]]:
+def observe(call: Any) -> Seen:
+    """``("ok", None, lints)``, ``("LLMException", status, lints)`` or
+    ``("TypeError"/"ValueError", None, lints)``; ``lints`` are the rule ids of the lint
+    warnings the call emitted."""
+    import warnings
+
+    from llm_datadist_ffi import LintWarning, LLMException
+    from vendor_support import lint_ids
+
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always", LintWarning)
+        try:
+            call()
+            kind: Tuple[str, Optional[int]] = ("ok", None)
+        except LLMException as exc:
+            kind = ("LLMException", int(exc.status_code))
+        except (TypeError, ValueError) as exc:
+            kind = (type(exc).__name__, None)
+    return (kind[0], kind[1], lint_ids(records))
+
+
+def expected(outcome: Any) -> Seen:
     """What ``observe`` must see for an oracle ``Outcome``."""
+    lints = frozenset(outcome.lints)
     if outcome.python_error is not None:
-        return (outcome.python_error.__name__, None)
+        return (outcome.python_error.__name__, None, lints)
     if outcome.ok:
-        return ("ok", None)
-    return ("LLMException", int(outcome.status))
+        return ("ok", None, lints)
+    return ("LLMException", int(outcome.status), lints)
 
 
-def peer_observe(peer: Any, code: str) -> Tuple[Tuple[str, Optional[int]], Any]:
+def peer_observe(peer: Any, code: str) -> Tuple[Seen, Any]:
     from vendor_support import PeerError
 
     try:
         value = peer.run(value=code)
     except PeerError as exc:
         if exc.status is not None:
-            return ("LLMException", exc.status), None
+            return ("LLMException", exc.status, peer.last_lints), None
         if exc.type in ("TypeError", "ValueError"):
-            return (exc.type, None), None
+            return (exc.type, None, peer.last_lints), None
         raise
-    return ("ok", None), value
+    return ("ok", None, peer.last_lints), value
 
 
 class Pair:

@@ -18,8 +18,9 @@ released, and a marked cache whose last key goes is freed (§9.5). A pull that g
 ``V1Engine`` holds one engine's state: role, cluster id, caches (their tensor
 count, batch count, tensor size, kind, keys by slot, ``R``, the id reference and
 whether they are freed), the key table and the links. Each call method checks its
-arguments in the order of the vendor's Python layer (python-api.md §12), the
-project's [all] rules in Python (PR-2, PR-3, PR-5, PR-41, V-5), then the engine
+arguments in the order of the vendor's Python layer (python-api.md §12), the lints
+PR-2 and PR-5 (noted in ``lints``; the refusals in strict mode) and the Python rules
+PR-41 and V-5, then the engine
 (semantics §8.0 with the v1 rows of §6.1, §6.3, §7.3, §8.11) and returns an
 ``Outcome`` whose ``copies`` say exactly which bytes move from the source cache to
 the destination cache. ``transfer_cache_async`` (§8.7, PR-40, docs/semantics.md V-9)
@@ -38,7 +39,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi.vendor import LLMRole
 
-from .outcome import Copy, Outcome, fail, python_error, success
+from .outcome import Copy, Outcome, fail, python_error, strict_mode, success
 
 PI = S.LLM_PARAM_INVALID
 KVNE = S.LLM_KV_CACHE_NOT_EXIST
@@ -136,6 +137,19 @@ class V1Engine:
     caches: Dict[int, V1Cache] = field(default_factory=dict)
     bindings: Dict[Identity, Tuple[int, int]] = field(default_factory=dict)    # identity -> (cache id, slot)
     links: Set[int] = field(default_factory=set)
+    #: the lint rules of the call being modelled (docs/semantics.md §0)
+    lints: List[str] = field(default_factory=list)
+
+    def _lint(self, rule: str) -> Optional[Outcome]:
+        """A lint rule: its refusal (LX) in strict mode, else noted (None) and the call goes on."""
+        if strict_mode():
+            return python_error_lx(rule)
+        self.lints.append(rule.split(":", 1)[0])
+        return None
+
+    def _with_lints(self, outcome: Outcome) -> Outcome:
+        outcome.lints, self.lints = frozenset(self.lints), []
+        return outcome
 
     # ---- allocation and keys (§3.3, §9.2, §3.4, §9.6) -------------------------------------------
 
@@ -145,18 +159,37 @@ class V1Engine:
 
 
     def _python_layer_rules(self, n: int, src_range: Optional[range], dst_range: Optional[range],
-                            dst_id: int) -> Optional[Outcome]:
+                            dst_id: int) -> Tuple[Optional[Outcome], Optional[range], Optional[range]]:
         """The Python steps both v1 pulls share, in order (python-api §12): ``n > 0`` (§5),
-        the layer-range conversion (§4.2, PR-2), then PR-3 against the local cache."""
+        the layer-range conversion (§4.2, PR-2: an empty range is a lint and means no
+        range), then V-5 against the local cache. Returns the first failure and the ranges
+        as the core sees them."""
         if n <= 0:
-            return python_error_lx("§5: tensor_num_per_layer <= 0")
-        ranged = _python_ranges(src_range, dst_range)
-        if ranged is not None:
-            return ranged
+            return python_error_lx("§5: tensor_num_per_layer <= 0"), src_range, dst_range
+        for layers in (src_range, dst_range):
+            if layers is not None and layers.step != 1:
+                return python_error_lx("§4.2: step != 1"), src_range, dst_range
+        ranges: List[Optional[range]] = []
+        for layers in (src_range, dst_range):
+            if layers is not None and len(layers) == 0:
+                refused = self._lint("PR-2: empty range")
+                if refused is not None:
+                    return refused, src_range, dst_range
+                layers = None
+            if layers is not None:
+                if layers[0] < 0:
+                    return python_error_lx("§4.2: negative start"), src_range, dst_range
+                if layers[-1] > U32_MAX:
+                    return python_error(ValueError, "§4.2: a layer past uint32"), src_range, dst_range
+            ranges.append(layers)
+        src_range, dst_range = ranges
         local = self.live(dst_id)
         if local is not None:
-            return _python_pr3(n, local.num_tensors, src_range, dst_range)
-        return None
+            for layers in (src_range, dst_range):
+                if layers is not None and len(layers) * n > local.num_tensors:
+                    return python_error_lx("V-5: more selected tensors than N_local"), src_range, dst_range
+        return None, src_range, dst_range
+
     def allocate(self, num_tensors: int, batches: int, tensor_size: int, keys: Sequence[Key] = (),
                  blocks: bool = False, blocks_key: Optional[BlocksKey] = None) -> Outcome:
         """``allocate_cache(desc, keys)`` or ``allocate_blocks_cache(desc, blocks_key)``.
@@ -242,6 +275,13 @@ class V1Engine:
                    n: int = 2, src_offset: Optional[int] = None, dst_offset: Optional[int] = None) -> Outcome:
         """``kv_cache_manager.pull_cache`` on this engine from ``prompt`` (the engine of
         ``key.cluster_id``, or ``None`` when no engine has that cluster id)."""
+        self.lints = []
+        return self._with_lints(self._pull_cache(prompt, key, dst_id, batch_index, size, src_range, dst_range, n,
+                                                 src_offset, dst_offset))
+
+    def _pull_cache(self, prompt: Optional["V1Engine"], key: Union[Key, ById], dst_id: int, batch_index: int,
+                    size: int, src_range: Optional[range], dst_range: Optional[range], n: int,
+                    src_offset: Optional[int], dst_offset: Optional[int]) -> Outcome:
         # python-api.md §12 pull_cache, steps 1-11
         if self.role is not LLMRole.DECODER:
             return python_error_lx("§11: pulls only by a DECODER (MIX rejected)")
@@ -252,7 +292,7 @@ class V1Engine:
                 return python_error(ValueError, "§6.3: a negative offset is a ValueError")
         if isinstance(key, Key) and not pull_validity(key):
             return python_error_lx("§7.5: key validity")
-        layered = self._python_layer_rules(n, src_range, dst_range, dst_id)
+        layered, src_range, dst_range = self._python_layer_rules(n, src_range, dst_range, dst_id)
         if layered is not None:
             return layered
         local = self.live(dst_id)
@@ -314,18 +354,27 @@ class V1Engine:
                     dst_blocks: Sequence[int], src_range: Optional[range] = None,
                     dst_range: Optional[range] = None, n: int = 2) -> Outcome:
         """``kv_cache_manager.pull_blocks`` (§7, §8.3, §8.11)."""
+        self.lints = []
+        return self._with_lints(self._pull_blocks(prompt, key, dst_id, src_blocks, dst_blocks, src_range, dst_range,
+                                                  n))
+
+    def _pull_blocks(self, prompt: Optional["V1Engine"], key: BlocksKey, dst_id: int, src_blocks: Sequence[int],
+                     dst_blocks: Sequence[int], src_range: Optional[range], dst_range: Optional[range],
+                     n: int) -> Outcome:
         if self.role is not LLMRole.DECODER:
             return python_error_lx("§11: pulls only by a DECODER")
         if not src_blocks or not dst_blocks:
             return python_error_lx("§7.2: an empty block list (v1)")
         if len(src_blocks) != len(dst_blocks):
             return python_error_lx("§7.2: lengths differ (v1)")
-        layered = self._python_layer_rules(n, src_range, dst_range, dst_id)
+        layered, src_range, dst_range = self._python_layer_rules(n, src_range, dst_range, dst_id)
         if layered is not None:
             return layered
         local = self.live(dst_id)
         if len(set(dst_blocks)) != len(dst_blocks):
-            return python_error_lx("PR-5: a repeated destination block")
+            refused = self._lint("PR-5: a repeated destination block")
+            if refused is not None:
+                return refused
         # (v1 has no own-cluster step: a pull names the linked cluster, E-7)
         if local is None:
             return fail(KVNE, "§8.0 step 3: local cache unknown")
@@ -475,36 +524,6 @@ def unlink_v1(caller: V1Engine, peer: Optional[V1Engine], remote_cluster: int, f
 def python_error_lx(rule: str) -> Outcome:
     """An ``LLMException(LLM_PARAM_INVALID)`` raised by the Python layer (LX)."""
     return fail(PI, "LX " + rule)
-
-
-def _python_ranges(src: Optional[range], dst: Optional[range]) -> Optional[Outcome]:
-    """§4.2 Python rows: step 1, PR-2 (empty), a negative start (LX), uint32 ends (V)."""
-    for layers in (src, dst):
-        if layers is not None and layers.step != 1:
-            return python_error_lx("§4.2: step != 1")
-    for layers in (src, dst):
-        if layers is None:
-            continue
-        if len(layers) == 0:
-            return python_error_lx("PR-2: empty range")
-        if layers[0] < 0:
-            return python_error_lx("§4.2: negative start")
-        if layers[-1] > U32_MAX:
-            return python_error(ValueError, "§4.2: a layer past uint32")
-    return None
-
-
-def _python_pr3(n: int, num_local: int, src: Optional[range], dst: Optional[range]) -> Optional[Outcome]:
-    """PR-3 [all] (also in v1: n in [1, N_local]; divisibility whenever a range is
-    given), then V-5 (more selected tensors than the local cache has), in Python."""
-    if n > num_local:
-        return python_error_lx("PR-3: n > N_local")
-    if (src is not None or dst is not None) and num_local % n:
-        return python_error_lx("PR-3: a range and N_local % n != 0")
-    for layers in (src, dst):
-        if layers is not None and len(layers) * n > num_local:
-            return python_error_lx("V-5: more selected tensors than N_local")
-    return None
 
 
 def _local_tensors(n: int, num_local: int, src: Optional[range], dst: Optional[range]) -> Optional[Outcome]:

@@ -44,7 +44,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from llm_datadist_ffi import LLMStatusCode as S
 
-from .outcome import Copy, Outcome, fail, python_error, success
+from .outcome import Copy, Outcome, fail, python_error, strict_mode, success
 
 U64 = 2**64 - 1
 PI, KNE = S.LLM_PARAM_INVALID, S.LLM_KV_CACHE_NOT_EXIST
@@ -243,10 +243,24 @@ class World:
         self.peer: Optional[VEngine] = None
         self.link: Optional[Link] = None
         self.peer_side = False
+        #: the lint rules of the call being modelled (docs/semantics.md §0)
+        self.lints: List[str] = []
 
     def tick(self) -> int:
         self.clock += 1
         return self.clock
+
+    def lint(self, reason: str) -> Optional[Outcome]:
+        """A lint rule: its refusal (LX) in strict mode, else noted (None) and the call goes on."""
+        if strict_mode():
+            return fail(PI, reason)
+        self.lints.append(reason.split(" ", 1)[0])
+        return None
+
+    def with_lints(self, outcome: Outcome) -> Outcome:
+        """``outcome`` carrying the lints noted since the last call, which it takes."""
+        outcome.lints, self.lints = frozenset(self.lints), []
+        return outcome
 
     # -- life cycle --------------------------------------------------------
 
@@ -476,6 +490,12 @@ class World:
              src_blocks: Sequence[int] = (), dst_blocks: Sequence[int] = ()) -> Outcome:
         """``pull_cache`` (``form == "cache"``) or ``pull_blocks`` (``form == "blocks"``) into
         the local cache ``dst_id``."""
+        self.lints = []
+        return self.with_lints(self._pull(form, key, dst_id, batch_index, size, src_range, dst_range, n, src_blocks,
+                                          dst_blocks))
+
+    def _pull(self, form: str, key: AnyKey, dst_id: int, batch_index: int, size: int, src_range: Optional[range],
+              dst_range: Optional[range], n: int, src_blocks: Sequence[int], dst_blocks: Sequence[int]) -> Outcome:
         local = self.engine("local")
         dst = local.caches.get(dst_id)
         b2b = isinstance(key, BlocksKey)
@@ -502,11 +522,20 @@ class World:
             return fail(PI, "§7.5 key validity (LX)")
         if form == "blocks" and not b2b and src_blocks:
             return fail(PI, "§7.2 src_blocks must be empty for C2B (LX)")
-        for rng in (src_range, dst_range):
-            if rng is not None and len(rng) == 0:
-                return fail(PI, "PR-2 empty layer range (LX)")
+        if src_range is not None and len(src_range) == 0:       # the vendor: no range, every layer
+            src_range = None
+            refused = self.lint("PR-2 empty layer range (LX)")
+            if refused is not None:
+                return refused
+        if dst_range is not None and len(dst_range) == 0:
+            dst_range = None
+            refused = self.lint("PR-2 empty layer range (LX)")
+            if refused is not None:
+                return refused
         if len(set(dst_blocks)) != len(dst_blocks):
-            return fail(PI, "PR-5 repeated destination block (LX)")
+            refused = self.lint("PR-5 repeated destination block (LX)")
+            if refused is not None:
+                return refused
         # engine, §8.0 pull steps 2-4
         if key.cluster == local.cluster_id:
             return fail(PI, "§8.0 step 2 source cluster is this engine")
@@ -517,8 +546,6 @@ class World:
             return fail(PI, "§6.2 destination batch >= B_dst")
         if form == "cache" and size > dst.stride:
             return fail(PI, "§6.1 size > S_dst")
-        if n > dst.num:
-            return fail(PI, "PR-3 n > N_local")
         if (src_range is not None or dst_range is not None) and dst.num % n:
             return fail(PI, "§5 N_local % n with a layer range")
         if dst_range is not None and dst_range.stop * n > dst.num:
@@ -624,6 +651,13 @@ class World:
              src_blocks: Sequence[int] = (), dst_blocks: Sequence[int] = ()) -> Outcome:
         """``push_cache`` (``form == "cache"``, key by id) or ``push_blocks`` (blocks key) from the
         local cache ``src_id`` into the peer."""
+        self.lints = []
+        return self.with_lints(self._push(form, key, src_id, src_batch_index, src_range, dst_range, n, size,
+                                          src_blocks, dst_blocks))
+
+    def _push(self, form: str, key: Union[ById, BlocksKey], src_id: int, src_batch_index: int,
+              src_range: Optional[range], dst_range: Optional[range], n: int, size: int, src_blocks: Sequence[int],
+              dst_blocks: Sequence[int]) -> Outcome:
         local = self.engine("local")
         src = local.caches.get(src_id)
         # Python layer, python-api.md §11.3
@@ -650,16 +684,20 @@ class World:
         default = range(0, src.num // n)
         src_layers = src_range if src_range is not None else default
         dst_layers = dst_range if dst_range is not None else default
-        if len(src_layers) == 0:
-            return fail(PI, "PR-3 default push range empty (LX)")
+        if len(default) == 0 and src_range is None and dst_range is None:
+            refused = self.lint("PR-3 default push range empty (LX)")
+            if refused is not None:
+                return refused
         if len(src_layers) != len(dst_layers):
             return fail(PI, "§4.3 lengths differ (LX)")
         if form == "cache" and size != -1:
             return fail(PI, "§6.5 size != -1 (LX)")
         if len(set(dst_blocks)) != len(dst_blocks):
-            return fail(PI, "PR-5 repeated destination block (LX)")
-        if n > src.num:
-            return fail(PI, "PR-3 n > N_local (LX)")
+            refused = self.lint("PR-5 repeated destination block (LX)")
+            if refused is not None:
+                return refused
+        if not src_layers:
+            return success(rule="PR-3: the vendor loops over no layer")
         written: List[Copy] = []
         dst: Optional[VCache] = None
         for ls, ld in zip(src_layers, dst_layers):
@@ -697,7 +735,13 @@ class World:
             return fail(PI, "PR-32 destination registered after the link")
         if ld >= dst.num // n:
             return fail(PI, "§4.3 destination layer >= N_remote / n")
-        if form == "cache":
+        if form == "block0":
+            dst_batch = 0
+            if dst_batch >= (dst.block_count if dst.blocks else dst.batches):
+                return fail(PI, "§6.2 push destination batch >= B_dst")
+            if src.stride > dst.stride:
+                return fail(PI, "PR-14 S_src > S_dst")
+        elif form == "cache":
             if dst_batch >= dst.batches:
                 return fail(PI, "§6.2 push destination batch >= B_dst")
             if dst.blocks:
@@ -717,8 +761,8 @@ class World:
         if src.num % n:
             return fail(PI, "§5 N_local % n (push)")
         copies: List[Copy] = []
-        if form == "cache":
-            if src_batch >= src.batches:
+        if form in ("cache", "block0"):
+            if src_batch >= (src.block_count if form == "block0" and src.blocks else src.batches):
                 return fail(PI, "§6.2 src_batch_index >= B_src")
             for j in range(n):
                 copies.append(Copy(ld * n + j, dst_batch * dst.stride, ls * n + j, src_batch * src.stride,
@@ -785,6 +829,7 @@ def transfer_cache_async(world: World, src_id: int, configs: Sequence[Union[KeyC
                          not_ready: Optional[int] = None) -> AsyncOutcome:
     """``transfer_cache_async`` from the local cache ``src_id`` (python-api.md §11.4,
     semantics §8.7, PR-40, V-9); the synchronizer answers False for layer ``not_ready``."""
+    world.lints = []
     local = world.engine("local")
     src = local.caches[src_id]
     # Python layer, python-api.md §11.4
@@ -814,7 +859,9 @@ def transfer_cache_async(world: World, src_id: int, configs: Sequence[Union[KeyC
             return AsyncOutcome(fail(PI, "§11.4 dst_addrs != 2 x layers (LX)"))
         mapped.append((config, src_range, config.dst_range if isinstance(config, KeyConfig) else None))
     if len(set(dst_blocks)) != len(dst_blocks):
-        return AsyncOutcome(fail(PI, "PR-5 repeated destination block (LX)"))
+        refused = world.lint("PR-5 repeated destination block (LX)")
+        if refused is not None:
+            return AsyncOutcome(world.with_lints(refused))
     # the thread (§8.7)
     results: Dict[int, S] = {}
     rule = ""
@@ -833,6 +880,8 @@ def transfer_cache_async(world: World, src_id: int, configs: Sequence[Union[KeyC
             if isinstance(config, KeyConfig):
                 assert dst_range is not None
                 form = "blocks" if isinstance(config.key, BlocksKey) else "cache"
+                if form == "blocks" and not src_blocks and not dst_blocks:
+                    form = "block0"      # X-25: the layer-wise job's "batch" 0 of a blocks key, block 0
                 outcome = world._push_layer(form, config.key, src, config.src_batch_index, layer, dst_range[index],
                                             2, src_blocks, dst_blocks)
             else:
@@ -850,7 +899,7 @@ def transfer_cache_async(world: World, src_id: int, configs: Sequence[Union[KeyC
             break
     per_config = [results.get(_cluster(c)) for c in configs]
     first_failure = next((r for r in per_config if r is not None and r != S.LLM_SUCCESS), S.LLM_SUCCESS)
-    return AsyncOutcome(success(), per_config, first_failure, rule)
+    return AsyncOutcome(world.with_lints(success()), per_config, first_failure, rule)
 
 
 def _cluster(config: Union[KeyConfig, AddrConfig]) -> int:
