@@ -107,13 +107,14 @@ static lldd_status v2_listen(const char *fn, const lldd_option *o, size_t n, int
     return parse_ip_port(fn, ip, port, addr);
 }
 
-/* The v1 listen address: llm.listenIpInfo "ip:port" (one device, PR-36), or the
- * llm.ListenIp / llm.ListenPort pair of the v1 switch_role. */
+/* The v1 listen address: the llm.ListenIp / llm.ListenPort pair when given (the v1
+ * switch_role's Python layer parses llm.listenIpInfo with inet_aton, so "127.1" reaches
+ * the engine as a number), else llm.listenIpInfo "ip:port" (one device, PR-36). */
 static lldd_status v1_listen(const char *fn, const lldd_option *o, size_t n, int *has, tp_addr *addr)
 {
     const char *info = engine_opt_get(o, n, "llm.listenIpInfo");
     *has = 0;
-    if (info == NULL)
+    if (info == NULL || engine_opt_get(o, n, "llm.ListenIp") != NULL || engine_opt_get(o, n, "llm.ListenPort") != NULL)
         return v2_listen(fn, o, n, has, addr);
     if (strchr(info, ';') != NULL) {
         mock_set_error("%s: option llm.listenIpInfo \"%s\" lists several addresses; it needs one \"ip:port\" per "

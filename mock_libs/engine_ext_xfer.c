@@ -158,18 +158,43 @@ typedef struct xsrc {
     resolve_reply r;
 } xsrc;
 
+static lldd_status src_resolve_q(xlink *x, const char *fn, const resolve_req *q, xsrc *s);
+
+/* A by-id reference with cache_id <= 0: in direct mode the vendor falls back to a key
+ * lookup with request id 2^64 - 1, which finds the blocks cache bound with model_id 0; the
+ * mock does the same and lints it when such a cache exists (PR-20). Elsewhere, and in
+ * strict mode, it never resolves, refused before the lookup reaches the peer (E-10). */
 static lldd_status src_resolve(xlink *x, const char *fn, const resolve_req *q, xsrc *s)
+{
+    if (q->key_kind != LLDD_KEY_BY_ID || q->cache_id > 0)
+        return src_resolve_q(x, fn, q, s);
+    if (!q->direct || mock_strict()) {
+        memset(s, 0, sizeof *s);
+        mock_set_error("%s: cache id %lld never names a cache (ids start at 1, PR-20)", fn, (long long)q->cache_id);
+        return LLM_KV_CACHE_NOT_EXIST;
+    }
+    resolve_req fallback = *q;
+    fallback.key_kind = LLDD_KEY_BLOCKS;
+    fallback.req_id = UINT64_MAX;
+    fallback.prefix_id = UINT64_MAX;
+    fallback.model_id = 0;
+    fallback.cache_id = 0;
+    fallback.batch_index = 0;
+    lldd_status st = src_resolve_q(x, fn, &fallback, s);
+    if (st == LLM_SUCCESS)
+        (void)mock_lint(20, "%s: cache id %lld resolves, as on the device, to the blocks cache bound to the blocks "
+                        "key of model_id 0 on cluster %llu (PR-20)", fn, (long long)q->cache_id,
+                        (unsigned long long)x->l->peer_cluster);
+    return st;
+}
+
+static lldd_status src_resolve_q(xlink *x, const char *fn, const resolve_req *q, xsrc *s)
 {
     engine *e = x->e;
     mlink *l = x->l;
     memset(s, 0, sizeof *s);
     char why[256];
     why[0] = '\0';
-    if (q->key_kind == LLDD_KEY_BY_ID && q->cache_id <= 0) {
-        /* refused before the lookup reaches the peer, so no table copy is taken (E-10) */
-        mock_set_error("%s: cache id %lld never names a cache (ids start at 1, PR-20)", fn, (long long)q->cache_id);
-        return LLM_KV_CACHE_NOT_EXIST;
-    }
     if (l->same_process) {
         engine *peer = x->peer;
         lldd_status st = peer_local_enter(x, fn);

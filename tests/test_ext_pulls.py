@@ -19,7 +19,7 @@ from llm_datadist_ffi import LLMStatusCode as S
 
 
 import ext_support as xs  # noqa: E402
-from lint_support import mode_for  # noqa: E402
+from lint_support import lenient, mode_for, strict  # noqa: E402
 pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
 SA, DIRECT, V1 = "server-assisted", "direct", "v1"
 
@@ -194,7 +194,8 @@ def test_direct_mode_resolves_against_the_table_copy_and_releases_nothing(x: Any
     assert x.unlink(d, [(1, 0)], force=True)[0] == 0
 
 
-def test_direct_mode_pull_by_id_and_pr6(x: Any) -> None:
+def test_direct_mode_pull_by_id_and_pr6(x: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    lenient(monkeypatch)
     p, d, go = linked(x, DIRECT)
     src = rand(2, (3, 16), 12)
     _, src_id = x.register(p, src)
@@ -205,6 +206,10 @@ def test_direct_mode_pull_by_id_and_pr6(x: Any) -> None:
     assert (dst[1][1, :16] == src[1][2]).all() and not dst[1][0].any() and not dst[1][1, 16:].any()
     assert x.pull(d, x.by_id(1, src_id, 3), dst_id, size=16) == S.LLM_KV_CACHE_NOT_EXIST
     assert "PR-6" in x.last_error()
+    # PR-20: the device looks an id <= 0 up as the blocks key of model_id 0 (none here)
+    assert x.pull(d, x.by_id(1, 0), dst_id) == S.LLM_KV_CACHE_NOT_EXIST
+    assert "blocks key of model_id 0" in x.last_error()
+    strict(monkeypatch)
     assert x.pull(d, x.by_id(1, 0), dst_id) == S.LLM_KV_CACHE_NOT_EXIST
     assert "PR-20" in x.last_error()
     assert x.pull(d, x.by_id(1, src_id), dst_id) == S.LLM_PARAM_INVALID                # 32 > 16 source bytes

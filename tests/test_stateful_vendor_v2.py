@@ -303,15 +303,19 @@ def test_after_a_forced_unlink_the_peer_still_holds_its_end_and_gets_already_lin
     pair.stop()
 
 
-def test_a_push_to_cache_id_minus_one_takes_no_table_copy(pair: v2s.Pair) -> None:
-    """Found by the state machine (a mock bug, fixed): in direct mode a push to
-    ``CacheKeyByIdAndIndex(cache_id=-1)`` is refused by PR-20 before the lookup reaches the
-    peer, so it takes no table copy (E-10). A blocks key the peer re-binds afterwards to a
-    cache registered after the link is then found when the next transfer takes the copy,
-    and that cache is refused by PR-32 (``PARAM_INVALID``). The extension path used to
-    take the copy with the PR-20 answer, which made the same pull ``KV_CACHE_NOT_EXIST``."""
+def test_a_push_to_cache_id_minus_one_takes_no_table_copy_in_strict_mode(
+        pair: v2s.Pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by the state machine (a mock bug, fixed): in strict mode, a push to
+    ``CacheKeyByIdAndIndex(cache_id=-1)`` in direct mode is refused by PR-20 before the
+    lookup reaches the peer, so it takes no table copy (E-10). A blocks key the peer
+    re-binds afterwards to a cache registered after the link is then found when the next
+    transfer takes the copy, and that cache is refused by PR-32 (``PARAM_INVALID``). The
+    extension path used to take the copy with the PR-20 answer, which made the same pull
+    ``KV_CACHE_NOT_EXIST``. (By default the id is looked up as the blocks key of model_id 0,
+    as on the device: ``test_a_push_to_cache_id_minus_one_finds_the_blocks_key_of_model_0``.)"""
     from llm_datadist_ffi import LLMStatusCode as S
 
+    monkeypatch.setenv("LLM_DATADIST_FFI_STRICT", "1")
     pair.start(direct=True)
     assert pair.make("peer", True, True, 2, 4, 32, "DEVICE", (), ("blocks", P, 0)) == 1
     src = pair.make("local", False, True, 2, 4, 32)
@@ -322,4 +326,23 @@ def test_a_push_to_cache_id_minus_one_takes_no_table_copy(pair: v2s.Pair) -> Non
     assert pair.make("peer", True, False, 2, 4, 32, "DEVICE", (), ("blocks", P, 0)) == 2   # takes the blocks key
     outcome = pair.pull("blocks", ("blocks", P, 0), dst, src_blocks=[0], dst_blocks=[0])      # engine == oracle
     assert outcome.status == S.LLM_PARAM_INVALID and "PR-32" in outcome.rule
+    pair.stop()
+
+
+def test_a_push_to_cache_id_minus_one_finds_the_blocks_key_of_model_0(pair: v2s.Pair,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """PR-20 (vendor + lint): in direct mode the device looks ``cache_id <= 0`` up as the
+    blocks key of model_id 0 (request id 2**64 - 1); a contiguous push then meets a blocks
+    cache, which the PR-15 guard refuses, and the call warns ``CacheIdFallbackWarning``."""
+    from llm_datadist_ffi import LLMStatusCode as S
+
+    monkeypatch.delenv("LLM_DATADIST_FFI_STRICT", raising=False)
+    pair.start(direct=True)
+    assert pair.make("peer", True, True, 2, 4, 32, "DEVICE", (), ("blocks", P, 0)) == 1
+    src = pair.make("local", False, True, 2, 4, 32)
+    assert src is not None
+    assert pair.link()
+    outcome = pair.push("cache", ("id", P, -1, 0), src)          # the package agrees with it (lints too)
+    assert outcome.status == S.LLM_PARAM_INVALID and "PR-15" in outcome.rule
+    assert outcome.lints == frozenset({"PR-20"})
     pair.stop()

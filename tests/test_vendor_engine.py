@@ -8,6 +8,7 @@ allows one initialised engine per process.
 """
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from pathlib import Path
@@ -904,6 +905,20 @@ def test_v1_switch_role_to_prompt_converts_the_ip_by_inet_aton(monkeypatch: pyte
         engine.finalize()
     assert sent == [(1, {"llm.listenIpInfo": f"127.1:{port}", "llm.ListenIp": "16777343", "llm.ListenPort": str(port)}),
                     (2, {"llm.listenIpInfo": "127.1"})]
+
+
+def test_v1_switch_role_to_prompt_with_an_inet_aton_shorthand_listens_there() -> None:
+    # the mock engine takes the llm.ListenIp / llm.ListenPort the Python layer sends, so
+    # "127.1" (which inet_aton accepts and inet_pton does not) works end to end
+    port = vs.free_port()
+    engine = LLMDataDist(LLMRole.DECODER, 2)
+    engine.init(vs.v1_options(**{"llm.EnableSwitchRole": "1"}))
+    try:
+        engine.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": f"127.1:{port}"})
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass                        # the listener is up at 127.0.0.1
+    finally:
+        engine.finalize()
 
 
 def test_v1_switch_role_changes_the_kv_cache_manager_role(v1_decoder: LLMDataDist) -> None:

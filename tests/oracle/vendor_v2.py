@@ -439,7 +439,13 @@ class World:
         peer = self.engine("peer")
         local = self.engine("local")
         if isinstance(key, ById) and key.cache_id <= 0:
-            return None, 0, None, "PR-20 cache id <= 0"
+            if not local.direct or strict_mode():
+                return None, 0, None, "PR-20 cache id <= 0"
+            # PR-20 (vendor + lint): direct mode looks the id up as the blocks key of model_id 0
+            found = self._resolve(BlocksKey(key.cluster, 0))
+            if found[0] is not None:
+                self.lints.append("PR-20")
+            return found
         if local.direct:
             table = self._table()
             if isinstance(key, ById):
