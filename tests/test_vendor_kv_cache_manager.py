@@ -251,6 +251,18 @@ def test_pull_blocks_packs_a_none_key_last_as_the_vendor_does(decoder: KvCacheMa
     raises(AttributeError, lambda: decoder.pull_blocks(None, cache, [0], [0]), "prompt_cache_key")  # type: ignore
 
 
+def test_a_v1_pull_from_the_own_cluster_id_runs_the_local_checks_then_finds_no_link(
+        decoder: KvCacheManager) -> None:
+    # v1 has no own-cluster check (the vendor's v1 samples give both engines cluster id 0)
+    cache = decoder.allocate_cache(desc())
+    blocks = decoder.allocate_blocks_cache(desc(shape=(8, 64)))
+    not_yet_link(lambda: decoder.pull_cache(CacheKey(D_ID, 10), cache))
+    not_yet_link(lambda: decoder.pull_cache(CacheKeyByIdAndIndex(D_ID, 1), cache))
+    not_yet_link(lambda: decoder.pull_blocks(BlocksCacheKey(D_ID), blocks, [0], [1]))
+    # the local checks come first: a batch index past the local cache
+    lx(lambda: decoder.pull_cache(CacheKey(D_ID, 10), cache, 5))
+
+
 def test_pull_blocks_checks_in_the_vendor_order(decoder: KvCacheManager, monkeypatch: pytest.MonkeyPatch) -> None:
     strict(monkeypatch)          # the old refusals of the lint rules (docs/semantics.md §0)
     cache = decoder.allocate_blocks_cache(desc(shape=(8, 64)))
