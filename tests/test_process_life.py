@@ -27,6 +27,11 @@ from llm_datadist_ffi.vendor import CacheDesc, DataType, LLMDataDist, LLMExcepti
 # fork, and what they check is exactly that it is safe for the engines.
 fork_warning = pytest.mark.filterwarnings("ignore:.*use of fork\\(\\) may lead to deadlocks:DeprecationWarning")
 
+# The vendor-compatible API runs on the mock's extension functions (the ascend shim answers
+# LLM_FEATURE_NOT_ENABLED for them), and the fork handling of listening sockets is the mock's.
+vendor_api = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
+mock_fork = pytest.mark.mock_only(reason="closing the child's copies of listening sockets is the mock's fork handler")
+
 
 def accepts(port: int) -> bool:
     """Whether something listens on 127.0.0.1:port."""
@@ -70,6 +75,7 @@ def exit_code(pid: int) -> int:
 
 # ---- garbage collection -------------------------------------------------------------------
 
+@vendor_api
 def test_an_engine_nobody_refers_to_is_finalized_when_collected() -> None:
     port = vs.free_port()
     datadist = LLMDataDist(LLMRole.PROMPT, 1)
@@ -85,6 +91,7 @@ def test_an_engine_nobody_refers_to_is_finalized_when_collected() -> None:
     another.finalize()
 
 
+@vendor_api
 def test_a_cache_manager_keeps_its_engine_alive_after_its_llmdatadist_is_gone() -> None:
     port = vs.free_port()
     datadist = LLMDataDist(LLMRole.PROMPT, 1)
@@ -120,6 +127,7 @@ def test_a_native_engine_nobody_refers_to_is_finalized_when_collected() -> None:
 
 # ---- with ---------------------------------------------------------------------------------
 
+@vendor_api
 def test_leaving_a_with_block_finalizes_the_llmdatadist() -> None:
     port = vs.free_port()
     with LLMDataDist(LLMRole.PROMPT, 1) as datadist:
@@ -131,6 +139,7 @@ def test_leaving_a_with_block_finalizes_the_llmdatadist() -> None:
     vs.raises(RuntimeError, lambda: datadist.cache_manager, "llm datadist is not initialized")
 
 
+@vendor_api
 def test_an_exception_in_a_with_block_still_finalizes_and_propagates() -> None:
     port = vs.free_port()
     with pytest.raises(KeyError, match="inside"):
@@ -178,7 +187,8 @@ del datadist
 }
 
 
-@pytest.mark.parametrize("kind", sorted(AT_EXIT_BODIES))
+@pytest.mark.parametrize("kind", [pytest.param(kind, marks=[vendor_api] if kind.startswith("vendor") else [])
+                                  for kind in sorted(AT_EXIT_BODIES)])
 def test_an_engine_still_alive_at_interpreter_exit_is_finalized(kind: str) -> None:
     script = AT_EXIT.format(body=textwrap.dedent(AT_EXIT_BODIES[kind]))
     result = subprocess.run([sys.executable, "-c", script, str(vs.free_port())], capture_output=True, text=True,
@@ -188,6 +198,7 @@ def test_an_engine_still_alive_at_interpreter_exit_is_finalized(kind: str) -> No
 
 # ---- fork ---------------------------------------------------------------------------------
 
+@vendor_api
 @fork_warning
 def test_a_child_forked_after_init_starts_without_an_engine_and_initialises_its_own() -> None:
     parent_port, child_port = vs.free_port(), vs.free_port()
@@ -237,6 +248,7 @@ def test_a_native_engine_of_the_parent_is_unusable_in_the_child_and_closing_it_t
     assert not accepts(port)
 
 
+@mock_fork
 @fork_warning
 def test_a_child_does_not_keep_the_parents_port_bound_after_the_parent_finalizes() -> None:
     port = vs.free_port()
