@@ -21,6 +21,7 @@ which the checked-call path reads after every call (:func:`take_engine_lints`).
 """
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 import warnings
@@ -37,7 +38,7 @@ __all__ = [
     "StrideRoundedDownWarning", "BatchDimIndexWarning", "CacheIdFallbackWarning",
     "KeyBindingWarning", "OwnedCacheUnregisteredWarning", "EmptyMappingWarning",
     "ZeroWaitTimeWarning", "ClusterIdMismatchWarning", "PushTensorCountWarning",
-    "PlaceholderKeyWarning", "UnknownOptionWarning",
+    "PlaceholderKeyWarning", "UnknownOptionWarning", "check_option_keys",
 ]
 
 STRICT_ENV = "LLM_DATADIST_FFI_STRICT"
@@ -141,7 +142,8 @@ class PlaceholderKeyWarning(LintWarning):
 
 
 class UnknownOptionWarning(LintWarning):
-    """OPT-1: an option key the library does not read (a misspelling is ignored)."""
+    """OPT-1: an option key close to one the library reads, but not it (a misspelling,
+    which the library ignores)."""
     rule = "OPT-1"
 
 
@@ -178,7 +180,7 @@ RULES: Dict[str, LintRule] = {r.rule: r for r in (
              "a non-forced unlink drops the listener's link to the caller"),
     LintRule("PR-33", PushTensorCountWarning, "only the caller's description is checked"),
     LintRule("PR-41", PlaceholderKeyWarning, "the placeholder-shaped key unbinds a blocks key"),
-    LintRule("OPT-1", UnknownOptionWarning, "the option is ignored"),
+    LintRule("OPT-1", UnknownOptionWarning, "an option key it does not read is ignored"),
 )}
 
 # Rules the Python layers check themselves before the engine sees the call: the
@@ -250,3 +252,23 @@ def lint_engine_records(records: Iterable[Tuple[int, str]], skip: Iterable[str] 
 def refusal(rule: str, text: str) -> LLMException:
     """The exception strict mode raises for ``rule`` (for callers that raise it themselves)."""
     return exception_for(int(RULES[rule].category.status_code), message(rule, text))
+
+
+def check_option_keys(options: Iterable[str], known: Iterable[str], tag: str) -> None:
+    """OPT-1: warn for each key that is not one of ``known`` but looks like one (the same
+    key in another case, or a close spelling), naming the key it resembles.
+
+    Keys that resemble none of ``known`` are left alone: the vendor's libraries read
+    many more options (``ge.*`` among them) than a binding can list.
+    """
+    names = sorted(set(known))
+    folded = {name.lower(): name for name in names}
+    for key in options:
+        if key in folded.values():
+            continue
+        match = folded.get(key.lower())
+        if match is None:
+            close = difflib.get_close_matches(key, names, n=1, cutoff=0.85)
+            match = close[0] if close else None
+        if match is not None:
+            lint("OPT-1", f"[{tag}] option key {key!r} is not read (did you mean {match!r}?)")

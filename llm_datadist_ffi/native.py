@@ -58,6 +58,12 @@ OPTION_TRANSFER_BACKEND = "llm.TransferBackend"
 OPTION_GLOBAL_RESOURCE_CONFIG = "llm.GlobalResourceConfig"
 OPTION_MEM_POOL_CONFIG = "llm.MemPoolConfig"
 OPTION_HOST_MEM_POOL_CONFIG = "llm.HostMemPoolConfig"
+#: The option keys the C++ class reads (lint OPT-1 names the closest for a misspelt key).
+OPTION_NAMES = (OPTION_LISTEN_IP_INFO, OPTION_DEVICE_ID, OPTION_SYNC_CACHE_WAIT_TIME, OPTION_BUF_POOL_CFG,
+                OPTION_ENABLE_SET_ROLE, OPTION_LOCAL_COMM_RES, OPTION_TRANSFER_BACKEND,
+                OPTION_GLOBAL_RESOURCE_CONFIG, OPTION_MEM_POOL_CONFIG, OPTION_HOST_MEM_POOL_CONFIG,
+                "llm.LinkTotalTime", "llm.LinkRetryCount", "llm.RdmaTrafficClass", "llm.RdmaServiceLevel",
+                "ge.exec.deviceId")
 
 DEFAULT_TENSOR_NUM_PER_LAYER = 2
 
@@ -415,6 +421,7 @@ class LlmDataDist:
         tag = "LlmDataDist.initialize"
         array, count, keep = _options(options, "options")
         if not self._initialized:
+            lint.check_option_keys(options, OPTION_NAMES, tag)
             _check_sync_wait_time(options, tag)
             _check_listen_port(options, tag)
         _capi.lldd_initialize(self._engine(), array, count, tag)

@@ -40,7 +40,7 @@ import warnings
 import weakref
 from typing import Any, ClassVar, Dict, List, Optional, Tuple, Union
 
-from .. import _capi
+from .. import _capi, lint
 from .._capi import ffi
 from .._vendor_checks import (
     INT32, UINT32, UINT64, check_int, check_type, int_to_ip, ip_to_int, none_error, raise_param_invalid,
@@ -58,6 +58,18 @@ _NOT_INITIALIZED = "llm datadist is not initialized"
 _INIT_TAG = "LLMDataDist.init"
 _MAX_SYNC_WAIT_MS = 2**31 - 1
 
+
+
+#: The option keys the vendor's package and its core read at ``init`` (lint OPT-1 names
+#: the closest one for a misspelt key; other keys pass unchanged, as the vendor's do).
+VENDOR_OPTION_NAMES = (
+    "llm.EnableCacheManager", "llm.EnableRemoteCacheAccessible", "llm.listenIpInfo", "llm.ListenIpInfo",
+    "llm.ListenIp", "llm.ListenPort", "ge.exec.deviceId", "llm.DeviceId", "llm.SyncKvCacheWaitTime",
+    "ge.flowGraphMemMaxSize", "llm.BufPoolCfg", "llm.MemPoolConfig", "llm.HostMemPoolConfig", "llm.LocalCommRes",
+    "llm.TransferBackend", "llm.EnableSwitchRole", "llm.deployResPath", "llm.ClusterInfo", "llm.LinkTotalTime",
+    "llm.LinkRetryCount", "llm.RdmaTrafficClass", "llm.RdmaServiceLevel", "llm.MemoryUtilization",
+    "llm.OutputMaxSize", "llm.Role", "llm.GlobalResourceConfig",
+)
 
 def _require_str_option(options: Dict[str, Any], key: str) -> str:
     value = options[key]
@@ -301,6 +313,7 @@ class LLMDataDist:
             else:
                 _check_v1_options(final, self._role)  # type: ignore[arg-type]
             _check_sync_wait_time(final)
+            lint.check_option_keys(options, VENDOR_OPTION_NAMES, "LLMDataDist.init")
             array, count, keep = _native.c_options(final, "options")
             handle = _capi.lldd_create(self._cluster_id, int(self._role),  # type: ignore[arg-type]
                                        _INIT_TAG)
