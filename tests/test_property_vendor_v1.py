@@ -32,16 +32,15 @@ from __future__ import annotations
 
 import ctypes
 import sys
-import warnings
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from llm_datadist_ffi import LintWarning, LLMException, LLMStatusCode as S
+from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi.vendor import (
     BlocksCacheKey, CacheDesc, CacheKey, CacheKeyByIdAndIndex, DataType, LayerSynchronizer, LLMDataDist, LLMRole,
     TransferConfig,
@@ -81,19 +80,7 @@ def no_engine_left() -> Iterator[None]:
 
 # ---- making calls and comparing them with the oracle ------------------------------------------------
 
-def observed(call: Callable[[], Any]) -> Tuple[str, Any]:
-    """What a call here did: ``("ok", value)``, ``("status", code)`` or ``("error", type name)``;
-    the rule ids of its lint warnings go to ``vs.LAST_LINTS`` for ``expect``."""
-    with warnings.catch_warnings(record=True) as records:
-        warnings.simplefilter("always", LintWarning)
-        try:
-            return "ok", call()
-        except LLMException as exc:
-            return "status", exc.status_code
-        except (TypeError, ValueError) as exc:
-            return "error", type(exc).__name__
-        finally:
-            vs.LAST_LINTS = vs.lint_ids(records)
+observed = vs.observed
 
 
 def peer_observed(peer: Any, code: str, value: Optional[str] = None) -> Tuple[str, Any]:

@@ -27,7 +27,6 @@ import ctypes
 import os
 import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -38,7 +37,7 @@ from hypothesis.stateful import (
     Bundle, RuleBasedStateMachine, consumes, initialize, invariant, precondition, rule,
 )
 
-from llm_datadist_ffi import LintWarning, LLMException, LLMStatusCode as S
+from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi.vendor import CacheDesc, CacheKey, DataType, LLMDataDist, LLMRole, RegisterMemStatus
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -62,17 +61,7 @@ _peer: Optional[Any] = None
 
 
 def observed(call: Callable[[], Any]) -> Tuple[str, Any]:
-    """What a call did; the rule ids of its lint warnings go to ``vs.LAST_LINTS``."""
-    with warnings.catch_warnings(record=True) as records:
-        warnings.simplefilter("always", LintWarning)
-        try:
-            return "ok", call()
-        except LLMException as exc:
-            return "status", exc.status_code
-        except (TypeError, ValueError, RuntimeError) as exc:
-            return "error", type(exc).__name__
-        finally:
-            vs.LAST_LINTS = vs.lint_ids(records)
+    return vs.observed(call, (TypeError, ValueError, RuntimeError))
 
 
 expect = vs.expect

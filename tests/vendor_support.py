@@ -192,6 +192,26 @@ def lint_ids(records: Any) -> frozenset:
                      for m in [LINT_ID.search(str(r.message))] if m is not None)
 
 
+def observed(call: Callable[[], Any], errors: Tuple[type, ...] = (TypeError, ValueError)) -> Tuple[str, Any]:
+    """What a call did: ``("ok", value)``, ``("status", code)`` or ``("error", type name)`` for
+    one of ``errors``; the rule ids of its lint warnings go to ``LAST_LINTS`` for ``expect``."""
+    global LAST_LINTS
+    import warnings
+
+    from llm_datadist_ffi import LintWarning, LLMException
+
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("always", LintWarning)
+        try:
+            return "ok", call()
+        except LLMException as exc:
+            return "status", exc.status_code
+        except errors as exc:
+            return "error", type(exc).__name__
+        finally:
+            LAST_LINTS = lint_ids(records)
+
+
 def expect(outcome: Any, got: Tuple[str, Any], what: str) -> None:
     """Compare an observed ``("ok", value)``, ``("status", code)`` or ``("error", type name)``
     with an oracle ``Outcome``: its Python error type, else its status (any value on success)."""
