@@ -33,9 +33,9 @@ from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _capi, lint
+from . import _buffers, _capi, lint
 from ._capi import ffi
-from .data_type import DataType, GeDataType, data_type_value
+from .data_type import ELEMENT_BITS, DataType, GeDataType, data_type_value
 from .status import LLMException, LLMStatusCode, exception_for, map_status
 
 __all__ = [
@@ -358,6 +358,24 @@ def _check_distinct(blocks: "np.ndarray[Any, Any]", name: str, tag: str) -> None
         lint.lint("PR-5", f"[{tag}] {name} contains block {int(repeated[0])} more than once")
 
 
+def _tensor_bytes(cache_desc: "CacheDesc") -> int:
+    """The byte size of one tensor of ``cache_desc`` (0 when it has none: the backend refuses)."""
+    try:
+        bits = ELEMENT_BITS.get(data_type_value(cache_desc.data_type), 0)
+        elements = 1
+        for dim in cache_desc.shape:
+            elements *= int(dim)
+    except (TypeError, ValueError):
+        return 0
+    return max(elements, 0) * bits // 8 if bits else 0
+
+
+def _destroy(handle: Any, kept: dict[int, list[Any]]) -> None:
+    """Destroy the native engine, then let go of the memory it could still touch."""
+    _capi.lldd_destroy(handle)
+    kept.clear()
+
+
 # ---- the engine -------------------------------------------------------------------------------
 
 class LlmDataDist:
@@ -381,10 +399,13 @@ class LlmDataDist:
         self._initialized = False
         self._caches: dict[int, CacheDesc] = {}
         self._owned: set[int] = set()          # ids from allocate_cache (deallocate frees only these)
+        # memory objects of registered caches, kept alive while the engine may touch them
+        self._kept: dict[int, list[Any]] = {}
         self._pid = os.getpid()
         self._handle: Any = _capi.lldd_create(self._cluster_id, self._role, "LlmDataDist")
-        # weakref.finalize runs on garbage collection and, for those still alive, at exit
-        self._release = weakref.finalize(self, _capi.lldd_destroy, self._handle)
+        # weakref.finalize runs on garbage collection and, for those still alive, at exit;
+        # it holds the kept memory until the engine is gone
+        self._release = weakref.finalize(self, _destroy, self._handle, self._kept)
 
     # -- properties --
     @property
@@ -437,6 +458,7 @@ class LlmDataDist:
         self._initialized = False
         self._caches.clear()
         self._owned.clear()
+        self._kept.clear()
 
     def close(self) -> None:
         """Finalize and free the native engine; the object is unusable afterwards."""
@@ -502,7 +524,11 @@ class LlmDataDist:
         """``RegisterKvCache(cache_desc, addrs, RegisterCfg{}, cache_id)``: returns the id.
 
         ``addrs`` holds one address per tensor; each must point at the tensor's whole
-        byte size (numpy arrays: ``arr.ctypes.data``; ACL buffers: their pointer).
+        byte size (ACL buffers: their pointer). An element may also be the memory itself:
+        a numpy array, a CPU torch tensor or any buffer-protocol or DLPack object, which is
+        checked (C-contiguous, writable, at least the tensor's byte size) and kept alive
+        until the cache is unregistered or the engine finalized (an addition to the C++
+        signature).
 
         Raises:
             LLMException: ``LLM_PARAM_INVALID`` (address count or value, shape, dtype,
@@ -512,18 +538,22 @@ class LlmDataDist:
         desc, keep = cache_desc._to_c("cache_desc")
         if not isinstance(addrs, (list, tuple)):
             raise TypeError(f"addrs must be a list of ints, not {type(addrs).__name__}")
-        values = [_int(a, f"addrs[{i}]", _U64, "uint64") for i, a in enumerate(addrs)]
+        given, kept = _buffers.tensor_addresses(addrs, _tensor_bytes(cache_desc), "addrs")
+        values = [_int(a, f"addrs[{i}]", _U64, "uint64") for i, a in enumerate(given)]
         buf = ffi.new("uint64_t[]", values) if values else ffi.NULL
         cache_id = _capi.lldd_register_kv_cache(self._engine(), desc, buf, len(values),
                                                 "LlmDataDist.register_kv_cache")
         del keep
         self._caches[cache_id] = cache_desc
+        if kept:
+            self._kept[cache_id] = kept
         return cache_id
 
     def unregister_kv_cache(self, cache_id: int) -> None:
         """``UnregisterKvCache(cache_id)``; an unknown id succeeds."""
         cid = _int(cache_id, "cache_id", _I64, "int64")
         _capi.lldd_unregister_kv_cache(self._engine(), cid, "LlmDataDist.unregister_kv_cache")
+        self._kept.pop(cid, None)
         if cid not in self._owned:             # an owned cache stays (PR-23 refuses the call)
             self._caches.pop(cid, None)
 

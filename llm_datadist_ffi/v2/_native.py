@@ -61,6 +61,9 @@ class EngineState:
         self.host_pool = bool(options.get("llm.HostMemPoolConfig"))
         self.local_comm_res_given = "llm.LocalCommRes" in options
         self.local_comm_res_set = bool(options.get("llm.LocalCommRes"))
+        #: memory objects of registered caches (``_buffers``), kept alive until the cache
+        #: is unregistered or the engine finalized
+        self.kept: Dict[int, List[Any]] = {}
 
     @property
     def alive(self) -> bool:

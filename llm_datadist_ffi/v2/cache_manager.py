@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Un
 
 import numpy as np
 
-from .. import _capi, lint
+from .. import _buffers, _capi, lint
 from .._capi import const, ffi
 from .._vendor_checks import (
     INT32, INT64, UINT32, UINT64, check_int, check_int_list, check_layer_range, check_type, none_error,
@@ -141,6 +141,17 @@ def _pull_tensors(layers: Optional[range], n: int, num_local: int, name: str, ta
                             f"local cache has {num_local}")
     first = layers[0] * n
     return list(range(first, first + count))
+
+
+def _memory_objects(addrs: Any, cache_desc: Any) -> Tuple[Any, List[Any]]:
+    """``addrs`` with tensor memory given as objects (numpy arrays, CPU torch tensors,
+    buffer-protocol and DLPack objects) replaced by their checked addresses, and those
+    objects (an addition to the vendor's int lists, ``llm_datadist_ffi._buffers``)."""
+    if not isinstance(addrs, list) or not any(_buffers.is_buffer(a) for a in addrs) or \
+            not isinstance(cache_desc, CacheDesc):
+        return addrs, []
+    given, kept = _buffers.tensor_addresses(addrs, int(cache_desc.size), "addrs")
+    return given, kept
 
 
 def _check_distinct(blocks: _native.BlockArray, name: str, tag: str) -> None:
@@ -431,7 +442,7 @@ class CacheManager:
             raise_param_invalid("addrs must not be empty")
 
     def _register(self, tag: str, cache_desc: CacheDesc, addrs: List[int], keys: Sequence[Any], blocks: bool,
-                  remote_accessible: Optional[bool]) -> Cache:
+                  remote_accessible: Optional[bool], kept: Sequence[Any] = ()) -> Cache:
         if cache_desc is None:
             raise none_error("cache_desc", "a CacheDesc", AttributeError)
         if remote_accessible is None:
@@ -445,6 +456,8 @@ class CacheManager:
         cache_id = _capi.lldd_ext_register_cache(handle, desc, addr_array, len(addrs), kind, remote_accessible,
                                                  key_array, num_keys, tag)
         del keep
+        if kept:
+            engine.kept[cache_id] = list(kept)
         return self._new_cache(engine, cache_id, cache_desc, addrs, True, blocks)
 
     def register_cache(self, cache_desc: CacheDesc, addrs: List[int],
@@ -467,6 +480,7 @@ class CacheManager:
         """
         tag = "register_cache"
         check_type(cache_desc, CacheDesc, "cache_desc")
+        addrs, kept = _memory_objects(addrs, cache_desc)
         check_int_list(addrs, "addrs", containers=list)
         _check_key_list(cache_keys, "cache_keys")
         check_type(remote_accessible, bool, "remote_accessible")
@@ -479,7 +493,7 @@ class CacheManager:
         for index, addr in enumerate(addrs):
             if addr == 0:
                 raise_param_invalid(f"[{tag}] addrs[{index}] is 0")
-        return self._register(tag, cache_desc, addrs, list(cache_keys), False, remote_accessible)
+        return self._register(tag, cache_desc, addrs, list(cache_keys), False, remote_accessible, kept)
 
     def register_blocks_cache(self, cache_desc: CacheDesc, addrs: List[int],
                               blocks_cache_key: Optional[BlocksCacheKey] = None,
@@ -498,12 +512,13 @@ class CacheManager:
         """
         tag = "register_blocks_cache"
         check_type(cache_desc, CacheDesc, "cache_desc")
+        addrs, kept = _memory_objects(addrs, cache_desc)
         check_int_list(addrs, "addrs", containers=list)
         check_type(blocks_cache_key, BlocksCacheKey, "blocks_cache_key")
         check_type(remote_accessible, bool, "remote_accessible")
         self._check_register_common(addrs, remote_accessible)
         keys = [] if blocks_cache_key is None else [blocks_cache_key]
-        return self._register(tag, cache_desc, addrs, keys, True, remote_accessible)
+        return self._register(tag, cache_desc, addrs, keys, True, remote_accessible, kept)
 
     def unregister_cache(self, cache_id: int) -> None:
         """Remove a registered cache, its keys and its memory registration; an unknown
@@ -518,6 +533,9 @@ class CacheManager:
         check_type(cache_id, int, "cache_id", allow_none=False)
         value = check_int(cache_id, "cache_id", INT64)
         _capi.lldd_ext_unregister_cache(_native.engine_for(tag, _FAILED), value, tag)
+        state = _native.current()
+        if state is not None:
+            state.kept.pop(value, None)
 
     # -- pulls -----------------------------------------------------------------------------
 

@@ -188,6 +188,7 @@ def _release_engine(state: _native.EngineState) -> None:
             _native.set_current(None)
     if handle is not None:
         _capi.lldd_finalize(handle)
+    state.kept.clear()
 
 
 class LLMDataDist:
@@ -365,6 +366,7 @@ class LLMDataDist:
                 handle, state.handle = state.handle, None
                 if handle is not None:
                     _capi.lldd_finalize(handle)
+                state.kept.clear()
 
     # ---- managers -----------------------------------------------------------------------
 
