@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import functools
 import os
+import logging
+import threading
 from typing import Any
 
 from . import lint
 from ._loader import const, ffi, lldd_lib
-from .status import LLMException, exception_for, map_status
+from .status import LLMException, LLMStatusCode, exception_for, map_status
 
 CData = Any
 
@@ -27,10 +29,21 @@ def last_error() -> str:
     return str(ffi.string(lldd_lib.lldd_last_error()).decode("utf-8", "replace"))
 
 
+_log = logging.getLogger(__name__)
+
+# statuses that mean the peer or the link is gone or slow: logged as they are raised
+_PEER_TROUBLE = frozenset(int(code) for code in (
+    LLMStatusCode.LLM_WAIT_PROCESS_TIMEOUT, LLMStatusCode.LLM_TIMEOUT, LLMStatusCode.LLM_LINK_FAILED,
+    LLMStatusCode.LLM_UNLINK_FAILED, LLMStatusCode.LLM_NOTIFY_PROMPT_UNLINK_FAILED, LLMStatusCode.LLM_LINK_BUSY))
+
+
 def error(status: int, tag: str) -> LLMException:
     """The exception for a non-zero ``status`` of call ``tag``, vendor-formatted."""
     detail = last_error() or "no detail"
-    return exception_for(status, f"[{tag}] failed, error code is {map_status(status)}, {detail}.")
+    exc = exception_for(status, f"[{tag}] failed, error code is {map_status(status)}, {detail}.")
+    if status in _PEER_TROUBLE:
+        _log.warning("%s", exc)
+    return exc
 
 
 def check(status: int, tag: str) -> None:
@@ -103,13 +116,57 @@ def lldd_set_role(engine: CData, role: int, options: CData, count: int, tag: str
     check(lldd_lib.lldd_set_role(engine, role, options, count), tag)
 
 
+_link_reports = threading.local()
+
+
+def last_link_reasons() -> tuple[str, tuple[str, ...]]:
+    """The calling thread's last link or unlink call: its own error text ("" on success)
+    and, per cluster in the call's order, why it got its status ("" for a success)."""
+    report: tuple[str, tuple[str, ...]] = getattr(_link_reports, "value", ("", ()))
+    return report
+
+
+def log_link_call(logger: logging.Logger, what: str, cluster_ids: list[Any], status: int,
+                  rets: list[int]) -> tuple[str, tuple[str, ...]]:
+    """Log the outcome of the link or unlink call that just returned in this thread, one
+    line per cluster (INFO for a success, WARNING with the reason otherwise), and return
+    its reasons (``last_link_reasons``)."""
+    call_error, texts = last_link_reasons()
+    for index, code in enumerate(rets):
+        cluster = cluster_ids[index] if index < len(cluster_ids) else "?"
+        if code == 0:
+            logger.info("%s cluster %s: success", what, cluster)
+        else:
+            logger.warning("%s cluster %s: %s: %s", what, cluster, map_status(code).name,
+                           texts[index] if index < len(texts) and texts[index] else call_error or "no detail")
+    if status != 0 and not rets:
+        logger.warning("%s: %s: %s", what, map_status(status).name, call_error or "no detail")
+    return call_error, texts
+
+
+def _note_link_reasons(status: int, rets: list[int]) -> None:
+    """Record the reasons of the link or unlink call that just returned in this thread:
+    the mock's per-cluster texts, else (another backend) its last-error text for each
+    failed cluster."""
+    call_error = last_error() if status != 0 else ""
+    if _HAS_LINT_RECORD:
+        count = int(lldd_lib.lldd_mock_link_reason_count())
+        texts = [ffi.string(lldd_lib.lldd_mock_link_reason(i)).decode("utf-8", "replace") if i < count else ""
+                 for i in range(len(rets))]
+    else:
+        texts = [call_error if r != 0 else "" for r in rets]
+    _link_reports.value = (call_error, tuple(texts))
+
+
 def lldd_link_clusters(engine: CData, clusters: CData, count: int, timeout: int) -> tuple[int, list[int]]:
     rets = ffi.new("lldd_status[]", max(count, 1))
     num = ffi.new("size_t *")
     status = lldd_lib.lldd_link_clusters(engine, clusters, count, timeout, rets, num)
+    result = [int(rets[i]) for i in range(num[0])]
+    _note_link_reasons(status, result)
     if _HAS_LINT_RECORD and lldd_lib.lldd_mock_lint_count():
         report_engine_lints()
-    return int(status), [int(rets[i]) for i in range(num[0])]
+    return int(status), result
 
 
 def lldd_unlink_clusters(engine: CData, clusters: CData, count: int, timeout: int,
@@ -117,9 +174,11 @@ def lldd_unlink_clusters(engine: CData, clusters: CData, count: int, timeout: in
     rets = ffi.new("lldd_status[]", max(count, 1))
     num = ffi.new("size_t *")
     status = lldd_lib.lldd_unlink_clusters(engine, clusters, count, timeout, int(force), rets, num)
+    result = [int(rets[i]) for i in range(num[0])]
+    _note_link_reasons(status, result)
     if _HAS_LINT_RECORD and lldd_lib.lldd_mock_lint_count():
         report_engine_lints()
-    return int(status), [int(rets[i]) for i in range(num[0])]
+    return int(status), result
 
 
 # ---- caches ---------------------------------------------------------------------------------
@@ -335,4 +394,4 @@ def lldd_ext_remap_registered_memory(engine: CData, addrs: CData, sizes: CData, 
 
 # The mock's lint record (include/lldd/mock.h); other backends have no lints.
 _HAS_LINT_RECORD = bool(lldd_capabilities() & const("LLDD_CAP_MOCK_CONTROL")) and \
-    hasattr(lldd_lib, "lldd_mock_lint_count")
+    hasattr(lldd_lib, "lldd_mock_lint_count") and hasattr(lldd_lib, "lldd_mock_link_reason_count")

@@ -22,6 +22,7 @@ which the checked-call path reads after every call (:func:`take_engine_lints`).
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import sys
 import warnings
@@ -42,6 +43,7 @@ __all__ = [
 ]
 
 STRICT_ENV = "LLM_DATADIST_FFI_STRICT"
+_log = logging.getLogger(__name__)
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
 
 
@@ -228,7 +230,9 @@ def lint(rule: str, text: str) -> None:
     """
     full = message(rule, text)
     if strict():
+        _log.info("refused in strict mode: %s", full)
         raise exception_for(int(RULES[rule].category.status_code), full)
+    _log.info("lint: %s", full)
     warnings.warn(RULES[rule].category(full), stacklevel=_caller_stacklevel())
 
 
@@ -246,6 +250,7 @@ def lint_engine_records(records: Iterable[Tuple[int, str]], skip: Iterable[str] 
         if rule in skipped:
             continue
         category: Type[LintWarning] = RULES[rule].category if rule else LintWarning
+        _log.info("lint (engine): %s", text)
         warnings.warn(category(text if rule else f"{text} (engine rule {number})"), stacklevel=level)
 
 

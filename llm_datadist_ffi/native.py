@@ -24,6 +24,7 @@ C-contiguous ``uint64`` array crosses into C without a copy.
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import weakref
@@ -48,6 +49,8 @@ __all__ = [
 ]
 
 # Option keys of the C++ header (cpp-api.md §3.3), and the two pool keys the engine reads.
+_log = logging.getLogger(__name__)
+
 OPTION_LISTEN_IP_INFO = "llm.ListenIpInfo"
 OPTION_DEVICE_ID = "llm.DeviceId"
 OPTION_SYNC_CACHE_WAIT_TIME = "llm.SyncKvCacheWaitTime"
@@ -401,6 +404,7 @@ class LlmDataDist:
         self._owned: set[int] = set()          # ids from allocate_cache (deallocate frees only these)
         # memory objects of registered caches, kept alive while the engine may touch them
         self._kept: dict[int, list[Any]] = {}
+        self._link_reasons: tuple[str, tuple[str, ...]] = ("", ())
         self._pid = os.getpid()
         self._handle: Any = _capi.lldd_create(self._cluster_id, self._role, "LlmDataDist")
         # weakref.finalize runs on garbage collection and, for those still alive, at exit;
@@ -503,7 +507,7 @@ class LlmDataDist:
         timeout = _int(timeout_in_millis, "timeout_in_millis", _I32, "int32")
         status, rets = _capi.lldd_link_clusters(self._engine(), array, count, timeout)
         del keep
-        return map_status(status), [map_status(r) for r in rets]
+        return self._link_result("link", clusters, status, rets)
 
     def unlink_llm_clusters(self, clusters: Sequence[ClusterInfo], timeout_in_millis: int = 1000,
                             force_flag: bool = False) -> tuple[LLMStatusCode, list[LLMStatusCode]]:
@@ -517,7 +521,20 @@ class LlmDataDist:
         _require(force_flag, bool, "force_flag")
         status, rets = _capi.lldd_unlink_clusters(self._engine(), array, count, timeout, force_flag)
         del keep
+        return self._link_result("unlink", clusters, status, rets)
+
+    def _link_result(self, what: str, clusters: Sequence[ClusterInfo], status: int,
+                     rets: list[int]) -> tuple[LLMStatusCode, list[LLMStatusCode]]:
+        self._link_reasons = _capi.log_link_call(_log, what, [c.remote_cluster_id for c in clusters], status, rets)
         return map_status(status), [map_status(r) for r in rets]
+
+    @property
+    def link_reasons(self) -> tuple[str, tuple[str, ...]]:
+        """Why the last ``link_llm_clusters``/``unlink_llm_clusters`` of this object gave
+        what it gave: the call's own error text ("" when it succeeded) and, per cluster in
+        the call's order, the reason of its status ("" for a success). An addition to the
+        C++ API; the same texts are logged by the ``llm_datadist_ffi.native`` logger."""
+        return self._link_reasons
 
     # -- caches --
     def register_kv_cache(self, cache_desc: CacheDesc, addrs: Sequence[int]) -> int:

@@ -550,7 +550,9 @@ STATUS_TABLE: Final[tuple[StatusInfo, ...]] = (
         cpp_doc=_Y,
         remedy=(
             "The link exists already: check the link state between Decoder and Prompt "
-            "instead of linking again."
+            "instead of linking again. If the peer crashed or was restarted, this side "
+            "still holds the old link: unlink it with force=True (which drops only the "
+            "local side and needs no network), then link again."
         ),
         v2_producers=(
             Producer(
@@ -601,7 +603,10 @@ STATUS_TABLE: Final[tuple[StatusInfo, ...]] = (
         cpp_doc=_Y,
         remedy=(
             "When unlink_clusters (C++ UnlinkLlmClusters) reports this for a cluster, "
-            "check the network between the two clusters."
+            "check the network between the two clusters. If the peer crashed or was "
+            "restarted, it cannot answer a normal unlink: unlink with force=True to drop "
+            "the local side of the link, then link again (a new link to the restarted peer "
+            "otherwise answers LLM_ALREADY_LINK)."
         ),
         v2_producers=(
             Producer("unlink_clusters (not forced)", "the peer cannot be reached"),

@@ -999,9 +999,12 @@ static lldd_status run_clusters(engine *e, const char *fn, const lldd_cluster_in
     lldd_status result = LLM_SUCCESS;
     size_t last_bad = n;
     int rolled_back = 0, unlink_failed = 0;
+    mock_link_reasons_begin(n);
     for (size_t i = 0; i < n; i++) {
         lldd_status st = b.jobs[i].status;
         rets[i] = st;
+        if (st != LLM_SUCCESS)
+            mock_link_reason_set(i, b.jobs[i].msg);
         if (v1 && unlink && st == LLM_NOT_YET_LINK)
             continue; /* v1: not a failure of an unlink (§10.5) */
         if (st != LLM_SUCCESS) {
@@ -1119,6 +1122,7 @@ static lldd_status clusters_call(lldd_engine *e, const char *fn, const lldd_clus
                                  lldd_status *rets, size_t *num_rets)
 {
     uint32_t code;
+    mock_link_reasons_begin(0);          /* a call refused as a whole reports no cluster */
     if (num_rets != NULL)
         *num_rets = 0;
     if (mock_fault_take(fn, &code))

@@ -95,3 +95,33 @@ MOCK_EXPORT void lldd_mock_lint_clear(void)
 {
     t_lint_count = 0;
 }
+
+/* ---- per-cluster reasons of the last link/unlink call ----------------------------------- */
+
+enum { MOCK_LINK_REASONS = 64, MOCK_LINK_REASON_CAPACITY = 256 };
+
+static _Thread_local uint32_t t_link_reason_count;
+static _Thread_local char t_link_reason[MOCK_LINK_REASONS][MOCK_LINK_REASON_CAPACITY];
+
+void mock_link_reasons_begin(size_t count)
+{
+    t_link_reason_count = count > UINT32_MAX ? UINT32_MAX : (uint32_t)count;
+    for (size_t i = 0; i < MOCK_LINK_REASONS && i < count; i++)
+        t_link_reason[i][0] = '\0';
+}
+
+void mock_link_reason_set(size_t index, const char *text)
+{
+    if (index < MOCK_LINK_REASONS && index < t_link_reason_count)
+        snprintf(t_link_reason[index], MOCK_LINK_REASON_CAPACITY, "%s", text);
+}
+
+MOCK_EXPORT uint32_t lldd_mock_link_reason_count(void)
+{
+    return t_link_reason_count;
+}
+
+MOCK_EXPORT const char *lldd_mock_link_reason(uint32_t index)
+{
+    return index < MOCK_LINK_REASONS && index < t_link_reason_count ? t_link_reason[index] : "";
+}

@@ -32,6 +32,10 @@ int mock_lint(uint32_t rule, const char *fmt, ...) MOCK_PRINTF(2, 3);
 /* 1 when LLM_DATADIST_FFI_STRICT=1 (read at each call). */
 int mock_strict(void);
 
+/* ---- errors.c: the per-cluster reasons of the calling thread's last link/unlink call ---- */
+void mock_link_reasons_begin(size_t count);
+void mock_link_reason_set(size_t index, const char *text);
+
 /* ---- faults.c: fault injection (lldd_mock_inject_fault) ----
  * Every exported function calls MOCK_FAULT("name") first; when a fault is armed for
  * that name it returns non-zero and stores the injected code in *code. */

@@ -40,3 +40,10 @@ uint32_t lldd_mock_lint_count(void);
 uint32_t lldd_mock_lint_rule(uint32_t index);
 const char *lldd_mock_lint_text(uint32_t index);
 void lldd_mock_lint_clear(void);
+
+/* Why each cluster of the calling thread's last lldd_link_clusters/lldd_unlink_clusters
+ * got its per-cluster status: lldd_mock_link_reason_count() entries (in the order of the
+ * call's clusters; at most 64 are kept), lldd_mock_link_reason(i) the text ("" for a
+ * success, and past the kept entries). */
+uint32_t lldd_mock_link_reason_count(void);
+const char *lldd_mock_link_reason(uint32_t index);

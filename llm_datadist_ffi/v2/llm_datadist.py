@@ -34,6 +34,7 @@ link failure, and the rank-table communicator (``link``/``unlink``/
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import threading
 import warnings
@@ -62,6 +63,8 @@ _MAX_SYNC_WAIT_MS = 2**31 - 1
 
 #: The option keys the vendor's package and its core read at ``init`` (lint OPT-1 names
 #: the closest one for a misspelt key; other keys pass unchanged, as the vendor's do).
+_log = logging.getLogger(__name__)
+
 VENDOR_OPTION_NAMES = (
     "llm.EnableCacheManager", "llm.EnableRemoteCacheAccessible", "llm.listenIpInfo", "llm.ListenIpInfo",
     "llm.ListenIp", "llm.ListenPort", "ge.exec.deviceId", "llm.DeviceId", "llm.SyncKvCacheWaitTime",
@@ -220,6 +223,7 @@ class LLMDataDist:
         self._state: Optional[_native.EngineState] = None
         self._cache_manager: Optional[CacheManager] = None
         self._kv_cache_manager: Optional[KvCacheManager] = None
+        self._link_reasons: Tuple[str, Tuple[str, ...]] = ("", ())
         self._life: Optional[_EngineLife] = None
 
     def __enter__(self) -> "LLMDataDist":
@@ -474,6 +478,7 @@ class LLMDataDist:
         status, rets = _capi.lldd_link_clusters(_native.engine_for("link_clusters", LLMStatusCode.LLM_FAILED),
                                                 array, count, timeout)
         del keep
+        self._link_reasons = _capi.log_link_call(_log, "link_clusters", [e[0] for e in entries], status, rets)
         return map_status(status), [map_status(r) for r in rets]
 
     def unlink_clusters(self, clusters: Union[List[LLMClusterInfo], Tuple[LLMClusterInfo, ...]],
@@ -502,7 +507,16 @@ class LLMDataDist:
         status, rets = _capi.lldd_unlink_clusters(_native.engine_for("unlink_clusters", LLMStatusCode.LLM_FAILED),
                                                   array, count, timeout, force)
         del keep
+        self._link_reasons = _capi.log_link_call(_log, "unlink_clusters", [e[0] for e in entries], status, rets)
         return map_status(status), [map_status(r) for r in rets]
+
+    @property
+    def link_reasons(self) -> Tuple[str, Tuple[str, ...]]:
+        """Why the last ``link_clusters``/``unlink_clusters`` of this object gave what it
+        gave: the call's own error text ("" when it succeeded) and, per cluster in the
+        call's order, the reason of its status ("" for a success). An addition to the
+        vendor's class; the ``llm_datadist_ffi.v2.llm_datadist`` logger logs the same."""
+        return self._link_reasons
 
     # ---- rank-table links (v2) ----------------------------------------------------------
 
