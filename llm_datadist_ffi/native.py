@@ -12,7 +12,8 @@ Errors, in the order they are checked:
    call never reaches C.
 2. The project rules marked [all] in ``docs/semantics.md`` (PR-1, PR-3, PR-5, PR-11,
    PR-26, PR-27, PR-33), checked here so that they hold on both backends, before any
-   native call, as ``LLMException`` with ``LLM_PARAM_INVALID``. They use only the
+   native call: a guard as ``LLMException`` with ``LLM_PARAM_INVALID``, a lint as its
+   ``LintWarning`` (:mod:`llm_datadist_ffi.lint`). They use only the
    call's arguments, the options given at ``initialize`` and the package's own record
    of the caches this object registered or allocated; they are skipped while the
    engine is not initialised (the backend then answers ``LLM_FAILED``).
@@ -32,7 +33,7 @@ from typing import Any, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from . import _capi
+from . import _capi, lint
 from ._capi import ffi
 from .data_type import DataType, GeDataType, data_type_value
 from .status import LLMException, LLMStatusCode, exception_for, map_status
@@ -43,7 +44,7 @@ __all__ = [
     "OPTION_LISTEN_IP_INFO", "OPTION_DEVICE_ID", "OPTION_SYNC_CACHE_WAIT_TIME", "OPTION_BUF_POOL_CFG",
     "OPTION_ENABLE_SET_ROLE", "OPTION_LOCAL_COMM_RES", "OPTION_TRANSFER_BACKEND",
     "OPTION_GLOBAL_RESOURCE_CONFIG", "OPTION_MEM_POOL_CONFIG", "OPTION_HOST_MEM_POOL_CONFIG",
-    "DEFAULT_TENSOR_NUM_PER_LAYER", "capabilities",
+    "OPTION_MOCK_NATIVE_POOL", "DEFAULT_TENSOR_NUM_PER_LAYER", "capabilities",
 ]
 
 # Option keys of the C++ header (cpp-api.md §3.3), and the two pool keys the engine reads.
@@ -57,6 +58,10 @@ OPTION_TRANSFER_BACKEND = "llm.TransferBackend"
 OPTION_GLOBAL_RESOURCE_CONFIG = "llm.GlobalResourceConfig"
 OPTION_MEM_POOL_CONFIG = "llm.MemPoolConfig"
 OPTION_HOST_MEM_POOL_CONFIG = "llm.HostMemPoolConfig"
+# Mock only (PR-9): "1" makes allocate_cache, deallocate_cache, copy_kv_cache and
+# copy_kv_blocks work with the memory pools; without it they answer
+# LLM_FEATURE_NOT_ENABLED, as the vendor's class always does.
+OPTION_MOCK_NATIVE_POOL = "llm_datadist_ffi.mock.NativePool"
 
 DEFAULT_TENSOR_NUM_PER_LAYER = 2
 
@@ -308,9 +313,11 @@ def _check_sync_wait_time(options: Mapping[str, str], tag: str) -> None:
     value = options.get(OPTION_SYNC_CACHE_WAIT_TIME)
     if value is None:
         return
-    if not (value.isdigit() and value.isascii()) or not 1 <= int(value) <= 2**31 - 1:
+    if not (value.isdigit() and value.isascii()) or int(value) > 2**31 - 1:
         raise _param_invalid(tag, f"option {OPTION_SYNC_CACHE_WAIT_TIME}={value!r} must be a decimal integer in "
-                                  f"[1, {2**31 - 1}] milliseconds (PR-26)")
+                                  f"[0, {2**31 - 1}] milliseconds (PR-26)")
+    if int(value) == 0:
+        lint.lint("PR-26", f"[{tag}] option {OPTION_SYNC_CACHE_WAIT_TIME}={value!r} is 0 milliseconds")
 
 
 def _check_listen_port(options: Optional[Mapping[str, str]], tag: str) -> None:
@@ -359,6 +366,16 @@ def _check_distinct(blocks: "np.ndarray[Any, Any]", name: str, tag: str) -> None
                                   "must be distinct (PR-5)")
 
 
+def _lint_repeated_destination(blocks: "np.ndarray[Any, Any]", name: str, tag: str) -> None:
+    """PR-5 of the local block copy: a repeated destination block is a lint."""
+    if blocks.size < 2:
+        return
+    ordered = np.sort(blocks, kind="stable")
+    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+    if repeated.size:
+        lint.lint("PR-5", f"[{tag}] {name} contains block {int(repeated[0])} more than once")
+
+
 # ---- the engine -------------------------------------------------------------------------------
 
 class LlmDataDist:
@@ -376,6 +393,7 @@ class LlmDataDist:
         self._initialized = False
         self._caches: dict[int, CacheDesc] = {}
         self._owned: set[int] = set()          # ids from allocate_cache (deallocate frees only these)
+        self._native_pool = False               # OPTION_MOCK_NATIVE_POOL given at initialize
         self._handle: Any = _capi.lldd_create(self._cluster_id, self._role, "LlmDataDist")
 
     # -- properties --
@@ -412,8 +430,11 @@ class LlmDataDist:
         if not self._initialized:
             _check_sync_wait_time(options, tag)
             _check_listen_port(options, tag)
+        was_initialized = self._initialized
         _capi.lldd_initialize(self._engine(), array, count, tag)
         del keep
+        if not was_initialized:
+            self._native_pool = options.get(OPTION_MOCK_NATIVE_POOL) == "1"
         self._initialized = True
 
     def finalize(self) -> None:
@@ -508,19 +529,23 @@ class LlmDataDist:
         return cache_id
 
     def unregister_kv_cache(self, cache_id: int) -> None:
-        """``UnregisterKvCache(cache_id)``; an unknown id succeeds."""
+        """``UnregisterKvCache(cache_id)``; an unknown id succeeds. An allocated cache's
+        entry goes too, with the engine's ``OwnedCacheUnregisteredWarning`` (PR-23)."""
         cid = _int(cache_id, "cache_id", _I64, "int64")
         _capi.lldd_unregister_kv_cache(self._engine(), cid, "LlmDataDist.unregister_kv_cache")
-        if cid not in self._owned:             # an owned cache stays (PR-23 refuses the call)
-            self._caches.pop(cid, None)
+        self._owned.discard(cid)
+        self._caches.pop(cid, None)
 
     def allocate_cache(self, cache_desc: CacheDesc) -> Cache:
-        """``AllocateCache``: a library-owned cache from the memory pool (PR-9).
+        """``AllocateCache``: ``LLM_FEATURE_NOT_ENABLED``, as the vendor's class answers.
+
+        On the mock, with ``OPTION_MOCK_NATIVE_POOL="1"`` and a memory pool given at
+        ``initialize``, a library-owned cache from the pool (PR-9).
 
         Raises:
-            LLMException: ``LLM_FEATURE_NOT_ENABLED`` without a pool (always on the
-                ascend backend), ``LLM_OUT_OF_MEMORY`` when the pool is exhausted,
-                ``LLM_PARAM_INVALID`` for a malformed description.
+            LLMException: ``LLM_FEATURE_NOT_ENABLED`` without that option or without a
+                pool (always on the ascend backend), ``LLM_OUT_OF_MEMORY`` when the pool
+                is exhausted, ``LLM_PARAM_INVALID`` for a malformed description.
         """
         _require(cache_desc, CacheDesc, "cache_desc")
         desc, keep = cache_desc._to_c("cache_desc")
@@ -532,7 +557,8 @@ class LlmDataDist:
         return Cache(cache_id, addrs, cache_desc)
 
     def deallocate_cache(self, cache_id: int) -> None:
-        """``DeallocateCache``: an unknown id succeeds (PR-9)."""
+        """``DeallocateCache``: ``LLM_FEATURE_NOT_ENABLED`` as :meth:`allocate_cache`;
+        with the mock's pool-backed variant an unknown id succeeds (PR-9)."""
         cid = _int(cache_id, "cache_id", _I64, "int64")
         _capi.lldd_deallocate_cache(self._engine(), cid, "LlmDataDist.deallocate_cache")
         if cid in self._owned:                 # a registered cache stays (semantics §3.6: a no-op)
@@ -648,11 +674,13 @@ class LlmDataDist:
 
     def copy_kv_cache(self, src_cache: Cache, dst_cache: Cache, src_batch_index: int = 0,
                       dst_batch_index: int = 0, offset: int = 0, size: int = -1) -> None:
-        """``CopyKvCache``: a local copy between two caches by id (PR-9).
+        """``CopyKvCache``: ``LLM_FEATURE_NOT_ENABLED`` as :meth:`allocate_cache`; with
+        the mock's pool-backed variant, a local copy between two caches by id (PR-9).
 
         Raises:
-            LLMException: ``LLM_FEATURE_NOT_ENABLED`` without a pool (always on the
-                ascend backend), ``LLM_KV_CACHE_NOT_EXIST``, ``LLM_PARAM_INVALID``.
+            LLMException: ``LLM_FEATURE_NOT_ENABLED`` without the mock's option or a
+                pool (always on the ascend backend), ``LLM_KV_CACHE_NOT_EXIST``,
+                ``LLM_PARAM_INVALID``.
         """
         tag = "LlmDataDist.copy_kv_cache"
         _require(src_cache, Cache, "src_cache")
@@ -668,8 +696,11 @@ class LlmDataDist:
 
     def copy_kv_blocks(self, src_cache: Cache, dst_cache: Cache, src_blocks: BlockList,
                        dst_blocks_list: Sequence[BlockList]) -> None:
-        """``CopyKvBlocks``: for each list in ``dst_blocks_list``, block ``src_blocks[k]``
-        into block ``list[k]`` of every tensor (PR-9).
+        """``CopyKvBlocks``: ``LLM_FEATURE_NOT_ENABLED`` as :meth:`allocate_cache`; with
+        the mock's pool-backed variant, for each list in ``dst_blocks_list``, block
+        ``src_blocks[k]`` into block ``list[k]`` of every tensor (PR-9). A destination
+        block given more than once is written in list order, the last write winning,
+        with a ``RepeatedDestinationBlockWarning`` (PR-5).
 
         Raises:
             LLMException: as :meth:`copy_kv_cache`.
@@ -684,8 +715,8 @@ class LlmDataDist:
             raise TypeError(f"dst_blocks_list must be a list of block lists, not {type(dst_blocks_list).__name__}")
         arrays = [_blocks(lst, f"dst_blocks_list[{i}]")[2] for i, lst in enumerate(dst_blocks_list)]
         flat = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint64)
-        if self._initialized:
-            _check_distinct(flat, "dst_blocks_list", tag)
+        if self._initialized and self._native_pool:
+            _lint_repeated_destination(flat, "dst_blocks_list", tag)
         lens = ffi.new("size_t[]", [int(a.size) for a in arrays]) if arrays else ffi.NULL
         flat_ptr = ffi.from_buffer("uint64_t[]", flat) if flat.size else ffi.NULL
         _capi.lldd_copy_kv_blocks(self._engine(), src, dst, src_ptr, n_src, flat_ptr, lens, len(arrays), tag)

@@ -197,6 +197,7 @@ struct lldd_engine {
     int ext;                     /* initialised by lldd_ext_initialize */
     int switch_role_enabled;     /* v1: llm.EnableSwitchRole = "1" */
     int v1_unlimited;            /* v1 without a pool size: caches come straight from the device */
+    int native_pool;             /* llm_datadist_ffi.mock.NativePool = "1": the PR-9 calls work (mock only) */
     uint32_t link_total_ms;      /* llm.LinkTotalTime (rank-table links) */
     int rank_linked;             /* lldd_ext_link was called (register rules, §2.6) */
     pthread_mutex_t v1_link_mu;  /* v1: one link/unlink at a time (PROCESSING_LINK) */
@@ -382,7 +383,8 @@ static inline int kind_has_blocks(const cache_wire *w)
 lldd_status engine_options_call_check(engine *e, const char *fn, const lldd_option *options, size_t num_options);
 const char *engine_opt_get(const lldd_option *options, size_t count, const char *key);
 int engine_parse_digits(const char *s, uint64_t max, uint64_t *out);
-/* llm.SyncKvCacheWaitTime: milliseconds in [1, 2^31 - 1] (PR-26), 1000 when absent. */
+/* llm.SyncKvCacheWaitTime: milliseconds in [0, 2^31 - 1], 1000 when absent; 0 is a lint
+ * (PR-26), above 2^31 - 1 refused (a guard). */
 lldd_status engine_parse_sync_wait(const char *fn, const lldd_option *o, size_t n, uint32_t *out);
 /* A device option's ";"-separated ids, each an int32 >= 0 (llm.DeviceId, ge.exec.deviceId):
  * *items of them, the first in *first. The caller judges the count. */
@@ -411,6 +413,7 @@ typedef struct engine_cfg {
     int ext;
     int switch_role_enabled;
     int v1_unlimited;
+    int native_pool;
     uint32_t link_total_ms;
 } engine_cfg;
 

@@ -26,7 +26,7 @@ import threading
 import warnings
 from typing import Any, ClassVar, Dict, List, Optional, Tuple, Union
 
-from .. import _capi
+from .. import _capi, lint
 from .._capi import ffi
 from .._vendor_checks import (
     INT32, UINT32, UINT64, check_int, check_type, int_to_ip, ip_to_int, none_error, raise_param_invalid,
@@ -93,9 +93,11 @@ def _check_sync_wait_time(options: Dict[str, Any]) -> None:
     if "llm.SyncKvCacheWaitTime" not in options:
         return
     value = _require_str_option(options, "llm.SyncKvCacheWaitTime")
-    if not (value.isdigit() and value.isascii()) or not 1 <= int(value) <= _MAX_SYNC_WAIT_MS:
+    if not (value.isdigit() and value.isascii()) or int(value) > _MAX_SYNC_WAIT_MS:
         raise_param_invalid(f"option llm.SyncKvCacheWaitTime={value!r} must be a decimal integer in "
-                            f"[1, {_MAX_SYNC_WAIT_MS}] milliseconds (PR-26)")
+                            f"[0, {_MAX_SYNC_WAIT_MS}] milliseconds (PR-26)")
+    if int(value) == 0:
+        lint.lint("PR-26", f"option llm.SyncKvCacheWaitTime={value!r} is 0 milliseconds")
 
 
 def _check_v1_options(options: Dict[str, Any], role: LLMRole) -> None:
