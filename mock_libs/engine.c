@@ -345,6 +345,17 @@ lldd_status engine_parse_sync_wait(const char *fn, const lldd_option *o, size_t 
     return LLM_SUCCESS;
 }
 
+lldd_status engine_parse_native_pool(const char *fn, const lldd_option *o, size_t n, int *out)
+{
+    const char *v = engine_opt_get(o, n, "llm_datadist_ffi.mock.NativePool");
+    *out = v != NULL && strcmp(v, "1") == 0;
+    if (v != NULL && strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
+        mock_set_error("%s: option llm_datadist_ffi.mock.NativePool \"%s\" must be \"0\" or \"1\"", fn, v);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
 lldd_status engine_parse_pool_cfg(const char *fn, const char *key, const char *text, pool_cfg *out)
 {
     memset(out, 0, sizeof *out);
@@ -470,15 +481,8 @@ static lldd_status parse_init_options(engine *e, const char *fn, const lldd_opti
         }
     }
 
-    /* PR-9: the vendor's class answers FEATURE_NOT_ENABLED to AllocateCache,
-     * DeallocateCache, CopyKvCache and CopyKvBlocks; this mock-only option turns on
-     * the pool-backed variant (docs/semantics.md, PR-9). */
-    const char *native_pool = engine_opt_get(opts, n, "llm_datadist_ffi.mock.NativePool");
-    if (native_pool != NULL && strcmp(native_pool, "0") != 0 && strcmp(native_pool, "1") != 0) {
-        mock_set_error("%s: option llm_datadist_ffi.mock.NativePool \"%s\" must be \"0\" or \"1\"", fn, native_pool);
-        return LLM_PARAM_INVALID;
-    }
-    c->native_pool = native_pool != NULL && strcmp(native_pool, "1") == 0;
+    if ((st = engine_parse_native_pool(fn, opts, n, &c->native_pool)) != LLM_SUCCESS)
+        return st;
 
     const char *comm = engine_opt_get(opts, n, "llm.LocalCommRes");
     c->local_comm_res = (comm != NULL && comm[0] != '\0') ? comm : NULL;

@@ -386,6 +386,11 @@ int engine_parse_digits(const char *s, uint64_t max, uint64_t *out);
 /* llm.SyncKvCacheWaitTime: milliseconds in [0, 2^31 - 1], 1000 when absent; 0 is a lint
  * (PR-26), above 2^31 - 1 refused (a guard). */
 lldd_status engine_parse_sync_wait(const char *fn, const lldd_option *o, size_t n, uint32_t *out);
+/* PR-9: the vendor's class answers FEATURE_NOT_ENABLED to AllocateCache,
+ * DeallocateCache, CopyKvCache and CopyKvBlocks; the mock-only option
+ * llm_datadist_ffi.mock.NativePool = "1" turns on their pool-backed variant
+ * (*out = 1). "0" or absent: off; any other value: PARAM_INVALID. */
+lldd_status engine_parse_native_pool(const char *fn, const lldd_option *o, size_t n, int *out);
 /* A device option's ";"-separated ids, each an int32 >= 0 (llm.DeviceId, ge.exec.deviceId):
  * *items of them, the first in *first. The caller judges the count. */
 lldd_status engine_parse_device_list(const char *fn, const char *key, const char *dev, size_t *items,
