@@ -144,7 +144,7 @@ class NativeEngines(RuleBasedStateMachine):
         """Initialize (a no-op when initialised, §12.1), sometimes with a bad option."""
         options = dict(self.h.nodes[cluster].options)
         if bad == "wait time":
-            options["llm.SyncKvCacheWaitTime"] = "0"             # PR-26
+            options["llm.SyncKvCacheWaitTime"] = "2147483648"    # PR-26: past int32, refused
         elif bad == "port":
             options["llm.ListenIpInfo"] = "127.0.0.1:0"          # PR-27
         self.h.initialize(cluster, options)

@@ -82,7 +82,7 @@ FAST_FAIL = {"llm.LinkTotalTime": str(LINK_TOTAL_S)}
 def options(version: str, port: Optional[int], bad: bool) -> Dict[str, str]:
     made = vs.v2_options(port, **FAST_FAIL) if version == "v2" else vs.v1_options(port, **{"llm.EnableSwitchRole": "1"})
     if bad:
-        made["llm.SyncKvCacheWaitTime"] = "0"
+        made["llm.SyncKvCacheWaitTime"] = "2147483648"          # past int32: still refused (PR-26)
     return made
 
 

@@ -159,8 +159,24 @@ def peer_link(port: int) -> List[int]:
 # ---------------------------------------------------------------------------
 
 
-def observe(call: Any) -> Tuple[str, Optional[int]]:
-    """``("ok", None)``, ``("LLMException", status)`` or ``("TypeError"/"ValueError", None)``."""
+def observe(call: Any, lints: Optional[List[str]] = None) -> Tuple[str, Optional[int]]:
+    """``("ok", None)``, ``("LLMException", status)`` or ``("TypeError"/"ValueError", None)``.
+    With ``lints`` given, the ids of the lint rules the call warned about are appended to
+    it; otherwise a lint stays an error (as every other warning)."""
+    import warnings
+
+    from llm_datadist_ffi import lint
+
+    if lints is None:
+        return _observe(call)
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always", lint.LintWarning)
+        seen = _observe(call)
+    lints.extend(w.message.rule for w in record if isinstance(w.message, lint.LintWarning))
+    return seen
+
+
+def _observe(call: Any) -> Tuple[str, Optional[int]]:
     from llm_datadist_ffi import LLMException
 
     try:
@@ -276,8 +292,10 @@ class Pair:
             def call() -> None:
                 nonlocal got
                 got = self.memory.make(self.cm, *args)
-            seen = observe(call)
-        else:
+            lints: List[str] = []
+            seen = observe(call, lints)
+            assert set(lints) == set(model.lints), f"make {side} {args}: lints {lints} != {model.lints}"
+        else:       # the peer process's warnings are not observed here
             seen, got = peer_observe(self.peer, f"v2s.peer_make(*{args!r})")
         assert seen == expected(model), f"make {side} {args}: {seen} != {expected(model)} ({model.rule})"
         if not model.ok:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Sequence
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from llm_datadist_ffi import LLMException
 from llm_datadist_ffi import LLMStatusCode as S
-from llm_datadist_ffi import native
+from llm_datadist_ffi import lint, native
 
 from .dtypes import tensor_layout
 from .memory import apply_copies
@@ -118,9 +119,26 @@ def observe(fn: Callable[[], Any]) -> tuple[str, Optional[S], Any, str]:
     return "ok", S.LLM_SUCCESS, result, ""
 
 
+def lint_rules(fn: Callable[[], Any]) -> tuple[Any, list[str]]:
+    """``fn()``'s result and the ids of the lint rules it warned about, in order; any
+    other warning stays an error."""
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always", lint.LintWarning)
+        result = fn()
+    return result, [w.message.rule for w in record if isinstance(w.message, lint.LintWarning)]
+
+
+def agree_lints(call: str, expected: Outcome, got: Sequence[str], where: str = "") -> None:
+    """The lints a call gave against the oracle's, as sets of rule ids."""
+    if set(got) != set(expected.lints):
+        raise Mismatch(f"{call}{where}: the oracle expects the lints {sorted(set(expected.lints))}, the package "
+                       f"gave {sorted(set(got))} ({expected.describe()})")
+
+
 def agree(call: str, expected: Outcome, fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` and check it against ``expected`` (raising calls only)."""
-    kind, status, result, message = observe(fn)
+    """Run ``fn`` and check it against ``expected`` (raising calls only), its lints too."""
+    (kind, status, result, message), lints = lint_rules(lambda: observe(fn))
+    agree_lints(call, expected, lints)
     if expected.python_error is not None:
         want: tuple[str, Optional[S]] = (expected.python_error.__name__, None)
     elif expected.status == S.LLM_SUCCESS:
@@ -171,8 +189,19 @@ class RawAbi:
     def error(self) -> str:
         return str(self.ffi.string(self.lib.lldd_last_error()).decode("utf-8", "replace"))
 
+    def take_lints(self) -> list[str]:
+        """The rule ids of the engine's lint record since the last take; clears it (a
+        raw call bypasses the package's reader of the record)."""
+        count = min(int(self.lib.lldd_mock_lint_count()), 8)
+        rules = [f"PR-{int(self.lib.lldd_mock_lint_rule(i))}" for i in range(count)]
+        self.lib.lldd_mock_lint_clear()
+        return rules
 
-def agree_status(call: str, expected: Outcome, status: int, message: str) -> None:
+
+def agree_status(call: str, expected: Outcome, status: int, message: str,
+                 engine_lints: Sequence[str] = ()) -> None:
+    """A C ABI call's status, and the lints the engine recorded for it."""
+    agree_lints(call, expected, engine_lints, " (C ABI)")
     want = S.LLM_SUCCESS if expected.ok else expected.status
     if status != int(want):
         got = S(status).name if status in set(int(c) for c in S) else hex(status)
@@ -312,9 +341,10 @@ class Harness:
             self.log.append(call)
             if expected.python_error is not None:
                 return expected               # not expressible in C types: no call
+            self.abi.take_lints()
             status = raw()
             try:
-                agree_status(call, expected, status, self.abi.error() if status else "")
+                agree_status(call, expected, status, self.abi.error() if status else "", self.abi.take_lints())
             except Mismatch as exc:
                 raise Mismatch(f"{exc}\n  calls so far: {self.log[-15:]}") from None
         else:

@@ -1,6 +1,7 @@
 """What a call must do: its outcome, and the bytes it moves."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -28,7 +29,8 @@ class Outcome:
     or the ``status_code`` of the ``LLMException`` raised (link calls return it).
     ``copies`` move bytes from cache ``src`` to cache ``dst`` (each ``(cluster_id,
     cache_id)``); ``value`` is the call's result (a cache id, link results, ...);
-    ``rule`` names the rule that decided, for failure messages.
+    ``rule`` names the rule that decided, for failure messages. ``lints`` are the ids of
+    the lint rules (docs/semantics.md, "Lint and vendor rows") the call must warn about.
     """
 
     status: S = S.LLM_SUCCESS
@@ -38,6 +40,12 @@ class Outcome:
     src: Optional[tuple[int, int]] = None
     dst: Optional[tuple[int, int]] = None
     value: Any = None
+    lints: list[str] = field(default_factory=list)
+
+    def linted(self, *rules: str) -> "Outcome":
+        """The same outcome, with the lint rules the call also warns about."""
+        self.lints.extend(r for r in rules if r not in self.lints)
+        return self
 
     @property
     def ok(self) -> bool:
@@ -51,6 +59,15 @@ class Outcome:
     def describe(self) -> str:
         what = self.python_error.__name__ if self.python_error else self.status.name
         return f"{what} ({self.rule})" if self.rule else what
+
+
+STRICT_ENV = "LLM_DATADIST_FFI_STRICT"
+
+
+def strict() -> bool:
+    """Whether lints are refusals (``LLM_DATADIST_FFI_STRICT=1``), read per call as the
+    package reads it."""
+    return os.environ.get(STRICT_ENV, "") == "1"
 
 
 def fail(status: S, rule: str, copies: Optional[list[Copy]] = None) -> Outcome:
