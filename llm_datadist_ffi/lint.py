@@ -110,7 +110,7 @@ class KeyBindingWarning(LintWarning):
 
 
 class OwnedCacheUnregisteredWarning(LintWarning):
-    """PR-23: ``unregister`` of a cache the library allocated (its memory stays lost)."""
+    """PR-23: ``unregister`` of a cache the library allocated (deallocate is the call meant)."""
     rule = "PR-23"
 
 
@@ -169,7 +169,8 @@ RULES: Dict[str, LintRule] = {r.rule: r for r in (
              "direct mode resolves the reference as the blocks key of model_id 0"),
     LintRule("PR-21", KeyBindingWarning, "the first binding of a key wins; the repeat binds nothing"),
     LintRule("PR-23", OwnedCacheUnregisteredWarning,
-             "the cache entry goes; its pool memory is lost until finalize"),
+             "the cache entry and its keys go and its pool memory returns to the pool; the addresses the "
+             "caller holds are stale"),
     LintRule("PR-25", EmptyMappingWarning, "the copy or swap has the vendor's degenerate effect"),
     LintRule("PR-26", ZeroWaitTimeWarning, "every transfer wait ends at once"),
     LintRule("PR-28", ClusterIdMismatchWarning, "the link is made and keyed by the listener's real id"),
