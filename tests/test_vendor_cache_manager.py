@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from llm_datadist_ffi import LLMException, LLMStatusCode
+from llm_datadist_ffi import lint as lint_module
 from llm_datadist_ffi.vendor import (
     BlocksCacheKey, Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex, CacheTask, DataType, LayerSynchronizer,
     LLMDataDist, LLMRole, MemInfo, Memtype, Placement, TransferConfig, TransferWithCacheKeyConfig,
@@ -196,6 +197,40 @@ def test_unregister_cache_checks_an_int64_and_accepts_an_unknown_id(local: Local
     assert local.cm.unregister_cache(99) is None
     cache, _ = local.blocks_cache()
     local.cm.unregister_cache(cache.cache_id)
+
+
+def test_unregister_cache_of_an_allocated_cache_removes_it_and_its_keys_with_a_lint(local: Local) -> None:
+    # PR-23: the vendor erases the entry (its keys go with it); deallocate was the call meant
+    desc = CacheDesc(2, [4, 64], DataType.DT_UINT8)
+    cache = local.cm.allocate_cache(desc, [CacheKey(2, 40)])
+    with vs.strict_mode():
+        lx(lambda: local.cm.unregister_cache(cache.cache_id), "PR-23")
+    lx(lambda: local.cm.allocate_cache(desc, [CacheKey(2, 40)]))               # the key is still bound
+    with pytest.warns(lint_module.OwnedCacheUnregisteredWarning, match="PR-23") as record:
+        local.cm.unregister_cache(cache.cache_id)
+    assert record[0].filename == __file__                                      # points at this line
+    raises(LLMException, lambda: local.cm.copy_cache(cache, cache, 1, 0), status=LLMStatusCode.LLM_KV_CACHE_NOT_EXIST)
+    again = local.cm.allocate_cache(desc, [CacheKey(2, 40)])                   # the key is free
+    local.cm.deallocate_cache(again)
+
+
+def test_register_cache_binds_a_repeated_or_bound_key_once_with_a_lint(local: Local) -> None:
+    # PR-21: the vendor's registration checks no key; the first binding wins
+    arrays = local.arrays(2, (4, 32))
+    addrs = [a.ctypes.data for a in arrays]
+    desc = CacheDesc(2, [4, 32], DataType.DT_UINT8)
+    with pytest.warns(lint_module.KeyBindingWarning, match="repeats") as record:
+        first = local.cm.register_cache(desc, addrs, [CacheKey(2, 50), CacheKey(2, 50)])
+    assert record[0].filename == __file__
+    more = local.arrays(2, (4, 32))
+    with pytest.warns(lint_module.KeyBindingWarning, match="already bound"):
+        second = local.cm.register_cache(desc, [a.ctypes.data for a in more], [CacheKey(2, 50)])
+    local.cm.unregister_cache(second.cache_id)
+    lx(lambda: local.cm.allocate_cache(desc, [CacheKey(2, 50)]))               # still the first cache's
+    local.cm.unregister_cache(first.cache_id)
+    local.cm.deallocate_cache(local.cm.allocate_cache(desc, [CacheKey(2, 50)]))
+    with vs.strict_mode():
+        lx(lambda: local.cm.register_cache(desc, addrs, [CacheKey(2, 51), CacheKey(2, 51)]), "PR-21")
 
 
 # ---------------------------------------------------------------------------
