@@ -105,7 +105,7 @@ class CacheIdFallbackWarning(LintWarning):
 
 
 class KeyBindingWarning(LintWarning):
-    """PR-21: a registration key that repeats or is already bound (first binding wins)."""
+    """PR-21: a registration key that repeats or is already bound."""
     rule = "PR-21"
 
 
@@ -167,7 +167,8 @@ RULES: Dict[str, LintRule] = {r.rule: r for r in (
              "the core uses shape[0] as the batch or block count regardless"),
     LintRule("PR-20", CacheIdFallbackWarning,
              "direct mode resolves the reference as the blocks key of model_id 0"),
-    LintRule("PR-21", KeyBindingWarning, "the first binding of a key wins; the repeat binds nothing"),
+    LintRule("PR-21", KeyBindingWarning,
+             "a bound key keeps its binding; a key repeated in the call binds once, at its last slot"),
     LintRule("PR-23", OwnedCacheUnregisteredWarning,
              "the cache entry and its keys go and its pool memory returns to the pool; the addresses the "
              "caller holds are stale"),

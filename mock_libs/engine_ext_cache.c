@@ -198,9 +198,10 @@ static int cmp_ident(const void *a, const void *b)
 
 /* The keys of one register/allocate call, checked (semantics §9.2, §9.3, PR-21,
  * PR-22). On success bind[i] says whether keys[i] binds slot i. mu held.
- * Registration (reg) follows the vendor's registration, which checks no key: a
- * repeated key or one already bound keeps its first binding and the later one binds
- * nothing, with a PR-21 lint. Allocation refuses them (PR-22 in v2; v1 binds the last
+ * Registration (reg) follows the vendor's registration, which checks no key: a key
+ * already bound keeps that binding and binds nothing here; a key repeated within the
+ * call binds this cache once, at the slot of its last occurrence (the vendor's slot
+ * map keeps the last write); both with a PR-21 lint. Allocation refuses them (PR-22 in v2; v1 binds the last
  * occurrence). More keys than slots are refused either way (a guard: the extra keys
  * would name batches past the cache). */
 typedef struct key_plan {
@@ -252,12 +253,12 @@ static lldd_status plan_slot_keys(engine *e, const char *fn, const lldd_key *key
             }
         }
         if (best != SIZE_MAX && reg) {
-            for (size_t i = 1; i < n; i++)
-                if (v[i].ns == v[i - 1].ns && v[i].id == v[i - 1].id && v[i].model == v[i - 1].model)
-                    out->bind[v[i].pos] = 0; /* the first occurrence keeps the key */
+            for (size_t i = 0; i + 1 < n; i++)
+                if (v[i].ns == v[i + 1].ns && v[i].id == v[i + 1].id && v[i].model == v[i + 1].model)
+                    out->bind[v[i].pos] = 0; /* the last occurrence gives the slot */
             describe_ident(what, sizeof what, v[best].ns, v[best].id, v[best].model, v[best].placeholder);
-            if (mock_lint(21, "%s: cache_keys[%zu] repeats cache_keys[%zu], the %s; the first binding wins and the "
-                              "repeat binds nothing (PR-21)", fn, v[best].pos, v[first].pos, what))
+            if (mock_lint(21, "%s: cache_keys[%zu] repeats cache_keys[%zu], the %s; the key binds once, at the slot "
+                              "of its last occurrence (PR-21)", fn, v[best].pos, v[first].pos, what))
                 st = LLM_PARAM_INVALID;
         } else if (best != SIZE_MAX) {
             describe_ident(what, sizeof what, v[best].ns, v[best].id, v[best].model, v[best].placeholder);

@@ -215,7 +215,7 @@ def test_register_refuses_more_keys_than_batches(x: Any, monkeypatch: pytest.Mon
 ])
 def test_register_binds_a_repeated_key_once_with_a_lint(x: Any, monkeypatch: pytest.MonkeyPatch, keys: Any,
                                                         repeated_binds: bool, words: str) -> None:
-    # PR-21: the vendor's registration checks no key; the first binding wins
+    # PR-21: the vendor's registration checks no key; a repeat binds the key once
     engine = x.engine(1, xs.v2_options(pool=True))
     x.take_lints()
     assert x.register(engine, arrays(2), keys=keys(x)) == (0, 1)
@@ -228,6 +228,22 @@ def test_register_binds_a_repeated_key_once_with_a_lint(x: Any, monkeypatch: pyt
     monkeypatch.setenv(lint.STRICT_ENV, "1")
     assert x.register(engine, arrays(2), keys=keys(x))[0] == S.LLM_PARAM_INVALID
     assert words in x.last_error() and "PR-21" in x.last_error()
+
+
+def test_a_key_repeated_at_registration_names_the_batch_of_its_last_occurrence(x: Any) -> None:
+    # PR-21: the vendor's slot map of the cache keeps the last write, so a server-assisted
+    # pull through the key reads batch 2 here, not batch 0
+    p, port = x.listening(1, xs.v2_options(direct=False, role="Prompt"))
+    d = x.engine(2, xs.v2_options(direct=False, role="Decoder"))
+    source = [np.arange(64, dtype=np.uint8).reshape(4, 16) for _ in range(2)]
+    x.take_lints()
+    assert x.register(p, source, keys=[x.req(7), x.req(8), x.req(7)]) == (0, 1)
+    assert x.take_lints() == [21]
+    target = [np.zeros((1, 16), np.uint8) for _ in range(2)]
+    _, dst_id = x.register(d, target)
+    assert x.link(d, [(1, port)]) == (0, [0]), x.last_error()
+    assert x.pull(d, x.req(7, cluster=1), dst_id) == 0, x.last_error()
+    assert all((t[0] == s[2]).all() for t, s in zip(target, source))
 
 
 def test_a_key_bound_to_a_live_cache_keeps_its_binding_with_a_lint(x: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -215,7 +215,7 @@ def test_unregister_cache_of_an_allocated_cache_removes_it_and_its_keys_with_a_l
 
 
 def test_register_cache_binds_a_repeated_or_bound_key_once_with_a_lint(local: Local) -> None:
-    # PR-21: the vendor's registration checks no key; the first binding wins
+    # PR-21: the vendor's registration checks no key; a bound key keeps its first binding
     arrays = local.arrays(2, (4, 32))
     addrs = [a.ctypes.data for a in arrays]
     desc = CacheDesc(2, [4, 32], DataType.DT_UINT8)

@@ -481,8 +481,8 @@ class CacheManager:
                 ``link()``, empty ``addrs``, an address count other than
                 ``num_tensors``, an address 0; from the core ``LLM_PARAM_INVALID``
                 (shape, dtype, more keys than batches, …) or ``LLM_FAILED`` (no engine).
-                Lints: ``batch_dim_index != 0`` (PR-18); a repeated or already bound
-                key, which binds nothing (the first binding wins, PR-21).
+                Lints: ``batch_dim_index != 0`` (PR-18); a key bound already (it keeps
+                that binding) or repeated in the call (it binds at its last slot), PR-21.
         """
         tag = "register_cache"
         check_type(cache_desc, CacheDesc, "cache_desc")

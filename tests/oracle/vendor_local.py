@@ -154,21 +154,19 @@ class Engine:
         return None
 
     def _plan_registration_keys(self, keys: Sequence[KeyM]) -> Tuple[List[Tuple[int, KeyM]], bool]:
-        """PR-21 (§9.3): the registration checks no key; a key that repeats, or is bound
-        already, keeps its first binding and binds nothing here. The (slot, key) pairs that
-        bind, and whether the lint applies (placeholders, which never bind, count too)."""
-        seen: set = set()
-        plan: List[Tuple[int, KeyM]] = []
+        """PR-21 (§9.3): the registration checks no key. A key bound already keeps that
+        binding and binds nothing here; a key repeated in the call binds once, at the slot
+        of its last occurrence (the core's slot map keeps the last write). The (slot, key)
+        pairs that bind, and whether the lint applies (placeholders count too)."""
+        last: Dict[Tuple[str, int, int], int] = {}
         linted = False
         for slot, key in enumerate(keys):
             ident = key.identity()
-            if ident in seen or ident in self.bindings:
-                linted = True
-                continue
-            seen.add(ident)
-            if not key.placeholder:
-                plan.append((slot, key))
-        return plan, linted
+            linted = linted or ident in last or ident in self.bindings
+            last[ident] = slot                                        # type: ignore[index]
+        plan = [(slot, keys[slot]) for ident, slot in last.items()
+                if ident not in self.bindings and not keys[slot].placeholder]
+        return sorted(plan, key=lambda p: p[0]), linted
 
     def _bind(self, keys: Sequence[KeyM], cache_id: int) -> None:
         for slot, key in enumerate(keys):

@@ -291,7 +291,7 @@ class World:
                 if strict():
                     return fail(PI, "PR-21 a repeated or bound key (strict)")
                 lints.append("PR-21")
-                binding = self._first_bindings(engine, keys)
+                binding = self._first_bindings(engine, keys)          # first binding wins across calls
         cache = VCache(cache_id, kind, num, dim0, row, placement, ra, owned=False, born=self.tick(), memory=memory)
         engine.caches[cache_id] = cache
         if kind is Kind.CACHE:
@@ -341,15 +341,12 @@ class World:
 
     @staticmethod
     def _first_bindings(engine: VEngine, keys: Sequence[Key]) -> List[Optional[Key]]:
-        """PR-21: the registration's keys with every repeat and every key bound already
-        replaced by ``None`` (the first binding wins)."""
-        seen: Set[Tuple[str, int, int]] = set()
-        out: List[Optional[Key]] = []
-        for key in keys:
-            fresh = key.identity not in seen and key.identity not in engine.bindings
-            seen.add(key.identity)
-            out.append(key if fresh else None)
-        return out
+        """PR-21: the registration's keys with every key bound already replaced by
+        ``None`` (its binding stays), and a key repeated in the call kept only at its
+        last occurrence (the core's slot map keeps the last write)."""
+        last = {key.identity: slot for slot, key in enumerate(keys)}
+        return [key if key.identity not in engine.bindings and last[key.identity] == slot else None
+                for slot, key in enumerate(keys)]
 
     @staticmethod
     def _bind(engine: VEngine, cache: VCache, keys: Sequence[Optional[Key]]) -> None:
