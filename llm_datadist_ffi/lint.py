@@ -108,12 +108,12 @@ class CacheIdFallbackWarning(LintWarning):
 
 
 class KeyBindingWarning(LintWarning):
-    """PR-21: a registration key that repeats or is already bound (first binding wins)."""
+    """PR-21: a registration key that repeats or is already bound."""
     rule = "PR-21"
 
 
 class OwnedCacheUnregisteredWarning(LintWarning):
-    """PR-23: ``unregister`` of a cache the library allocated (its memory stays lost)."""
+    """PR-23: ``unregister`` of a cache the library allocated (deallocate is the call meant)."""
     rule = "PR-23"
 
 
@@ -172,9 +172,11 @@ RULES: Dict[str, LintRule] = {r.rule: r for r in (
              "the core uses shape[0] as the batch or block count regardless"),
     LintRule("PR-20", CacheIdFallbackWarning,
              "direct mode resolves the reference as the blocks key of model_id 0"),
-    LintRule("PR-21", KeyBindingWarning, "the first binding of a key wins; the repeat binds nothing"),
+    LintRule("PR-21", KeyBindingWarning,
+             "a bound key keeps its binding; a key repeated in the call binds once, at its last slot"),
     LintRule("PR-23", OwnedCacheUnregisteredWarning,
-             "the cache entry goes; its pool memory is lost until finalize"),
+             "the cache entry and its keys go and its pool memory returns to the pool; the addresses the "
+             "caller holds are stale"),
     LintRule("PR-25", EmptyMappingWarning, "the copy or swap has the vendor's degenerate effect"),
     LintRule("PR-26", ZeroWaitTimeWarning, "every transfer wait ends at once"),
     LintRule("PR-28", ClusterIdMismatchWarning,

@@ -45,7 +45,7 @@ __all__ = [
     "OPTION_LISTEN_IP_INFO", "OPTION_DEVICE_ID", "OPTION_SYNC_CACHE_WAIT_TIME", "OPTION_BUF_POOL_CFG",
     "OPTION_ENABLE_SET_ROLE", "OPTION_LOCAL_COMM_RES", "OPTION_TRANSFER_BACKEND",
     "OPTION_GLOBAL_RESOURCE_CONFIG", "OPTION_MEM_POOL_CONFIG", "OPTION_HOST_MEM_POOL_CONFIG",
-    "DEFAULT_TENSOR_NUM_PER_LAYER", "capabilities",
+    "OPTION_MOCK_NATIVE_POOL", "DEFAULT_TENSOR_NUM_PER_LAYER", "capabilities",
 ]
 
 # Option keys of the C++ header (cpp-api.md §3.3), and the two pool keys the engine reads.
@@ -61,12 +61,16 @@ OPTION_TRANSFER_BACKEND = "llm.TransferBackend"
 OPTION_GLOBAL_RESOURCE_CONFIG = "llm.GlobalResourceConfig"
 OPTION_MEM_POOL_CONFIG = "llm.MemPoolConfig"
 OPTION_HOST_MEM_POOL_CONFIG = "llm.HostMemPoolConfig"
+# Mock only (PR-9): "1" makes allocate_cache, deallocate_cache, copy_kv_cache and
+# copy_kv_blocks work with the memory pools; without it they answer
+# LLM_FEATURE_NOT_ENABLED, as the vendor's class always does.
+OPTION_MOCK_NATIVE_POOL = "llm_datadist_ffi.mock.NativePool"
 #: The option keys the C++ class reads (lint OPT-1 names the closest for a misspelt key).
 OPTION_NAMES = (OPTION_LISTEN_IP_INFO, OPTION_DEVICE_ID, OPTION_SYNC_CACHE_WAIT_TIME, OPTION_BUF_POOL_CFG,
                 OPTION_ENABLE_SET_ROLE, OPTION_LOCAL_COMM_RES, OPTION_TRANSFER_BACKEND,
                 OPTION_GLOBAL_RESOURCE_CONFIG, OPTION_MEM_POOL_CONFIG, OPTION_HOST_MEM_POOL_CONFIG,
                 "llm.LinkTotalTime", "llm.LinkRetryCount", "llm.RdmaTrafficClass", "llm.RdmaServiceLevel",
-                "ge.exec.deviceId")
+                "ge.exec.deviceId", OPTION_MOCK_NATIVE_POOL)
 
 DEFAULT_TENSOR_NUM_PER_LAYER = 2
 
@@ -318,9 +322,11 @@ def _check_sync_wait_time(options: Mapping[str, str], tag: str) -> None:
     value = options.get(OPTION_SYNC_CACHE_WAIT_TIME)
     if value is None:
         return
-    if not (value.isdigit() and value.isascii()) or not 1 <= int(value) <= 2**31 - 1:
+    if not (value.isdigit() and value.isascii()) or int(value) > 2**31 - 1:
         raise _param_invalid(tag, f"option {OPTION_SYNC_CACHE_WAIT_TIME}={value!r} must be a decimal integer in "
-                                  f"[1, {2**31 - 1}] milliseconds (PR-26)")
+                                  f"[0, {2**31 - 1}] milliseconds (PR-26)")
+    if int(value) == 0:
+        lint.lint("PR-26", f"[{tag}] option {OPTION_SYNC_CACHE_WAIT_TIME}={value!r} is 0 milliseconds")
 
 
 def _check_listen_port(options: Optional[Mapping[str, str]], tag: str) -> None:
@@ -379,6 +385,16 @@ def _destroy(handle: Any, kept: dict[int, list[Any]]) -> None:
     kept.clear()
 
 
+def _lint_repeated_destination(blocks: "np.ndarray[Any, Any]", name: str, tag: str) -> None:
+    """PR-5 of the local block copy: a repeated destination block is a lint."""
+    if blocks.size < 2:
+        return
+    ordered = np.sort(blocks, kind="stable")
+    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+    if repeated.size:
+        lint.lint("PR-5", f"[{tag}] {name} contains block {int(repeated[0])} more than once")
+
+
 # ---- the engine -------------------------------------------------------------------------------
 
 class LlmDataDist:
@@ -406,6 +422,7 @@ class LlmDataDist:
         self._kept: dict[int, list[Any]] = {}
         self._link_reasons: tuple[str, tuple[str, ...]] = ("", ())
         self._pid = os.getpid()
+        self._native_pool = False               # OPTION_MOCK_NATIVE_POOL given at initialize
         self._handle: Any = _capi.lldd_create(self._cluster_id, self._role, "LlmDataDist")
         # weakref.finalize runs on garbage collection and, for those still alive, at exit;
         # it holds the kept memory until the engine is gone
@@ -449,8 +466,11 @@ class LlmDataDist:
             lint.check_option_keys(options, OPTION_NAMES, tag)
             _check_sync_wait_time(options, tag)
             _check_listen_port(options, tag)
+        was_initialized = self._initialized
         _capi.lldd_initialize(self._engine(), array, count, tag)
         del keep
+        if not was_initialized:
+            self._native_pool = options.get(OPTION_MOCK_NATIVE_POOL) == "1"
         self._initialized = True
 
     def finalize(self) -> None:
@@ -567,20 +587,24 @@ class LlmDataDist:
         return cache_id
 
     def unregister_kv_cache(self, cache_id: int) -> None:
-        """``UnregisterKvCache(cache_id)``; an unknown id succeeds."""
+        """``UnregisterKvCache(cache_id)``; an unknown id succeeds. An allocated cache's
+        entry goes too, with the engine's ``OwnedCacheUnregisteredWarning`` (PR-23)."""
         cid = _int(cache_id, "cache_id", _I64, "int64")
         _capi.lldd_unregister_kv_cache(self._engine(), cid, "LlmDataDist.unregister_kv_cache")
         self._kept.pop(cid, None)
-        if cid not in self._owned:             # an owned cache stays (PR-23 refuses the call)
-            self._caches.pop(cid, None)
+        self._owned.discard(cid)
+        self._caches.pop(cid, None)
 
     def allocate_cache(self, cache_desc: CacheDesc) -> Cache:
-        """``AllocateCache``: a library-owned cache from the memory pool (PR-9).
+        """``AllocateCache``: ``LLM_FEATURE_NOT_ENABLED``, as the vendor's class answers.
+
+        On the mock, with ``OPTION_MOCK_NATIVE_POOL="1"`` and a memory pool given at
+        ``initialize``, a library-owned cache from the pool (PR-9).
 
         Raises:
-            LLMException: ``LLM_FEATURE_NOT_ENABLED`` without a pool (always on the
-                ascend backend), ``LLM_OUT_OF_MEMORY`` when the pool is exhausted,
-                ``LLM_PARAM_INVALID`` for a malformed description.
+            LLMException: ``LLM_FEATURE_NOT_ENABLED`` without that option or without a
+                pool (always on the ascend backend), ``LLM_OUT_OF_MEMORY`` when the pool
+                is exhausted, ``LLM_PARAM_INVALID`` for a malformed description.
         """
         _require(cache_desc, CacheDesc, "cache_desc")
         desc, keep = cache_desc._to_c("cache_desc")
@@ -592,7 +616,8 @@ class LlmDataDist:
         return Cache(cache_id, addrs, cache_desc)
 
     def deallocate_cache(self, cache_id: int) -> None:
-        """``DeallocateCache``: an unknown id succeeds (PR-9)."""
+        """``DeallocateCache``: ``LLM_FEATURE_NOT_ENABLED`` as :meth:`allocate_cache`;
+        with the mock's pool-backed variant an unknown id succeeds (PR-9)."""
         cid = _int(cache_id, "cache_id", _I64, "int64")
         _capi.lldd_deallocate_cache(self._engine(), cid, "LlmDataDist.deallocate_cache")
         if cid in self._owned:                 # a registered cache stays (semantics §3.6: a no-op)
@@ -693,11 +718,13 @@ class LlmDataDist:
 
     def copy_kv_cache(self, src_cache: Cache, dst_cache: Cache, src_batch_index: int = 0,
                       dst_batch_index: int = 0, offset: int = 0, size: int = -1) -> None:
-        """``CopyKvCache``: a local copy between two caches by id (PR-9).
+        """``CopyKvCache``: ``LLM_FEATURE_NOT_ENABLED`` as :meth:`allocate_cache`; with
+        the mock's pool-backed variant, a local copy between two caches by id (PR-9).
 
         Raises:
-            LLMException: ``LLM_FEATURE_NOT_ENABLED`` without a pool (always on the
-                ascend backend), ``LLM_KV_CACHE_NOT_EXIST``, ``LLM_PARAM_INVALID``.
+            LLMException: ``LLM_FEATURE_NOT_ENABLED`` without the mock's option or a
+                pool (always on the ascend backend), ``LLM_KV_CACHE_NOT_EXIST``,
+                ``LLM_PARAM_INVALID``.
         """
         tag = "LlmDataDist.copy_kv_cache"
         _require(src_cache, Cache, "src_cache")
@@ -713,8 +740,11 @@ class LlmDataDist:
 
     def copy_kv_blocks(self, src_cache: Cache, dst_cache: Cache, src_blocks: BlockList,
                        dst_blocks_list: Sequence[BlockList]) -> None:
-        """``CopyKvBlocks``: for each list in ``dst_blocks_list``, block ``src_blocks[k]``
-        into block ``list[k]`` of every tensor (PR-9).
+        """``CopyKvBlocks``: ``LLM_FEATURE_NOT_ENABLED`` as :meth:`allocate_cache`; with
+        the mock's pool-backed variant, for each list in ``dst_blocks_list``, block
+        ``src_blocks[k]`` into block ``list[k]`` of every tensor (PR-9). A destination
+        block given more than once is written in list order, the last write winning,
+        with a ``RepeatedDestinationBlockWarning`` (PR-5).
 
         Raises:
             LLMException: as :meth:`copy_kv_cache`.
@@ -729,8 +759,8 @@ class LlmDataDist:
             raise TypeError(f"dst_blocks_list must be a list of block lists, not {type(dst_blocks_list).__name__}")
         arrays = [_blocks(lst, f"dst_blocks_list[{i}]")[2] for i, lst in enumerate(dst_blocks_list)]
         flat = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint64)
-        if self._initialized:
-            _check_distinct(flat, "dst_blocks_list", tag)
+        if self._initialized and self._native_pool:
+            _lint_repeated_destination(flat, "dst_blocks_list", tag)
         lens = ffi.new("size_t[]", [int(a.size) for a in arrays]) if arrays else ffi.NULL
         flat_ptr = ffi.from_buffer("uint64_t[]", flat) if flat.size else ffi.NULL
         _capi.lldd_copy_kv_blocks(self._engine(), src, dst, src_ptr, n_src, flat_ptr, lens, len(arrays), tag)

@@ -382,11 +382,26 @@ lldd_status engine_parse_sync_wait(const char *fn, const lldd_option *o, size_t 
                        wait);
         return LLM_PARAM_INVALID;
     }
-    if (v < 1 || v > INT32_MAX) {
-        mock_set_error("%s: option llm.SyncKvCacheWaitTime %s is outside [1, 2^31 - 1] ms (PR-26)", fn, wait);
+    if (v > INT32_MAX) {
+        /* guard: the vendor converts with atoi, whose result is undefined past int32 */
+        mock_set_error("%s: option llm.SyncKvCacheWaitTime %s is above 2^31 - 1 ms (PR-26)", fn, wait);
         return LLM_PARAM_INVALID;
     }
+    if (v == 0 && mock_lint(26, "%s: option llm.SyncKvCacheWaitTime is 0 ms: every transfer wait ends at once "
+                                "(PR-26)", fn))
+        return LLM_PARAM_INVALID;
     *out = (uint32_t)v;
+    return LLM_SUCCESS;
+}
+
+lldd_status engine_parse_native_pool(const char *fn, const lldd_option *o, size_t n, int *out)
+{
+    const char *v = engine_opt_get(o, n, "llm_datadist_ffi.mock.NativePool");
+    *out = v != NULL && strcmp(v, "1") == 0;
+    if (v != NULL && strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
+        mock_set_error("%s: option llm_datadist_ffi.mock.NativePool \"%s\" must be \"0\" or \"1\"", fn, v);
+        return LLM_PARAM_INVALID;
+    }
     return LLM_SUCCESS;
 }
 
@@ -520,6 +535,9 @@ static lldd_status parse_init_options(engine *e, const char *fn, const lldd_opti
         }
     }
 
+    if ((st = engine_parse_native_pool(fn, opts, n, &c->native_pool)) != LLM_SUCCESS)
+        return st;
+
     const char *comm = engine_opt_get(opts, n, "llm.LocalCommRes");
     c->local_comm_res = (comm != NULL && comm[0] != '\0') ? comm : NULL;
     c->role = role;
@@ -580,6 +598,7 @@ lldd_status engine_start(engine *e, const engine_cfg *c, const char *fn)
     e->ext = c->ext;
     e->switch_role_enabled = c->switch_role_enabled;
     e->v1_unlimited = c->v1_unlimited;
+    e->native_pool = c->native_pool;
     e->link_total_ms = c->link_total_ms;
     e->rank_linked = 0;
     e->next_id = 1;

@@ -203,6 +203,7 @@ struct lldd_engine {
     int ext;                     /* initialised by lldd_ext_initialize */
     int switch_role_enabled;     /* v1: llm.EnableSwitchRole = "1" */
     int v1_unlimited;            /* v1 without a pool size: caches come straight from the device */
+    int native_pool;             /* llm_datadist_ffi.mock.NativePool = "1": the PR-9 calls work (mock only) */
     uint32_t link_total_ms;      /* llm.LinkTotalTime (rank-table links) */
     int rank_linked;             /* lldd_ext_link was called (register rules, §2.6) */
     pthread_mutex_t v1_link_mu;  /* v1: one link/unlink at a time (PROCESSING_LINK) */
@@ -392,8 +393,14 @@ static inline int kind_has_blocks(const cache_wire *w)
 lldd_status engine_options_call_check(engine *e, const char *fn, const lldd_option *options, size_t num_options);
 const char *engine_opt_get(const lldd_option *options, size_t count, const char *key);
 int engine_parse_digits(const char *s, uint64_t max, uint64_t *out);
-/* llm.SyncKvCacheWaitTime: milliseconds in [1, 2^31 - 1] (PR-26), 1000 when absent. */
+/* llm.SyncKvCacheWaitTime: milliseconds in [0, 2^31 - 1], 1000 when absent; 0 is a lint
+ * (PR-26), above 2^31 - 1 refused (a guard). */
 lldd_status engine_parse_sync_wait(const char *fn, const lldd_option *o, size_t n, uint32_t *out);
+/* PR-9: the vendor's class answers FEATURE_NOT_ENABLED to AllocateCache,
+ * DeallocateCache, CopyKvCache and CopyKvBlocks; the mock-only option
+ * llm_datadist_ffi.mock.NativePool = "1" turns on their pool-backed variant
+ * (*out = 1). "0" or absent: off; any other value: PARAM_INVALID. */
+lldd_status engine_parse_native_pool(const char *fn, const lldd_option *o, size_t n, int *out);
 /* A device option's ";"-separated ids, each an int32 >= 0 (llm.DeviceId, ge.exec.deviceId):
  * *items of them, the first in *first. The caller judges the count. */
 lldd_status engine_parse_device_list(const char *fn, const char *key, const char *dev, size_t *items,
@@ -421,6 +428,7 @@ typedef struct engine_cfg {
     int ext;
     int switch_role_enabled;
     int v1_unlimited;
+    int native_pool;
     uint32_t link_total_ms;
 } engine_cfg;
 

@@ -285,11 +285,18 @@ lldd_status cache_layout(const char *fn, const lldd_cache_desc *d, cache_wire *w
         return LLM_PARAM_INVALID;
     }
     int64_t dim0 = d->shape[0];
-    if (ts % dim0 != 0) {
-        mock_set_error("%s: cache_desc: tensor size %lld bytes is not a multiple of shape[0] = %lld, so batches "
-                       "and blocks would not tile the tensor (PR-17)", fn, (long long)ts, (long long)dim0);
+    if (ts < dim0) {
+        /* guard: a stride of 0 makes every batch and block the same empty range, and the
+         * transfer arithmetic divides by the stride (undefined on a device too) */
+        mock_set_error("%s: cache_desc: tensor size %lld bytes is smaller than shape[0] = %lld, so the stride "
+                       "would be 0 bytes (PR-17)", fn, (long long)ts, (long long)dim0);
         return LLM_PARAM_INVALID;
     }
+    if (ts % dim0 != 0 &&
+        mock_lint(17, "%s: cache_desc: tensor size %lld bytes is not a multiple of shape[0] = %lld: the stride is "
+                      "rounded down to %lld bytes and the last %lld bytes of each tensor never move (PR-17)", fn,
+                  (long long)ts, (long long)dim0, (long long)(ts / dim0), (long long)(ts % dim0)))
+        return LLM_PARAM_INVALID;
     if (d->placement != LLDD_PLACEMENT_HOST && d->placement != LLDD_PLACEMENT_DEVICE) {
         mock_set_error("%s: cache_desc.placement %u is neither HOST (0) nor DEVICE (1)", fn, (unsigned)d->placement);
         return LLM_PARAM_INVALID;
@@ -430,10 +437,10 @@ MOCK_EXPORT lldd_status lldd_unregister_kv_cache(lldd_engine *e, int64_t cache_i
         return st;
     pthread_mutex_lock(&e->mu);
     mcache *c = cache_find_locked(e, cache_id);
-    if (c != NULL && c->w.owned) {
+    if (c != NULL && c->w.owned &&
+        mock_lint(23, "%s: cache %lld was allocated by AllocateCache; unregistering removes its entry, and "
+                      "lldd_deallocate_cache is the call that frees it (PR-23)", fn, (long long)cache_id)) {
         pthread_mutex_unlock(&e->mu);
-        mock_set_error("%s: cache %lld was allocated by AllocateCache; use lldd_deallocate_cache (PR-23)", fn,
-                       (long long)cache_id);
         st = LLM_PARAM_INVALID;
         goto out;
     }
@@ -459,7 +466,12 @@ static lldd_status pool_call_enter(engine *e, const char *fn)
     if (e->state == ENGINE_FINALIZING) {
         mock_set_error("%s: LlmDataDist is not initialized (Finalize is running)", fn);
         st = LLM_FAILED;
-    } else if (e->state != ENGINE_READY || (!e->dev_pool.present && !e->host_pool.present)) {
+    } else if (e->state != ENGINE_READY || !e->native_pool) {
+        mock_set_error("%s: not supported by LlmDataDist (the vendor's class answers FEATURE_NOT_ENABLED); the "
+                       "mock's pool-backed variant needs the option llm_datadist_ffi.mock.NativePool=1 and a memory "
+                       "pool at Initialize (PR-9)", fn);
+        st = LLM_FEATURE_NOT_ENABLED;
+    } else if (!e->dev_pool.present && !e->host_pool.present) {
         mock_set_error("%s: no memory pool is configured (llm.MemPoolConfig / llm.HostMemPoolConfig at "
                        "Initialize); this call needs one (PR-9)", fn);
         st = LLM_FEATURE_NOT_ENABLED;
@@ -795,13 +807,16 @@ MOCK_EXPORT lldd_status lldd_copy_kv_blocks(lldd_engine *e, const lldd_cache *sr
         st = LLM_FAILED;
         goto out;
     }
-    for (size_t k = 0; k < total; k++) {
-        if (!u64set_add(&set, dst_blocks_flat[k])) {
-            mock_set_error("%s: destination block %llu (dst_blocks_list[%zu][%zu]) appears more than once (PR-5)",
-                           fn, (unsigned long long)dst_blocks_flat[k], k / num_src_blocks, k % num_src_blocks);
-            st = LLM_PARAM_INVALID;
-            goto out;
-        }
+    size_t repeat = SIZE_MAX;
+    for (size_t k = 0; k < total; k++)
+        if (!u64set_add(&set, dst_blocks_flat[k]) && repeat == SIZE_MAX)
+            repeat = k;
+    if (repeat != SIZE_MAX &&
+        mock_lint(5, "%s: destination block %llu (dst_blocks_list[%zu][%zu]) appears more than once; the last "
+                     "write in list order wins (PR-5)", fn, (unsigned long long)dst_blocks_flat[repeat],
+                  repeat / num_src_blocks, repeat % num_src_blocks)) {
+        st = LLM_PARAM_INVALID;
+        goto out;
     }
     if (s == d) {
         for (size_t k = 0; k < num_src_blocks; k++) {

@@ -197,7 +197,13 @@ static int cmp_ident(const void *a, const void *b)
 }
 
 /* The keys of one register/allocate call, checked (semantics §9.2, §9.3, PR-21,
- * PR-22). On success bind[i] says whether keys[i] binds slot i. mu held. */
+ * PR-22). On success bind[i] says whether keys[i] binds slot i. mu held.
+ * Registration (reg) follows the vendor's registration, which checks no key: a key
+ * already bound keeps that binding and binds nothing here; a key repeated within the
+ * call binds this cache once, at the slot of its last occurrence (the vendor's slot
+ * map keeps the last write); both with a PR-21 lint. Allocation refuses them (PR-22 in v2; v1 binds the last
+ * occurrence). More keys than slots are refused either way (a guard: the extra keys
+ * would name batches past the cache). */
 typedef struct key_plan {
     unsigned char *bind;
     size_t binds;         /* request/prefix bindings to make */
@@ -205,7 +211,7 @@ typedef struct key_plan {
 } key_plan;
 
 static lldd_status plan_slot_keys(engine *e, const char *fn, const lldd_key *keys, size_t n, uint64_t slots,
-                                  int v1, key_plan *out)
+                                  int v1, int reg, key_plan *out)
 {
     memset(out, 0, sizeof *out);
     if (n == 0)
@@ -246,7 +252,15 @@ static lldd_status plan_slot_keys(engine *e, const char *fn, const lldd_key *key
                 first = j;
             }
         }
-        if (best != SIZE_MAX) {
+        if (best != SIZE_MAX && reg) {
+            for (size_t i = 0; i + 1 < n; i++)
+                if (v[i].ns == v[i + 1].ns && v[i].id == v[i + 1].id && v[i].model == v[i + 1].model)
+                    out->bind[v[i].pos] = 0; /* the last occurrence gives the slot */
+            describe_ident(what, sizeof what, v[best].ns, v[best].id, v[best].model, v[best].placeholder);
+            if (mock_lint(21, "%s: cache_keys[%zu] repeats cache_keys[%zu], the %s; the key binds once, at the slot "
+                              "of its last occurrence (PR-21)", fn, v[best].pos, v[first].pos, what))
+                st = LLM_PARAM_INVALID;
+        } else if (best != SIZE_MAX) {
             describe_ident(what, sizeof what, v[best].ns, v[best].id, v[best].model, v[best].placeholder);
             mock_set_error("%s: cache_keys[%zu] repeats cache_keys[%zu], the %s; a key may appear once per call "
                            "(PR-22)", fn, v[best].pos, v[first].pos, what);
@@ -264,6 +278,13 @@ static lldd_status plan_slot_keys(engine *e, const char *fn, const lldd_key *key
             continue;
         if (key_find_locked(e, x->ns, x->id, x->model) != NULL) {
             describe_ident(what, sizeof what, x->ns, x->id, x->model, x->placeholder);
+            if (reg) {
+                out->bind[x->pos] = 0; /* the live binding stays */
+                if (mock_lint(21, "%s: cache_keys[%zu], the %s, is already bound to a live cache; that binding "
+                                  "stays and this one binds nothing (PR-21)", fn, x->pos, what))
+                    st = LLM_PARAM_INVALID;
+                continue;
+            }
             if (x->placeholder)
                 mock_set_error("%s: cache_keys[%zu], a %s, has the identity of the blocks key bound to model_id "
                                "%llu (PR-22)", fn, x->pos, what, (unsigned long long)x->model);
@@ -439,7 +460,7 @@ MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache
     pthread_mutex_lock(&e->mu);
     uint64_t keys_bytes = kind == LLDD_CACHE_KIND_BLOCKS ? (uint64_t)num_keys * TABLE_KEY_BYTES : 0;
     if (kind == LLDD_CACHE_KIND_CACHE) {
-        st = plan_slot_keys(e, fn, keys, num_keys, w.batches, 0, &kp);
+        st = plan_slot_keys(e, fn, keys, num_keys, w.batches, 0, 1, &kp);
         keys_bytes = (uint64_t)kp.published * TABLE_KEY_BYTES;
     }
     if (st == LLM_SUCCESS && e->mode == MODE_DIRECT &&
@@ -491,10 +512,11 @@ MOCK_EXPORT lldd_status lldd_ext_unregister_cache(lldd_engine *e, int64_t cache_
     }
     pthread_mutex_lock(&e->mu);
     c = cache_find_locked(e, cache_id);
-    if (c != NULL && c->w.owned) {
+    if (c != NULL && c->w.owned &&
+        mock_lint(23, "%s: cache %lld was allocated; unregister_cache removes its entry and keys, and "
+                      "deallocate_cache is the call that frees it (PR-23)", fn, (long long)cache_id)) {
         pthread_mutex_unlock(&e->mu);
         c = NULL;
-        mock_set_error("%s: cache %lld was allocated; use deallocate_cache (PR-23)", fn, (long long)cache_id);
         st = LLM_PARAM_INVALID;
         goto out;
     }
@@ -679,7 +701,7 @@ MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache
     /* keys (§9.2) */
     uint64_t keys_bytes = 0;
     if (kind == LLDD_CACHE_KIND_CACHE) {
-        st = plan_slot_keys(e, fn, keys, num_keys, w.batches, v1, &kp);
+        st = plan_slot_keys(e, fn, keys, num_keys, w.batches, v1, 0, &kp);
         keys_bytes = (uint64_t)kp.published * TABLE_KEY_BYTES;
     } else if (num_keys == 1 && key_find_locked(e, KEY_NS_REQ, UINT64_MAX, keys[0].model_id) != NULL) {
         mock_set_error("%s: the blocks key of model_id %llu is already bound to a live cache", fn,
@@ -826,8 +848,14 @@ MOCK_EXPORT lldd_status lldd_ext_remove_cache_key(lldd_engine *e, const lldd_key
         st = LLM_PARAM_INVALID;
         goto out;
     }
-    if ((st = ext_check_cache_key_validity(fn, "key", key)) != LLM_SUCCESS)
+    int req_valid = key->req_id != UINT64_MAX, prefix_valid = key->prefix_id != UINT64_MAX;
+    if (req_valid == prefix_valid &&
+        mock_lint(41, "%s: key: %s of req_id and prefix_id is a valid id; the key acts as the %s (PR-41)", fn,
+                  req_valid ? "each" : "neither",
+                  req_valid ? "prefix key of its prefix_id" : "blocks key of its model_id")) {
+        st = LLM_PARAM_INVALID;
         goto out;
+    }
     if (e->gen == GEN_V2 && !any_pool(e)) {
         mock_set_error("%s: no memory pool is configured (llm.MemPoolConfig / llm.HostMemPoolConfig); "
                        "remove_cache_key needs one", fn);
@@ -845,8 +873,9 @@ MOCK_EXPORT lldd_status lldd_ext_remove_cache_key(lldd_engine *e, const lldd_key
     ext_key_ident(key, &ns, &id, &model);
     pthread_mutex_lock(&e->mu);
     keynode *k = key_find_locked(e, ns, id, model);
-    /* unknown: success; a registered cache keeps its key (§9.6) */
-    if (k != NULL && !k->blocks && k->c->w.owned)
+    /* unknown: success; a registered cache keeps its key (§9.6); a placeholder-shaped
+     * key has the identity of its model's blocks key and releases it (PR-41) */
+    if (k != NULL && k->c->w.owned)
         gone = release_key_locked(e, k, NULL, 0);
     pthread_mutex_unlock(&e->mu);
 out:

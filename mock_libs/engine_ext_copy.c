@@ -1,5 +1,8 @@
 /* Local copies of the extension ABI: copy_cache (semantics §6.6, §8.8), copy_blocks
- * (§8.9) and swap_blocks (§8.10), with PR-5, PR-24 and PR-25.
+ * (§8.9) and swap_blocks (§8.10). PR-24 (a block both source and destination, or
+ * overlapping ranges, within one cache) is a guard; PR-5 (a repeated destination:
+ * the last pair in order wins) and PR-25 (an empty mapping: copy_blocks does the
+ * vendor's self-copy of block 0, swap_blocks moves nothing) are lints.
  *
  * copy_cache and copy_blocks address caches of this engine by id (deallocated caches
  * whose keys are still bound included, §9.8). swap_blocks addresses memory by the
@@ -47,8 +50,9 @@ MOCK_EXPORT lldd_status lldd_ext_copy_blocks(lldd_engine *e, int64_t cache_id, c
     mcache *c = NULL;
     u64set set;
     memset(&set, 0, sizeof set);
-    if (num_pairs == 0) {
-        mock_set_error("%s: copy_block_info expands to no pair: no blocks to copy (PR-25)", fn);
+    if (num_pairs == 0 &&
+        mock_lint(25, "%s: copy_block_info expands to no pair: the vendor copies block 0 of the cache onto itself, "
+                      "which changes nothing (PR-25)", fn)) {
         st = LLM_PARAM_INVALID;
         goto out;
     }
@@ -68,6 +72,8 @@ MOCK_EXPORT lldd_status lldd_ext_copy_blocks(lldd_engine *e, int64_t cache_id, c
         st = LLM_PARAM_INVALID;
         goto out;
     }
+    if (num_pairs == 0)
+        goto out; /* the vendor's contiguous self-copy of block 0: no byte changes (PR-25) */
     for (size_t k = 0; k < 2 * num_pairs; k++) {
         if (pairs[k] >= w->blocks) {
             mock_set_error("%s: %s block %llu of pair %zu is out of range: cache %lld has %llu blocks", fn,
@@ -82,13 +88,15 @@ MOCK_EXPORT lldd_status lldd_ext_copy_blocks(lldd_engine *e, int64_t cache_id, c
         st = LLM_FAILED;
         goto out;
     }
-    for (size_t k = 0; k < num_pairs; k++) {
-        if (!u64set_add(&set, pairs[2 * k + 1])) {
-            mock_set_error("%s: destination block %llu (pair %zu) appears more than once (PR-5)", fn,
-                           (unsigned long long)pairs[2 * k + 1], k);
-            st = LLM_PARAM_INVALID;
-            goto out;
-        }
+    size_t repeat = SIZE_MAX;
+    for (size_t k = 0; k < num_pairs; k++)
+        if (!u64set_add(&set, pairs[2 * k + 1]) && repeat == SIZE_MAX)
+            repeat = k;
+    if (repeat != SIZE_MAX &&
+        mock_lint(5, "%s: destination block %llu (pair %zu) appears more than once; the last pair in order wins "
+                     "(PR-5)", fn, (unsigned long long)pairs[2 * repeat + 1], repeat)) {
+        st = LLM_PARAM_INVALID;
+        goto out;
     }
     for (size_t k = 0; k < num_pairs; k++) {
         if (u64set_has(&set, pairs[2 * k])) {
@@ -209,14 +217,15 @@ MOCK_EXPORT lldd_status lldd_ext_swap_blocks(lldd_engine *e, const uint64_t *src
         st = LLM_PARAM_INVALID;
         goto out;
     }
-    if (num_pairs == 0) {
-        mock_set_error("%s: src_to_dst is empty: no blocks to swap (PR-25)", fn);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
     if (swap_in > 1) {
         mock_set_error("%s: swap_in %u must be 1 (HOST to DEVICE) or 0 (DEVICE to HOST)", fn, (unsigned)swap_in);
         st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if (num_pairs == 0) {
+        /* the vendor validates no range and copies nothing, successfully */
+        if (mock_lint(25, "%s: src_to_dst is empty: the swap succeeds and moves nothing (PR-25)", fn))
+            st = LLM_PARAM_INVALID;
         goto out;
     }
     for (size_t k = 0; k < num_pairs; k++) {
@@ -251,9 +260,9 @@ MOCK_EXPORT lldd_status lldd_ext_swap_blocks(lldd_engine *e, const uint64_t *src
             st = LLM_FAILED;
             goto out;
         }
-        if (pos != SIZE_MAX) {
-            mock_set_error("%s: destination block %llu appears more than once (pairs %zu and %zu, PR-5)", fn,
-                           (unsigned long long)repeated, earlier, pos);
+        if (pos != SIZE_MAX &&
+            mock_lint(5, "%s: destination block %llu appears more than once (pairs %zu and %zu); the last pair in "
+                         "order wins (PR-5)", fn, (unsigned long long)repeated, earlier, pos)) {
             st = LLM_PARAM_INVALID;
             goto out;
         }

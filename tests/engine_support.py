@@ -81,6 +81,15 @@ class Raw:
     def last_error(self) -> str:
         return str(self.ffi.string(self.lib.lldd_last_error()).decode("utf-8", "replace"))
 
+    def take_lints(self) -> list[tuple[int, str]]:
+        """The engine's lint record of this thread since the last take, as (rule
+        number, message) pairs; clears it (raw calls bypass the package's reader)."""
+        count = min(int(self.lib.lldd_mock_lint_count()), 8)
+        records = [(int(self.lib.lldd_mock_lint_rule(i)),
+                    self.ffi.string(self.lib.lldd_mock_lint_text(i)).decode("utf-8", "replace")) for i in range(count)]
+        self.lib.lldd_mock_lint_clear()
+        return records
+
     def ext(self, src: tuple[int, int] = (-1, -1), dst: tuple[int, int] = (-1, -1), n: int = 2) -> Any:
         p = self.ffi.new("lldd_ext_param *")
         p.src_layer_first, p.src_layer_second = src

@@ -83,6 +83,14 @@ class Ext:
     def last_error(self) -> str:
         return str(self.ffi.string(self.lib.lldd_last_error()).decode("utf-8", "replace"))
 
+    def take_lints(self) -> list[int]:
+        """The rule numbers of the engine's lint record of this thread since the last
+        take (PR-n is n), in order; clears the record."""
+        count = min(int(self.lib.lldd_mock_lint_count()), 8)
+        rules = [int(self.lib.lldd_mock_lint_rule(i)) for i in range(count)]
+        self.lib.lldd_mock_lint_clear()
+        return rules
+
     def create(self, cluster_id: int, role: int = DECODER) -> Any:
         out = self.ffi.new("lldd_engine **")
         assert self.lib.lldd_create(cluster_id, role, out) == 0

@@ -13,7 +13,7 @@ import pytest
 
 from llm_datadist_ffi import LLMException
 from llm_datadist_ffi import LLMStatusCode as S
-from llm_datadist_ffi import acl, mock_control, native
+from llm_datadist_ffi import acl, lint, mock_control, native
 from llm_datadist_ffi.native import Cache, GeDataType
 
 
@@ -37,7 +37,8 @@ HOST_POOL = '{"memory_size": 8192, "page_shift": 12}'      # 2 pages of 4 KiB
 
 @pytest.fixture
 def eng(engines: Engines) -> native.LlmDataDist:
-    return engines(1, options={native.OPTION_MEM_POOL_CONFIG: POOL, native.OPTION_HOST_MEM_POOL_CONFIG: HOST_POOL})
+    return engines(1, options={native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: POOL, native.OPTION_HOST_MEM_POOL_CONFIG: HOST_POOL,
+                               native.OPTION_MOCK_NATIVE_POOL: "1"})
 
 
 def zeros(n: int, shape: tuple[int, ...]) -> list[np.ndarray]:
@@ -130,7 +131,7 @@ def test_register_rejects_an_unknown_placement(eng: native.LlmDataDist) -> None:
     assert "placement" in raw.last_error()
 
 
-# (data type, shape, stride in bytes, or None when PR-17 rejects it)
+# (data type, shape, stride in bytes, or None when the PR-17 guard rejects a stride of 0)
 SIZES = [
     (GeDataType.DT_FLOAT16, [3, 5], 10),
     (GeDataType.DT_STRING, [2, 1], 16),
@@ -142,7 +143,7 @@ SIZES = [
     (GeDataType.DT_INT2, [2, 8], 2),
     (GeDataType.DT_FLOAT6_E3M2, [2, 4], 3),
     (GeDataType.DT_HIFLOAT4, [2, 6], 3),
-    (GeDataType.DT_INT4, [3, 1], None),         # 3 half bytes make 2 bytes: not 3 batches
+    (GeDataType.DT_INT4, [3, 1], None),         # 3 half bytes make 2 bytes: 3 batches of 0 bytes
     (GeDataType.DT_UINT1, [3, 1], None),
 ]
 
@@ -167,6 +168,35 @@ def test_tensor_sizes_follow_the_data_type_table(eng: native.LlmDataDist, dtype:
     expected = np.zeros(nbytes, np.uint8)
     expected[:stride] = src[0][stride:2 * stride]
     assert (dst[0] == expected).all()
+
+
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
+@pytest.mark.parametrize("dtype,shape,stride", [
+    (GeDataType.DT_INT4, [3, 5], 2),            # 15 half bytes make 8 bytes: 3 batches of 2, 2 bytes left over
+    (GeDataType.DT_UINT1, [5, 9], 1),           # 45 bits make 6 bytes: 5 batches of 1, 1 byte left over
+])
+def test_a_stride_that_does_not_tile_the_tensor_is_rounded_down_with_a_lint(
+        eng: native.LlmDataDist, dtype: GeDataType, shape: list[int], stride: int) -> None:
+    src = [np.arange(64, dtype=np.uint8)]
+    dst = [np.zeros(64, np.uint8)]
+    with pytest.warns(lint.StrideRoundedDownWarning, match="PR-17"):
+        sid = eng.register_kv_cache(sup.desc(1, shape, dtype=int(dtype)), [src[0].ctypes.data])
+    with pytest.warns(lint.StrideRoundedDownWarning, match=f"rounded down to {stride} bytes"):
+        did = eng.register_kv_cache(sup.desc(1, shape, dtype=int(dtype)), [dst[0].ctypes.data])
+    eng.copy_kv_cache(Cache(sid), Cache(did), src_batch_index=shape[0] - 1, dst_batch_index=0)
+    expected = np.zeros(64, np.uint8)
+    expected[:stride] = src[0][(shape[0] - 1) * stride:shape[0] * stride]
+    assert (dst[0] == expected).all()
+
+
+@pytest.mark.mock_only(reason="LLM_DATADIST_FFI_STRICT is read by the mock engine; PR-17 is a mock rule")
+def test_strict_mode_refuses_a_stride_that_does_not_tile_the_tensor(eng: native.LlmDataDist,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(lint.STRICT_ENV, "1")
+    a = np.zeros(8, np.uint8)
+    assert sup.status_of(eng.register_kv_cache, sup.desc(1, [3, 5], dtype=int(GeDataType.DT_INT4)),
+                         [a.ctypes.data]) == S.LLM_PARAM_INVALID
+    assert "PR-17" in raw.last_error()
 
 
 def test_sub_byte_tensors_above_2_31_bits_are_rejected(eng: native.LlmDataDist) -> None:
@@ -221,10 +251,26 @@ def test_unregister_removes_the_cache(eng: native.LlmDataDist) -> None:
 
 
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
-def test_unregister_of_an_allocated_cache_is_refused(eng: native.LlmDataDist) -> None:
+def test_unregister_of_an_allocated_cache_removes_it_with_a_lint(eng: native.LlmDataDist) -> None:
+    # PR-23: the vendor erases the entry; its pool memory goes back with it
+    first = eng.allocate_cache(sup.desc(8, [1, 2048]))          # all 16 pages
+    other = sup.register(eng, zeros(1, (1, 2048)))
+    with pytest.warns(lint.OwnedCacheUnregisteredWarning, match="PR-23"):
+        eng.unregister_kv_cache(first.cache_id)
+    assert sup.status_of(eng.copy_kv_cache, Cache(first.cache_id), Cache(other)) == S.LLM_KV_CACHE_NOT_EXIST
+    eng.deallocate_cache(first.cache_id)                        # an unknown id now: success
+    assert len(eng.allocate_cache(sup.desc(8, [1, 2048])).tensor_addrs) == 8
+
+
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
+def test_strict_mode_refuses_to_unregister_an_allocated_cache(eng: native.LlmDataDist,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     cache = eng.allocate_cache(sup.desc(1, [2, 8]))
+    monkeypatch.setenv(lint.STRICT_ENV, "1")
     assert sup.status_of(eng.unregister_kv_cache, cache.cache_id) == S.LLM_PARAM_INVALID
     assert "PR-23" in raw.last_error()
+    other = sup.register(eng, zeros(1, (2, 8)))
+    eng.copy_kv_cache(Cache(cache.cache_id), Cache(other))      # still there
     eng.deallocate_cache(cache.cache_id)
 
 
@@ -232,7 +278,7 @@ def test_unregister_of_an_allocated_cache_is_refused(eng: native.LlmDataDist) ->
 
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_allocate_checks_count_placement_and_shape_in_order(engines: Engines) -> None:
-    e = engines(1, options={native.OPTION_MEM_POOL_CONFIG: POOL})
+    e = engines(1, options={native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: POOL})
     assert sup.status_of(e.allocate_cache, sup.desc(0, [2, 2], placement=0)) == S.LLM_PARAM_INVALID
     assert "num_tensors" in raw.last_error()
     assert sup.status_of(e.allocate_cache, sup.desc(1, [2, 2], placement=0)) == S.LLM_PARAM_INVALID
@@ -267,7 +313,7 @@ def test_an_exhausted_pool_is_out_of_memory_until_memory_is_freed(eng: native.Ll
 
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_pool_pages_are_64_kib_when_page_shift_is_not_given(engines: Engines) -> None:
-    e = engines(1, options={native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 131072}'})   # 2 pages
+    e = engines(1, options={native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 131072}'})   # 2 pages
     a = e.allocate_cache(sup.desc(1, [1, 1]))
     b = e.allocate_cache(sup.desc(1, [1, 1]))
     assert b.tensor_addrs[0] - a.tensor_addrs[0] == 65536
@@ -275,7 +321,7 @@ def test_pool_pages_are_64_kib_when_page_shift_is_not_given(engines: Engines) ->
 
 
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
-def test_the_pool_calls_without_a_pool_are_feature_not_enabled_in_every_state(engines: Engines) -> None:
+def test_the_pool_calls_are_feature_not_enabled_without_the_mock_option_and_a_pool_in_every_state(engines: Engines) -> None:
     e = engines(1, options={})
     arrays = zeros(1, (4, 4))
     a, b = sup.register(e, arrays), sup.register(e, zeros(1, (4, 4)))
@@ -291,10 +337,26 @@ def test_the_pool_calls_without_a_pool_are_feature_not_enabled_in_every_state(en
     e.finalize()
     assert pool_calls() == nfe                             # after Finalize
     e.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_MEM_POOL_CONFIG: POOL})
+    assert pool_calls() == nfe                             # a pool alone: the vendor's class answer
+    assert native.OPTION_MOCK_NATIVE_POOL in raw.last_error() and "PR-9" in raw.last_error()
+    e.finalize()
+    e.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_MOCK_NATIVE_POOL: "1"})
+    assert pool_calls() == nfe                             # the option without a pool
+    e.finalize()
+    e.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: POOL})
     assert e.allocate_cache(sup.desc(1, [1, 8])).cache_id == 1
     e.finalize()
     assert pool_calls() == nfe                             # after Finalize of an engine that had a pool
     assert "PR-9" in raw.last_error()
+
+
+@pytest.mark.mock_only(reason="llm_datadist_ffi.mock.NativePool is an option of the mock only (PR-9)")
+@pytest.mark.parametrize("value", ["", "yes", "2"])
+def test_the_native_pool_option_takes_0_or_1(engines: Engines, value: str) -> None:
+    e = engines(1)
+    assert sup.status_of(e.initialize, {native.OPTION_DEVICE_ID: "0", native.OPTION_MOCK_NATIVE_POOL: value}) == \
+        S.LLM_PARAM_INVALID
+    assert native.OPTION_MOCK_NATIVE_POOL in raw.last_error()
 
 
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
@@ -323,7 +385,7 @@ def test_deallocate_of_unknown_and_registered_caches_succeeds_and_keeps_them(eng
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_pool_memory_is_tracked_as_acl_allocations(engines: Engines) -> None:
     before = mock_control.live_allocations()
-    e = engines(1, options={native.OPTION_MEM_POOL_CONFIG: POOL, native.OPTION_HOST_MEM_POOL_CONFIG: HOST_POOL})
+    e = engines(1, options={native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: POOL, native.OPTION_HOST_MEM_POOL_CONFIG: HOST_POOL})
     assert mock_control.live_allocations() == before + 1            # the device pool only
     e.allocate_cache(sup.desc(1, [1, 1]))
     assert mock_control.live_allocations() == before + 1
@@ -427,8 +489,6 @@ def _flat_copy(e: native.LlmDataDist, s: int, d: int, src_blocks: list[int], lis
     (1, 4, [0], [[0]], S.LLM_PARAM_INVALID, "block sizes differ"),
     (1, 2, [8], [[0]], S.LLM_PARAM_INVALID, "src_blocks[0]"),
     (1, 2, [0, 1], [[0, 4]], S.LLM_PARAM_INVALID, "out of range"),
-    (1, 2, [0, 1], [[2, 2]], S.LLM_PARAM_INVALID, "PR-5"),
-    (1, 2, [0, 1], [[2, 3], [1, 2]], S.LLM_PARAM_INVALID, "PR-5"),
     (1, 1, [0, 1], [[1, 2]], S.LLM_PARAM_INVALID, "PR-24"),
 ])
 def test_copy_kv_blocks_checks(eng: native.LlmDataDist, s: int, d: int, src_blocks: list[int],
@@ -445,18 +505,44 @@ def test_copy_kv_blocks_checks(eng: native.LlmDataDist, s: int, d: int, src_bloc
     assert all((a == b).all() for a, b in zip(src + dst, before))
 
 
+@pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
+@pytest.mark.parametrize("lists,expected_dst_blocks", [
+    ([[2, 2]], [0, 0, 2, 0]),                 # block 2 gets source block 0, then source block 1
+    ([[2, 3], [1, 2]], [0, 1, 2, 2]),         # list 0 writes 2 and 3; list 1 writes 1 and rewrites 2
+])
+def test_copy_kv_blocks_writes_a_repeated_destination_last_in_list_order_with_a_lint(
+        eng: native.LlmDataDist, lists: list[list[int]], expected_dst_blocks: list[int]) -> None:
+    # PR-5: block b of the source holds the value b + 1; 0 marks a block never written
+    src = [np.repeat(np.arange(1, 5, dtype=np.uint8)[:, None], 4, axis=1) for _ in range(2)]
+    dst = zeros(2, (4, 4))
+    sid, did = sup.register(eng, src), sup.register(eng, dst)
+    with pytest.warns(lint.RepeatedDestinationBlockWarning, match="PR-5") as record:
+        eng.copy_kv_blocks(Cache(sid), Cache(did), [0, 1], lists)
+    assert len(record) == 1
+    for d in dst:
+        assert d[:, 0].tolist() == expected_dst_blocks and (d == d[:, :1]).all()
+    raw.take_lints()
+    assert _flat_copy(eng, sid, did, [0, 1], lists) == S.LLM_SUCCESS      # C callers: the engine's record
+    assert [rule for rule, _ in raw.take_lints()] == [5]
+
+
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
-def test_copy_kv_blocks_checks_repeated_destinations_in_python_first(eng: native.LlmDataDist,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    # PR-5, a lint the Python layer sees: in strict mode the native layer refuses it before
-    # any backend call, so an injected fault of the backend function is still armed afterwards
-    monkeypatch.setenv("LLM_DATADIST_FFI_STRICT", "1")
+def test_strict_mode_refuses_repeated_copy_destinations_in_python_first(eng: native.LlmDataDist,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # strict PR-5 is decided before any backend call, so an injected fault of the
+    # backend function is still armed afterwards; the engine refuses C callers itself
     src, dst = sup.register(eng, zeros(1, (4, 4))), sup.register(eng, zeros(1, (4, 4)))
+    monkeypatch.setenv(lint.STRICT_ENV, "1")
     with mock_control.fault("lldd_copy_kv_blocks", S.LLM_WAIT_PROCESS_TIMEOUT):
         with pytest.raises(LLMException) as info:
             eng.copy_kv_blocks(Cache(src), Cache(dst), [0, 1], [[2, 3], [3, 0]])
         assert info.value.status_code == S.LLM_PARAM_INVALID and "(PR-5;" in str(info.value)
         assert _flat_copy(eng, src, dst, [0], [[1]]) == S.LLM_WAIT_PROCESS_TIMEOUT
+    marked = sup.random_arrays(1, (4, 4), 3)
+    target = zeros(1, (4, 4))
+    mid, tid = sup.register(eng, marked), sup.register(eng, target)
+    assert _flat_copy(eng, mid, tid, [0, 1], [[2, 2]]) == S.LLM_PARAM_INVALID
+    assert "(PR-5)" in raw.last_error() and not target[0].any()
 
 
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")

@@ -17,7 +17,7 @@ import pytest
 
 from llm_datadist_ffi import LLMException
 from llm_datadist_ffi import LLMStatusCode as S
-from llm_datadist_ffi import acl, mock_control, native
+from llm_datadist_ffi import acl, lint, mock_control, native
 
 
 def _support() -> ModuleType:
@@ -122,13 +122,44 @@ def test_initialize_listens_on_an_ipv6_address(engines: Engines) -> None:
         pass
 
 
-@pytest.mark.parametrize("value,status", [("0", S.LLM_PARAM_INVALID), ("2147483648", S.LLM_PARAM_INVALID),
+@pytest.mark.parametrize("value,status", [("2147483648", S.LLM_PARAM_INVALID),
                                           ("", S.LLM_PARAM_INVALID), ("10ms", S.LLM_PARAM_INVALID),
                                           ("-5", S.LLM_PARAM_INVALID), ("1", S.LLM_SUCCESS),
                                           ("2147483647", S.LLM_SUCCESS)])
-def test_initialize_takes_a_sync_wait_time_of_1_to_2_31_minus_1_ms(value: str, status: int) -> None:
+def test_initialize_takes_a_sync_wait_time_of_0_to_2_31_minus_1_ms(value: str, status: int) -> None:
     with native.LlmDataDist(1, 1) as e:
         assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.SyncKvCacheWaitTime", value)]) == status
+
+
+@pytest.mark.mock_only(reason="reads the mock's lint record")
+def test_the_engine_accepts_a_sync_wait_time_of_0_with_a_lint(monkeypatch: pytest.MonkeyPatch) -> None:
+    # PR-26: the vendor accepts any digit string; 0 is a zero transfer timeout
+    raw.take_lints()
+    with native.LlmDataDist(1, 1) as e:
+        assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.SyncKvCacheWaitTime", "0")]) == S.LLM_SUCCESS
+    [(rule, text)] = raw.take_lints()
+    assert rule == 26 and "llm.SyncKvCacheWaitTime is 0 ms" in text
+    monkeypatch.setenv(lint.STRICT_ENV, "1")
+    with native.LlmDataDist(1, 1) as e:
+        assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.SyncKvCacheWaitTime", "0")]) == S.LLM_PARAM_INVALID
+        assert "(PR-26)" in raw.last_error()
+    assert raw.take_lints() == []
+
+
+@pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
+def test_the_native_layer_warns_once_for_a_sync_wait_time_of_0(engines: Engines,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    e = engines(1)
+    with pytest.warns(lint.ZeroWaitTimeWarning, match="PR-26") as record:
+        e.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_SYNC_CACHE_WAIT_TIME: "0"})
+    assert len(record) == 1                   # the engine's own record of it is not reported again
+    monkeypatch.setenv(lint.STRICT_ENV, "1")
+    with mock_control.fault("lldd_initialize", S.LLM_WAIT_PROCESS_TIMEOUT):
+        f = engines(2)
+        with pytest.raises(LLMException) as info:     # refused in Python: the fault stays armed
+            f.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_SYNC_CACHE_WAIT_TIME: "0"})
+        assert info.value.status_code == S.LLM_PARAM_INVALID and "PR-26" in str(info.value)
+        assert sup.status_of(f.initialize, {native.OPTION_DEVICE_ID: "0"}) == S.LLM_WAIT_PROCESS_TIMEOUT
 
 
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
@@ -136,8 +167,7 @@ def test_the_native_layer_checks_pr_26_and_pr_27_before_the_backend(engines: Eng
     # [all] rules: decided in Python, so an injected fault of the C function stays armed
     e = engines(1)
     with mock_control.fault("lldd_initialize", S.LLM_WAIT_PROCESS_TIMEOUT):
-        for option, value, rule in [(native.OPTION_SYNC_CACHE_WAIT_TIME, "0", "PR-26"),
-                                    (native.OPTION_SYNC_CACHE_WAIT_TIME, "2147483648", "PR-26"),
+        for option, value, rule in [(native.OPTION_SYNC_CACHE_WAIT_TIME, "2147483648", "PR-26"),
                                     (native.OPTION_LISTEN_IP_INFO, "127.0.0.1:0", "PR-27"),
                                     (native.OPTION_LISTEN_IP_INFO, "127.0.0.1:65536", "PR-27")]:
             with pytest.raises(LLMException) as info:
@@ -194,7 +224,7 @@ def test_a_repeated_pool_json_key_keeps_its_last_value(engines: Engines) -> None
         bad_last = '{"memory_size": 65536, "memory_size": 0}'
         assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.MemPoolConfig", bad_last)]) == S.LLM_PARAM_INVALID
         assert "greater than 0" in raw.last_error()
-    e = engines(1, options={native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 0, "memory_size": 2048, '
+    e = engines(1, options={native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 0, "memory_size": 2048, '
                                                            '"page_shift": 10}'})
     e.allocate_cache(sup.desc(1, [1, 2048]))                       # both pages
     assert sup.status_of(e.allocate_cache, sup.desc(1, [1, 1])) == S.LLM_OUT_OF_MEMORY
@@ -282,7 +312,7 @@ def test_a_pool_larger_than_the_device_is_out_of_memory() -> None:
 
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_finalize_forgets_everything_and_ids_restart_at_one(engines: Engines) -> None:
-    e = engines(1, options={native.OPTION_MEM_POOL_CONFIG: POOL})
+    e = engines(1, options={native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: POOL})
     arrays = [np.zeros((2, 4), np.uint8)]
     assert sup.register(e, arrays) == 1
     assert e.allocate_cache(sup.desc(1, [2, 4])).cache_id == 2
@@ -368,7 +398,8 @@ def test_finalize_waits_for_running_calls_and_calls_after_it_began_fail(engines:
 def test_pool_calls_fail_while_finalize_runs(engines: Engines) -> None:
     # decision E-2: FAILED once Finalize has begun (PR-37), FEATURE_NOT_ENABLED after it
     server = engines(1, listen=True)
-    client = engines(2, options={native.OPTION_SYNC_CACHE_WAIT_TIME: "5000", native.OPTION_MEM_POOL_CONFIG: POOL})
+    client = engines(2, options={native.OPTION_SYNC_CACHE_WAIT_TIME: "5000", native.OPTION_MOCK_NATIVE_POOL: "1",
+                                 native.OPTION_MEM_POOL_CONFIG: POOL})
     src = sup.random_arrays(2, (2, 8), 1)
     dst = [np.zeros((2, 8), np.uint8) for _ in range(2)]
     sid, did = sup.register(server, src), sup.register(client, dst)
@@ -435,7 +466,7 @@ def test_the_last_error_message_belongs_to_the_calling_thread(engines: Engines) 
 def test_destroy_finalizes_an_initialised_engine() -> None:
     before = mock_control.live_allocations()
     e = native.LlmDataDist(1, 1)
-    e.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_MEM_POOL_CONFIG: POOL})
+    e.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: POOL})
     e.allocate_cache(sup.desc(2, [4, 4]))
     assert mock_control.live_allocations() == before + 1
     e.close()
@@ -562,7 +593,7 @@ def test_set_role_cannot_change_the_listen_address_with_hixl(engines: Engines) -
 def test_null_engines_and_pointers_are_param_invalid(engines: Engines) -> None:
     lib, ffi, NULL = raw.lib, raw.ffi, raw.ffi.NULL
     P = S.LLM_PARAM_INVALID
-    e = engines(1, options={native.OPTION_MEM_POOL_CONFIG: POOL})._engine()
+    e = engines(1, options={native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: POOL})._engine()
     cache, index, shape = raw.cache(1), raw.index(2, 1), ffi.new("int64_t[]", [1, 4])
     d = ffi.new("lldd_cache_desc *")
     d.placement, d.num_tensors, d.data_type, d.shape, d.shape_len = 1, 1, 4, shape, 2

@@ -365,7 +365,7 @@ def test_a_push_to_a_peer_cache_registered_after_the_link_is_refused(world: Call
 
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_allocated_caches_are_reachable_whatever_their_age(world: Callable[..., World]) -> None:
-    pool = {native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 65536, "page_shift": 10}'}
+    pool = {native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 65536, "page_shift": 10}'}
     w = world([], [(2, (2, 8))], options=pool)
     fresh = w.server.allocate_cache(CacheDesc(2, 4, [2, 8]))
     for i, addr in enumerate(fresh.tensor_addrs):
@@ -390,7 +390,7 @@ def test_a_peer_cache_that_is_gone_is_never_touched(world: Callable[..., World])
 
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_deallocation_during_transfers_is_safe(world: Callable[..., World]) -> None:
-    pool = {native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 1048576, "page_shift": 12}'}
+    pool = {native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 1048576, "page_shift": 12}'}
     w = world([], [(2, (4, 4096))], options=pool, link=False)
     caches = [w.server.allocate_cache(CacheDesc(2, 4, [4, 4096])) for _ in range(4)]
     assert w.client.link_llm_clusters([sup.cluster(1, w.server.listen_port)])[0] == S.LLM_SUCCESS

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from llm_datadist_ffi import LLMStatusCode as S
+from llm_datadist_ffi import lint
 
 
 import ext_support as xs  # noqa: E402
@@ -59,7 +60,8 @@ def test_initialize_accepts_each_generation_and_mode(x: Any, options: dict[str, 
     (xs.v1_options("Prompt", **{"llm.listenIpInfo": "127.0.0.1:1;127.0.0.1:2"}), S.LLM_PARAM_INVALID, "PR-36"),
     (xs.v1_options(**{"ge.flowGraphMemMaxSize": "12,3"}), S.LLM_PARAM_INVALID, "ge.flowGraphMemMaxSize"),
     (xs.v1_options(**{"llm.BufPoolCfg": "{"}), S.LLM_PARAM_INVALID, "llm.BufPoolCfg"),
-    (xs.v1_options(**{"llm.SyncKvCacheWaitTime": "0"}), S.LLM_PARAM_INVALID, "PR-26"),
+    (xs.v1_options(**{"llm.SyncKvCacheWaitTime": "2147483648"}), S.LLM_PARAM_INVALID, "PR-26"),
+    (xs.v2_options(**{"llm_datadist_ffi.mock.NativePool": "yes"}), S.LLM_PARAM_INVALID, "NativePool"),
     (xs.v2_options(**{"ge.exec.deviceId": "0;1"}), S.LLM_PARAM_INVALID, "one integer"),
     (xs.v2_options(**{"llm.EnableRemoteCacheAccessible": "2"}), S.LLM_PARAM_INVALID, "\"0\" or \"1\""),
     (xs.v2_options(**{"llm.SyncKvCacheWaitTime": "2147483648"}), S.LLM_PARAM_INVALID, "PR-26"),
@@ -198,36 +200,87 @@ def test_register_checks_its_pointers(x: Any) -> None:
     del keep
 
 
-@pytest.mark.parametrize("keys, words", [
-    (lambda x: [x.req(1)] * 5, "5 cache keys for a cache of 4 batches"),
-    (lambda x: [x.req(1), x.req(2), x.req(1)], "cache_keys[2] repeats cache_keys[0]"),
-    (lambda x: [x.prefix(7), x.prefix(7, model=1), x.prefix(7)], "cache_keys[2] repeats cache_keys[0]"),
-    (lambda x: [x.placeholder(), x.req(3), x.placeholder()], "cache_keys[2] repeats cache_keys[0], the placeholder"),
+def test_register_refuses_more_keys_than_batches(x: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a guard: the extra keys would name batches past the cache
+    engine = x.engine(1, xs.v2_options())
+    assert x.register(engine, arrays(2), keys=[x.req(1)] * 5)[0] == S.LLM_PARAM_INVALID
+    assert "5 cache keys for a cache of 4 batches" in x.last_error()
+
+
+@pytest.mark.parametrize("keys, repeated_binds, words", [
+    (lambda x: [x.req(1), x.req(2), x.req(1)], True, "cache_keys[2] repeats cache_keys[0]"),
+    (lambda x: [x.prefix(7), x.prefix(7, model=1), x.prefix(7)], True, "cache_keys[2] repeats cache_keys[0]"),
+    (lambda x: [x.placeholder(), x.req(3), x.placeholder()], False,
+     "cache_keys[2] repeats cache_keys[0], the placeholder"),
 ])
-def test_register_applies_pr21_to_its_keys(x: Any, keys: Any, words: str) -> None:
-    engine = x.engine(1, xs.v2_options())
+def test_register_binds_a_repeated_key_once_with_a_lint(x: Any, monkeypatch: pytest.MonkeyPatch, keys: Any,
+                                                        repeated_binds: bool, words: str) -> None:
+    # PR-21: the vendor's registration checks no key; a repeat binds the key once
+    engine = x.engine(1, xs.v2_options(pool=True))
+    x.take_lints()
+    assert x.register(engine, arrays(2), keys=keys(x)) == (0, 1)
+    assert x.take_lints() == [21]
+    if repeated_binds:                                                  # a placeholder binds nothing
+        assert x.allocate(engine, 1, [4, 16], keys=keys(x)[:1])[0] == S.LLM_PARAM_INVALID   # bound to cache 1
+        assert "already bound" in x.last_error()
+    assert x.unregister(engine, 1) == 0
+    assert x.allocate(engine, 1, [4, 16], keys=keys(x)[:2])[0] == 0                     # all free again
+    monkeypatch.setenv(lint.STRICT_ENV, "1")
     assert x.register(engine, arrays(2), keys=keys(x))[0] == S.LLM_PARAM_INVALID
-    assert words in x.last_error()
+    assert words in x.last_error() and "PR-21" in x.last_error()
 
 
-def test_register_refuses_a_key_bound_to_a_live_cache_and_frees_it_on_unregister(x: Any) -> None:
-    engine = x.engine(1, xs.v2_options())
+def test_a_key_repeated_at_registration_names_the_batch_of_its_last_occurrence(x: Any) -> None:
+    # PR-21: the vendor's slot map of the cache keeps the last write, so a server-assisted
+    # pull through the key reads batch 2 here, not batch 0
+    p, port = x.listening(1, xs.v2_options(direct=False, role="Prompt"))
+    d = x.engine(2, xs.v2_options(direct=False, role="Decoder"))
+    source = [np.arange(64, dtype=np.uint8).reshape(4, 16) for _ in range(2)]
+    x.take_lints()
+    assert x.register(p, source, keys=[x.req(7), x.req(8), x.req(7)]) == (0, 1)
+    assert x.take_lints() == [21]
+    target = [np.zeros((1, 16), np.uint8) for _ in range(2)]
+    _, dst_id = x.register(d, target)
+    assert x.link(d, [(1, port)]) == (0, [0]), x.last_error()
+    assert x.pull(d, x.req(7, cluster=1), dst_id) == 0, x.last_error()
+    assert all((t[0] == s[2]).all() for t, s in zip(target, source))
+
+
+def test_a_key_bound_to_a_live_cache_keeps_its_binding_with_a_lint(x: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = x.engine(1, xs.v2_options(pool=True))
     a = arrays(2)
     assert x.register(engine, a, keys=[x.placeholder(), x.req(5), x.prefix(5)]) == (0, 1)
-    assert x.register(engine, a, keys=[x.req(5)])[0] == S.LLM_PARAM_INVALID
-    assert "already bound" in x.last_error()
+    x.take_lints()
+    assert x.register(engine, a, keys=[x.req(5), x.req(6)]) == (0, 2)
+    assert x.take_lints() == [21]
+    assert x.unregister(engine, 2) == 0                                # req 5 stays with cache 1
+    assert x.allocate(engine, 1, [4, 16], keys=[x.req(5)])[0] == S.LLM_PARAM_INVALID
+    assert x.allocate(engine, 1, [4, 16], keys=[x.req(6)])[0] == 0       # req 6 went with cache 2
+    assert x.register(engine, a, keys=[x.req(5, model=1), x.prefix(7)]) == (0, 5)       # other identities
+    assert x.take_lints() == []
+    monkeypatch.setenv(lint.STRICT_ENV, "1")
     assert x.register(engine, a, keys=[x.req(9), x.prefix(5)])[0] == S.LLM_PARAM_INVALID
-    assert x.register(engine, a, keys=[x.req(5, model=1), x.prefix(6)])[0] == S.LLM_SUCCESS   # other identities
-    assert x.unregister(engine, 1) == S.LLM_SUCCESS                                          # keys go with it
+    assert "already bound" in x.last_error() and "PR-21" in x.last_error()
+    monkeypatch.delenv(lint.STRICT_ENV)
+    assert x.unregister(engine, 1) == S.LLM_SUCCESS                    # keys go with it
     assert x.register(engine, a, keys=[x.req(5), x.prefix(5)])[0] == S.LLM_SUCCESS
+    assert x.take_lints() == []
 
 
-def test_a_placeholder_may_not_have_the_identity_of_a_bound_blocks_key(x: Any) -> None:
-    engine = x.engine(1, xs.v2_options())
+def test_a_placeholder_with_the_identity_of_a_bound_blocks_key_binds_nothing_with_a_lint(
+        x: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    engine = x.engine(1, xs.v2_options(pool=True))
     assert x.register(engine, arrays(1), kind=xs.KIND_BLOCKS, keys=[x.blocks_key(model=3)]) == (0, 1)
-    assert x.register(engine, arrays(1), keys=[x.placeholder(model=3), x.req(1)])[0] == S.LLM_PARAM_INVALID
-    assert "PR-22" in x.last_error()
+    x.take_lints()
+    assert x.register(engine, arrays(1), keys=[x.placeholder(model=3), x.req(1)]) == (0, 2)
+    assert x.take_lints() == [21]
+    assert x.unregister(engine, 2) == 0
+    assert x.allocate(engine, 1, [4, 16], xs.KIND_BLOCKS, [x.blocks_key(model=3)])[0] == S.LLM_PARAM_INVALID
     assert x.register(engine, arrays(1), keys=[x.placeholder(model=4), x.req(1)])[0] == S.LLM_SUCCESS
+    assert x.take_lints() == []
+    monkeypatch.setenv(lint.STRICT_ENV, "1")
+    assert x.register(engine, arrays(1), keys=[x.placeholder(model=3), x.req(2)])[0] == S.LLM_PARAM_INVALID
+    assert "PR-21" in x.last_error()
 
 
 def test_register_blocks_cache_takes_a_bound_model_id_from_the_previous_cache(x: Any) -> None:
@@ -241,13 +294,23 @@ def test_register_blocks_cache_takes_a_bound_model_id_from_the_previous_cache(x:
     assert x.allocate(engine, 1, [4, 16], xs.KIND_BLOCKS, [key])[0] == S.LLM_SUCCESS
 
 
-def test_unregister_of_an_unknown_id_succeeds_and_of_an_allocated_cache_is_pr23(x: Any) -> None:
-    engine = x.engine(1, xs.v2_options(pool=True))
+def test_unregister_of_an_unknown_id_succeeds_and_of_an_allocated_cache_removes_it_with_a_lint(
+        x: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # PR-23: the entry and its keys go; the vendor's pool takes its memory back
+    engine = x.engine(1, xs.v2_options(pool=True, **{"llm.MemPoolConfig": '{"memory_size": 65536, "page_shift": 12}'}))
+    x.take_lints()
     assert x.unregister(engine, 42) == S.LLM_SUCCESS
-    status, cache_id, _ = x.allocate(engine, 1, [4, 16])
+    status, cache_id, _ = x.allocate(engine, 1, [1, 65536], keys=[x.req(1)])
     assert status == 0
+    monkeypatch.setenv(lint.STRICT_ENV, "1")
     assert x.unregister(engine, cache_id) == S.LLM_PARAM_INVALID
     assert "PR-23" in x.last_error()
+    assert x.allocate(engine, 1, [1, 4096])[0] == S.LLM_OUT_OF_MEMORY                 # still there
+    monkeypatch.delenv(lint.STRICT_ENV)
+    assert x.unregister(engine, cache_id) == S.LLM_SUCCESS
+    assert x.take_lints() == [23]
+    assert x.allocate(engine, 1, [1, 65536], keys=[x.req(1)])[0] == 0              # memory and key are free
+    assert x.deallocate(engine, cache_id) == S.LLM_SUCCESS                          # an unknown id now
 
 
 def test_registration_after_a_rank_table_link_cannot_be_remote_accessible(x: Any) -> None:
@@ -450,11 +513,17 @@ def test_deallocate_without_keys_frees_at_once(x: Any) -> None:
     assert x.allocate(engine, 1, [1, 65536])[0] == 0
 
 
-def test_remove_cache_key_checks_the_key(x: Any) -> None:
+def test_remove_cache_key_checks_the_key(x: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     engine = x.engine(1, xs.v2_options(pool=True))
+    x.take_lints()
+    assert x.remove_key(engine, x.placeholder()) == S.LLM_SUCCESS                  # PR-41: a lint
+    assert x.remove_key(engine, x.key(req=1, prefix=2)) == S.LLM_SUCCESS
+    assert x.take_lints() == [41, 41]
+    monkeypatch.setenv(lint.STRICT_ENV, "1")
     assert x.remove_key(engine, x.placeholder()) == S.LLM_PARAM_INVALID
     assert "PR-41" in x.last_error()
     assert x.remove_key(engine, x.key(req=1, prefix=2)) == S.LLM_PARAM_INVALID
+    monkeypatch.delenv(lint.STRICT_ENV)
     assert x.remove_key(engine, x.blocks_key()) == S.LLM_PARAM_INVALID
     assert x.remove_key(engine, x.by_id(1, 1)) == S.LLM_PARAM_INVALID
     assert x.lib.lldd_ext_remove_cache_key(engine, x.ffi.NULL) == S.LLM_PARAM_INVALID
@@ -465,7 +534,24 @@ def test_remove_cache_key_keeps_the_key_of_a_registered_cache(x: Any) -> None:
     engine = x.engine(1, xs.v2_options(pool=True))
     assert x.register(engine, arrays(1), keys=[x.req(1)]) == (0, 1)
     assert x.remove_key(engine, x.req(1)) == S.LLM_SUCCESS
-    assert x.register(engine, arrays(1), keys=[x.req(1)])[0] == S.LLM_PARAM_INVALID   # still bound
+    assert x.allocate(engine, 1, [4, 16], keys=[x.req(1)])[0] == S.LLM_PARAM_INVALID   # still bound
+    assert x.register(engine, arrays(1), kind=xs.KIND_BLOCKS, keys=[x.blocks_key(model=2)]) == (0, 3)
+    x.take_lints()
+    assert x.remove_key(engine, x.placeholder(model=2)) == S.LLM_SUCCESS             # PR-41: a no-op here
+    assert x.take_lints() == [41]
+    assert x.allocate(engine, 1, [4, 16], xs.KIND_BLOCKS, [x.blocks_key(model=2)])[0] == S.LLM_PARAM_INVALID
+
+
+def test_a_placeholder_shaped_key_releases_the_blocks_key_of_an_allocated_blocks_cache(x: Any) -> None:
+    # PR-41: the vendor gives the key the identity of its model's blocks key
+    engine = x.engine(1, xs.v2_options(pool=True))
+    status, cache_id, _ = x.allocate(engine, 1, [4, 16], xs.KIND_BLOCKS, [x.blocks_key(model=2)])
+    assert status == 0
+    x.take_lints()
+    assert x.remove_key(engine, x.placeholder(model=2)) == S.LLM_SUCCESS
+    assert x.take_lints() == [41]
+    assert x.allocate(engine, 1, [4, 16], xs.KIND_BLOCKS, [x.blocks_key(model=2)])[0] == 0   # free again
+    assert x.deallocate(engine, cache_id) == 0
 
 
 def test_remove_cache_key_releases_the_key_of_an_allocated_cache(x: Any) -> None:
@@ -498,7 +584,8 @@ def test_finalize_releases_every_allocation_and_key(x: Any) -> None:
 
 
 def test_a_cache_of_the_native_allocate_is_freed_by_the_extension_deallocate(x: Any) -> None:
-    engine = x.engine(1, xs.v2_options(pool=True, **{"llm.MemPoolConfig": '{"memory_size": 65536}'}))
+    engine = x.engine(1, xs.v2_options(pool=True, **{"llm.MemPoolConfig": '{"memory_size": 65536}',
+                                                     "llm_datadist_ffi.mock.NativePool": "1"}))
     d, keep = x.desc(1, [1, 65536])
     out = x.ffi.new("int64_t *")
     addrs = x.ffi.new("uint64_t[]", 1)

@@ -1,6 +1,6 @@
 """Extension ABI, priority 4: lldd_ext_copy_cache (semantics §6.6, §8.8),
-lldd_ext_copy_blocks (§8.9) and lldd_ext_swap_blocks (§8.10), with PR-5, PR-24 and
-PR-25; swap addresses are checked against this engine's caches and the mock ACL's
+lldd_ext_copy_blocks (§8.9) and lldd_ext_swap_blocks (§8.10), with the guard PR-24
+and the lints PR-5 and PR-25 (LLM_DATADIST_FFI_STRICT=1 refuses them); swap addresses are checked against this engine's caches and the mock ACL's
 allocations where they lie in one.
 """
 from __future__ import annotations
@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from llm_datadist_ffi import LLMStatusCode as S
+from llm_datadist_ffi import lint
 
 
 import ext_support as xs  # noqa: E402
@@ -132,12 +133,11 @@ def test_copy_blocks_copies_one_block_to_several(x: Any) -> None:
 
 
 @pytest.mark.parametrize("cache, pairs, status, words", [
-    (1, [], S.LLM_PARAM_INVALID, "PR-25"),
     (9, [(0, 1)], S.LLM_KV_CACHE_NOT_EXIST, "cache_id 9"),
+    (9, [], S.LLM_KV_CACHE_NOT_EXIST, "cache_id 9"),
     (2, [(0, 1)], S.LLM_PARAM_INVALID, "has no blocks"),
     (1, [(6, 1)], S.LLM_PARAM_INVALID, "source block 6"),
     (1, [(0, 6)], S.LLM_PARAM_INVALID, "destination block 6"),
-    (1, [(0, 2), (1, 2)], S.LLM_PARAM_INVALID, "PR-5"),
     (1, [(0, 2), (2, 3)], S.LLM_PARAM_INVALID, "PR-24"),
 ])
 def test_copy_blocks_checks(x: Any, cache: int, pairs: list[tuple[int, int]], status: int, words: str) -> None:
@@ -148,6 +148,45 @@ def test_copy_blocks_checks(x: Any, cache: int, pairs: list[tuple[int, int]], st
     x.register(engine, rand(2, (6, 8), 7))                          # 2: contiguous
     assert copy_blocks(x, engine, cache, pairs) == status
     assert words in x.last_error()
+    assert all((a == b).all() for a, b in zip(blocks, before))
+
+
+def test_copy_blocks_with_no_pair_does_the_vendors_self_copy_of_block_0_with_a_lint(x: Any) -> None:
+    # PR-25: the vendor's core takes its contiguous path: block 0 onto itself
+    engine = x.engine(1, xs.v2_options())
+    blocks = rand(2, (6, 8), 6)
+    before = [a.copy() for a in blocks]
+    x.register(engine, blocks, xs.KIND_BLOCKS)
+    x.take_lints()
+    assert copy_blocks(x, engine, 1, []) == 0
+    assert x.take_lints() == [25]
+    assert all((a == b).all() for a, b in zip(blocks, before))
+
+
+def test_copy_blocks_writes_a_repeated_destination_last_with_a_lint(x: Any) -> None:
+    engine = x.engine(1, xs.v2_options())
+    blocks = rand(2, (6, 8), 6)
+    before = [a.copy() for a in blocks]
+    x.register(engine, blocks, xs.KIND_BLOCKS)
+    x.take_lints()
+    assert copy_blocks(x, engine, 1, [(0, 2), (1, 2), (0, 3)]) == 0
+    assert x.take_lints() == [5]                                   # one lint per call
+    for t in range(2):
+        expect = before[t].copy()
+        expect[2], expect[3] = before[t][1], before[t][0]          # the last pair naming block 2 wins
+        assert (blocks[t] == expect).all()
+
+
+@pytest.mark.parametrize("pairs, words", [([], "PR-25"), ([(0, 2), (1, 2)], "PR-5")])
+def test_strict_mode_refuses_the_copy_blocks_lints(x: Any, monkeypatch: pytest.MonkeyPatch,
+                                                   pairs: list[tuple[int, int]], words: str) -> None:
+    engine = x.engine(1, xs.v2_options())
+    blocks = rand(2, (6, 8), 6)
+    before = [a.copy() for a in blocks]
+    x.register(engine, blocks, xs.KIND_BLOCKS)
+    monkeypatch.setenv(lint.STRICT_ENV, "1")
+    assert copy_blocks(x, engine, 1, pairs) == S.LLM_PARAM_INVALID
+    assert words in x.last_error() and x.take_lints() == []
     assert all((a == b).all() for a, b in zip(blocks, before))
 
 
@@ -210,8 +249,6 @@ def test_swap_checks_the_ranges_the_mock_knows(x: Any) -> None:
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    ({"pairs": []}, "PR-25"),
-    ({"pairs": [(0, 1), (2, 1)]}, "PR-5"),
     ({"block": 0}, "block_size is 0"),
     ({"swap_in": 2}, "swap_in 2"),
     ({"pairs": [(0, 2**62)]}, "overflows"),
@@ -229,6 +266,35 @@ def test_swap_argument_checks(x: Any, kwargs: dict[str, Any], words: str) -> Non
     assert status == S.LLM_PARAM_INVALID
     assert words in x.last_error()
     assert not b.any() and (a == before).all()
+
+
+def test_swap_with_an_empty_mapping_succeeds_and_moves_nothing_with_a_lint(x: Any) -> None:
+    engine = x.engine(1, xs.v2_options())
+    a, b = rand(1, (8, 16), 10)[0], np.zeros((8, 16), np.uint8)
+    x.take_lints()
+    assert swap(x, engine, [a.ctypes.data], [b.ctypes.data], 16, []) == 0
+    assert x.take_lints() == [25] and not b.any()
+
+
+def test_swap_writes_a_repeated_destination_last_with_a_lint(x: Any) -> None:
+    engine = x.engine(1, xs.v2_options())
+    a, b = rand(1, (8, 16), 10)[0], np.zeros((8, 16), np.uint8)
+    x.take_lints()
+    assert swap(x, engine, [a.ctypes.data], [b.ctypes.data], 16, [(0, 1), (2, 1), (3, 2)]) == 0
+    assert x.take_lints() == [5]
+    expect = np.zeros((8, 16), np.uint8)
+    expect[1], expect[2] = a[2], a[3]                               # pair (2, 1) comes after (0, 1)
+    assert (b == expect).all()
+
+
+@pytest.mark.parametrize("pairs, words", [([], "PR-25"), ([(0, 1), (2, 1)], "PR-5")])
+def test_strict_mode_refuses_the_swap_lints(x: Any, monkeypatch: pytest.MonkeyPatch,
+                                            pairs: list[tuple[int, int]], words: str) -> None:
+    engine = x.engine(1, xs.v2_options())
+    a, b = rand(1, (8, 16), 10)[0], np.zeros((8, 16), np.uint8)
+    monkeypatch.setenv(lint.STRICT_ENV, "1")
+    assert swap(x, engine, [a.ctypes.data], [b.ctypes.data], 16, pairs) == S.LLM_PARAM_INVALID
+    assert words in x.last_error() and x.take_lints() == [] and not b.any()
 
 
 def test_swap_checks_its_pointers_and_the_engine(x: Any) -> None:

@@ -58,7 +58,7 @@ def pair() -> Iterator[Harness]:
     h = Harness(seed=37)
     pa, pb = free_port(), free_port()
     h.add(A, LlmRole.DECODER, {"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{pa}",
-                               "llm.SyncKvCacheWaitTime": "5000", "llm.MemPoolConfig": POOL}, pa)
+                               "llm.SyncKvCacheWaitTime": "5000", "llm_datadist_ffi.mock.NativePool": "1", "llm.MemPoolConfig": POOL}, pa)
     h.add(B, LlmRole.PROMPT, {"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{pb}"}, pb)
     h.reset()
     yield h

@@ -62,7 +62,7 @@ def pair() -> Iterator[Harness]:
     h = Harness(seed=20240601)
     pa, pb = _free_port(), _free_port()
     h.add(A, LlmRole.DECODER, {"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{pa}",
-                               "llm.MemPoolConfig": POOL, "llm.HostMemPoolConfig": HOST_POOL}, pa)
+                               "llm_datadist_ffi.mock.NativePool": "1", "llm.MemPoolConfig": POOL, "llm.HostMemPoolConfig": HOST_POOL}, pa)
     h.add(B, LlmRole.PROMPT, {"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{pb}"}, pb)
     h.reset()
     yield h

@@ -112,9 +112,10 @@ def test_keys_bind_at_allocation_as_the_model_says(env: Env, mode: str, seed: in
 @example(mode="v2-direct-pools", seed=0, first=KEY_POOL[:3], batches=2)        # more keys than batches
 def test_keys_bind_at_registration_as_the_model_says(env: Env, mode: str, seed: int, first: List[Key],
                                                      batches: int) -> None:
-    """``register_cache`` with a drawn key list (PR-21: more keys than batches, a key twice,
-    placeholders), then every key of the pool probed by registering it alone: a key still
-    bound fails, a free one binds."""
+    """``register_cache`` with a drawn key list (PR-21: more keys than batches is refused; a
+    key twice or a placeholder that names a bound blocks key binds nothing, with a lint),
+    then every key of the pool probed by registering it alone: a key still bound keeps its
+    binding with the PR-21 lint, a free one binds (and the next probe shows it)."""
     env.start(mode, np.random.default_rng(seed), bare=True)
     try:
         addrs = env.guarded("r", 2, batches * 16)

@@ -60,10 +60,10 @@ def harness() -> Iterator[Harness]:
     h = Harness(seed=7)
     pa, pb = _free_port(), _free_port()
     h.add(A, LlmRole.DECODER, {"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{pa}",
-                               "llm.MemPoolConfig": POOL, "llm.HostMemPoolConfig": HOST_POOL,
+                               "llm_datadist_ffi.mock.NativePool": "1", "llm.MemPoolConfig": POOL, "llm.HostMemPoolConfig": HOST_POOL,
                                "llm.SyncKvCacheWaitTime": "500"}, pa)
     h.add(B, LlmRole.PROMPT, {"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{pb}",
-                              "llm.MemPoolConfig": POOL, "llm.SyncKvCacheWaitTime": "500"}, pb)
+                              "llm_datadist_ffi.mock.NativePool": "1", "llm.MemPoolConfig": POOL, "llm.SyncKvCacheWaitTime": "500"}, pb)
     yield h
     h.close()
 
@@ -144,7 +144,7 @@ class NativeEngines(RuleBasedStateMachine):
         """Initialize (a no-op when initialised, §12.1), sometimes with a bad option."""
         options = dict(self.h.nodes[cluster].options)
         if bad == "wait time":
-            options["llm.SyncKvCacheWaitTime"] = "0"             # PR-26
+            options["llm.SyncKvCacheWaitTime"] = "2147483648"    # PR-26: past int32, refused
         elif bad == "port":
             options["llm.ListenIpInfo"] = "127.0.0.1:0"          # PR-27
         self.h.initialize(cluster, options)

@@ -77,7 +77,7 @@ FAST_FAIL = {"llm.LinkTotalTime": str(LINK_TOTAL_S)}
 def options(version: str, port: Optional[int], bad: bool) -> Dict[str, str]:
     made = vs.v2_options(port, **FAST_FAIL) if version == "v2" else vs.v1_options(port, **{"llm.EnableSwitchRole": "1"})
     if bad:
-        made["llm.SyncKvCacheWaitTime"] = "0"
+        made["llm.SyncKvCacheWaitTime"] = "2147483648"          # past int32: still refused (PR-26)
     return made
 
 
@@ -341,9 +341,11 @@ class LifeMachine(RuleBasedStateMachine):
         assert self.me.v1 is not None
         manager = self.objects[self.me.live].kv_cache_manager
         outcome = self.me.v1.remove_cache_key(key)
-        got = observed(lambda: manager.remove_cache_key(CacheKey(key.cluster_id, key.req_id, key.model_id,
-                                                                 key.prefix_id)))
-        expect(outcome, got, f"remove_cache_key {key}")
+        seen: list = []
+        lints = vs.linted_rules(lambda: seen.append(observed(lambda: manager.remove_cache_key(
+            CacheKey(key.cluster_id, key.req_id, key.model_id, key.prefix_id)))))
+        expect(outcome, seen[0], f"remove_cache_key {key}")
+        assert set(lints) == set(outcome.lints), f"remove_cache_key {key}: lints {lints} != {outcome.lints}"
 
     @precondition(lambda self: self.them.version == "v1" and self.them.role is LLMRole.DECODER)
     @rule(key=st.sampled_from(KEYS[:4]), batch=st.integers(0, 3), offset=st.sampled_from([None, 0, 4]))

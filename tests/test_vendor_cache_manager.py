@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from llm_datadist_ffi import LLMException, LLMStatusCode, lint
+from llm_datadist_ffi import lint as lint_module
 from llm_datadist_ffi.vendor import (
     BlocksCacheKey, Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex, CacheTask, DataType, LayerSynchronizer,
     LLMDataDist, LLMRole, MemInfo, Memtype, Placement, TransferConfig, TransferWithCacheKeyConfig,
@@ -132,7 +133,8 @@ def test_register_cache_checks_in_the_vendor_order(local: Local) -> None:
     raises(AttributeError, lambda: cm.register_cache(None, addrs), "cache_desc")  # type: ignore[arg-type]
     lx(lambda: cm.register_cache(desc, addrs[:1]), "num_tensors")
     lx(lambda: cm.register_cache(desc, [addrs[0], 0]), "addrs[1] is 0")
-    lx(lambda: cm.register_cache(CacheDesc(2, [4, 32], DataType.DT_UINT8, batch_dim_index=1), addrs), "PR-18")
+    with vs.strict_mode():
+        lx(lambda: cm.register_cache(CacheDesc(2, [4, 32], DataType.DT_UINT8, batch_dim_index=1), addrs), "PR-18")
     raises(TypeError, lambda: cm.register_cache(desc, [addrs[0], 2**64]), "uint64")
     # two broken rules: the type of cache_desc (step 1) before the empty addrs (step 6)
     raises(TypeError, lambda: cm.register_cache(1, []), "cache_desc")  # type: ignore[arg-type]
@@ -158,8 +160,9 @@ def test_register_blocks_cache_checks_in_the_vendor_order(local: Local) -> None:
     raises(TypeError, lambda: cm.register_blocks_cache(desc, addrs, None, "yes"), "remote_accessible")  # type: ignore
     lx(lambda: cm.register_blocks_cache(desc, []), "addrs must not be empty")
     raises(AttributeError, lambda: cm.register_blocks_cache(None, addrs), "cache_desc")  # type: ignore[arg-type]
-    lx(lambda: cm.register_blocks_cache(CacheDesc(2, [8, 64], DataType.DT_UINT8, batch_dim_index=1), addrs),
-       "PR-18")
+    with vs.strict_mode():
+        lx(lambda: cm.register_blocks_cache(CacheDesc(2, [8, 64], DataType.DT_UINT8, batch_dim_index=1), addrs),
+           "PR-18")
     raises(TypeError, lambda: cm.register_blocks_cache(desc, addrs, BlocksCacheKey(1, -1)), "model_id")
     # the address count is a core check
     lx(lambda: cm.register_blocks_cache(desc, addrs[:1]), "register_blocks_cache")
@@ -195,6 +198,40 @@ def test_unregister_cache_checks_an_int64_and_accepts_an_unknown_id(local: Local
     assert local.cm.unregister_cache(99) is None
     cache, _ = local.blocks_cache()
     local.cm.unregister_cache(cache.cache_id)
+
+
+def test_unregister_cache_of_an_allocated_cache_removes_it_and_its_keys_with_a_lint(local: Local) -> None:
+    # PR-23: the vendor erases the entry (its keys go with it); deallocate was the call meant
+    desc = CacheDesc(2, [4, 64], DataType.DT_UINT8)
+    cache = local.cm.allocate_cache(desc, [CacheKey(2, 40)])
+    with vs.strict_mode():
+        lx(lambda: local.cm.unregister_cache(cache.cache_id), "PR-23")
+    lx(lambda: local.cm.allocate_cache(desc, [CacheKey(2, 40)]))               # the key is still bound
+    with pytest.warns(lint_module.OwnedCacheUnregisteredWarning, match="PR-23") as record:
+        local.cm.unregister_cache(cache.cache_id)
+    assert record[0].filename == __file__                                      # points at this line
+    raises(LLMException, lambda: local.cm.copy_cache(cache, cache, 1, 0), status=LLMStatusCode.LLM_KV_CACHE_NOT_EXIST)
+    again = local.cm.allocate_cache(desc, [CacheKey(2, 40)])                   # the key is free
+    local.cm.deallocate_cache(again)
+
+
+def test_register_cache_binds_a_repeated_or_bound_key_once_with_a_lint(local: Local) -> None:
+    # PR-21: the vendor's registration checks no key; a bound key keeps its first binding
+    arrays = local.arrays(2, (4, 32))
+    addrs = [a.ctypes.data for a in arrays]
+    desc = CacheDesc(2, [4, 32], DataType.DT_UINT8)
+    with pytest.warns(lint_module.KeyBindingWarning, match="repeats") as record:
+        first = local.cm.register_cache(desc, addrs, [CacheKey(2, 50), CacheKey(2, 50)])
+    assert record[0].filename == __file__
+    more = local.arrays(2, (4, 32))
+    with pytest.warns(lint_module.KeyBindingWarning, match="already bound"):
+        second = local.cm.register_cache(desc, [a.ctypes.data for a in more], [CacheKey(2, 50)])
+    local.cm.unregister_cache(second.cache_id)
+    lx(lambda: local.cm.allocate_cache(desc, [CacheKey(2, 50)]))               # still the first cache's
+    local.cm.unregister_cache(first.cache_id)
+    local.cm.deallocate_cache(local.cm.allocate_cache(desc, [CacheKey(2, 50)]))
+    with vs.strict_mode():
+        lx(lambda: local.cm.register_cache(desc, addrs, [CacheKey(2, 51), CacheKey(2, 51)]), "PR-21")
 
 
 # ---------------------------------------------------------------------------
@@ -481,7 +518,32 @@ def test_allocate_cache_checks_in_the_vendor_order(local: Local) -> None:
     raises(TypeError, lambda: cm.allocate_cache(desc, None), "cache_keys")  # type: ignore[arg-type]
     raises(AttributeError, lambda: cm.allocate_cache(None), "cache_desc")  # type: ignore[arg-type]
     lx(lambda: cm.allocate_cache(CacheDesc(0, [4, 64], DataType.DT_UINT8)), "num_tensors")
-    lx(lambda: cm.allocate_cache(CacheDesc(2, [4, 64], DataType.DT_UINT8, batch_dim_index=1)), "PR-18")
+    with vs.strict_mode():
+        lx(lambda: cm.allocate_cache(CacheDesc(2, [4, 64], DataType.DT_UINT8, batch_dim_index=1)), "PR-18")
+
+
+@pytest.mark.parametrize("call", ["register_cache", "register_blocks_cache", "allocate_cache",
+                                  "allocate_blocks_cache"])
+def test_a_batch_dim_other_than_zero_is_accepted_with_a_lint_and_shape_0_counts(local: Local, call: str) -> None:
+    # PR-18: the core never sees batch_dim_index; shape[0] = 4 batches or blocks of 64
+    # bytes (shape[1] would have made 64 of 4 bytes)
+    desc = CacheDesc(2, [4, 64], DataType.DT_UINT8, batch_dim_index=1)
+    arrays = local.arrays(2, (4, 64))
+    args: Tuple[Any, ...] = (desc, [a.ctypes.data for a in arrays]) if call.startswith("register") else (desc,)
+    cache = vs.linted("PR-18", lambda: getattr(local.cm, call)(*args), "batch_dim_index is 1")
+    source = [fill(70 + t, 256).tobytes() for t in range(2)]
+    for t in range(2):
+        _write(cache.tensor_addrs[t], source[t])
+    if "blocks" in call:
+        local.cm.copy_blocks(cache, {3: [0]})
+        lx(lambda: local.cm.copy_blocks(cache, {4: [0]}))
+    else:
+        other = local.cm.allocate_cache(CacheDesc(2, [4, 64], DataType.DT_UINT8))
+        local.cm.copy_cache(other, cache, dst_batch_index=3, src_batch_index=3)
+        local.cm.copy_cache(cache, other, dst_batch_index=0, src_batch_index=3)
+        lx(lambda: local.cm.copy_cache(other, cache, src_batch_index=4))
+    for t in range(2):
+        assert memory_at(cache.tensor_addrs[t], 256) == source[t][192:] + source[t][64:]
 
 
 def test_allocate_needs_the_pool_of_the_placement() -> None:
@@ -554,18 +616,26 @@ def test_deallocate_cache_of_a_registered_cache_is_a_no_op(local: Local) -> None
     assert cache.tensor_addrs == []
 
 
-def test_remove_cache_key_checks_type_and_the_pull_validity_rule(local: Local) -> None:
+def test_remove_cache_key_checks_type_and_lints_the_pull_validity_rule(local: Local) -> None:
     raises(TypeError, lambda: local.cm.remove_cache_key(BlocksCacheKey(1)), "cache_key")  # type: ignore[arg-type]
     raises(AttributeError, lambda: local.cm.remove_cache_key(None), "cache_key")  # type: ignore[arg-type]
-    lx(lambda: local.cm.remove_cache_key(CacheKey(1, U64_MAX)), "PR-41")
-    lx(lambda: local.cm.remove_cache_key(CacheKey(1, 2, prefix_id=3)), "PR-41")
+    assert vs.linted("PR-41", lambda: local.cm.remove_cache_key(CacheKey(1, U64_MAX))) is None
+    assert vs.linted("PR-41", lambda: local.cm.remove_cache_key(CacheKey(1, 2, prefix_id=3))) is None
+    with vs.strict_mode():
+        lx(lambda: local.cm.remove_cache_key(CacheKey(1, U64_MAX)), "PR-41")
+        lx(lambda: local.cm.remove_cache_key(CacheKey(1, 2, prefix_id=3)), "PR-41")
     assert local.cm.remove_cache_key(CacheKey(1, 12345)) is None
 
 
-def test_a_placeholder_key_cannot_unbind_a_blocks_key(local: Local) -> None:
-    cache = local.cm.allocate_blocks_cache(CacheDesc(2, [8, 64], DataType.DT_UINT8), BlocksCacheKey(2, 0))
-    lx(lambda: local.cm.remove_cache_key(CacheKey(2, U64_MAX, 0)), "PR-41")
-    lx(lambda: local.cm.allocate_blocks_cache(CacheDesc(2, [8, 64], DataType.DT_UINT8), BlocksCacheKey(2, 0)))
+def test_a_placeholder_key_unbinds_the_blocks_key_of_an_allocated_blocks_cache_with_a_lint(local: Local) -> None:
+    desc = CacheDesc(2, [8, 64], DataType.DT_UINT8)
+    cache = local.cm.allocate_blocks_cache(desc, BlocksCacheKey(2, 0))
+    with vs.strict_mode():
+        lx(lambda: local.cm.remove_cache_key(CacheKey(2, U64_MAX, 0)), "PR-41")
+    lx(lambda: local.cm.allocate_blocks_cache(desc, BlocksCacheKey(2, 0)))         # still bound
+    vs.linted("PR-41", lambda: local.cm.remove_cache_key(CacheKey(2, U64_MAX, 0)))
+    again = local.cm.allocate_blocks_cache(desc, BlocksCacheKey(2, 0))             # the key was free
+    local.cm.deallocate_blocks_cache(again)
     local.cm.deallocate_blocks_cache(cache)
 
 
@@ -622,9 +692,10 @@ def test_copy_blocks_checks_and_copies_one_block_to_several(local: Local) -> Non
     raises(TypeError, lambda: cm.copy_blocks(cache, {0: (1,)}), "copy_block_info[0]")  # type: ignore[dict-item]
     raises(TypeError, lambda: cm.copy_blocks(cache, {0: [1.5]}), "copy_block_info[0][0]")  # type: ignore[list-item]
     lx(lambda: cm.copy_blocks(contiguous, {0: [1]}), "blocks cache")
-    lx(lambda: cm.copy_blocks(cache, {}), "PR-25")
-    lx(lambda: cm.copy_blocks(cache, {0: []}), "PR-25")
-    lx(lambda: cm.copy_blocks(cache, {0: [2], 1: [2]}), "PR-5")
+    with vs.strict_mode():
+        lx(lambda: cm.copy_blocks(cache, {}), "PR-25")
+        lx(lambda: cm.copy_blocks(cache, {0: []}), "PR-25")
+        lx(lambda: cm.copy_blocks(cache, {0: [2], 1: [2]}), "PR-5")
     source = [fill(50 + t, 256).tobytes() for t in range(2)]
     for t in range(2):
         _write(cache.tensor_addrs[t], source[t])
@@ -632,6 +703,20 @@ def test_copy_blocks_checks_and_copies_one_block_to_several(local: Local) -> Non
     for t in range(2):
         expected = source[t][:128] + source[t][:64] + source[t][:64]
         assert memory_at(cache.tensor_addrs[t], 256) == expected
+
+
+def test_copy_blocks_lints_an_empty_mapping_and_a_repeated_destination(local: Local) -> None:
+    cm = local.cm
+    cache = cm.allocate_blocks_cache(CacheDesc(2, [4, 64], DataType.DT_UINT8))
+    source = [fill(60 + t, 256).tobytes() for t in range(2)]
+    for t in range(2):
+        _write(cache.tensor_addrs[t], source[t])
+    vs.linted("PR-25", lambda: cm.copy_blocks(cache, {}))              # block 0 onto itself: no change
+    vs.linted("PR-25", lambda: cm.copy_blocks(cache, {0: [], 1: []}))
+    assert [memory_at(cache.tensor_addrs[t], 256) for t in range(2)] == source
+    vs.linted("PR-5", lambda: cm.copy_blocks(cache, {0: [2], 1: [2, 3]}), "destination block 2")
+    for t in range(2):                                                  # (1, 2) comes after (0, 2)
+        assert memory_at(cache.tensor_addrs[t], 256) == source[t][:128] + source[t][64:128] * 2
 
 
 def test_swap_blocks_checks_in_the_vendor_order(local: Local) -> None:
@@ -654,8 +739,24 @@ def test_swap_blocks_checks_in_the_vendor_order(local: Local) -> None:
     lx(lambda: cm.swap_blocks(host, device, {4: 0}), "source block 4")
     lx(lambda: cm.swap_blocks(host, device, {0: -1}), "destination block -1")
     lx(lambda: cm.swap_blocks(device, device, {0: 1}), "HOST->DEVICE or DEVICE->HOST")
-    lx(lambda: cm.swap_blocks(host, device, {}), "PR-25")
-    lx(lambda: cm.swap_blocks(host, device, {0: 1, 1: 1}), "PR-5")
+    with vs.strict_mode():
+        lx(lambda: cm.swap_blocks(host, device, {}), "PR-25")
+        lx(lambda: cm.swap_blocks(host, device, {0: 1, 1: 1}), "PR-5")
+
+
+def test_swap_blocks_lints_an_empty_mapping_and_a_repeated_destination(local: Local) -> None:
+    cm = local.cm
+    device = cm.allocate_blocks_cache(CacheDesc(2, [4, 64], DataType.DT_UINT8))
+    host_memory = [np.frombuffer(fill(80 + t, 256).tobytes(), np.uint8).copy() for t in range(2)]
+    host = Cache.create_cpu_cache(CacheDesc(2, [4, 64], DataType.DT_UINT8, Placement.HOST),
+                                  [a.ctypes.data for a in host_memory])
+    for t in range(2):
+        _write(device.tensor_addrs[t], bytes(256))
+    vs.linted("PR-25", lambda: cm.swap_blocks(host, device, {}))       # success, nothing moves
+    assert all(memory_at(device.tensor_addrs[t], 256) == bytes(256) for t in range(2))
+    vs.linted("PR-5", lambda: cm.swap_blocks(host, device, {0: 1, 2: 1}), "destination block 1")
+    for t in range(2):                                                  # host block 2 is written last
+        assert memory_at(device.tensor_addrs[t], 256) == bytes(64) + host_memory[t][128:192].tobytes() + bytes(128)
 
 
 def test_swap_blocks_moves_blocks_in_and_out_through_a_cpu_cache(local: Local) -> None:
@@ -682,15 +783,22 @@ def test_swap_blocks_moves_blocks_in_and_out_through_a_cpu_cache(local: Local) -
         assert back[t][0].tobytes() == bytes(64) and back[t][2:].tobytes() == bytes(128)
 
 
-def test_swap_blocks_rejects_a_batch_dim_other_than_zero(local: Local) -> None:
+def test_swap_blocks_uses_shape_at_the_batch_dim_with_a_lint(local: Local) -> None:
+    # PR-18: swap_blocks is the one call that reads batch_dim_index: blocks are
+    # size // shape[batch_dim_index] = 256 // 4 = 64 bytes here
     cm = local.cm
     device = cm.allocate_blocks_cache(CacheDesc(2, [4, 64], DataType.DT_UINT8))
-    host = Cache.create_cpu_cache(CacheDesc(2, [4, 64], DataType.DT_UINT8, Placement.HOST, batch_dim_index=0),
-                                  [1, 2])
+    odd_memory = [np.frombuffer(fill(90 + t, 256).tobytes(), np.uint8).copy() for t in range(2)]
     odd = Cache.create_cpu_cache(CacheDesc(2, [64, 4], DataType.DT_UINT8, Placement.HOST, batch_dim_index=1),
-                                 [1, 2])
-    lx(lambda: cm.swap_blocks(odd, device, {0: 0}), "PR-18")
-    assert host.cache_desc.batch_dim == 0
+                                 [a.ctypes.data for a in odd_memory])
+    for t in range(2):
+        _write(device.tensor_addrs[t], bytes(256))
+    with vs.strict_mode():
+        lx(lambda: cm.swap_blocks(odd, device, {3: 0}), "PR-18")
+    assert all(memory_at(device.tensor_addrs[t], 256) == bytes(256) for t in range(2))
+    vs.linted("PR-18", lambda: cm.swap_blocks(odd, device, {3: 0}), "src_cache.cache_desc.batch_dim_index is 1")
+    for t in range(2):
+        assert memory_at(device.tensor_addrs[t], 256) == odd_memory[t][192:].tobytes() + bytes(192)
 
 
 # ---------------------------------------------------------------------------

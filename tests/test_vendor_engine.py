@@ -12,7 +12,7 @@ import socket
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Dict, Iterator
 
 import pytest
 
@@ -181,10 +181,23 @@ def test_init_parses_the_v2_listen_address_as_ip_colon_port(listen: str, error: 
         raises(error, lambda: engine.init(options), fragment)
 
 
-@pytest.mark.parametrize("value", ["0", "-5", "12ms", "2147483648", ""])
-def test_init_rejects_a_sync_wait_time_outside_one_to_int32_max(value: str) -> None:
+@pytest.mark.parametrize("value", ["-5", "12ms", "2147483648", ""])
+def test_init_rejects_a_sync_wait_time_outside_zero_to_int32_max(value: str) -> None:
     engine = LLMDataDist(LLMRole.PROMPT, 1)
     lx(lambda: engine.init(vs.v2_options(**{"llm.SyncKvCacheWaitTime": value})), "PR-26")
+
+
+@pytest.mark.parametrize("options", [vs.v2_options(**{"llm.SyncKvCacheWaitTime": "0"}),
+                                     vs.v1_options(**{"llm.SyncKvCacheWaitTime": "0"})])
+def test_init_accepts_a_sync_wait_time_of_zero_with_one_lint(options: Dict[str, str]) -> None:
+    # PR-26: the vendor accepts any digit string; strict mode refuses 0 before the core
+    engine = LLMDataDist(LLMRole.DECODER, 1)
+    with vs.strict_mode():
+        lx(lambda: engine.init(dict(options)), "PR-26")
+    try:
+        vs.linted("PR-26", lambda: engine.init(dict(options)), "is 0 milliseconds")
+    finally:
+        engine.finalize()
 
 
 def test_init_rejects_option_values_that_are_not_str() -> None:

@@ -110,7 +110,10 @@ def test_allocate_cache_checks_in_the_vendor_order(decoder: KvCacheManager) -> N
     lx(lambda: decoder.allocate_cache(desc(0)), "num_tensors")
     lx(lambda: decoder.allocate_cache(desc(placement=Placement.HOST)), "Only support allocate device cache")
     lx(lambda: decoder.allocate_cache(desc(), [CacheKey(1, 1)]), "LLMRole.PROMPT")
-    lx(lambda: decoder.allocate_cache(desc(shape=(256, 2), batch_dim_index=1)), "PR-18")
+    with vs.strict_mode():
+        lx(lambda: decoder.allocate_cache(desc(shape=(256, 2), batch_dim_index=1)), "PR-18")
+    odd = vs.linted("PR-18", lambda: decoder.allocate_cache(desc(shape=(256, 2), batch_dim_index=1)))
+    decoder.deallocate_cache(odd)
     # num_tensors (step 3) before placement (step 4) before the role (step 5)
     lx(lambda: decoder.allocate_cache(desc(0, placement=Placement.HOST), [CacheKey(1, 1)]), "num_tensors")
 
@@ -162,7 +165,9 @@ def test_remove_cache_key_is_for_a_prompt_and_applies_the_validity_rule(decoder:
 
 def test_remove_cache_key_on_a_prompt(prompt: KvCacheManager) -> None:
     raises(TypeError, lambda: prompt.remove_cache_key(CacheKeyByIdAndIndex(1, 1)), "cache_key")  # type: ignore
-    lx(lambda: prompt.remove_cache_key(CacheKey(1, U64_MAX)), "PR-41")
+    with vs.strict_mode():
+        lx(lambda: prompt.remove_cache_key(CacheKey(1, U64_MAX)), "PR-41")
+    assert vs.linted("PR-41", lambda: prompt.remove_cache_key(CacheKey(1, U64_MAX))) is None
     assert prompt.remove_cache_key(CacheKey(1, 1234)) is None
 
 
@@ -326,14 +331,20 @@ def test_copy_blocks_checks_indexes_as_uint64_and_copies(decoder: KvCacheManager
     lx(lambda: decoder.copy_blocks(host, {0: [1]}), "Only support device cache")
     raises(ValueError, lambda: decoder.copy_blocks(cache, {-1: [1]}), "source block")
     raises(ValueError, lambda: decoder.copy_blocks(cache, {0: [2**64]}), "destination block")
-    lx(lambda: decoder.copy_blocks(cache, {1: []}), "PR-25")
-    lx(lambda: decoder.copy_blocks(cache, {0: [3], 1: [3]}), "PR-5")
+    with vs.strict_mode():
+        lx(lambda: decoder.copy_blocks(cache, {1: []}), "PR-25")
+        lx(lambda: decoder.copy_blocks(cache, {0: [3], 1: [3]}), "PR-5")
     for t in range(2):
         write(cache, t, fill(30 + t, 256).tobytes())
     decoder.copy_blocks(cache, {1: [3], 0: [2]})
     for t in range(2):
         source = fill(30 + t, 256).tobytes()
         assert read(cache, t, 256) == source[:128] + source[:64] + source[64:128]
+    vs.linted("PR-25", lambda: decoder.copy_blocks(cache, {1: []}))      # block 0 onto itself
+    vs.linted("PR-5", lambda: decoder.copy_blocks(cache, {1: [3], 0: [3]}))
+    for t in range(2):                                                    # (0, 3) is the last write
+        source = fill(30 + t, 256).tobytes()
+        assert read(cache, t, 256) == source[:128] + source[:64] + source[:64]
 
 
 def test_swap_blocks_moves_blocks_through_a_cpu_kv_cache(decoder: KvCacheManager) -> None:
@@ -343,7 +354,10 @@ def test_swap_blocks_moves_blocks_through_a_cpu_kv_cache(decoder: KvCacheManager
     host_memory = [fill(40 + t, (4, 64)) for t in range(2)]
     host = KvCache.create_cpu_cache(desc(2, (4, 64), Placement.HOST), [[a.ctypes.data for a in host_memory]])
     lx(lambda: decoder.swap_blocks(device, device, {0: 0}), "HOST->DEVICE or DEVICE->HOST")
-    lx(lambda: decoder.swap_blocks(host, device, {}), "PR-25")
+    with vs.strict_mode():
+        lx(lambda: decoder.swap_blocks(host, device, {}), "PR-25")
+    vs.linted("PR-25", lambda: decoder.swap_blocks(host, device, {}))
+    assert all(read(device, t, 256) == bytes(256) for t in range(2))
     decoder.swap_blocks(host, device, {1: 0, 2: 1})
     for t in range(2):
         assert read(device, t, 256) == host_memory[t][1:3].tobytes() + bytes(128)

@@ -5,11 +5,13 @@
 - ``Peer``: an engine in another process (``vendor_peer.py``), driven by Python
   statements; the vendor's API allows one initialised engine per process;
 - ``raises``: ``pytest.raises`` with the exact exception type, status code and a
-  fragment of the message;
+  fragment of the message; ``linted``: the call warns one rule's ``LintWarning``;
+  ``strict_mode``: ``LLM_DATADIST_FFI_STRICT=1`` for a block;
 - option and cluster helpers for 127.0.0.1.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Tuple, Type
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Type
 
 import numpy as np
 
@@ -132,6 +134,51 @@ def raises(exc_type: Type[BaseException], call: Callable[[], Any], fragment: str
         assert isinstance(error, LLMException)
         assert error.status_code == status, f"{error.status_code!r} != {status!r}: {error}"
     return error
+
+
+def linted(rule: str, call: Callable[[], Any], fragment: str = "") -> Any:
+    """``call()`` must warn the ``LintWarning`` of ``rule`` (``"PR-18"`` …) and no other
+    warning, with ``fragment`` in a message; returns what the call returned."""
+    import warnings
+
+    from llm_datadist_ffi import lint
+
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        result = call()
+    categories = {type(w.message) for w in record}
+    assert categories == {lint.warning_class(rule)}, f"{rule}: warned {[str(w.message) for w in record]}"
+    if fragment:
+        assert any(fragment in str(w.message) for w in record), f"{fragment!r} not in {[str(w.message) for w in record]}"
+    return result
+
+
+def linted_rules(call: Callable[[], Any]) -> list:
+    """The ids of the lint rules ``call()`` warned about; any other warning stays an error."""
+    import warnings
+
+    from llm_datadist_ffi import lint
+
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always", lint.LintWarning)
+        call()
+    return [w.message.rule for w in record if isinstance(w.message, lint.LintWarning)]
+
+
+@contextlib.contextmanager
+def strict_mode() -> Iterator[None]:
+    """``LLM_DATADIST_FFI_STRICT=1`` for the block: every lint is its old refusal."""
+    from llm_datadist_ffi import lint
+
+    old = os.environ.get(lint.STRICT_ENV)
+    os.environ[lint.STRICT_ENV] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[lint.STRICT_ENV]
+        else:
+            os.environ[lint.STRICT_ENV] = old
 
 
 def lx(call: Callable[[], Any], fragment: str = "", status: Any = None) -> BaseException:

@@ -289,7 +289,7 @@ class Pair:
                 nonlocal got
                 got = self.memory.make(self.cm, *args)
             seen = observe(call)
-        else:
+        else:       # the peer process reports the lints of the command (vendor_peer.py)
             seen, got = peer_observe(self.peer, f"v2s.peer_make(*{args!r})")
         assert seen == expected(model), f"make {side} {args}: {seen} != {expected(model)} ({model.rule})"
         if not model.ok:

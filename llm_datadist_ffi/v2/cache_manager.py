@@ -42,7 +42,7 @@ from .. import _buffers, _capi, lint
 from .._capi import const, ffi
 from .._vendor_checks import (
     INT32, INT64, UINT32, UINT64, check_int, check_int_list, check_layer_range, check_type, none_error,
-    param_invalid, raise_param_invalid, type_name,
+    raise_param_invalid, type_name,
 )
 from ..configs import LLMRole
 from ..status import LLMException, LLMStatusCode, exception_for
@@ -162,10 +162,20 @@ def _check_distinct(blocks: _native.BlockArray, name: str, tag: str) -> None:
 
 
 def _check_batch_dim(cache_desc: CacheDesc, name: str, tag: str) -> None:
-    """PR-18: the core always uses ``shape[0]`` as the batch or block count."""
+    """PR-18 (lint): the core always uses ``shape[0]`` as the batch or block count,
+    whatever ``batch_dim_index`` says; only ``swap_blocks`` reads it."""
     if cache_desc.batch_dim != 0:
-        raise_param_invalid(f"[{tag}] {name}.batch_dim_index is {cache_desc.batch_dim}; the core always uses "
-                            "shape[0] as the batch or block count, so it must be 0 (PR-18)")
+        lint.lint("PR-18", f"[{tag}] {name}.batch_dim_index is {cache_desc.batch_dim}")
+
+
+def _lint_placeholder_key(cache_key: CacheKey, tag: str) -> None:
+    """PR-41 (lint): ``remove_cache_key`` with neither or both of ``req_id`` and
+    ``prefix_id`` valid acts as the vendor's core does (the blocks key of the model,
+    or the prefix key)."""
+    try:
+        check_cache_key(cache_key)
+    except LLMException as exc:
+        lint.lint("PR-41", f"[{tag}] {exc}")
 
 
 def _check_key_list(keys: Any, name: str) -> None:
@@ -226,12 +236,11 @@ def _check_swap(src_cache: Any, dst_cache: Any, src_to_dst: Any, tag: str) -> Tu
     _check_batch_dim(src_desc, "src_cache.cache_desc", tag)
     _check_batch_dim(dst_desc, "dst_cache.cache_desc", tag)
     if not src_to_dst:
-        raise_param_invalid(f"[{tag}] src_to_dst is empty: no blocks to swap (PR-25)")
+        lint.lint("PR-25", f"[{tag}] src_to_dst is empty")
     values = list(src_to_dst.values())
     if len(set(values)) != len(values):
         repeated = min(v for v in values if values.count(v) > 1)
-        raise_param_invalid(f"[{tag}] src_to_dst maps several blocks to destination block {repeated}; destination "
-                            "blocks must be distinct (PR-5)")
+        lint.lint("PR-5", f"[{tag}] src_to_dst maps several blocks to destination block {repeated}")
     return src_block, [(int(k), int(v)) for k, v in src_to_dst.items()], swap_in
 
 
@@ -475,8 +484,10 @@ class CacheManager:
             AttributeError: ``cache_desc`` is ``None``.
             LLMException: ``LLM_PARAM_INVALID`` for ``remote_accessible=True`` after
                 ``link()``, empty ``addrs``, an address count other than
-                ``num_tensors``, an address 0, PR-18; from the core ``LLM_PARAM_INVALID``
-                (shape, dtype, PR-21 keys, …) or ``LLM_FAILED`` (no engine).
+                ``num_tensors``, an address 0; from the core ``LLM_PARAM_INVALID``
+                (shape, dtype, more keys than batches, …) or ``LLM_FAILED`` (no engine).
+                Lints: ``batch_dim_index != 0`` (PR-18); a key bound already (it keeps
+                that binding) or repeated in the call (it binds at its last slot), PR-21.
         """
         tag = "register_cache"
         check_type(cache_desc, CacheDesc, "cache_desc")
@@ -507,8 +518,9 @@ class CacheManager:
                 outside uint64.
             AttributeError: ``cache_desc`` is ``None``.
             LLMException: ``LLM_PARAM_INVALID`` for ``remote_accessible=True`` after
-                ``link()``, empty ``addrs``, PR-18; from the core ``LLM_PARAM_INVALID``
-                (address count, shape, dtype, …) or ``LLM_FAILED`` (no engine).
+                ``link()``, empty ``addrs``; from the core ``LLM_PARAM_INVALID``
+                (address count, shape, dtype, …) or ``LLM_FAILED`` (no engine). Lint:
+                ``batch_dim_index != 0`` (PR-18).
         """
         tag = "register_blocks_cache"
         check_type(cache_desc, CacheDesc, "cache_desc")
@@ -526,8 +538,9 @@ class CacheManager:
 
         Raises:
             TypeError: ``cache_id`` not an int. ValueError: outside int64.
-            LLMException: from the core (``LLM_PARAM_INVALID`` for an allocated cache,
-                PR-23; ``LLM_FAILED`` without an engine).
+            LLMException: from the core (``LLM_FAILED`` without an engine). An
+                allocated cache loses its entry and keys, as on a device, with an
+                ``OwnedCacheUnregisteredWarning`` (PR-23).
         """
         tag = "unregister_cache"
         check_type(cache_id, int, "cache_id", allow_none=False)
@@ -799,8 +812,9 @@ class CacheManager:
         Raises:
             TypeError: wrong argument types. AttributeError: ``cache_desc`` is ``None``.
             LLMException: ``LLM_PARAM_INVALID`` for ``num_tensors <= 0``, no pool for
-                the placement, PR-18; from the core ``LLM_PARAM_INVALID`` (too many,
+                the placement; from the core ``LLM_PARAM_INVALID`` (too many,
                 repeated or bound keys, shape, …), ``LLM_OUT_OF_MEMORY``, ``LLM_FAILED``.
+                Lint: ``batch_dim_index != 0`` (PR-18).
         """
         tag = "allocate_cache"
         check_type(cache_desc, CacheDesc, "cache_desc")
@@ -868,18 +882,15 @@ class CacheManager:
 
         Raises:
             TypeError: ``cache_key`` is not a ``CacheKey``. AttributeError: ``None``.
-            LLMException: ``LLM_PARAM_INVALID`` when neither or both of ``req_id`` and
-                ``prefix_id`` are valid (PR-41); from the core
-                ``LLM_FEATURE_NOT_ENABLED`` without any pool.
+            LLMException: from the core ``LLM_FEATURE_NOT_ENABLED`` without any pool.
+                Lint: neither or both of ``req_id`` and ``prefix_id`` valid (PR-41): the
+                key acts as the blocks key of its model, or as the prefix key.
         """
         tag = "remove_cache_key"
         check_type(cache_key, CacheKey, "cache_key")
         if cache_key is None:
             raise none_error("cache_key", "a CacheKey", AttributeError)
-        try:
-            check_cache_key(cache_key)
-        except LLMException as exc:
-            raise param_invalid(f"[{tag}] {exc} (PR-41)") from None
+        _lint_placeholder_key(cache_key, tag)
         _capi.lldd_ext_remove_cache_key(_native.engine_for(tag), _native.c_key(cache_key), tag)
 
     # -- local copies and swaps ------------------------------------------------------------
@@ -924,9 +935,10 @@ class CacheManager:
 
         Raises:
             TypeError: wrong types; an index outside uint64. AttributeError: ``None``.
-            LLMException: ``LLM_PARAM_INVALID`` for a non-blocks cache, an empty
-                mapping (PR-25), a repeated destination (PR-5); from the core
-                ``LLM_PARAM_INVALID`` (bounds, PR-24).
+            LLMException: ``LLM_PARAM_INVALID`` for a non-blocks cache; from the core
+                ``LLM_PARAM_INVALID`` (bounds, PR-24). Lints: an empty mapping, which
+                copies block 0 onto itself (PR-25); a repeated destination, where the
+                last pair in order wins (PR-5).
         """
         tag = "copy_blocks"
         check_type(cache, Cache, "cache")
@@ -941,14 +953,13 @@ class CacheManager:
     def _copy_pairs(cache: Any, copy_block_info: Dict[int, List[int]], tag: str) -> None:
         pairs = [(int(src), int(dst)) for src, dsts in copy_block_info.items() for dst in dsts]
         if not pairs:
-            raise_param_invalid(f"[{tag}] copy_block_info expands to no block pair: no blocks to copy (PR-25)")
+            lint.lint("PR-25", f"[{tag}] copy_block_info expands to no block pair")
         seen: Dict[int, int] = {}
         for _, dst in pairs:
             seen[dst] = seen.get(dst, 0) + 1
         repeated = sorted(dst for dst, count in seen.items() if count > 1)
         if repeated:
-            raise_param_invalid(f"[{tag}] copy_block_info names destination block {repeated[0]} more than once; "
-                                "destination blocks must be distinct (PR-5)")
+            lint.lint("PR-5", f"[{tag}] copy_block_info names destination block {repeated[0]} more than once")
         _native.check_live(cache, "cache", tag)
         pair_ptr, keep = _pairs_array(pairs, "copy_block_info")
         _capi.lldd_ext_copy_blocks(_native.engine_for(tag), int(cache.cache_id), pair_ptr, len(pairs), tag)
@@ -963,7 +974,9 @@ class CacheManager:
             TypeError: wrong types. AttributeError: ``None``.
             LLMException: ``LLM_PARAM_INVALID`` for a non-blocks cache, different block
                 sizes or tensor counts, an index outside its cache, a placement pair
-                other than HOST↔DEVICE, PR-18, PR-25, PR-5.
+                other than HOST↔DEVICE. Lints: ``batch_dim_index != 0`` (PR-18; the
+                block size is ``size // shape[batch_dim_index]``), an empty mapping
+                (PR-25: nothing moves), a repeated destination (PR-5: the last wins).
         """
         tag = "swap_blocks"
         check_type(src_cache, Cache, "src_cache")
@@ -1078,8 +1091,9 @@ class KvCacheManager:
         Raises:
             TypeError: wrong argument types. AttributeError: ``cache_desc`` is ``None``.
             LLMException: ``LLM_PARAM_INVALID`` for ``num_tensors <= 0``, a HOST
-                placement, keys on a non-PROMPT engine, PR-18; from the core
+                placement, keys on a non-PROMPT engine; from the core
                 ``LLM_FAILED`` (a key already bound), ``LLM_DEVICE_OUT_OF_MEMORY``.
+                Lint: ``batch_dim_index != 0`` (PR-18).
         """
         tag = "allocate_cache"
         check_type(cache_desc, CacheDesc, "cache_desc")
@@ -1096,7 +1110,8 @@ class KvCacheManager:
         Raises:
             TypeError: wrong argument types. AttributeError: ``cache_desc`` is ``None``.
             LLMException: ``LLM_PARAM_INVALID`` for ``num_tensors <= 0``, a HOST
-                placement, a key on a DECODER, PR-18; from the core.
+                placement, a key on a DECODER; from the core. Lint:
+                ``batch_dim_index != 0`` (PR-18).
         """
         tag = "allocate_blocks_cache"
         check_type(cache_desc, CacheDesc, "cache_desc")
@@ -1129,18 +1144,15 @@ class KvCacheManager:
 
         Raises:
             TypeError: not a ``CacheKey``. AttributeError: ``None``.
-            LLMException: ``LLM_PARAM_INVALID`` on a non-PROMPT engine, or (PR-41) when
-                neither or both of ``req_id`` and ``prefix_id`` are valid.
+            LLMException: ``LLM_PARAM_INVALID`` on a non-PROMPT engine. Lint (PR-41):
+                neither or both of ``req_id`` and ``prefix_id`` valid.
         """
         tag = "remove_cache_key"
         self._require_role((LLMRole.PROMPT,), tag)
         check_type(cache_key, CacheKey, "cache_key")
         if cache_key is None:
             raise none_error("cache_key", "a CacheKey", AttributeError)
-        try:
-            check_cache_key(cache_key)
-        except LLMException as exc:
-            raise param_invalid(f"[{tag}] {exc} (PR-41)") from None
+        _lint_placeholder_key(cache_key, tag)
         _capi.lldd_ext_remove_cache_key(_native.engine_for(tag), _native.c_key(cache_key), tag)
 
     # -- pulls -----------------------------------------------------------------------------
@@ -1282,8 +1294,9 @@ class KvCacheManager:
         Raises:
             TypeError: wrong types. ValueError: an index outside uint64.
             AttributeError: ``cache`` is ``None``.
-            LLMException: ``LLM_PARAM_INVALID`` for a HOST cache, an empty mapping
-                (PR-25), a repeated destination (PR-5); from the core (bounds, PR-24).
+            LLMException: ``LLM_PARAM_INVALID`` for a HOST cache; from the core
+                (bounds, PR-24). Lints: an empty mapping (PR-25), a repeated
+                destination (PR-5).
         """
         tag = "copy_blocks"
         check_type(cache, KvCache, "cache")

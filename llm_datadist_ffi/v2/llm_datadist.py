@@ -71,7 +71,7 @@ VENDOR_OPTION_NAMES = (
     "ge.flowGraphMemMaxSize", "llm.BufPoolCfg", "llm.MemPoolConfig", "llm.HostMemPoolConfig", "llm.LocalCommRes",
     "llm.TransferBackend", "llm.EnableSwitchRole", "llm.deployResPath", "llm.ClusterInfo", "llm.LinkTotalTime",
     "llm.LinkRetryCount", "llm.RdmaTrafficClass", "llm.RdmaServiceLevel", "llm.MemoryUtilization",
-    "llm.OutputMaxSize", "llm.Role", "llm.GlobalResourceConfig",
+    "llm.OutputMaxSize", "llm.Role", "llm.GlobalResourceConfig", "llm_datadist_ffi.mock.NativePool",
 )
 
 def _require_str_option(options: Dict[str, Any], key: str) -> str:
@@ -122,9 +122,11 @@ def _check_sync_wait_time(options: Dict[str, Any]) -> None:
     if "llm.SyncKvCacheWaitTime" not in options:
         return
     value = _require_str_option(options, "llm.SyncKvCacheWaitTime")
-    if not (value.isdigit() and value.isascii()) or not 1 <= int(value) <= _MAX_SYNC_WAIT_MS:
+    if not (value.isdigit() and value.isascii()) or int(value) > _MAX_SYNC_WAIT_MS:
         raise_param_invalid(f"option llm.SyncKvCacheWaitTime={value!r} must be a decimal integer in "
-                            f"[1, {_MAX_SYNC_WAIT_MS}] milliseconds (PR-26)")
+                            f"[0, {_MAX_SYNC_WAIT_MS}] milliseconds (PR-26)")
+    if int(value) == 0:
+        lint.lint("PR-26", f"option llm.SyncKvCacheWaitTime={value!r} is 0 milliseconds")
 
 
 def _check_v1_options(options: Dict[str, Any], role: LLMRole) -> None:

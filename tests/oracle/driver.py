@@ -201,8 +201,17 @@ class RawAbi:
         count = min(int(self.lib.lldd_mock_lint_count()), 8)
         return {f"PR-{int(self.lib.lldd_mock_lint_rule(i))}" for i in range(count)}
 
+    def take_lints(self) -> list[str]:
+        """The rule ids of the engine's lint record since the last take; clears it (a
+        raw call bypasses the package's reader of the record)."""
+        count = min(int(self.lib.lldd_mock_lint_count()), 8)
+        rules = [f"PR-{int(self.lib.lldd_mock_lint_rule(i))}" for i in range(count)]
+        self.lib.lldd_mock_lint_clear()
+        return rules
+
 
 def agree_status(call: str, expected: Outcome, status: int, message: str) -> None:
+    """A C ABI call's status (its lints: ``agree_lints``)."""
     want = S.LLM_SUCCESS if expected.ok else expected.status
     if status != int(want):
         got = S(status).name if status in set(int(c) for c in S) else hex(status)
@@ -244,7 +253,8 @@ class Harness:
         return self.engine(cluster_id)._engine()
 
     def _agree(self, call: str, expected: Outcome, fn: Callable[[], Any]) -> Any:
-        lints = {reason.split(":")[0] for reason in self.world.take_lints()}
+        # the model notes lints in the world (transfers) or on the outcome (local calls)
+        lints = {reason.split(":")[0] for reason in self.world.take_lints()} | set(expected.lints)
         try:
             return agree(call, expected, fn, lints)
         except Mismatch as exc:
@@ -341,7 +351,7 @@ class Harness:
         if self.raw and raw is not None:
             call += " [C ABI]"
             self.log.append(call)
-            lints = set(self.world.take_lints())
+            lints = set(self.world.take_lints()) | set(expected.lints)
             if expected.python_error is not None:
                 return expected               # not expressible in C types: no call
             self.abi.lib.lldd_mock_lint_clear()

@@ -1,5 +1,10 @@
 """Data types and the byte layout of one tensor (semantics §2.2, §2.3, PR-17).
 
+PR-17: a tensor whose byte size is not a multiple of ``shape[0]`` gets the stride
+rounded down, as the vendor computes it (a lint; a refusal under strict mode); one
+smaller than ``shape[0]`` (a stride of 0) and a sub-byte tensor above 2^31 - 1 bits
+are refused (guards).
+
 Written from the table of cpp-api.md §2.4: byte types have an element size in bytes,
 sub-byte types a number of bits; value 5, DT_UNDEFINED, DT_HIFLOAT4_SCALE and
 anything outside the enum have no size and are rejected at register/allocate.
@@ -10,6 +15,8 @@ from dataclasses import dataclass
 from typing import Sequence, Union
 
 from llm_datadist_ffi.native import GeDataType as G
+
+from .outcome import strict
 
 INT64_MAX = 2**63 - 1
 SUB_BYTE_BIT_LIMIT = 2**31 - 1          # PR-17: E × bits of a sub-byte tensor
@@ -40,6 +47,7 @@ class Layout:
     tensor_size: int
     count: int
     stride: int
+    rounded: bool = False        # PR-17 lint: TS is not a multiple of D, the stride is TS // D
 
 
 def tensor_layout(shape: Sequence[int], data_type: Union[int, G]) -> Union[Layout, str]:
@@ -67,6 +75,8 @@ def tensor_layout(shape: Sequence[int], data_type: Union[int, G]) -> Union[Layou
         size = -(-bits // 8)
     else:
         return f"data type {dt} has no size"
-    if size % dims[0]:
-        return f"tensor size {size} is not a multiple of shape[0] = {dims[0]} (PR-17)"
-    return Layout(size, dims[0], size // dims[0])
+    if size < dims[0]:
+        return f"tensor size {size} is below shape[0] = {dims[0]}: a stride of 0 (PR-17 guard)"
+    if size % dims[0] and strict():
+        return f"tensor size {size} is not a multiple of shape[0] = {dims[0]} (PR-17, strict)"
+    return Layout(size, dims[0], size // dims[0], size % dims[0] != 0)

@@ -24,7 +24,6 @@ leaves a choice, the comment says "decision" and the report of the test suite li
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
@@ -32,7 +31,7 @@ from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi.native import CachePlacement, LlmRole
 
 from .dtypes import Layout, tensor_layout
-from .outcome import Copy, Outcome, fail, python_error, strict_mode, success
+from .outcome import Copy, Outcome, fail, python_error, strict, strict_mode, success
 
 PI = S.LLM_PARAM_INVALID
 KVNE = S.LLM_KV_CACHE_NOT_EXIST
@@ -166,6 +165,7 @@ class EngineModel:
     listen_port: Optional[int] = None
     comm_resource: bool = False                   # §10.2: listen address or a first link
     sync_timeout: int = 1000                      # llm.SyncKvCacheWaitTime, ms (§13)
+    native_pool: bool = False                     # llm_datadist_ffi.mock.NativePool = "1" (PR-9)
     pools: dict[int, Pool] = field(default_factory=dict)     # by placement
     next_id: int = 1
     caches: dict[int, CacheModel] = field(default_factory=dict)
@@ -208,11 +208,6 @@ def _first_repeat(values: Sequence[int]) -> Optional[int]:
             return v
         seen.add(v)
     return None
-
-
-def strict() -> bool:
-    """Strict mode: every lint rule is its old refusal (docs/semantics.md §0)."""
-    return os.environ.get("LLM_DATADIST_FFI_STRICT", "") == "1"
 
 
 def _ext_lints(ext: Ext) -> list[str]:
@@ -323,9 +318,14 @@ class World:
         e = self.engines[cluster_id]
         wait = options.get("llm.SyncKvCacheWaitTime")
         listen = options.get("llm.ListenIpInfo")
+        lints: list[str] = []
         if not e.initialized:                                          # N-2: PR-26, PR-27 in Python
-            if wait is not None and not (wait.isascii() and wait.isdigit() and 1 <= int(wait) <= 2**31 - 1):
+            if wait is not None and not (wait.isascii() and wait.isdigit() and int(wait) <= 2**31 - 1):
                 return fail(PI, "PR-26: llm.SyncKvCacheWaitTime")
+            if wait is not None and int(wait) == 0:                    # PR-26 lint: a zero timeout
+                if strict():
+                    return fail(PI, "PR-26: llm.SyncKvCacheWaitTime 0 (strict)")
+                lints.append("PR-26")
             if listen is not None:
                 _, sep, port_text = listen.rpartition(":")
                 if sep and port_text.isascii() and port_text.isdigit() and not 1 <= int(port_text) <= 65535:
@@ -359,16 +359,20 @@ class World:
                     or size <= 0 or size >> shift >= 2**32 - 1:           # size 0: docs/semantics.md E-4
                 return fail(PI, f"§3.3, §15: {key} out of range")
             pools[int(placement)] = Pool(size, shift)
+        native_pool = options.get("llm_datadist_ffi.mock.NativePool")
+        if native_pool not in (None, "0", "1"):
+            return fail(PI, "PR-9: llm_datadist_ffi.mock.NativePool neither 0 nor 1")
         e.initialized, e.listen_port, e.comm_resource, e.pools = True, port, port is not None, pools
+        e.native_pool = native_pool == "1"
         e.sync_timeout = int(wait) if wait is not None else 1000
         e.next_id, e.caches, e.known, e.links = 1, {}, set(), {}
-        return success()
+        return success().linted(*lints)
 
     def finalize(self, cluster_id: int) -> Outcome:
         """Drops every link locally (peers keep theirs, §10.4), frees everything."""
         e = self.engines[cluster_id]
         e.initialized, e.listen_port, e.comm_resource, e.finalizing = False, None, False, False
-        e.pools, e.caches, e.known, e.links = {}, {}, set(), {}
+        e.pools, e.caches, e.known, e.links, e.native_pool = {}, {}, set(), {}, False
         return success()
 
     def begin_finalize(self, cluster_id: int) -> None:
@@ -519,16 +523,17 @@ class World:
         layout = tensor_layout(shape, data_type)
         if isinstance(layout, str):
             return fail(PI, f"§2.3: {layout}")
+        rounded = ["PR-17"] if layout.rounded else []           # the lint comes with the layout
         for i, addr in enumerate(addrs):                       # PR-30
             for base, size in self.acl_allocations:
                 if base <= addr < base + size and addr + layout.tensor_size > base + size:
-                    return fail(PI, f"PR-30: tensor {i} runs past its mock-ACL allocation")
+                    return fail(PI, f"PR-30: tensor {i} runs past its mock-ACL allocation").linted(*rounded)
         added = TABLE_PER_CACHE + TABLE_PER_ADDR * num_tensors
         if e.table_bytes() + added > TABLE_LIMIT:
-            return fail(PI, "§15: the published table would exceed 1 MiB")
+            return fail(PI, "§15: the published table would exceed 1 MiB").linted(*rounded)
         e.caches[cache_id] = CacheModel(cache_id, num_tensors, int(placement), layout, False, self.tick())
         e.known.add(cache_id)
-        return success(cache_id)
+        return success(cache_id).linted(*(["PR-17"] if layout.rounded else []))
 
     def unregister(self, cluster_id: int, cache_id: int) -> Outcome:
         e = self.engines[cluster_id]
@@ -540,11 +545,13 @@ class World:
         if cache is None:
             e.known.discard(cache_id)
             return success(rule="§3.5: unknown id")
-        if cache.owned:
-            return fail(PI, "PR-23: an allocated cache is not unregistered")
+        if cache.owned:                        # PR-23 lint: the entry goes, its pages go back
+            if strict():
+                return fail(PI, "PR-23: an allocated cache is not unregistered (strict)")
+            e.pools[cache.placement].give(cache.pages)
         del e.caches[cache_id]
         e.known.discard(cache_id)
-        return success()
+        return success().linted(*(["PR-23"] if cache.owned else []))
 
     def allocate(self, cluster_id: int, num_tensors: int, data_type: int, shape: Sequence[int],
                  placement: int = CachePlacement.DEVICE) -> Outcome:
@@ -552,8 +559,8 @@ class World:
         e = self.engines[cluster_id]
         if self._desc_values_outside(num_tensors, data_type, placement, shape):
             return python_error(ValueError, "N-1: a value outside its C type")
-        if not e.initialized or not e.pools:
-            return fail(S.LLM_FEATURE_NOT_ENABLED, "PR-9: no memory pool")
+        if not self._pool_calls(e):
+            return fail(S.LLM_FEATURE_NOT_ENABLED, "PR-9: the vendor's class; no mock option or no pool")
         if num_tensors == 0:
             return fail(PI, "§3.6: num_tensors == 0")
         pool = e.pools.get(int(placement))
@@ -568,21 +575,22 @@ class World:
             return fail(PI, f"§2.3: {layout}")
         # decision (§3.6 and §15 give no order): the table limit, which the description
         # alone decides, before any pool page is taken
+        rounded = ["PR-17"] if layout.rounded else []
         if e.table_bytes() + TABLE_PER_CACHE + TABLE_PER_ADDR * num_tensors > TABLE_LIMIT:
-            return fail(PI, "§15: the published table would exceed 1 MiB")
+            return fail(PI, "§15: the published table would exceed 1 MiB").linted(*rounded)
         pages = pool.take([layout.tensor_size] * num_tensors)
         if pages is None:
-            return fail(S.LLM_OUT_OF_MEMORY, "PR-34: pool exhausted")
+            return fail(S.LLM_OUT_OF_MEMORY, "PR-34: pool exhausted").linted(*rounded)
         e.caches[cache_id] = CacheModel(cache_id, num_tensors, int(placement), layout, True, self.tick(), pages)
         e.known.add(cache_id)
-        return success(cache_id)
+        return success(cache_id).linted(*(["PR-17"] if layout.rounded else []))
 
     def deallocate(self, cluster_id: int, cache_id: int) -> Outcome:
         e = self.engines[cluster_id]
         if _outside([(cache_id, I64)]):
             return python_error(ValueError, "N-1: cache id outside int64")
-        if not e.initialized or not e.pools:
-            return fail(S.LLM_FEATURE_NOT_ENABLED, "PR-9: no memory pool")
+        if not self._pool_calls(e):
+            return fail(S.LLM_FEATURE_NOT_ENABLED, "PR-9: the vendor's class; no mock option or no pool")
         cache = e.caches.get(cache_id)
         if cache is None or not cache.owned:
             return success(rule="§3.6: unknown or registered id: nothing happens")
@@ -593,14 +601,21 @@ class World:
 
     # -- local copies (§3.6, §6.6, §8.8, §8.9, PR-24) --
 
+    @staticmethod
+    def _pool_calls(e: "EngineModel") -> bool:
+        """PR-9: the four pool calls work only on an initialised engine given the mock's
+        option and a memory pool; otherwise the vendor's class answer,
+        ``FEATURE_NOT_ENABLED``."""
+        return e.initialized and e.native_pool and bool(e.pools)
+
     def copy_kv_cache(self, cluster_id: int, src_id: int, dst_id: int, src_batch: int = 0, dst_batch: int = 0,
                       offset: int = 0, size: int = -1) -> Outcome:
         e = self.engines[cluster_id]
         if _outside([(src_id, I64), (dst_id, I64), (src_batch, U32), (dst_batch, U32), (offset, U64),
                      (size, I64)]):
             return python_error(ValueError, "N-1: a value outside its C type")
-        if not e.initialized or not e.pools:
-            return fail(S.LLM_FEATURE_NOT_ENABLED, "PR-9: no memory pool")
+        if not self._pool_calls(e):
+            return fail(S.LLM_FEATURE_NOT_ENABLED, "PR-9: the vendor's class; no mock option or no pool")
         if not (size == -1 or size > 0):
             return fail(PI, "§6.6: size neither -1 nor > 0")
         src, dst = e.caches.get(src_id), e.caches.get(dst_id)
@@ -630,12 +645,20 @@ class World:
             return python_error(ValueError, "N-1: a value outside its C type")
         dlists: list[list[int]] = [lst for lst in lists if lst is not None]
         flat = [b for lst in dlists for b in lst]
-        if self.python_layer and e.initialized and _first_repeat(flat) is not None:
-            refused = self.lint("PR-5: a destination block repeats (checked in Python)")
-            if refused is not None:
-                return refused
-        if not e.initialized or not e.pools:
-            return fail(S.LLM_FEATURE_NOT_ENABLED, "PR-9: no memory pool")
+        lints: list[str] = []
+        repeat = _first_repeat(flat) is not None
+        if self.python_layer and e.initialized and e.native_pool and repeat:   # PR-5 lint, in Python
+            if strict():
+                return fail(PI, "PR-5: a destination block repeats (checked in Python, strict)")
+            lints.append("PR-5")
+        return self._copy_kv_blocks_engine(e, src_id, dst_id, sblk, dlists, flat, repeat).linted(*lints)
+
+    def _copy_kv_blocks_engine(self, e: "EngineModel", src_id: int, dst_id: int, sblk: list[int],
+                               dlists: list[list[int]], flat: list[int], repeat: bool) -> Outcome:
+        cluster_id = e.cluster_id
+        lints: list[str] = []
+        if not self._pool_calls(e):
+            return fail(S.LLM_FEATURE_NOT_ENABLED, "PR-9: the vendor's class; no mock option or no pool")
         if not sblk or not dlists:
             return fail(PI, "§3.6: src_blocks or dst_blocks_list empty")
         if any(len(lst) != len(sblk) for lst in dlists):
@@ -649,14 +672,17 @@ class World:
             return fail(PI, "§3.6: block sizes differ")
         if any(b >= src.blocks for b in sblk) or any(b >= dst.blocks for b in flat):
             return fail(PI, "§3.6: a block index out of range")
-        if _first_repeat(flat) is not None:
-            return fail(PI, "PR-5: a destination block repeats")
+        if repeat:                                 # PR-5 lint, in the engine: the last write wins
+            if strict():
+                return fail(PI, "PR-5: a destination block repeats (strict)")
+            if not self.python_layer:
+                lints.append("PR-5")
         if src_id == dst_id and set(sblk) & set(flat):
-            return fail(PI, "PR-24: a block is both source and destination")
+            return fail(PI, "PR-24: a block is both source and destination").linted(*lints)
         stride = src.stride
         copies = [Copy(i, d * stride, i, s * stride, stride)
                   for lst in dlists for s, d in zip(sblk, lst) for i in range(src.num_tensors)]
-        return success(copies=copies).at((cluster_id, src_id), (cluster_id, dst_id))
+        return success(copies=copies).at((cluster_id, src_id), (cluster_id, dst_id)).linted(*lints)
 
     # -- pulls (cpp-api.md §6.10, semantics §8.0 pull order, §8.2, §8.3) --
 

@@ -29,9 +29,9 @@ class Outcome:
     or the ``status_code`` of the ``LLMException`` raised (link calls return it).
     ``copies`` move bytes from cache ``src`` to cache ``dst`` (each ``(cluster_id,
     cache_id)``); ``value`` is the call's result (a cache id, link results, ...);
-    ``rule`` names the rule that decided, for failure messages. ``lints`` are the ids
-    of the lint rules the call must warn about (none in strict mode, where a lint is
-    the refusal the rule names).
+    ``rule`` names the rule that decided, for failure messages. ``lints`` are the ids of
+    the lint rules (docs/semantics.md §0) the call must warn about (none in strict mode,
+    where a lint is the refusal the rule names).
     """
 
     status: S = S.LLM_SUCCESS
@@ -42,6 +42,11 @@ class Outcome:
     dst: Optional[tuple[int, int]] = None
     value: Any = None
     lints: FrozenSet[str] = frozenset()
+
+    def linted(self, *rules: str) -> "Outcome":
+        """The same outcome, with the lint rules the call also warns about."""
+        self.lints = self.lints | frozenset(rules)
+        return self
 
     @property
     def ok(self) -> bool:
@@ -57,6 +62,15 @@ class Outcome:
         return f"{what} ({self.rule})" if self.rule else what
 
 
+STRICT_ENV = "LLM_DATADIST_FFI_STRICT"
+
+
+def strict() -> bool:
+    """Whether lints are refusals (``LLM_DATADIST_FFI_STRICT=1``), read per call as the
+    package reads it."""
+    return os.environ.get(STRICT_ENV, "") == "1"
+
+
 def fail(status: S, rule: str, copies: Optional[list[Copy]] = None) -> Outcome:
     return Outcome(status=status, rule=rule, copies=copies or [])
 
@@ -69,7 +83,5 @@ def success(value: Any = None, copies: Optional[list[Copy]] = None, rule: str = 
     return Outcome(value=value, copies=copies or [], rule=rule)
 
 
-def strict_mode() -> bool:
-    """``LLM_DATADIST_FFI_STRICT=1``: every lint is the refusal its rule names (read at
-    each call, as the package reads it)."""
-    return os.environ.get("LLM_DATADIST_FFI_STRICT") == "1"
+#: the same test under the name the link and pull models use
+strict_mode = strict

@@ -24,12 +24,12 @@ descriptions, so it shares nothing with the package.
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from llm_datadist_ffi import LLMStatusCode as S
 
+from .outcome import strict
 from .vendor_local import DEVICE, HOST, U64_MAX, CacheM, Engine, KeyM, swap, valid_id
 
 U32_MAX, I32_MIN, I32_MAX, I64_MIN, I64_MAX = 2**32 - 1, -2**31, 2**31 - 1, -2**63, 2**63 - 1
@@ -97,8 +97,7 @@ class Verdict:
     name: str = ""
     rule: str = ""
     value: Any = None
-    #: the lint rules the call warns about (docs/semantics.md §0), set by ``Checks.run``
-    lints: Tuple[str, ...] = ()
+    lints: Tuple[str, ...] = ()      # the lint rules the call warns about (Python layer and core)
 
     def describe(self) -> str:
         return f"{self.kind} {self.status.name} [{self.name}] ({self.rule})"
@@ -128,11 +127,6 @@ def _attr(name: str, rule: str) -> None:
 
 #: the lints of the call ``Checks.run`` is checking
 _LINTS: List[str] = []
-
-
-def strict() -> bool:
-    """``LLM_DATADIST_FFI_STRICT=1``: a lint rule is the refusal it names (read per call)."""
-    return os.environ.get("LLM_DATADIST_FFI_STRICT", "") == "1"
 
 
 def _lint(rule: str, name: str = "") -> None:
@@ -312,15 +306,24 @@ class Checks:
     engine: Engine
     refs: Dict[str, Ref] = field(default_factory=dict)
 
+    lints: List[str] = field(default_factory=list)
+
     def run(self, method: str, *args: Any, **kwargs: Any) -> Verdict:
-        """The verdict of ``method(*args, **kwargs)``; a call the core accepts is applied
-        to the model (ids, bindings, bytes)."""
+        """The verdict of ``method(*args, **kwargs)``, with the lints it warns about; a
+        call the core accepts is applied to the model (ids, bindings, bytes)."""
         _LINTS.clear()
+        self.lints.clear()
+        self.engine.lints.clear()
         try:
             verdict = getattr(self, "_" + method)(*args, **kwargs)
         except _Stop as stop:
             verdict = stop.verdict
-        return replace(verdict, lints=tuple(_LINTS))
+        lints = tuple(dict.fromkeys([*_LINTS, *self.lints, *self.engine.lints]))
+        return replace(verdict, lints=lints) if lints else verdict
+
+    def _lint(self, rule: str, name: str = "") -> None:
+        """A lint of the Python layer (the module's ``_lint``)."""
+        _lint(rule, name)
 
     def live(self, ref: Ref) -> Optional[CacheM]:
         return self.engine.caches.get(ref.cache_id)
@@ -507,7 +510,7 @@ class Checks:
         if any(a == 0 for a in addrs):
             _lx("§11.1 step 8", "addr")
         if desc.batch_dim != 0:
-            _lx("PR-18", "batch_dim_index")
+            self._lint("PR-18", "batch_dim_index")
         keys = [k.key() for k in cache_keys]
         status, cache_id = self.engine.register(desc.num_tensors, desc.shape, desc.data_type, desc.placement,
                                                 contents, addrs, keys, blocks=False)
@@ -526,7 +529,7 @@ class Checks:
         if desc is None:
             _attr("cache_desc", "V-4: the native call reads it")
         if desc.batch_dim != 0:
-            _lx("PR-18", "batch_dim_index")
+            self._lint("PR-18", "batch_dim_index")
         keys = [blocks_cache_key.key()] if blocks_cache_key is not None else []
         status, cache_id = self.engine.register(desc.num_tensors, desc.shape, desc.data_type, desc.placement,
                                                 contents, addrs, keys, blocks=True)
@@ -561,7 +564,7 @@ class Checks:
             if not blocks and len(keys) and self.mode.role != "PROMPT":
                 _lx("§12 allocate_cache: keys need PROMPT", "")
         if desc.batch_dim != 0:
-            _lx("PR-18", "batch_dim_index")
+            self._lint("PR-18", "batch_dim_index")
         key_list = ([keys.key()] if keys is not None else []) if blocks else [k.key() for k in keys]
         status, cache_id = self.engine.allocate(desc.num_tensors, desc.shape, desc.data_type, desc.placement,
                                                 key_list, blocks)
@@ -608,7 +611,8 @@ class Checks:
         type_check(cache_key, ["CacheKey"], "cache_key")
         if cache_key is None:
             _attr("cache_key", "V-4")
-        validity(cache_key, "PR-41")
+        if valid_id(cache_key.req_id) == valid_id(cache_key.prefix_id):
+            self._lint("PR-41", "req id" if not valid_id(cache_key.req_id) else "only one")
         return Verdict("core", self.engine.remove_cache_key(cache_key.key()), rule="§9.6")
 
     # ---- local copies (§11.6, §12) ----------------------------------------------------------
@@ -679,10 +683,10 @@ class Checks:
                         _v("copy_block_info", "§12 copy_blocks uint64")
         pairs = [(s, d) for s, ds in copy_block_info.items() for d in ds]
         if not pairs:
-            _lx("PR-25", "copy")
+            self._lint("PR-25", "copy")              # the core copies block 0 onto itself
         dsts = [d for _, d in pairs]
         if len(set(dsts)) != len(dsts):
-            _lx("PR-5", "")
+            self._lint("PR-5", "")                   # the last pair in order wins
         if g == 2:
             for s, d in pairs:
                 if not 0 <= s <= U64_MAX or not 0 <= d <= U64_MAX:
@@ -720,11 +724,11 @@ class Checks:
         if (src_cache.placement, dst_cache.placement) not in ((HOST, DEVICE), (DEVICE, HOST)):
             _lx("§11.6 placements", "")
         if src_cache.batch_dim != 0 or dst_cache.batch_dim != 0:
-            _lx("PR-18", "batch_dim_index")
+            self._lint("PR-18", "batch_dim_index")   # the block size uses shape[batch_dim_index]
         if not src_to_dst:
-            _lx("PR-25", "swap")
+            self._lint("PR-25", "swap")              # success, nothing moves
         if len(set(src_to_dst.values())) != len(src_to_dst):
-            _lx("PR-5", "")
+            self._lint("PR-5", "")                   # the last pair in order wins
         if g == 1 and (src_cache.deallocated or dst_cache.deallocated):
             _lx("V-11: a deallocated KvCache", "")
         block = src_cache.desc_size // src_cache.batch_size

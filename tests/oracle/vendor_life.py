@@ -78,7 +78,7 @@ class ProcessModel:
         if self.live is not None:
             return fail(S.LLM_FAILED, "§12.2, §10.2 step 2: Cannot init multiple LLMDataDists")
         if bad_wait_time:
-            return python_error_lx("PR-26: llm.SyncKvCacheWaitTime outside [1, 2^31-1]")
+            return python_error_lx("PR-26: llm.SyncKvCacheWaitTime above 2^31-1")
         if version == "v1" and role is LLMRole.PROMPT and not listen:
             return python_error_lx("python-api.md §10.2 step 11: a v1 PROMPT needs llm.listenIpInfo")
         if two_devices:

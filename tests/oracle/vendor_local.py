@@ -24,6 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from llm_datadist_ffi import LLMStatusCode as S
 
 from .model import Pool
+from .outcome import strict
 
 U64_MAX = 2**64 - 1
 TABLE_LIMIT = 1 << 20            # §15: the published cache table of direct mode
@@ -119,6 +120,7 @@ class Engine:
         if generation == 1 and v1_pool is not None:
             self.device_pool = Pool(v1_pool, 10)            # X-4: 1 KiB pages
         self.next_id = 1
+        self.lints: List[str] = []       # the lint rules the core warned about (the caller clears it)
         self.caches: Dict[int, CacheM] = {}
         self.bindings: Dict[Tuple[str, int, int], Tuple[int, int]] = {}   # identity -> (cache id, slot)
 
@@ -150,6 +152,21 @@ class Engine:
             if ident in self.bindings:
                 return f"key {ident} already bound"
         return None
+
+    def _plan_registration_keys(self, keys: Sequence[KeyM]) -> Tuple[List[Tuple[int, KeyM]], bool]:
+        """PR-21 (§9.3): the registration checks no key. A key bound already keeps that
+        binding and binds nothing here; a key repeated in the call binds once, at the slot
+        of its last occurrence (the core's slot map keeps the last write). The (slot, key)
+        pairs that bind, and whether the lint applies (placeholders count too)."""
+        last: Dict[Tuple[str, int, int], int] = {}
+        linted = False
+        for slot, key in enumerate(keys):
+            ident = key.identity()
+            linted = linted or ident in last or ident in self.bindings
+            last[ident] = slot                                        # type: ignore[index]
+        plan = [(slot, keys[slot]) for ident, slot in last.items()
+                if ident not in self.bindings and not keys[slot].placeholder]
+        return sorted(plan, key=lambda p: p[0]), linted
 
     def _bind(self, keys: Sequence[KeyM], cache_id: int) -> None:
         for slot, key in enumerate(keys):
@@ -188,30 +205,38 @@ class Engine:
         size = tensor_size(shape, data_type)
         if size is None or any(a == 0 for a in addrs):       # X-5: address 0 refused
             return S.LLM_PARAM_INVALID, None
-        if self.table_full(num_tensors, keys):                # §3.2: the table limit, then the keys
+        plan: List[Tuple[int, KeyM]] = []
+        if not blocks:
+            # §9.3: a blocks key already bound moves to the new cache (last registration
+            # wins); slot keys follow PR-21
+            if len(keys) > shape[0]:
+                return S.LLM_PARAM_INVALID, None              # a guard: slots past the cache
+            plan, linted = self._plan_registration_keys(keys)
+            if linted:
+                if strict():
+                    return S.LLM_PARAM_INVALID, None
+                self.lints.append("PR-21")
+        if self.table_full(num_tensors, keys if blocks else [k for _, k in plan]):   # §3.2
             return S.LLM_PARAM_INVALID, None
-        if blocks:
-            # §9.3: a blocks key already bound moves to the new cache (last registration wins)
-            pass
-        else:
-            why = self._check_keys(keys, shape[0], strict=True)      # PR-21
-            if why:
-                return S.LLM_PARAM_INVALID, None
         cache = CacheM(cache_id, "BLOCKS" if blocks else "CACHE", num_tensors, size, shape[0], placement, False,
                        [bytearray(c) for c in contents])
         self.caches[cache_id] = cache
         if blocks and keys:
             self.bindings[keys[0].identity()] = (cache_id, 0)          # type: ignore[index]
-        elif not blocks:
-            self._bind(keys, cache_id)
+        for slot, key in plan:
+            self.bindings[key.identity()] = (cache_id, slot)          # type: ignore[index]
         return S.LLM_SUCCESS, cache_id
 
     def unregister(self, cache_id: int) -> S:
         cache = self.caches.get(cache_id)
         if cache is None:
             return S.LLM_SUCCESS                                      # §3.5: unknown id
-        if cache.owned:
-            return S.LLM_PARAM_INVALID                                # PR-23
+        if cache.owned:                                               # PR-23: a lint
+            if strict():
+                return S.LLM_PARAM_INVALID
+            self.lints.append("PR-23")
+            self._free(cache)                                         # the pool takes its pages back
+            return S.LLM_SUCCESS
         self._unbind_all(cache_id)
         del self.caches[cache_id]
         return S.LLM_SUCCESS
@@ -290,7 +315,8 @@ class Engine:
         return S.LLM_SUCCESS
 
     def remove_cache_key(self, key: KeyM) -> S:
-        """§9.6 (the validity rule, PR-41, is checked in Python before)."""
+        """§9.6 (the validity rule, PR-41, is a Python lint before): a placeholder-shaped
+        key has its model's blocks-key identity, a key with both ids valid the prefix one."""
         if self.generation == 2 and self.device_pool is None and self.host_pool is None:
             return S.LLM_FEATURE_NOT_ENABLED
         ident = key.identity()
@@ -329,7 +355,9 @@ class Engine:
         return S.LLM_SUCCESS
 
     def copy_blocks(self, cache_id: int, pairs: Sequence[Tuple[int, int]]) -> S:
-        """§8.9: pairs ``(src, dst)`` within one cache; PR-5 and PR-25 are Python checks."""
+        """§8.9: pairs ``(src, dst)`` within one cache, in order: a repeated destination
+        keeps the last pair's block (PR-5); no pair copies block 0 onto itself (PR-25).
+        Both lints are Python checks."""
         cache = self.caches.get(cache_id)
         if cache is None:
             return S.LLM_KV_CACHE_NOT_EXIST

@@ -39,7 +39,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi.vendor import LLMRole
 
-from .outcome import Copy, Outcome, fail, python_error, strict_mode, success
+from .outcome import Copy, Outcome, fail, python_error, strict, strict_mode, success
 
 PI = S.LLM_PARAM_INVALID
 KVNE = S.LLM_KV_CACHE_NOT_EXIST
@@ -258,15 +258,19 @@ class V1Engine:
         """``remove_cache_key`` (§9.6; PROMPT only; PR-41)."""
         if self.role is not LLMRole.PROMPT:
             return python_error_lx("§9.6, §11: remove_cache_key by a non-PROMPT engine")
-        if not pull_validity(key):
-            return python_error_lx("PR-41")
-        ident = identity(key)
+        lints: List[str] = []
+        if not pull_validity(key):                  # PR-41: a lint
+            if strict():
+                return python_error_lx("PR-41")
+            lints.append("PR-41")
+        # a placeholder-shaped key acts as its model's blocks key
+        ident = identity(key) or ("req", U64_MAX, key.model_id)
         if ident not in self.bindings:
-            return success(rule="§9.6: not bound")
+            return success(rule="§9.6: not bound").linted(*lints)
         cache = self.caches[self.bindings[ident][0]]
         cache.remaining = set()
         self._release(ident)
-        return success()
+        return success().linted(*lints)
 
     # ---- pulls (§6.1, §6.3, §8.0, §8.11, §9.4, §9.5) -----------------------------------------
 

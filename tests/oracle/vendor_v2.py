@@ -44,7 +44,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from llm_datadist_ffi import LLMStatusCode as S
 
-from .outcome import Copy, Outcome, fail, python_error, strict_mode, success
+from .outcome import Copy, Outcome, fail, python_error, strict, strict_mode, success
 
 U64 = 2**64 - 1
 PI, KNE = S.LLM_PARAM_INVALID, S.LLM_KV_CACHE_NOT_EXIST
@@ -296,17 +296,23 @@ class World:
         ra = remote_accessible if remote_accessible is not None else placement == DEVICE   # §2.6
         cache_id = engine.next_id
         engine.next_id += 1                         # taken after the rank and address checks (§3.1)
+        binding: Sequence[Optional[Key]] = keys
+        lints: List[str] = []
         if kind is Kind.CACHE:
-            problem = self._key_problem(engine, keys, dim0)       # PR-21 (placeholders as PR-22)
-            if problem:
-                return fail(PI, problem)
+            if len(keys) > dim0:
+                return fail(PI, "§9.2/PR-21 more keys than batches")       # a guard
+            if self._key_problem(engine, keys, dim0):                     # PR-21: a lint
+                if strict():
+                    return fail(PI, "PR-21 a repeated or bound key (strict)")
+                lints.append("PR-21")
+                binding = self._first_bindings(engine, keys)          # first binding wins across calls
         cache = VCache(cache_id, kind, num, dim0, row, placement, ra, owned=False, born=self.tick(), memory=memory)
         engine.caches[cache_id] = cache
         if kind is Kind.CACHE:
-            self._bind(engine, cache, keys)
+            self._bind(engine, cache, binding)
         elif blocks_key is not None:
             engine.bindings[blocks_key.identity] = (cache_id, 0)   # §9.3: the new cache takes the key
-        return success(cache_id)
+        return success(cache_id).linted(*lints)
 
     def allocate(self, side: str, kind: Kind, num: int, dim0: int, row: int, placement: str,
                  keys: Sequence[Key] = (), blocks_key: Optional[BlocksKey] = None) -> Outcome:
@@ -348,10 +354,19 @@ class World:
         return ""
 
     @staticmethod
-    def _bind(engine: VEngine, cache: VCache, keys: Sequence[Key]) -> None:
+    def _first_bindings(engine: VEngine, keys: Sequence[Key]) -> List[Optional[Key]]:
+        """PR-21: the registration's keys with every key bound already replaced by
+        ``None`` (its binding stays), and a key repeated in the call kept only at its
+        last occurrence (the core's slot map keeps the last write)."""
+        last = {key.identity: slot for slot, key in enumerate(keys)}
+        return [key if key.identity not in engine.bindings and last[key.identity] == slot else None
+                for slot, key in enumerate(keys)]
+
+    @staticmethod
+    def _bind(engine: VEngine, cache: VCache, keys: Sequence[Optional[Key]]) -> None:
         bound = False
         for slot, key in enumerate(keys):
-            if key.namespace is not None:
+            if key is not None and key.namespace is not None:
                 engine.bindings[key.identity] = (cache.cache_id, slot)
                 bound = True
         if bound and cache.owned:
@@ -377,27 +392,30 @@ class World:
         cache = engine.live(cache_id)
         if cache is None:
             return success(rule="§3.5 unknown id")
-        if cache.owned:
-            return fail(PI, "PR-23 unregister of an allocated cache")
-        engine.free(cache)
-        return success()
+        if cache.owned and strict():
+            return fail(PI, "PR-23 unregister of an allocated cache (strict)")
+        engine.free(cache)                           # PR-23: an allocated cache goes too, a lint
+        return success().linted(*(["PR-23"] if cache.owned else []))
 
     def remove_cache_key(self, side: str, key: Key) -> Outcome:
         """§9.6, PR-41."""
         engine = self.engine(side)
         if not (engine.device_pool or engine.host_pool):
             return fail(S.LLM_FEATURE_NOT_ENABLED, "§9.6 no memory pool")
-        if not key.pullable:
-            return fail(PI, "PR-41 remove_cache_key validity (LX)")
+        lints: List[str] = []
+        if not key.pullable:                         # PR-41: a lint; the key acts by its identity
+            if strict():
+                return fail(PI, "PR-41 remove_cache_key validity (LX, strict)")
+            lints.append("PR-41")
         binding = engine.bindings.get(key.identity)
         if binding is None:
-            return success(rule="§9.6 not bound")
+            return success(rule="§9.6 not bound").linted(*lints)
         cache = engine.caches[binding[0]]
         if not cache.owned:
-            return success(rule="§9.6 registered cache keeps its key")
+            return success(rule="§9.6 registered cache keeps its key").linted(*lints)
         cache.remaining = set()
         engine.release_key(key.identity)
-        return success()
+        return success().linted(*lints)
 
     # -- links (§10, §1.4) -------------------------------------------------
 
