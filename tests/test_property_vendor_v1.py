@@ -462,9 +462,7 @@ def run_prompt_here(peer: Any, data: Any, focus: str) -> None:
         if focus == "remove key":
             key = data.draw(st.sampled_from(KEY_POOL + [Key(P_ID, 10, 0, 30)]), label="removed key")
             outcome = world.here.remove_cache_key(key)
-            lints = vs.linted_rules(lambda: expect(outcome, observed(lambda: world.kv.remove_cache_key(vendor_key(key))),
-                                                   "remove_cache_key"))
-            assert set(lints) == set(outcome.lints), f"remove_cache_key({key}): lints {lints} != {outcome.lints}"
+            expect(outcome, observed(lambda: world.kv.remove_cache_key(vendor_key(key))), "remove_cache_key")
             # the key state: the Decoder pulls through every key of the pool
             dst = dsts[0]
             for probe in KEY_POOL[:-1]:

@@ -341,11 +341,8 @@ class LifeMachine(RuleBasedStateMachine):
         assert self.me.v1 is not None
         manager = self.objects[self.me.live].kv_cache_manager
         outcome = self.me.v1.remove_cache_key(key)
-        seen: list = []
-        lints = vs.linted_rules(lambda: seen.append(observed(lambda: manager.remove_cache_key(
-            CacheKey(key.cluster_id, key.req_id, key.model_id, key.prefix_id)))))
-        expect(outcome, seen[0], f"remove_cache_key {key}")
-        assert set(lints) == set(outcome.lints), f"remove_cache_key {key}: lints {lints} != {outcome.lints}"
+        expect(outcome, observed(lambda: manager.remove_cache_key(
+            CacheKey(key.cluster_id, key.req_id, key.model_id, key.prefix_id))), f"remove_cache_key {key}")
 
     @precondition(lambda self: self.them.version == "v1" and self.them.role is LLMRole.DECODER)
     @rule(key=st.sampled_from(KEYS[:4]), batch=st.integers(0, 3), offset=st.sampled_from([None, 0, 4]))

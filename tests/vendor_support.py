@@ -153,18 +153,6 @@ def linted(rule: str, call: Callable[[], Any], fragment: str = "") -> Any:
     return result
 
 
-def linted_rules(call: Callable[[], Any]) -> list:
-    """The ids of the lint rules ``call()`` warned about; any other warning stays an error."""
-    import warnings
-
-    from llm_datadist_ffi import lint
-
-    with warnings.catch_warnings(record=True) as record:
-        warnings.simplefilter("always", lint.LintWarning)
-        call()
-    return [w.message.rule for w in record if isinstance(w.message, lint.LintWarning)]
-
-
 @contextlib.contextmanager
 def strict_mode() -> Iterator[None]:
     """``LLM_DATADIST_FFI_STRICT=1`` for the block: every lint is its old refusal."""
