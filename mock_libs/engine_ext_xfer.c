@@ -1099,6 +1099,12 @@ static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *
             return LLM_PARAM_INVALID;
         }
     }
+    if ((st = link_acquire_ex(e, fn, a->dst_cluster, xl, v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS)
+        return st;
+    if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
+        return st;
+    /* The device's layer job checks the block size and cuts the chunks after it found the
+     * link; the spans need the chunks' lengths. */
     uint64_t c2b_len = 0;
     if (a->form == PLAN_C2B) {
         if (a->bms >= lw->tensor_size) {
@@ -1135,10 +1141,6 @@ static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *
             return LLM_PARAM_INVALID;
         }
     }
-    if ((st = link_acquire_ex(e, fn, a->dst_cluster, xl, v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS)
-        return st;
-    if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
-        return st;
     uint32_t tensors[2];
     for (int j = 0; j < 2; j++) {
         if ((st = peer_pin_addr(xl, fn, a->dst_addrs[j] + lo, hi - lo, &pcs[j], &tensors[j])) != LLM_SUCCESS)
