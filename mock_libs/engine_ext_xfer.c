@@ -596,8 +596,10 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
     /* Where the source batch starts: server-assisted, the holder addresses it with its own
      * stride; direct mode with the local (destination) stride, as the vendor's reader does
      * (PR-6), and a cache-to-blocks read starts at batch 0 whatever the key names (PR-16). */
-    uint64_t src_base = direct ? (form == PLAN_C2B ? 0 : b_src * lw->stride) : b_src * rw->stride;
-    if (form == PLAN_C2C && direct && (src_base > rw->tensor_size || len > rw->tensor_size - src_base)) {
+    uint64_t src_base = 0;
+    int past = direct ? form == PLAN_C2C && __builtin_mul_overflow(b_src, lw->stride, &src_base)
+                      : __builtin_mul_overflow(b_src, rw->stride, &src_base);
+    if (form == PLAN_C2C && direct && (past || src_base > rw->tensor_size || len > rw->tensor_size - src_base)) {
         mock_set_error("%s: source batch %llu addressed with the destination stride %llu starts at byte %llu; %llu "
                        "bytes from there run past the source tensor of %llu bytes (PR-6)", fn,
                        (unsigned long long)b_src, (unsigned long long)lw->stride, (unsigned long long)src_base,

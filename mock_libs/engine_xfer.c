@@ -816,8 +816,9 @@ static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, m
     /* Direct mode addresses the source batch with the local (destination) stride, as the
      * vendor does; where that runs past the source tensor the device reads out of bounds
      * (PR-6, guard). */
-    uint64_t soff = (uint64_t)a->src->batch_index * lw->stride;
-    if (!a->b2b && (soff > rw->tensor_size || len > rw->tensor_size - soff)) {
+    uint64_t soff = 0;
+    int past = __builtin_mul_overflow((uint64_t)a->src->batch_index, lw->stride, &soff);
+    if (!a->b2b && (past || soff > rw->tensor_size || len > rw->tensor_size - soff)) {
         mock_set_error("%s: source batch %u addressed with the destination stride %llu starts at byte %llu; %llu "
                        "bytes from there run past the source tensor of %llu bytes (PR-6)", fn,
                        (unsigned)a->src->batch_index, (unsigned long long)lw->stride, (unsigned long long)soff,
