@@ -36,7 +36,7 @@ __all__ = [
     "LintWarning", "LintRule", "RULES", "STRICT_ENV", "strict", "lint", "warning_class",
     "OneDefaultLayerPairWarning", "EmptyLayerRangeWarning", "TensorNumPerLayerWarning",
     "RepeatedDestinationBlockWarning", "IgnoredArgumentWarning", "HalfDefaultLayerPairWarning",
-    "StrideRoundedDownWarning", "BatchDimIndexWarning", "CacheIdFallbackWarning",
+    "SourceBatchIgnoredWarning", "StrideRoundedDownWarning", "BatchDimIndexWarning", "CacheIdFallbackWarning",
     "KeyBindingWarning", "OwnedCacheUnregisteredWarning", "EmptyMappingWarning",
     "ZeroWaitTimeWarning", "ClusterIdMismatchWarning", "PushTensorCountWarning",
     "PlaceholderKeyWarning", "UnknownOptionWarning", "check_option_keys",
@@ -89,6 +89,11 @@ class IgnoredArgumentWarning(LintWarning):
 class HalfDefaultLayerPairWarning(LintWarning):
     """PR-11: a native layer pair ``{-1, s}`` with ``s >= 0``."""
     rule = "PR-11"
+
+
+class SourceBatchIgnoredWarning(LintWarning):
+    """PR-16: a direct-mode cache-to-blocks pull whose source names a batch other than 0."""
+    rule = "PR-16"
 
 
 class StrideRoundedDownWarning(LintWarning):
@@ -166,6 +171,8 @@ RULES: Dict[str, LintRule] = {r.rule: r for r in (
     LintRule("PR-5", RepeatedDestinationBlockWarning, "every pair is copied; the last write wins"),
     LintRule("PR-8", IgnoredArgumentWarning, "the argument is ignored"),
     LintRule("PR-11", HalfDefaultLayerPairWarning, "the pair means every layer; its second member is ignored"),
+    LintRule("PR-16", SourceBatchIgnoredWarning,
+             "a direct-mode cache-to-blocks pull reads source batch 0; the batch the source names is ignored"),
     LintRule("PR-17", StrideRoundedDownWarning,
              "the stride is rounded down, so the last bytes of each tensor never move"),
     LintRule("PR-18", BatchDimIndexWarning,

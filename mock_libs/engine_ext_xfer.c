@@ -419,6 +419,28 @@ static lldd_status pull_local_tensors(const char *fn, const epull *a, const cach
     return LLM_SUCCESS;
 }
 
+/* Cache-to-blocks arithmetic (semantics §8.4, §8.7), as the vendor computes it: chunk k of
+ * a source batch is the block-sized piece at k * block, except that the chunk listed last
+ * is cut to tensor_size mod block when that is non-zero, whether or not it is the batch's
+ * final piece. *covered is the number of bytes from the batch start up to the end of the
+ * last chunk; the chunks must stay inside the one source batch (PR-16, guard: past it
+ * the device reads the next batch, or past the tensor). */
+static lldd_status c2b_check_chunks(const char *fn, size_t count, uint64_t block, uint64_t stride,
+                                    uint64_t tensor_size, uint64_t *covered)
+{
+    uint64_t last = tensor_size % block != 0 ? tensor_size % block : block, before;
+    if (__builtin_mul_overflow((uint64_t)count - 1, block, &before) || before >= stride ||
+        last > stride - before) {
+        mock_set_error("%s: %zu destination blocks of %llu bytes (the last cut to %llu, the tensor size %llu mod the "
+                       "block size) run past one source batch of %llu bytes (PR-16)", fn, count,
+                       (unsigned long long)block, (unsigned long long)last, (unsigned long long)tensor_size,
+                       (unsigned long long)stride);
+        return LLM_PARAM_INVALID;
+    }
+    *covered = before + last;
+    return LLM_SUCCESS;
+}
+
 static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int form, mcache *lc, xlink *xl,
                                 xsrc *src, int *release)
 {
@@ -571,7 +593,21 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
                        (unsigned long long)src_off, (unsigned long long)len, (unsigned long long)rw->stride);
         return LLM_PARAM_INVALID;
     }
+    /* Where the source batch starts: server-assisted, the holder addresses it with its own
+     * stride; direct mode with the local (destination) stride, as the vendor's reader does
+     * (PR-6), and a cache-to-blocks read starts at batch 0 whatever the key names (PR-16). */
+    uint64_t src_base = 0;
+    int past = direct ? form == PLAN_C2C && __builtin_mul_overflow(b_src, lw->stride, &src_base)
+                      : __builtin_mul_overflow(b_src, rw->stride, &src_base);
+    if (form == PLAN_C2C && direct && (past || src_base > rw->tensor_size || len > rw->tensor_size - src_base)) {
+        mock_set_error("%s: source batch %llu addressed with the destination stride %llu starts at byte %llu; %llu "
+                       "bytes from there run past the source tensor of %llu bytes (PR-6)", fn,
+                       (unsigned long long)b_src, (unsigned long long)lw->stride, (unsigned long long)src_base,
+                       (unsigned long long)len, (unsigned long long)rw->tensor_size);
+        return LLM_PARAM_INVALID;
+    }
     int d2h = 0;
+    uint64_t c2b_len = 0;
     if (sa) {
         uint32_t sp = rw->placement, dp = lw->placement;
         if (sp == LLDD_PLACEMENT_HOST && dp == LLDD_PLACEMENT_HOST) {
@@ -606,18 +642,12 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
                            "batch (%llu bytes)", fn, (unsigned long long)lw->stride, (unsigned long long)rw->stride);
             return LLM_PARAM_INVALID;
         }
-        uint64_t chunks = rw->stride / lw->stride + (rw->stride % lw->stride != 0);
-        if (a->ndb > chunks) {
-            mock_set_error("%s: %zu destination blocks of %llu bytes, but one source batch of %llu bytes fills only "
-                           "%llu (PR-16)", fn, a->ndb, (unsigned long long)lw->stride, (unsigned long long)rw->stride,
-                           (unsigned long long)chunks);
+        if ((st = c2b_check_chunks(fn, a->ndb, lw->stride, rw->stride, rw->tensor_size, &c2b_len)) != LLM_SUCCESS)
+            return st;
+        if (direct && b_src != 0 &&
+            mock_lint(16, "%s: in direct mode a cache-to-blocks pull reads source batch 0; the source key names "
+                      "batch %llu, which is ignored (PR-16)", fn, (unsigned long long)b_src))
             return LLM_PARAM_INVALID;
-        }
-        if (direct && b_src != 0) {
-            mock_set_error("%s: in direct mode a cache-to-blocks pull reads source batch 0; the source key names "
-                           "batch %llu (PR-16)", fn, (unsigned long long)b_src);
-            return LLM_PARAM_INVALID;
-        }
     }
     if (form == PLAN_B2B) {
         if ((st = check_blocks(fn, "src_blocks", a->sblk, a->nsb, rw->blocks, "source")) != LLM_SUCCESS)
@@ -660,7 +690,7 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
     p.src_addrs = src->pc.addrs;
     p.dst_addrs = lc->addrs;
     if (form == PLAN_C2C) {
-        p.soff = b_src * rw->stride + src_off;
+        p.soff = src_base + src_off;
         p.doff = (uint64_t)a->batch * lw->stride + dst_off;
         p.len = len;
     } else if (form == PLAN_B2B) {
@@ -669,8 +699,8 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
         p.nblk = a->nsb;
         p.block = lw->stride;
     } else {
-        p.soff = b_src * rw->stride;
-        p.len = rw->stride;
+        p.soff = src_base;
+        p.len = c2b_len;
         p.dblk = a->dblk;
         p.nblk = a->ndb;
         p.block = lw->stride;
@@ -1071,14 +1101,22 @@ static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *
             return LLM_PARAM_INVALID;
         }
     }
+    if ((st = link_acquire_ex(e, fn, a->dst_cluster, xl, v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS)
+        return st;
+    if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
+        return st;
+    /* The device's layer job checks the block size and cuts the chunks after it found the
+     * link; the spans need the chunks' lengths. */
+    uint64_t c2b_len = 0;
     if (a->form == PLAN_C2B) {
-        uint64_t chunks = S / a->bms + (S % a->bms != 0);
-        if (a->ndb > chunks) {
-            mock_set_error("%s: %zu destination blocks of %llu bytes, but one source batch of %llu bytes fills only "
-                           "%llu (PR-16)", fn, a->ndb, (unsigned long long)a->bms, (unsigned long long)S,
-                           (unsigned long long)chunks);
+        if (a->bms >= lw->tensor_size) {
+            mock_set_error("%s: dst_block_memory_size %llu must be < the source tensor size %llu when transferring "
+                           "from a contiguous cache to blocks", fn, (unsigned long long)a->bms,
+                           (unsigned long long)lw->tensor_size);
             return LLM_PARAM_INVALID;
         }
+        if ((st = c2b_check_chunks(fn, a->ndb, a->bms, S, lw->tensor_size, &c2b_len)) != LLM_SUCCESS)
+            return st;
     }
     /* the span each destination address is written at (PR-40) */
     if (a->form == PLAN_C2C) {
@@ -1087,7 +1125,7 @@ static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *
         uint64_t block = a->form == PLAN_B2B ? S : a->bms;
         lo = UINT64_MAX;
         for (size_t k = 0; k < a->ndb; k++) {
-            uint64_t len = a->form == PLAN_B2B ? S : (S - k * block < block ? S - k * block : block);
+            uint64_t len = a->form == PLAN_B2B || k + 1 < a->ndb ? block : c2b_len - k * block;
             uint64_t start, end;
             if (__builtin_mul_overflow(a->dblk[k], block, &start) || __builtin_add_overflow(start, len, &end)) {
                 mock_set_error("%s: dst_block_indices[%zu] = %llu times the block size overflows", fn, k,
@@ -1105,10 +1143,6 @@ static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *
             return LLM_PARAM_INVALID;
         }
     }
-    if ((st = link_acquire_ex(e, fn, a->dst_cluster, xl, v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS)
-        return st;
-    if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
-        return st;
     uint32_t tensors[2];
     for (int j = 0; j < 2; j++) {
         if ((st = peer_pin_addr(xl, fn, a->dst_addrs[j] + lo, hi - lo, &pcs[j], &tensors[j])) != LLM_SUCCESS)
@@ -1140,7 +1174,7 @@ static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *
             p.block = S;
         } else {
             p.soff = (uint64_t)a->src_batch * S;
-            p.len = S;
+            p.len = c2b_len;
             p.dblk = a->dblk;
             p.nblk = a->ndb;
             p.block = a->bms;

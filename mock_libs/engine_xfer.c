@@ -813,6 +813,18 @@ static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, m
                        (unsigned long long)rw->stride);
         return LLM_PARAM_INVALID;
     }
+    /* Direct mode addresses the source batch with the local (destination) stride, as the
+     * vendor does; where that runs past the source tensor the device reads out of bounds
+     * (PR-6, guard). */
+    uint64_t soff = 0;
+    int past = __builtin_mul_overflow((uint64_t)a->src->batch_index, lw->stride, &soff);
+    if (!a->b2b && (past || soff > rw->tensor_size || len > rw->tensor_size - soff)) {
+        mock_set_error("%s: source batch %u addressed with the destination stride %llu starts at byte %llu; %llu "
+                       "bytes from there run past the source tensor of %llu bytes (PR-6)", fn,
+                       (unsigned)a->src->batch_index, (unsigned long long)lw->stride, (unsigned long long)soff,
+                       (unsigned long long)len, (unsigned long long)rw->tensor_size);
+        return LLM_PARAM_INVALID;
+    }
     if (a->b2b) {
         if ((st = check_blocks(fn, "src_blocks", a->sblk, a->nblk, rw->blocks, "source")) != LLM_SUCCESS)
             return st;
@@ -831,7 +843,7 @@ static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, m
     p.pairs = (uint32_t)pairs;
     p.src_addrs = pc->addrs;
     p.dst_addrs = lc->addrs;
-    p.soff = a->b2b ? 0 : (uint64_t)a->src->batch_index * rw->stride;
+    p.soff = a->b2b ? 0 : soff;
     p.doff = a->b2b ? 0 : (uint64_t)a->batch_index * lw->stride;
     p.len = len;
     p.sblk = a->sblk;

@@ -99,11 +99,20 @@ def test_pull_kv_cache_with_a_size_moves_that_many_bytes(world: Callable[..., Wo
         assert (dst[0, :5] == src[1, :5]).all() and (dst[0, 5:] == 0).all() and (dst[1] == 0).all()
 
 
-def test_pull_kv_cache_addresses_the_source_batch_with_the_source_stride(world: Callable[..., World]) -> None:
+def test_pull_kv_cache_addresses_the_source_batch_with_the_destination_stride(world: Callable[..., World]) -> None:
+    # PR-6, as the device: source batch b starts at b x S_dst in the source tensor
     w = world([(2, (4, 48))], [(2, (2, 16))])        # source stride 48, destination stride 16
     w.client.pull_kv_cache(CacheIndex(1, w.sid[0], 3), Cache(w.cid[0]), batch_index=1)
     for src, dst in zip(w.s[0], w.c[0]):
-        assert (dst[1] == src[3, :16]).all() and (dst[0] == 0).all()
+        assert (dst[1] == src.reshape(-1)[48:64]).all() and (dst[0] == 0).all()
+
+
+def test_pull_kv_cache_with_a_larger_destination_stride_reads_a_later_source_batch(
+        world: Callable[..., World]) -> None:
+    w = world([(2, (4, 16))], [(2, (2, 32))])        # source stride 16, destination stride 32
+    w.client.pull_kv_cache(CacheIndex(1, w.sid[0], 1), Cache(w.cid[0]), batch_index=0, size=16)
+    for src, dst in zip(w.s[0], w.c[0]):
+        assert (dst[0, :16] == src[2]).all() and (dst[0, 16:] == 0).all() and (dst[1] == 0).all()
 
 
 def test_pull_kv_cache_with_layer_ranges_pairs_the_selected_tensors(world: Callable[..., World]) -> None:
@@ -133,6 +142,8 @@ PULL_CACHE_CASES = [
     ("remote cache id -1", dict(src=-1), NX, "PR-20"),
     ("source batch past the remote cache", dict(src_batch=5), NX, "PR-6"),
     ("more bytes than the source stride", dict(src=2), P, "source stride"),
+    ("the source batch at the destination stride past the source tensor", dict(src=2, src_batch=3, size=16), P,
+     "PR-6"),
     ("different tensor counts without ranges", dict(src=3), P, "tensors"),
     ("source range past the remote cache", dict(ext=((1, 2), (0, 1), 2)), P, "PR-12"),
     ("source first below -1", dict(ext=((-2, 1), (0, 1), 2)), P, "src_layer_range"),
@@ -150,6 +161,7 @@ PULL_CACHE_CASES = [
     ("the link before the remote cache", dict(cluster=3, src=99), NL, "not linked"),
     ("the remote cache before its batch", dict(src=99, src_batch=9), NX, "cache 99"),
     ("the source batch before the source stride", dict(src=2, src_batch=9), NX, "PR-6"),
+    ("the source stride before the source tensor's end", dict(src=2, src_batch=3), P, "source stride"),
     # API-layer order (cpp-api.md §6.10 PullKvCache)
     ("size before the layer ranges", dict(size=0, ext=((2, 1), (0, 0), 2)), P, "size 0"),
     ("API checks before the engine's", dict(cluster=2, ext=((2, 1), (0, 0), 2)), P, "src_layer_range"),

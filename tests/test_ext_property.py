@@ -1,6 +1,10 @@
 """Randomised byte checks of lldd_ext_pull (C2C, B2B, C2B, with layer ranges) in both
 v2 modes against a numpy model written from semantics §8.2-§8.4: every destination
 byte the rules name is the source byte they name, every other byte is unchanged.
+Direct mode addresses a contiguous source batch with the destination stride (PR-6) and
+reads batch 0 for cache-to-blocks whatever the key names (PR-16, a lint: refused under
+LLM_DATADIST_FFI_STRICT=1); the cache-to-blocks chunk listed last is cut to the source
+tensor size mod the block size, and chunks past the source batch are refused (PR-16).
 Block lists may hold out-of-range destinations: then PARAM_INVALID and no byte
 changes (PR-4); repeated destinations are copied in list order, the last write wins
 (PR-5, a lint: refused like PR-4 under LLM_DATADIST_FFI_STRICT=1).
@@ -53,7 +57,7 @@ def scenarios(draw: Any) -> dict[str, Any]:
     else:
         chunks = -(-s_stride // block)
         k = draw(st.integers(1, chunks))
-        scen["src_batch"] = 0 if direct else draw(st.integers(0, s_count - 1))
+        scen["src_batch"] = draw(st.integers(0, s_count - 1))
         scen["dblk"] = draw(st.lists(st.integers(0, d_count), min_size=k, max_size=k))
     return scen
 
@@ -66,25 +70,37 @@ def expected(scen: dict[str, Any], src: list[np.ndarray], dst: list[np.ndarray])
         pairs = [(scen["src_layer"] * n + i, scen["dst_layer"] * n + i) for i in range(scen["span"] * n)]
     else:
         pairs = [(i, i) for i in range(scen["nd"])]
+    strict = os.environ.get(STRICT_ENV) == "1"
     if form in ("B2B", "C2B"):
         dblk = scen["dblk"]
         repeated = len(set(dblk)) != len(dblk)
-        if (repeated and os.environ.get(STRICT_ENV) == "1") or max(dblk) >= scen["d_count"]:
+        if (repeated and strict) or max(dblk) >= scen["d_count"]:
             return S.LLM_PARAM_INVALID, out
         if form == "B2B" and max(scen["sblk"]) >= scen["s_count"]:
             return S.LLM_PARAM_INVALID, out
+    lengths: list[int] = []
+    if form == "C2B":
+        # §8.4 as the device: full blocks, the one listed last cut to TS mod block when
+        # that is not 0; all of them inside the one source batch (PR-16, guard)
+        remainder = scen["s_count"] * scen["s_stride"] % block
+        lengths = [block] * (len(scen["dblk"]) - 1) + [remainder or block]
+        if sum(lengths) > scen["s_stride"]:
+            return S.LLM_PARAM_INVALID, out
+        if scen["direct"] and scen["src_batch"] != 0 and strict:
+            return S.LLM_PARAM_INVALID, out      # PR-16, a lint: the device reads batch 0
     for s, d in pairs:
         if form == "C2C":
             length = block if scen["size"] == -1 else scen["size"]
-            so, do = scen["src_batch"] * scen["s_stride"], scen["dst_batch"] * block
+            # PR-6: direct mode addresses the source batch with the destination stride
+            so = scen["src_batch"] * (block if scen["direct"] else scen["s_stride"])
+            do = scen["dst_batch"] * block
             out[d][do:do + length] = src[s][so:so + length]
         elif form == "B2B":
             for sb, db in zip(scen["sblk"], scen["dblk"]):
                 out[d][db * block:(db + 1) * block] = src[s][sb * block:(sb + 1) * block]
         else:
-            base = scen["src_batch"] * scen["s_stride"]
-            for k, db in enumerate(scen["dblk"]):
-                length = min(block, scen["s_stride"] - k * block)
+            base = 0 if scen["direct"] else scen["src_batch"] * scen["s_stride"]
+            for k, (db, length) in enumerate(zip(scen["dblk"], lengths)):
                 out[d][db * block:db * block + length] = src[s][base + k * block:base + k * block + length]
     return S.LLM_SUCCESS, out
 

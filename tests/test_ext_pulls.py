@@ -202,10 +202,15 @@ def test_direct_mode_pull_by_id_and_pr6(x: Any, monkeypatch: pytest.MonkeyPatch)
     dst = zeros(2, (2, 32))
     _, dst_id = x.register(d, dst)
     go()
-    assert x.pull(d, x.by_id(1, src_id, 2), dst_id, batch_index=1, size=16) == 0
+    # source batch 1 starts at 1 x S_dst = 32: the device reads the source's batch 2 (PR-6)
+    assert x.pull(d, x.by_id(1, src_id, 1), dst_id, batch_index=1, size=16) == 0
     assert (dst[1][1, :16] == src[1][2]).all() and not dst[1][0].any() and not dst[1][1, 16:].any()
+    # batch 2 starts at 64, past the 48-byte source tensor: a guard (PR-6)
+    assert x.pull(d, x.by_id(1, src_id, 2), dst_id, size=16) == S.LLM_PARAM_INVALID
+    assert "PR-6" in x.last_error() and "past the source tensor" in x.last_error()
     assert x.pull(d, x.by_id(1, src_id, 3), dst_id, size=16) == S.LLM_KV_CACHE_NOT_EXIST
     assert "PR-6" in x.last_error()
+    assert not dst[0][0].any() and not dst[1][0].any()
     # PR-20: the device looks an id <= 0 up as the blocks key of model_id 0 (none here)
     assert x.pull(d, x.by_id(1, 0), dst_id) == S.LLM_KV_CACHE_NOT_EXIST
     assert "blocks key of model_id 0" in x.last_error()
@@ -341,13 +346,29 @@ def test_cache_to_blocks_cuts_one_source_batch_into_chunks(x: Any) -> None:
     assert "tensor size < required size" in x.last_error()
 
 
-def test_direct_cache_to_blocks_needs_source_batch_zero(x: Any) -> None:
+def test_direct_cache_to_blocks_reads_batch_0_whatever_the_key_names(x: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # PR-16: the device ignores the source batch of a direct cache-to-blocks pull (a lint)
+    lenient(monkeypatch)
     p, d, go = linked(x, DIRECT)
-    _, src_id = x.register(p, rand(2, (3, 16), 23))
-    _, dst_id = x.register(d, zeros(2, (4, 8)), xs.KIND_BLOCKS)
+    src = rand(2, (3, 16), 23)
+    _, src_id = x.register(p, src)
+    dst = zeros(2, (4, 8))
+    _, dst_id = x.register(d, dst, xs.KIND_BLOCKS)
     go()
-    assert x.pull(d, x.by_id(1, src_id, 1), dst_id, dst_blocks=[0]) == S.LLM_PARAM_INVALID
+    lib = x.lib
+    lib.lldd_mock_lint_clear()
+    assert x.pull(d, x.by_id(1, src_id, 1), dst_id, dst_blocks=[2, 0]) == 0
+    assert lib.lldd_mock_lint_count() == 1 and lib.lldd_mock_lint_rule(0) == 16
+    for t in range(2):
+        assert (dst[t][2] == src[t][0, 0:8]).all() and (dst[t][0] == src[t][0, 8:16]).all()
+        assert not dst[t][1].any() and not dst[t][3].any()
+    lib.lldd_mock_lint_clear()
+    strict(monkeypatch)
+    assert x.pull(d, x.by_id(1, src_id, 1), dst_id, dst_blocks=[1]) == S.LLM_PARAM_INVALID
     assert "PR-16" in x.last_error()
+    assert lib.lldd_mock_lint_count() == 0
+    assert not dst[0][1].any() and not dst[1][1].any()
+    assert x.pull(d, x.by_id(1, src_id, 0), dst_id, dst_blocks=[1]) == 0          # batch 0: nothing to lint
 
 
 @pytest.mark.parametrize("mode", [SA, DIRECT])
@@ -672,7 +693,7 @@ def test_across_processes_direct_block_and_cache_to_block_pulls(x: Any, data_pat
         status, blocks_id = peer.call("register", num_tensors=2, shape=[8, 16], seed=71, kind=2,
                                       keys=[{"kind": 3, "model": 4}])
         assert status == 0
-        status, cache_id = peer.call("register", num_tensors=2, shape=[2, 40], seed=72,
+        status, cache_id = peer.call("register", num_tensors=2, shape=[1, 40], seed=72,
                                      keys=[{"kind": 1, "req": 9}])
         assert status == 0
         d = x.engine(2, options(DIRECT, "Decoder"))
@@ -681,7 +702,7 @@ def test_across_processes_direct_block_and_cache_to_block_pulls(x: Any, data_pat
         assert x.link(d, [(1, port)]) == (0, [0])
         assert x.pull(d, x.blocks_key(1, 4), dst_id, src_blocks=[7, 0, 1], dst_blocks=[0, 5, 6]) == 0
         blocks = [a.reshape(8, 16) for a in xs.fill(2, 128, 71)]
-        cache = [a.reshape(2, 40) for a in xs.fill(2, 80, 72)]
+        cache = [a.reshape(1, 40) for a in xs.fill(2, 40, 72)]
         for t in range(2):
             assert (dst[t][0] == blocks[t][7]).all() and (dst[t][5:7] == blocks[t][0:2]).all()
         assert x.pull(d, x.req(9, cluster=1), dst_id, dst_blocks=[1, 2, 3]) == 0
@@ -689,6 +710,8 @@ def test_across_processes_direct_block_and_cache_to_block_pulls(x: Any, data_pat
             assert (dst[t][1] == cache[t][0, 0:16]).all() and (dst[t][2] == cache[t][0, 16:32]).all()
             assert (dst[t][3, :8] == cache[t][0, 32:40]).all() and not dst[t][3, 8:].any()
         assert x.pull(d, x.req(9, cluster=1), dst_id, dst_blocks=[4]) == 0        # direct: never released
+        for t in range(2):                                  # one chunk, cut to TS mod 16 = 8 bytes (PR-16)
+            assert (dst[t][4, :8] == cache[t][0, 0:8]).all() and not dst[t][4, 8:].any()
         assert peer.call("unregister", cache_id=cache_id) == 0
         assert x.pull(d, x.req(9, cluster=1), dst_id, dst_blocks=[4]) == S.LLM_KV_CACHE_NOT_EXIST   # PR-19
         assert x.pull(d, x.by_id(1, cache_id), dst_id, dst_blocks=[4]) == S.LLM_KV_CACHE_NOT_EXIST  # PR-7

@@ -305,7 +305,7 @@ def test_a_transfer_config_writes_one_layer_to_the_given_addresses(x: Any) -> No
 
 def test_a_transfer_config_cuts_a_batch_into_destination_blocks(x: Any) -> None:
     pair = Pair(x, SA)
-    src = rand(2, (2, 20), 42)
+    src = rand(2, (3, 20), 42)                   # TS 60: the chunk listed last is cut to 60 mod 8 = 4 bytes
     _, src_id = x.register(pair.p, src)
     dst = rand(2, (8, 8), 43)
     before = [a.copy() for a in dst]
@@ -322,6 +322,52 @@ def test_a_transfer_config_cuts_a_batch_into_destination_blocks(x: Any) -> None:
     assert x.transfer_layer(pair.p, src_id, 0, 2, addrs, dst_blocks=[0, 1, 2, 4], block_size=8) == \
         S.LLM_PARAM_INVALID
     assert "PR-16" in x.last_error()
+
+
+def test_a_transfer_config_cuts_the_chunk_listed_last_even_when_the_batch_goes_on(x: Any) -> None:
+    # PR-16, as the device: one chunk of a 20-byte batch, but cut to TS mod 8 = 60 mod 8 = 4 bytes
+    pair = Pair(x, SA)
+    src = rand(2, (3, 20), 46)
+    _, src_id = x.register(pair.p, src)
+    dst = rand(2, (8, 8), 47)
+    before = [a.copy() for a in dst]
+    x.register(pair.d, dst, xs.KIND_BLOCKS)
+    pair.link()
+    addrs = [dst[0].ctypes.data, dst[1].ctypes.data]
+    assert x.transfer_layer(pair.p, src_id, 0, 2, addrs, src_batch=2, dst_blocks=[5], block_size=8) == 0
+    for t in range(2):
+        expect = before[t].copy()
+        expect[5, :4] = src[t][2, 0:4]
+        assert (dst[t] == expect).all()
+
+
+def test_a_transfer_config_refuses_chunks_that_run_past_the_source_batch(x: Any) -> None:
+    # TS 40 is a multiple of 8, so the device reads a full last chunk: bytes 36..44 of a
+    # 40-byte tensor for batch 1 (PR-16, guard)
+    pair = Pair(x, SA)
+    _, src_id = x.register(pair.p, rand(2, (2, 20), 48))
+    dst = rand(2, (8, 8), 49)
+    before = [a.copy() for a in dst]
+    x.register(pair.d, dst, xs.KIND_BLOCKS)
+    pair.link()
+    addrs = [dst[0].ctypes.data, dst[1].ctypes.data]
+    assert x.transfer_layer(pair.p, src_id, 0, 2, addrs, src_batch=1, dst_blocks=[6, 1, 3], block_size=8) == \
+        S.LLM_PARAM_INVALID
+    assert "PR-16" in x.last_error()
+    assert all((a == b).all() for a, b in zip(dst, before))
+    assert x.transfer_layer(pair.p, src_id, 0, 2, addrs, src_batch=1, dst_blocks=[6, 1], block_size=8) == 0
+
+
+def test_a_transfer_config_needs_a_block_size_below_the_source_tensor_size(x: Any) -> None:
+    pair = Pair(x, SA)
+    _, src_id = x.register(pair.p, rand(2, (1, 8), 50))
+    dst = rand(2, (4, 8), 51)
+    x.register(pair.d, dst, xs.KIND_BLOCKS)
+    pair.link()
+    addrs = [dst[0].ctypes.data, dst[1].ctypes.data]
+    assert x.transfer_layer(pair.p, src_id, 0, 2, addrs, dst_blocks=[0], block_size=8) == S.LLM_PARAM_INVALID
+    assert "dst_block_memory_size 8" in x.last_error()
+    assert x.transfer_layer(pair.p, src_id, 0, 2, addrs, dst_blocks=[0], block_size=4) == 0
 
 
 def test_a_transfer_config_moves_block_runs(x: Any) -> None:

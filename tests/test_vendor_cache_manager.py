@@ -1102,6 +1102,56 @@ def test_pull_cache_by_id_and_index_with_batch_index_and_size_in_direct_mode() -
             local.engine.finalize()
 
 
+def test_direct_mode_pull_cache_addresses_the_source_batch_with_the_local_stride() -> None:
+    # PR-6, as the device: batch b of a direct-mode source starts at b x S_dst
+    port = vs.free_port()
+    with vs.Peer() as peer:
+        start_prompt(peer, port)
+        cache_id = prompt_cache(peer, "ctx", seed=450, num=2, shape=(4, 32))
+        local = Local(vs.v2_options())
+        try:
+            dst, arrays = local.cache(num=2, shape=(2, 64))
+            link_to(local, port)
+            local.cm.pull_cache(CacheKeyByIdAndIndex(P_ID, cache_id, 1), dst, 0, 32)    # source bytes 64..96
+            for t in range(2):
+                expected = np.zeros((2, 64), dtype=np.uint8)
+                expected[0, :32] = fill(450 + t, (4, 32))[2]
+                assert arrays[t].tobytes() == expected.tobytes()
+            # batch 2 at the local stride starts at byte 128, past the 128-byte source tensor: a guard
+            raises(LLMException, lambda: local.cm.pull_cache(CacheKeyByIdAndIndex(P_ID, cache_id, 2), dst, 1, 32),
+                   "PR-6", status=S.LLM_PARAM_INVALID)
+            assert not arrays[0][1].any() and not arrays[1][1].any()
+        finally:
+            local.engine.finalize()
+
+
+def test_direct_mode_cache_to_blocks_reads_batch_0_and_warns_when_the_key_names_another(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # PR-16: the device ignores the source batch of a direct cache-to-blocks pull; a lint
+    port = vs.free_port()
+    with vs.Peer() as peer:
+        start_prompt(peer, port)
+        cache_id = prompt_cache(peer, "ctx", seed=460, num=4, shape=(2, 2 * BLOCK_BYTES))
+        local = Local(vs.v2_options())
+        try:
+            dst, arrays = local.blocks_cache(num=4)
+            link_to(local, port)
+            lenient(monkeypatch)
+            with pytest.warns(lint.SourceBatchIgnoredWarning, match="batch 1"):
+                local.cm.pull_blocks(CacheKeyByIdAndIndex(P_ID, cache_id, 1), dst, [], [5, 2])
+            for t in range(4):
+                batch0 = fill(460 + t, (2, 2 * BLOCK_BYTES))[0].reshape(2, BLOCK_BYTES)
+                expected = np.zeros((BLOCKS, BLOCK_BYTES), dtype=np.uint8)
+                expected[[5, 2]] = batch0
+                assert arrays[t].tobytes() == expected.tobytes()
+            strict(monkeypatch)
+            raises(LLMException, lambda: local.cm.pull_blocks(CacheKeyByIdAndIndex(P_ID, cache_id, 1), dst, [], [0]),
+                   "PR-16", status=S.LLM_PARAM_INVALID)
+            assert not any(a[0].any() for a in arrays)
+        finally:
+            local.engine.finalize()
+
+
 def test_server_mode_pull_cache_by_request_key_releases_the_key_and_prefix_keys_stay() -> None:
     port = vs.free_port()
     with vs.Peer() as peer:

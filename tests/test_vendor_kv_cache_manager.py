@@ -527,6 +527,35 @@ def test_seed_pull_cache_with_layer_ranges_size_and_both_offsets_keeps_the_key()
             d.finalize()
 
 
+@pytest.mark.parametrize("seq_len_dim_index", [-1, 0, 1])
+def test_seed_pull_cache_moves_exactly_size_bytes_whatever_the_prompt_cache_seq_len_dim_index(
+        seq_len_dim_index: int) -> None:
+    # PR-38, as the device: a Prompt cache whose seq_len_dim_index is not 1 sizes the
+    # prompt side's send buffer to its whole batch, but each send is the length the
+    # Decoder asked for, received into a buffer of that length: L bytes either way.
+    with vs.Peer() as peer:
+        port = start_prompt(peer)
+        peer.run("import ctypes\n"
+                 f"ctx = kv.allocate_cache(CacheDesc(2, [2, 256], DataType.DT_UINT8, "
+                 f"seq_len_dim_index={seq_len_dim_index}), [CacheKey(1, 10), CacheKey(1, 11)])\n"
+                 "for t in range(2): ctypes.memmove(ctx.per_device_tensor_addrs[0][t], fill(400 + t, 512).tobytes(), "
+                 "512)")
+        d = linked_decoder(port)
+        try:
+            kv = d.kv_cache_manager
+            dst = zeroed(kv, num=2)
+            kv.pull_cache(CacheKey(P_ID, 11), dst, 0, 64, src_cache_offset=32, dst_cache_offset=8)
+            kv.pull_cache(CacheKey(P_ID, 10), dst, 1, 16)
+            got = contents(dst, num=2)
+            for t in range(2):
+                expected = np.zeros(SHAPE, dtype=np.uint8)
+                expected[0, 8:72] = source(400, t)[1, 32:96]
+                expected[1, 0:16] = source(400, t)[0, 0:16]
+                assert got[t].tobytes() == expected.tobytes(), f"tensor {t}"
+        finally:
+            d.finalize()
+
+
 def test_seed_pull_cache_by_prefix_key_until_the_prompt_removes_it() -> None:
     with vs.Peer() as peer:
         port = start_prompt(peer)

@@ -808,7 +808,12 @@ class World:
             length = size if size > 0 else local.stride
             if length > remote.stride:
                 return fail(PI, "§6.1: length > source stride")
-            copies = [Copy(d, batch * local.stride, s, src_batch * remote.stride, length) for s, d in pairs]
+            # PR-6: the source batch is addressed with the destination stride, as the device
+            # does; past the source tensor the device reads out of bounds (a guard)
+            src_offset = src_batch * local.stride
+            if src_offset + length > remote.tensor_size:
+                return fail(PI, "PR-6: the source batch at the destination stride runs past the source tensor")
+            copies = [Copy(d, batch * local.stride, s, src_offset, length) for s, d in pairs]
         else:
             sblk, dblk = blocks
             if any(s >= remote.blocks for s in sblk):

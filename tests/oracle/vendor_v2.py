@@ -618,17 +618,30 @@ class World:
         length = size if size > 0 else dst.stride
         if form == "cache" and length > src.stride:
             return fail(PI, "§6.1 L > S_src")
+        # where the source batch starts: the holder's own stride (server-assisted); the
+        # destination stride in direct mode (PR-6), batch 0 for cache-to-blocks (PR-16)
+        src_base = src_batch * (dst.stride if local.direct else src.stride)
+        if form == "cache" and local.direct and src_base + length > src.tensor_size:
+            return fail(PI, "PR-6 the source batch at S_dst runs past the source tensor")
         if not local.direct:
             problem = self._placement_problem(src, dst)
             if problem is not None:
                 return problem
+        chunk_lengths: List[int] = []
         if form == "blocks" and not b2b:
             if dst.stride > src.stride:
                 return fail(PI, "§8.4 S_dst > S_src")
-            if len(dst_blocks) > -(-src.stride // dst.stride):
-                return fail(PI, "PR-16 more chunks than one source batch")
-            if local.direct and src_batch != 0:
-                return fail(PI, "PR-16 direct C2B source batch != 0")
+            # §8.4 as the device: whole blocks, the one listed last cut to TS mod S_dst when
+            # that is not 0; every chunk inside the one source batch (PR-16, guard)
+            chunk_lengths = [dst.stride] * (len(dst_blocks) - 1) + [src.tensor_size % dst.stride or dst.stride]
+            if sum(chunk_lengths) > src.stride:
+                return fail(PI, "PR-16 chunks past the source batch")
+            if local.direct:
+                if src_batch != 0:
+                    refused = self.lint("PR-16 direct C2B source batch != 0 (the device reads batch 0)")
+                    if refused is not None:
+                        return refused
+                src_base = 0
         if b2b:
             if any(s >= src.block_count for s in src_blocks):
                 return fail(PI, "PR-4 source block past the remote cache")
@@ -638,14 +651,13 @@ class World:
         copies: List[Copy] = []
         for s, d in zip(src_idx, dst_idx):
             if form == "cache":
-                copies.append(Copy(d, batch_index * dst.stride, s, src_batch * src.stride, length))
+                copies.append(Copy(d, batch_index * dst.stride, s, src_base, length))
             elif b2b:
                 for sb, db in zip(src_blocks, dst_blocks):
                     copies.append(Copy(d, db * dst.stride, s, sb * src.stride, src.stride))
             else:
-                for k, db in enumerate(dst_blocks):
-                    copies.append(Copy(d, db * dst.stride, s, src_batch * src.stride + k * dst.stride,
-                                       min(dst.stride, src.stride - k * dst.stride)))
+                for k, (db, chunk) in enumerate(zip(dst_blocks, chunk_lengths)):
+                    copies.append(Copy(d, db * dst.stride, s, src_base + k * dst.stride, chunk))
         _apply(copies, src.memory, dst.memory)
         # step 11: key release (server-assisted, §9.5)
         if not local.direct and not b2b and via is not None and via[0] == "request" and src.owned:
