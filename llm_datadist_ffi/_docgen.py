@@ -105,12 +105,12 @@ def _block(lines: List[str], text: str) -> None:
         lines.extend([text, ""])
 
 
-def _render_enum(name: str, cls: type, lines: List[str]) -> None:
+def _render_enum(name: str, cls: "type[enum.Enum]", lines: List[str]) -> None:
     base = "IntEnum" if issubclass(cls, int) else "Enum"
     lines.extend([f"### `{name}`", "", f"*{base}* (`{cls.__module__}.{cls.__qualname__}`)", ""])
     _block(lines, _doc(cls))
     lines.extend(["| member | value |", "|---|---|"])
-    for member in cls:  # type: ignore[var-annotated]
+    for member in cls:
         lines.append(f"| `{member.name}` | `{member.value!r}` |")
     lines.append("")
 
@@ -135,7 +135,8 @@ def _factories(cls: type) -> Dict[str, str]:
 
 
 def _render_class(name: str, cls: type, lines: List[str]) -> None:
-    signature = _signature(cls.__init__, skip_self=True, factories=_factories(cls))
+    constructor = getattr(cls, "__init__")      # the class's own, unbound: its first parameter is self
+    signature = _signature(constructor, skip_self=True, factories=_factories(cls))
     signature = signature.removesuffix(" -> None")      # a constructor returns the instance
     lines.extend([f"### `{name}{signature}`", ""])
     _block(lines, _doc(cls))
