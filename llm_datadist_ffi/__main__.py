@@ -7,6 +7,8 @@
   and verify every byte (non-zero exit on any mismatch).
 - ``bench``: transfer throughput as a ratio of memcpy bandwidth measured in the
   same run.
+- ``docs PAGE``: a generated reference page (``native-api``: the native API from its
+  docstrings, committed as docs/reference/native-api.md).
 
 A user's mistake (an argument out of range, sizes that do not fit in memory, a
 backend that cannot load) is one line on stderr and a non-zero exit status, never a
@@ -75,9 +77,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("demo", help="Prompt -> Decoder transfer across two processes (see `demo --help`)",
                    add_help=False)
     sub.add_parser("bench", help="throughput against memcpy (see `bench --help`)", add_help=False)
+    sub.add_parser("docs", help="print a generated reference page (see `docs --help`)", add_help=False)
     try:
-        if argv and argv[0] in ("errors", "demo", "bench"):
+        if argv and argv[0] in ("errors", "demo", "bench", "docs"):
             command, rest = argv[0], argv[1:]
+            if command == "docs":
+                from ._docgen import main as docs_main
+                return docs_main(rest)
             if command == "errors":
                 from ._errors_cli import main as errors_main
                 return errors_main(rest)
