@@ -34,6 +34,13 @@ from llm_datadist_ffi.v2.cache_manager import CacheManager
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
 
 
+@pytest.fixture(autouse=True)
+def _device_behaviour_unless_a_test_asks_for_strict(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests here check the device's behaviour with its lint, or call ``strict()`` for the
+    refusal: a strict mode set for the whole run must not change which one they see."""
+    lenient(monkeypatch)
+
+
 import vendor_support as vs  # noqa: E402
 from lint_support import lenient, strict  # noqa: E402
 raises, lx, fill = vs.raises, vs.lx, vs.fill
