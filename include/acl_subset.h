@@ -1,5 +1,5 @@
 /* Umbrella header of the ACL runtime subset (include/acl/). Used by the mock;
- * the ascend shim never includes it (acl.md §5.1: it would clash with the
+ * the ascend shim never includes it (docs/reference/acl.md §5.1: it would clash with the
  * vendor's own ACL headers). */
 #ifndef LLM_DATADIST_FFI_ACL_SUBSET_H
 #define LLM_DATADIST_FFI_ACL_SUBSET_H

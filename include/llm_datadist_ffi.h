@@ -1,7 +1,7 @@
 /* Umbrella header of the llm_datadist_ffi C ABI.
  *
  * The declarations live in directive-free fragments under include/lldd/ so that
- * cffi's cdef reads exactly the text the C and C++ compilers read (DESIGN.md §2.1).
+ * cffi's cdef reads exactly the text the C and C++ compilers read (docs/design.md).
  * This file only adds what cffi cannot parse: guards, standard headers and
  * extern "C".
  */

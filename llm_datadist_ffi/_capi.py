@@ -1,10 +1,10 @@
 """The thin tier: one Python function per C ABI function, with the C names.
 
-This is the only module that calls ``lldd_lib`` (STYLE §2). Each function takes
+This is the only module that calls ``lldd_lib`` (docs/design.md). Each function takes
 ready-made cffi values, makes the call (cffi releases the GIL for its duration),
 and turns a non-zero status into the ``LLMException`` subclass of that code at
 once, in the calling thread, with the C side's thread-local last-error text
-(STYLE §3). Link and unlink return their statuses instead of raising, as the
+(docs/design.md). Link and unlink return their statuses instead of raising, as the
 vendor's API does.
 """
 from __future__ import annotations

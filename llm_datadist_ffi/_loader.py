@@ -30,7 +30,7 @@ fall-back from ``ascend`` to ``mock`` (DESIGN §2.4). After loading, the library
 ABI version must equal the headers' ``LLDD_ABI_VERSION``.
 
 Only ``llm_datadist_ffi._capi`` and ``llm_datadist_ffi.acl`` use ``lldd_lib`` and
-``acl_lib`` directly (STYLE §2).
+``acl_lib`` directly (docs/design.md).
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The vendor Python layer's argument checks, as one small set of helpers.
 
-python-api.md §0 describes the vendor's three kinds of check, and their behaviour is
+docs/reference/python-api.md §0 describes the vendor's three kinds of check, and their behaviour is
 part of the contract that client code sees:
 
 * a *type check* is ``isinstance`` against the listed classes (``bool`` passes where
@@ -13,12 +13,12 @@ part of the contract that client code sees:
   naming the rule.
 
 The vendor lets a ``None`` through a type check and fails later with whatever the
-first use of it raises. The project rule (python-api.md §0) keeps that exception
+first use of it raises. The project rule (docs/reference/python-api.md §0) keeps that exception
 type but raises it before any native call with a message naming the parameter;
 ``none_error`` builds those messages so that they read alike everywhere.
 
 Every message names the parameter and the rule. Vendor texts that clients may match
-are kept verbatim where python-api.md quotes them.
+are kept verbatim where docs/reference/python-api.md quotes them.
 
 This module is pure Python and imports only ``status`` from the package.
 """
@@ -134,7 +134,7 @@ def check_int(value: object, name: str, int_range: IntRange) -> int:
 
 
 def check_layer_range(value: object, name: str, *, allow_none: bool = True) -> None:
-    """The layer-range check of pushes and async transfers (python-api.md §9.1).
+    """The layer-range check of pushes and async transfers (docs/reference/python-api.md §9.1).
 
     ``None`` passes unless ``allow_none`` is False; otherwise the value must be a
     ``range`` with step 1 and ``0 <= start < stop``.
@@ -155,7 +155,7 @@ def check_layer_range(value: object, name: str, *, allow_none: bool = True) -> N
 
 
 def ip_to_int(ip: str) -> int:
-    """The vendor's IPv4 conversion (python-api.md §5): ``inet_aton``, little-endian.
+    """The vendor's IPv4 conversion (docs/reference/python-api.md §5): ``inet_aton``, little-endian.
 
     ``"a.b.c.d"`` becomes ``a | b << 8 | c << 16 | d << 24``; the C library's shorthand
     forms (``"127.1"``) are accepted.

@@ -1,12 +1,12 @@
-"""The ACL runtime subset (spec/acl.md): device selection, memory, copies, streams.
+"""The ACL runtime subset (docs/reference/acl.md): device selection, memory, copies, streams.
 
 Users of LLM-DataDist call these functions to pick a device and to allocate and fill
 the memory they register as KV caches. On an Ascend host they go to the vendor's
 ``libacl_rt.so``; on the mock backend to the mock ACL, which copies the vendor's
-behaviour (acl.md §6) and adds checks of its own (§7: exact allocation sizes,
+behaviour (docs/reference/acl.md §6) and adds checks of its own (§7: exact allocation sizes,
 range-checked copies, reported double frees and use after free).
 
-Two tiers over the raw ``acl_lib`` (STYLE §2):
+Two tiers over the raw ``acl_lib`` (docs/design.md):
 
 * **Thin**: one function per C function, with the C name (``aclrtMalloc``,
   ``aclrtMemcpy`` …). Pointers and stream handles are plain ``int`` addresses,
@@ -332,7 +332,7 @@ def aclrtFree(dev_ptr: int) -> None:
     """Raises:
         AclError: ``ACL_ERROR_INVALID_PARAM`` for 0; on the mock
             ``ACL_ERROR_RT_PARAM_INVALID`` for anything but the start of a live
-            ``aclrtMalloc`` allocation (acl.md A-6).
+            ``aclrtMalloc`` allocation (docs/reference/acl.md A-6).
     """
     _check(acl_lib.aclrtFree(_ptr(dev_ptr)), "aclrtFree")
 
@@ -341,7 +341,7 @@ def aclrtFreeHost(host_ptr: int) -> None:
     """Raises:
         AclError: ``ACL_ERROR_INVALID_PARAM`` for 0; on the mock
             ``ACL_ERROR_RT_PARAM_INVALID`` for anything but the start of a live
-            ``aclrtMallocHost`` allocation (acl.md A-6).
+            ``aclrtMallocHost`` allocation (docs/reference/acl.md A-6).
     """
     _check(acl_lib.aclrtFreeHost(_ptr(host_ptr)), "aclrtFreeHost")
 
@@ -354,7 +354,7 @@ def aclrtMemcpy(dst: int, dest_max: int, src: int, count: int, kind: int) -> Non
             kind, ``ACL_ERROR_RT_CONTEXT_NULL`` without a current device,
             ``ACL_ERROR_RT_PARAM_INVALID`` when ``count > dest_max`` or
             ``dest_max == 0``, and on the mock for a range outside its allocation
-            or on the wrong side for ``kind`` (acl.md A-5).
+            or on the wrong side for ``kind`` (docs/reference/acl.md A-5).
     """
     _check(acl_lib.aclrtMemcpy(_ptr(dst), dest_max, _ptr(src), count, kind), "aclrtMemcpy")
 
@@ -379,7 +379,7 @@ def aclrtMemset(dev_ptr: int, max_count: int, value: int, count: int) -> None:
         AclError: ``ACL_ERROR_INVALID_PARAM`` for a null address,
             ``ACL_ERROR_RT_CONTEXT_NULL`` without a current device,
             ``ACL_ERROR_RT_PARAM_INVALID`` for ``count > max_count`` and on the mock
-            for a range outside its allocation (acl.md A-5).
+            for a range outside its allocation (docs/reference/acl.md A-5).
     """
     _check(acl_lib.aclrtMemset(_ptr(dev_ptr), max_count, value, count), "aclrtMemset")
 
@@ -445,7 +445,7 @@ def _exported(name: str) -> bool:
     return True
 
 
-#: Whether the loaded ACL library exports the optional functions (acl.md §3).
+#: Whether the loaded ACL library exports the optional functions (docs/reference/acl.md §3).
 has_get_version: Final[bool] = _exported("aclrtGetVersion")
 has_get_soc_name: Final[bool] = _exported("aclrtGetSocName")
 
@@ -549,7 +549,7 @@ def finalize_reference() -> int:
 
 def recent_error_message() -> Optional[str]:
     """The calling thread's most recent ACL error text (``aclGetRecentErrMsg``), or
-    ``None``. On the mock this includes LLM-DataDist failures (acl.md A-8)."""
+    ``None``. On the mock this includes LLM-DataDist failures (docs/reference/acl.md A-8)."""
     return aclGetRecentErrMsg()
 
 

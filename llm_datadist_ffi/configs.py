@@ -2,7 +2,7 @@
 
 ``LlmConfig`` (also exported as ``LLMConfig``) collects engine options through typed
 properties and turns them into the ``Dict[str, str]`` that ``LLMDataDist.init``
-takes (python-api.md §4). Three vendor behaviours matter to clients and are kept:
+takes (docs/reference/python-api.md §4). Three vendor behaviours matter to clients and are kept:
 
 * ``gen_options()``/``generate_options()`` return one dict object, the same on every
   call, and only ever add to it; clients add raw keys to it before ``init``;
@@ -13,7 +13,7 @@ takes (python-api.md §4). Three vendor behaviours matter to clients and are kep
   emission order.
 
 ``LLMClusterInfo`` describes one peer for ``link_clusters``/``unlink_clusters``
-(python-api.md §5); its IP lists hold ``(ip_int, port)`` tuples with the vendor's
+(docs/reference/python-api.md §5); its IP lists hold ``(ip_int, port)`` tuples with the vendor's
 little-endian IPv4 integers, which ``trans_str_ip`` (the vendor's module helper, also
 used by client code) makes from ip text.
 
@@ -72,7 +72,7 @@ when ``None`` was appended (the vendor stores it)."""
 
 
 class LLMClusterInfo:
-    """One peer cluster for ``link_clusters``/``unlink_clusters`` (python-api.md §5).
+    """One peer cluster for ``link_clusters``/``unlink_clusters`` (docs/reference/python-api.md §5).
 
     ``LLMClusterInfo()`` takes no arguments; fill it with ``remote_cluster_id`` and the
     ``append_*_ip_info`` methods.
@@ -182,7 +182,7 @@ _UNSET: Any = object()
 
 
 class LlmConfig:
-    """Engine options for ``LLMDataDist.init`` (python-api.md §4). ``LLMConfig`` is
+    """Engine options for ``LLMDataDist.init`` (docs/reference/python-api.md §4). ``LLMConfig`` is
     the same class.
 
     Every setter checks its value as the vendor does; ``gen_options()`` (alias
@@ -612,7 +612,7 @@ def _emit_mem_utilization(cfg: LlmConfig) -> Sequence[Tuple[str, str]]:
     return (("llm.MemoryUtilization", str(cfg._mem_utilization)),)
 
 
-# The vendor's emission order after ge_options (python-api.md §4 table order).
+# The vendor's emission order after ge_options (docs/reference/python-api.md §4 table order).
 _ROWS: Tuple[Emitter, ...] = (
     _emit_device_id,
     _if_not_none("llm.SyncKvCacheWaitTime", "_sync_kv_timeout"),

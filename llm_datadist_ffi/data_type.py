@@ -2,9 +2,9 @@
 
 ``DataType`` is the vendor's plain ``Enum`` (not an ``IntEnum``: members do not
 compare equal to ints) with its 14 members in the vendor's declaration order
-(python-api.md §2). The native layer also accepts every ``ge::DataType`` value,
+(docs/reference/python-api.md §2). The native layer also accepts every ``ge::DataType`` value,
 including the sub-byte types the Python enum lacks; ``GeDataType`` names them all
-(cpp-api.md §2.4). Element sizes are the LLM-DataDist core's; the mock checks them
+(docs/reference/cpp-api.md §2.4). Element sizes are the LLM-DataDist core's; the mock checks them
 in C, this table is for documentation and for ``CacheDesc.size``.
 
 numpy is imported only when one of the numpy helpers is first used, as in the
@@ -36,7 +36,7 @@ class DataType(Enum):
 
 
 class GeDataType(IntEnum):
-    """Every ``ge::DataType`` enumerator the C++ API knows (cpp-api.md §2.4)."""
+    """Every ``ge::DataType`` enumerator the C++ API knows (docs/reference/cpp-api.md §2.4)."""
 
     DT_FLOAT = 0
     DT_FLOAT16 = 1

@@ -1,6 +1,6 @@
 """The C++ class ``llm_datadist::LlmDataDist``, in Python.
 
-A Pythonic mirror of the vendor's public C++ API (cpp-api.md §4–§6), one method per
+A Pythonic mirror of the vendor's public C++ API (docs/reference/cpp-api.md §4–§6), one method per
 C++ method, over the flat C ABI of ``include/``. Names follow Python conventions
 (``pull_kv_blocks`` for ``PullKvBlocks``); arguments, defaults and results follow
 the C++ signatures; layer ranges are the C++ **inclusive** pairs.
@@ -48,7 +48,7 @@ __all__ = [
     "OPTION_MOCK_NATIVE_POOL", "DEFAULT_TENSOR_NUM_PER_LAYER", "capabilities",
 ]
 
-# Option keys of the C++ header (cpp-api.md §3.3), and the two pool keys the engine reads.
+# Option keys of the C++ header (docs/reference/cpp-api.md §3.3), and the two pool keys the engine reads.
 _log = logging.getLogger(__name__)
 
 OPTION_LISTEN_IP_INFO = "llm.ListenIpInfo"
@@ -457,7 +457,7 @@ class LlmDataDist:
         Raises:
             TypeError: ``options`` is not a mapping of str to str.
             LLMException: ``LLM_PARAM_INVALID`` for a missing or malformed option (PR-26,
-                PR-27 and cpp-api.md §6.4), ``LLM_FAILED`` when the device or listener
+                PR-27 and docs/reference/cpp-api.md §6.4), ``LLM_FAILED`` when the device or listener
                 cannot be set up, ``LLM_OUT_OF_MEMORY`` when a pool cannot be allocated.
         """
         tag = "LlmDataDist.initialize"
@@ -620,7 +620,7 @@ class LlmDataDist:
         with the mock's pool-backed variant an unknown id succeeds (PR-9)."""
         cid = _int(cache_id, "cache_id", _I64, "int64")
         _capi.lldd_deallocate_cache(self._engine(), cid, "LlmDataDist.deallocate_cache")
-        if cid in self._owned:                 # a registered cache stays (semantics §3.6: a no-op)
+        if cid in self._owned:                 # a registered cache stays (docs/reference/semantics.md §3.6: a no-op)
             self._owned.discard(cid)
             self._caches.pop(cid, None)
 

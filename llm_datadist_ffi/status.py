@@ -2,7 +2,7 @@
 
 Everything the package knows about a status code lives in ``STATUS_TABLE``: one
 ``StatusInfo`` row per code the vendor's LLM-DataDist can return or raise
-(status-codes.md §2), holding its value, its C++ and Python names, what it means,
+(docs/reference/status-codes.md §2), holding its value, its C++ and Python names, what it means,
 what each vendor document says about recovering from it, the remedy, and which calls
 produce it in each generation (§3, §4). The rest of this module is derived from that
 table or checked against it:
@@ -113,7 +113,7 @@ class StatusInfo:
 
     ``python_doc``, ``v1_python_doc`` and ``cpp_doc`` record each vendor document's
     opinion on recoverability; ``recoverable`` is the project's resolution of them
-    (status-codes.md §8.6). An empty producer tuple means no call produces the code in
+    (docs/reference/status-codes.md §8.6). An empty producer tuple means no call produces the code in
     that generation; the matching ``*_note`` says why or what happens instead.
     """
 
@@ -452,7 +452,7 @@ STATUS_TABLE: Final[tuple[StatusInfo, ...]] = (
         v2_producers=(
             Producer(
                 "every call (Python layer)",
-                "a Python-side rule check fails (listed per call in python-api.md)",
+                "a Python-side rule check fails (listed per call in docs/reference/python-api.md)",
             ),
             Producer(
                 "every core call",
@@ -1263,7 +1263,7 @@ _EXCEPTION_BY_CODE: dict[LLMStatusCode, type[LLMException]] = {}
 
 
 class LLMException(RuntimeError):
-    """The vendor's exception for LLM-DataDist failures (status-codes.md §7.2).
+    """The vendor's exception for LLM-DataDist failures (docs/reference/status-codes.md §7.2).
 
     ``LLMException(*args, status_code=LLMStatusCode.LLM_SUCCESS)`` stores ``args`` as
     any exception does (``str(e)`` is the message) and keeps ``status_code`` exactly as
@@ -1283,7 +1283,7 @@ class LLMException(RuntimeError):
     recoverable = _FromTable(
         lambda row: row.recoverable,
         False,
-        "Whether the vendor documents the failure as recoverable (status-codes.md §8.6).",
+        "Whether the vendor documents the failure as recoverable (docs/reference/status-codes.md §8.6).",
     )
     remedy = _FromTable(
         lambda row: row.remedy,
@@ -1458,7 +1458,7 @@ class LinkBusyError(LinkError):
 
 
 class LLMTimeoutError(LLMException):
-    """Family: a wait expired. Not a builtin ``TimeoutError`` (status-codes.md §8.5)."""
+    """Family: a wait expired. Not a builtin ``TimeoutError`` (docs/reference/status-codes.md §8.5)."""
 
 
 class WaitProcessTimeoutError(LLMTimeoutError):

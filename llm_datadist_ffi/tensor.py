@@ -1,8 +1,8 @@
-"""``Tensor`` and ``TensorDesc``: the vendor's v1 tensor types (python-api.md §13).
+"""``Tensor`` and ``TensorDesc``: the vendor's v1 tensor types (docs/reference/python-api.md §13).
 
 They are the lazy names ``llm_datadist.Tensor``/``llm_datadist.TensorDesc``; in the
 vendor they come from the legacy v1 package, here they are the package's own
-(project rule, python-api.md §1.2). A ``Tensor`` wraps either a C-contiguous numpy
+(project rule, docs/reference/python-api.md §1.2). A ``Tensor`` wraps either a C-contiguous numpy
 array (kept by reference, not copied) or a native tensor handle as
 ``KvCacheManager.get_cache_tensors`` returns it; reading the data of a handle tensor
 copies the engine memory it addresses out into a new array.

@@ -3,7 +3,7 @@
 ``compat.install()`` maps the name ``llm_datadist`` onto this module (and the
 vendor's submodules onto the package's), so that client code written for the
 vendor package runs unchanged. The export list is the vendor's ``__all__``
-(python-api.md §1.2); the three v1 names ``TensorDesc``, ``Tensor`` and
+(docs/reference/python-api.md §1.2); the three v1 names ``TensorDesc``, ``Tensor`` and
 ``KvCacheManager`` are resolved on first access through the module ``__getattr__``,
 as in the vendor, but from this package (project rule: no legacy package needed).
 

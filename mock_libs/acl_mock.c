@@ -1,4 +1,4 @@
-/* The mock ACL runtime subset (acl.md §6 vendor behaviour, §7 rules A-1 … A-9).
+/* The mock ACL runtime subset (docs/reference/acl.md §6 vendor behaviour, §7 rules A-1 … A-9).
  *
  * "Device" memory is host memory with allocation tracking. Every allocation of
  * aclrtMalloc, aclrtMallocHost and the engine's pools (mock_acl_alloc_device) is a
@@ -26,7 +26,7 @@
  * AddressSanitizer it is poisoned, so that direct access to it faults too. Because
  * held memory belongs to nobody else, tracked ranges never overlap.
  *
- * The current device is per thread (acl.md §6). A thread's current device lapses
+ * The current device is per thread (docs/reference/acl.md §6). A thread's current device lapses
  * when the device's last reference is released: each device has a generation that
  * the release bumps, and a thread's current device counts only while the
  * generation it saw in aclrtSetDevice is still the device's.
@@ -71,7 +71,7 @@ enum {
     FREED_MAX_RECORDS = 4096,         /* freed allocations remembered for use-after-free reports */
     ALLOC_ALIGNMENT = 64,             /* so that aclrtMemcpyAsync's 64-byte rule can be met */
     GUARD_BYTES = 64,                 /* owned by the mock after each allocation */
-    ASYNC_D2D_ALIGNMENT = 64,         /* acl.md §6, aclrtMemcpyAsync */
+    ASYNC_D2D_ALIGNMENT = 64,         /* docs/reference/acl.md §6, aclrtMemcpyAsync */
     MEM_ATTR_LAST = ACL_MEM_P2P_HUGE1G
 };
 #define DEFAULT_CAPACITY ((uint64_t)64 << 30)   /* 64 GiB per device */
@@ -313,7 +313,7 @@ static aclError no_current_device(const char *fn)
 
 static aclError invalid_device(const char *fn, int32_t device)
 {
-    mock_set_error("%s: deviceId %d is not a valid device; valid ids are 0 .. %u (acl.md A-2)", fn, (int)device,
+    mock_set_error("%s: deviceId %d is not a valid device; valid ids are 0 .. %u (docs/reference/acl.md A-2)", fn, (int)device,
                    (unsigned)(g_device_count - 1));
     return ACL_ERROR_RT_INVALID_DEVICEID;
 }
@@ -347,7 +347,7 @@ static aclError track_allocation(const char *fn, int kind, int32_t device, size_
     }
     device_state *d = &g_devices[device];
     if (kind == MOCK_MEM_DEVICE && (uint64_t)size > g_capacity - d->used) {
-        mock_set_error("%s: size %zu exceeds the free memory of device %d: %llu of %llu bytes free (acl.md A-3)",
+        mock_set_error("%s: size %zu exceeds the free memory of device %d: %llu of %llu bytes free (docs/reference/acl.md A-3)",
                        fn, size, (int)device, (unsigned long long)(g_capacity - d->used),
                        (unsigned long long)g_capacity);
         rc = ACL_ERROR_RT_MEMORY_ALLOCATION;
@@ -442,24 +442,24 @@ static aclError release_allocation(const char *fn, const char *param, void *ptr,
     pthread_rwlock_wrlock(&g_lock);
     alloc_node *node = tree_containing(addr);
     if (node == NULL) {
-        mock_set_error("%s: %s %p is not an allocation of %s (unknown pointer; acl.md A-6)", fn, param, ptr,
+        mock_set_error("%s: %s %p is not an allocation of %s (unknown pointer; docs/reference/acl.md A-6)", fn, param, ptr,
                        kind_name(kind));
     } else if (addr - node->base >= node->size) {
         mock_set_error("%s: %s %p lies %zu bytes past the end of the %s allocation [%p, +%zu), not at its "
-                       "start (acl.md A-6)",
+                       "start (docs/reference/acl.md A-6)",
                        fn, param, ptr, (size_t)(addr - node->base - node->size), kind_name(node->kind),
                        (void *)node->base, node->size);
     } else if (!node->live) {
         mock_set_error("%s: %s %p lies in the %s allocation [%p, +%zu) that was already freed "
-                       "(double free; acl.md A-6)",
+                       "(double free; docs/reference/acl.md A-6)",
                        fn, param, ptr, kind_name(node->kind), (void *)node->base, node->size);
     } else if (node->base != addr) {
         mock_set_error("%s: %s %p is %zu bytes inside the %s allocation [%p, +%zu), not its start "
-                       "(acl.md A-6)",
+                       "(docs/reference/acl.md A-6)",
                        fn, param, ptr, (size_t)(addr - node->base), kind_name(node->kind), (void *)node->base,
                        node->size);
     } else if (node->kind != kind) {
-        mock_set_error("%s: %s %p was allocated by %s; free it with %s (acl.md A-6)", fn, param, ptr,
+        mock_set_error("%s: %s %p was allocated by %s; free it with %s (docs/reference/acl.md A-6)", fn, param, ptr,
                        kind_name(node->kind), node->kind == MOCK_MEM_DEVICE ? "aclrtFree" : "aclrtFreeHost");
     } else {
         node->live = 0;
@@ -489,13 +489,13 @@ static aclError check_range(const char *fn, const char *param, const void *ptr, 
     uintptr_t addr = (uintptr_t)ptr;
     *found = NULL;
     if (len > UINTPTR_MAX - addr) {
-        mock_set_error("%s: %s range [%p, +%zu) wraps around the address space (acl.md A-5)", fn, param, ptr, len);
+        mock_set_error("%s: %s range [%p, +%zu) wraps around the address space (docs/reference/acl.md A-5)", fn, param, ptr, len);
         return ACL_ERROR_RT_PARAM_INVALID;
     }
     const alloc_node *node = tree_containing(addr);
     if (node != NULL) {
         if (addr - node->base >= node->size) {
-            mock_set_error("%s: %s %p lies %zu bytes past the end of the %s allocation [%p, +%zu) (acl.md A-4, "
+            mock_set_error("%s: %s %p lies %zu bytes past the end of the %s allocation [%p, +%zu) (docs/reference/acl.md A-4, "
                            "A-5)",
                            fn, param, ptr, (size_t)(addr - node->base - node->size), kind_name(node->kind),
                            (void *)node->base, node->size);
@@ -503,26 +503,26 @@ static aclError check_range(const char *fn, const char *param, const void *ptr, 
         }
         if (!node->live) {
             mock_set_error("%s: %s %p lies in the %s allocation [%p, +%zu) that was freed (use after free; "
-                           "acl.md A-5)",
+                           "docs/reference/acl.md A-5)",
                            fn, param, ptr, kind_name(node->kind), (void *)node->base, node->size);
             return ACL_ERROR_RT_PARAM_INVALID;
         }
         size_t room = node->size - (size_t)(addr - node->base);
         if (len > room) {
             mock_set_error("%s: %s range [%p, +%zu) runs %zu bytes past the end of the %s allocation [%p, +%zu) "
-                           "(acl.md A-5)",
+                           "(docs/reference/acl.md A-5)",
                            fn, param, ptr, len, len - room, kind_name(node->kind), (void *)node->base, node->size);
             return ACL_ERROR_RT_PARAM_INVALID;
         }
         if (rule == PLACE_DEVICE && node->kind != MOCK_MEM_DEVICE) {
             mock_set_error("%s: %s %p lies in aclrtMallocHost memory [%p, +%zu), but %s needs device memory from "
-                           "aclrtMalloc (acl.md A-5)",
+                           "aclrtMalloc (docs/reference/acl.md A-5)",
                            fn, param, ptr, (void *)node->base, node->size, why);
             return ACL_ERROR_RT_PARAM_INVALID;
         }
         if (rule == PLACE_HOST && node->kind == MOCK_MEM_DEVICE) {
             mock_set_error("%s: %s %p lies in aclrtMalloc device memory [%p, +%zu), but %s needs host memory "
-                           "(acl.md A-5)",
+                           "(docs/reference/acl.md A-5)",
                            fn, param, ptr, (void *)node->base, node->size, why);
             return ACL_ERROR_RT_PARAM_INVALID;
         }
@@ -531,14 +531,14 @@ static aclError check_range(const char *fn, const char *param, const void *ptr, 
     }
     if (rule == PLACE_DEVICE) {
         mock_set_error("%s: %s %p is not in any live aclrtMalloc allocation, but %s needs device memory "
-                       "(acl.md A-5)",
+                       "(docs/reference/acl.md A-5)",
                        fn, param, ptr, why);
         return ACL_ERROR_RT_PARAM_INVALID;
     }
     const alloc_node *next = tree_next_above(addr);
     if (next != NULL && next->base - addr < len) {
         mock_set_error("%s: %s range [%p, +%zu) starts outside every mock allocation and runs into the %s "
-                       "allocation [%p, +%zu) (acl.md A-5)",
+                       "allocation [%p, +%zu) (docs/reference/acl.md A-5)",
                        fn, param, ptr, len, kind_name(next->kind), (void *)next->base, next->size);
         return ACL_ERROR_RT_PARAM_INVALID;
     }
@@ -567,7 +567,7 @@ static long find_stream_locked(aclrtStream stream)
 static aclError unknown_stream(const char *fn, aclrtStream stream)
 {
     mock_set_error("%s: stream %p is not a live stream (destroyed, released with its device, or never created; "
-                   "acl.md A-7)",
+                   "docs/reference/acl.md A-7)",
                    fn, stream);
     return ACL_ERROR_RT_PARAM_INVALID;
 }
@@ -956,7 +956,7 @@ MOCK_EXPORT aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, s
     if (current_device_locked() < 0) {
         rc = no_current_device("aclrtMemset");
     } else if (count > maxCount) {
-        mock_set_error("aclrtMemset: count %zu exceeds maxCount %zu (acl.md A-5)", count, maxCount);
+        mock_set_error("aclrtMemset: count %zu exceeds maxCount %zu (docs/reference/acl.md A-5)", count, maxCount);
         rc = ACL_ERROR_RT_PARAM_INVALID;
     } else {
         rc = check_range("aclrtMemset", "devPtr", devPtr, count, PLACE_ANY, "aclrtMemset", &node);
@@ -981,7 +981,7 @@ MOCK_EXPORT aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free_bytes, size
     if (device < 0) {
         rc = no_current_device("aclrtGetMemInfo");
     } else if ((unsigned)attr > (unsigned)MEM_ATTR_LAST) {
-        mock_set_error("aclrtGetMemInfo: attr %d is not an aclrtMemAttr (0 .. %d; acl.md A-3)", (int)attr,
+        mock_set_error("aclrtGetMemInfo: attr %d is not an aclrtMemAttr (0 .. %d; docs/reference/acl.md A-3)", (int)attr,
                        (int)MEM_ATTR_LAST);
         rc = ACL_ERROR_RT_PARAM_INVALID;
     } else {
@@ -1166,10 +1166,10 @@ MOCK_EXPORT lldd_status lldd_mock_set_device_count(uint32_t count)
     pthread_rwlock_wrlock(&g_lock);
     if (atomic_load_explicit(&g_started, memory_order_relaxed)) {
         mock_set_error("lldd_mock_set_device_count: must be called before the first ACL call of the process "
-                       "(acl.md A-2)");
+                       "(docs/reference/acl.md A-2)");
         rc = LLM_PARAM_INVALID;
     } else if (count == 0 || count > MAX_DEVICE_COUNT) {
-        mock_set_error("lldd_mock_set_device_count: count %u is outside 1 .. %d (acl.md A-2)", (unsigned)count,
+        mock_set_error("lldd_mock_set_device_count: count %u is outside 1 .. %d (docs/reference/acl.md A-2)", (unsigned)count,
                        MAX_DEVICE_COUNT);
         rc = LLM_PARAM_INVALID;
     } else {
@@ -1185,10 +1185,10 @@ MOCK_EXPORT lldd_status lldd_mock_set_device_capacity(uint64_t bytes)
     pthread_rwlock_wrlock(&g_lock);
     if (atomic_load_explicit(&g_started, memory_order_relaxed)) {
         mock_set_error("lldd_mock_set_device_capacity: must be called before the first ACL call of the process "
-                       "(acl.md A-3)");
+                       "(docs/reference/acl.md A-3)");
         rc = LLM_PARAM_INVALID;
     } else if (bytes == 0 || bytes > SIZE_MAX) {
-        mock_set_error("lldd_mock_set_device_capacity: bytes %llu is outside 1 .. SIZE_MAX (acl.md A-3)",
+        mock_set_error("lldd_mock_set_device_capacity: bytes %llu is outside 1 .. SIZE_MAX (docs/reference/acl.md A-3)",
                        (unsigned long long)bytes);
         rc = LLM_PARAM_INVALID;
     } else {

@@ -452,7 +452,7 @@ lldd_status engine_parse_pool_cfg(const char *fn, const char *key, const char *t
     return st;
 }
 
-/* Checks the options in the order of cpp-api.md §6.4 steps 2-6. */
+/* Checks the options in the order of docs/reference/cpp-api.md §6.4 steps 2-6. */
 static lldd_status parse_init_options(engine *e, const char *fn, const lldd_option *opts, size_t n, engine_cfg *c)
 {
     memset(c, 0, sizeof *c);

@@ -38,15 +38,15 @@
 
 enum { ENGINE_UNINIT = 0, ENGINE_READY = 1, ENGINE_FINALIZING = 2 };
 
-/* Cache kinds (semantics §2.2). The native layer creates MIX caches only; CACHE and
+/* Cache kinds (docs/reference/semantics.md §2.2). The native layer creates MIX caches only; CACHE and
  * BLOCKS exist for the Python v2 layer; a v1 blocks cache is MIX. */
 enum { KIND_CACHE = 1, KIND_BLOCKS = 2, KIND_MIX = 3 };
 
-/* Generations (semantics §1.1). The native layer and lldd_initialize are v2 in direct
+/* Generations (docs/reference/semantics.md §1.1). The native layer and lldd_initialize are v2 in direct
  * mode; lldd_ext_initialize selects v2 (either mode) or v1. */
 enum { GEN_V2 = 2, GEN_V1 = 1 };
 
-/* Key namespaces (semantics §9.1): request keys and blocks keys share one. */
+/* Key namespaces (docs/reference/semantics.md §9.1): request keys and blocks keys share one. */
 enum { KEY_NS_REQ = 0, KEY_NS_PREFIX = 1 };
 
 /* The published description of one cache: what a peer needs to validate and
@@ -68,7 +68,7 @@ typedef struct cache_wire {
 struct mpool;
 struct mcache;
 
-/* One bound key (semantics §9): in the engine's key table and in its cache's list.
+/* One bound key (docs/reference/semantics.md §9): in the engine's key table and in its cache's list.
  * Everything under the owner's mu. */
 typedef struct keynode {
     struct keynode *hnext;           /* hash chain */
@@ -96,7 +96,7 @@ typedef struct mcache {
     uint64_t pages_per_tensor;
     int acl_tensors;             /* v1 without a pool: each tensor is a device allocation */
     int32_t acl_device;
-    /* keys (semantics §9; mu) */
+    /* keys (docs/reference/semantics.md §9; mu) */
     keynode *keys;               /* every key bound to this cache */
     keynode **slot_key;          /* per batch slot, NULL until a key binds a slot */
     uint32_t req_keys;           /* bound request and prefix keys */
@@ -294,7 +294,7 @@ void link_serve(mlink *l);
 void *link_server_main(void *arg);
 
 /* ---- engine_blocks.c: block lists ----
- * A run (semantics §7.3) is a maximal stretch of pairs in which both the source and
+ * A run (docs/reference/semantics.md §7.3) is a maximal stretch of pairs in which both the source and
  * the destination index grow by exactly 1. Runs are found on the fly while
  * walking the caller's arrays; block lists are never copied. */
 typedef struct run_iter {
@@ -372,7 +372,7 @@ void table_remove_locked(engine *e, mcache *c);
 void cache_destroy(mcache *c);
 int pool_take(mpool *p, uint64_t count, uint64_t *first);
 void pool_give(mpool *p, uint64_t first, uint64_t count);
-/* CopyKvCache / copy_cache: the checks of semantics §6.6 and the bytes of §8.8. */
+/* CopyKvCache / copy_cache: the checks of docs/reference/semantics.md §6.6 and the bytes of §8.8. */
 lldd_status cache_copy(engine *e, const char *fn, int64_t src_id, int64_t dst_id, uint32_t src_batch,
                        uint32_t dst_batch, uint64_t offset, int64_t size, int v1, const char *src_name,
                        const char *dst_name);
@@ -434,7 +434,7 @@ typedef struct engine_cfg {
 
 /* Applies a checked configuration: device, pools, listener; READY on success. life_mu held. */
 lldd_status engine_start(engine *e, const engine_cfg *c, const char *fn);
-/* SetRole's listener rule (semantics §10.7): listen at addr (NULL: stop listening). */
+/* SetRole's listener rule (docs/reference/semantics.md §10.7): listen at addr (NULL: stop listening). */
 lldd_status engine_listen_as(engine *e, const char *fn, const tp_addr *addr);
 /* Live links (rank-table communicators included) for EXIST_LINK. */
 size_t engine_link_count(engine *e);
@@ -455,7 +455,7 @@ typedef struct peer_cache {
     int pinned;
 } peer_cache;
 
-/* Which bytes move (semantics §8): tensor pairs x regions. Pair i is source tensor
+/* Which bytes move (docs/reference/semantics.md §8): tensor pairs x regions. Pair i is source tensor
  * smap[i] (s_base + i without a map) and destination tensor dmap[i] (d_base + i).
  *   C2C: one region per pair, soff/doff, len bytes;
  *   B2B: per run (s0, d0, n) of sblk/dblk: soff + s0*block, doff + d0*block, n*block;
@@ -474,7 +474,7 @@ typedef struct plan {
 } plan;
 
 /* Options of link_acquire: v1 links report busy and torn-down links as LINK_BUSY and
- * wait for the link's lock no longer than the transfer timeout (semantics §10.5). */
+ * wait for the link's lock no longer than the transfer timeout (docs/reference/semantics.md §10.5). */
 enum { ACQUIRE_V1 = 1 };
 lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *x, int flags);
 void link_release(xlink *x);

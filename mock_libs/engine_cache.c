@@ -1,6 +1,6 @@
 /* The cache table of an engine: RegisterKvCache / UnregisterKvCache, the memory
  * pools and the PR-9 calls AllocateCache / DeallocateCache / CopyKvCache /
- * CopyKvBlocks (semantics §2, §3, §6.6, §8.8, §8.9).
+ * CopyKvBlocks (docs/reference/semantics.md §2, §3, §6.6, §8.8, §8.9).
  *
  * Cache ids come from one per-engine counter starting at 1; an id is consumed by
  * every call that passes the checks before it (§3.1), also when a later check
@@ -251,7 +251,7 @@ int64_t cache_take_id(engine *e)
     return id;
 }
 
-/* Shape, data type and tensor size (semantics §2.3, PR-17); not the rank. */
+/* Shape, data type and tensor size (docs/reference/semantics.md §2.3, PR-17); not the rank. */
 lldd_status cache_layout(const char *fn, const lldd_cache_desc *d, cache_wire *w)
 {
     memset(w, 0, sizeof *w);
@@ -610,8 +610,8 @@ MOCK_EXPORT lldd_status lldd_deallocate_cache(lldd_engine *e, int64_t cache_id)
 
 #define has_blocks kind_has_blocks
 
-/* The checks of semantics §6.6 in order, then the bytes of §8.8. v1 refuses HOST
- * caches (semantics §2.6). Caller has entered the engine. */
+/* The checks of docs/reference/semantics.md §6.6 in order, then the bytes of §8.8. v1 refuses HOST
+ * caches (docs/reference/semantics.md §2.6). Caller has entered the engine. */
 lldd_status cache_copy(engine *e, const char *fn, int64_t src_id, int64_t dst_id, uint32_t src_batch_index,
                        uint32_t dst_batch_index, uint64_t offset, int64_t size, int v1, const char *src_name,
                        const char *dst_name)

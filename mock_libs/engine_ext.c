@@ -1,5 +1,5 @@
 /* The extension ABI's life cycle: lldd_ext_initialize with the option map of the
- * vendor's Python layer (python-api.md §10.2), lldd_ext_switch_role (semantics
+ * vendor's Python layer (docs/reference/python-api.md §10.2), lldd_ext_switch_role (semantics
  * §10.7) and the v1 lldd_ext_check_link_status (§10.8).
  *
  * lldd_ext_initialize chooses the generation and the transfer mode, which stay
@@ -36,12 +36,12 @@ lldd_status ext_check_cache_key_validity(const char *fn, const char *name, const
     int req = k->req_id != UINT64_MAX, prefix = k->prefix_id != UINT64_MAX;
     if (!req && !prefix) {
         mock_set_error("%s: %s: one of req id and prefix id should contain valid value (both are 2**64-1; "
-                       "python-api.md §7.5, PR-41)", fn, name);
+                       "docs/reference/python-api.md §7.5, PR-41)", fn, name);
         return LLM_PARAM_INVALID;
     }
     if (req && prefix) {
         mock_set_error("%s: %s: only one of req id and prefix id should contain valid value (req_id %llu, "
-                       "prefix_id %llu; python-api.md §7.5)", fn, name, (unsigned long long)k->req_id,
+                       "prefix_id %llu; docs/reference/python-api.md §7.5)", fn, name, (unsigned long long)k->req_id,
                        (unsigned long long)k->prefix_id);
         return LLM_PARAM_INVALID;
     }
@@ -412,7 +412,7 @@ MOCK_EXPORT lldd_status lldd_ext_check_link_status(lldd_engine *e, uint64_t remo
         return st;
     int role = atomic_load(&e->role);
     if (e->gen != GEN_V1) {
-        mock_set_error("%s: check_link_status is not available in CacheManager mode (v1 only, semantics §10.8)", fn);
+        mock_set_error("%s: check_link_status is not available in CacheManager mode (v1 only, docs/reference/semantics.md §10.8)", fn);
         st = LLM_PARAM_INVALID;
     } else if (role != LLDD_ROLE_DECODER) {
         mock_set_error("%s: check_link_status is not supported by %s (DECODER only)", fn, ext_role_name(role));

@@ -1,7 +1,7 @@
 /* Cache keys and the cache life cycle of the extension ABI: register_cache /
  * register_blocks_cache / unregister_cache (v2), allocate_cache /
  * allocate_blocks_cache / deallocate_cache / remove_cache_key (v2 and v1)
- * (semantics §2.2, §3, §9; python-api.md §11.1, §11.5, §12).
+ * (docs/reference/semantics.md §2.2, §3, §9; docs/reference/python-api.md §11.1, §11.5, §12).
  *
  * The key table maps a key's identity to its binding. Identities live in two
  * namespaces: request keys (req_id, model_id), which blocks keys share as
@@ -155,7 +155,7 @@ typedef struct ident {
     size_t pos;
 } ident;
 
-/* python-api.md §7.4: a CacheKey is looked up by (prefix_id, model_id) when prefix_id
+/* docs/reference/python-api.md §7.4: a CacheKey is looked up by (prefix_id, model_id) when prefix_id
  * is given, else by (req_id, model_id); a placeholder has the identity of the blocks
  * key of its model; a BlocksCacheKey is (2**64-1, model_id). */
 void ext_key_ident(const lldd_key *k, uint32_t *ns, uint64_t *id, uint64_t *model)
@@ -196,7 +196,7 @@ static int cmp_ident(const void *a, const void *b)
     return x->pos < y->pos ? -1 : x->pos > y->pos;
 }
 
-/* The keys of one register/allocate call, checked (semantics §9.2, §9.3, PR-21,
+/* The keys of one register/allocate call, checked (docs/reference/semantics.md §9.2, §9.3, PR-21,
  * PR-22). On success bind[i] says whether keys[i] binds slot i. mu held.
  * Registration (reg) follows the vendor's registration, which checks no key: a key
  * already bound keeps that binding and binds nothing here; a key repeated within the
@@ -423,7 +423,7 @@ MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache
     int linked = e->rank_linked;
     pthread_mutex_unlock(&e->mu);
     if (linked && remote_accessible) {
-        mock_set_error("%s: you can not register remote accessible cache after link (semantics §2.6)", fn);
+        mock_set_error("%s: you can not register remote accessible cache after link (docs/reference/semantics.md §2.6)", fn);
         st = LLM_PARAM_INVALID;
         goto out;
     }
@@ -445,7 +445,7 @@ MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache
     for (size_t i = 0; i < num_addrs; i++) {
         if (addrs[i] == 0) {
             /* the vendor rejects it only for remote-accessible registrations; any later
-             * local copy or swap would then write to address 0 (DESIGN §2.3 step 4) */
+             * local copy or swap would then write to address 0 (docs/semantics.md §0 step 4) */
             mock_set_error("%s: addrs[%zu] is 0", fn, i);
             st = LLM_PARAM_INVALID;
             goto out;
@@ -636,13 +636,13 @@ MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache
     }
     if (v1 && num_keys > 0 && kind == LLDD_CACHE_KIND_CACHE && role != LLDD_ROLE_PROMPT) {
         mock_set_error("%s: allocate_cache with cache_keys is not supported by %s (only a PROMPT binds keys, "
-                       "semantics §11)", fn, ext_role_name(role));
+                       "docs/reference/semantics.md §11)", fn, ext_role_name(role));
         st = LLM_PARAM_INVALID;
         goto out;
     }
     if (v1 && num_keys > 0 && kind == LLDD_CACHE_KIND_BLOCKS && role == LLDD_ROLE_DECODER) {
         mock_set_error("%s: allocate_blocks_cache with a blocks_cache_key is not supported by DECODER "
-                       "(semantics §11)", fn);
+                       "(docs/reference/semantics.md §11)", fn);
         st = LLM_PARAM_INVALID;
         goto out;
     }
@@ -863,7 +863,7 @@ MOCK_EXPORT lldd_status lldd_ext_remove_cache_key(lldd_engine *e, const lldd_key
         goto out;
     }
     if (e->gen == GEN_V1 && atomic_load(&e->role) != LLDD_ROLE_PROMPT) {
-        mock_set_error("%s: remove_cache_key is not supported by %s (PROMPT only, semantics §11)", fn,
+        mock_set_error("%s: remove_cache_key is not supported by %s (PROMPT only, docs/reference/semantics.md §11)", fn,
                        ext_role_name(atomic_load(&e->role)));
         st = LLM_PARAM_INVALID;
         goto out;

@@ -1,6 +1,6 @@
 /* Rank-table links of the extension ABI: lldd_ext_link, lldd_ext_unlink,
- * lldd_ext_query_register_mem_status (semantics §10.6, PR-39), and
- * lldd_ext_remap_registered_memory (python-api.md §11.7).
+ * lldd_ext_query_register_mem_status (docs/reference/semantics.md §10.6, PR-39), and
+ * lldd_ext_remap_registered_memory (docs/reference/python-api.md §11.7).
  *
  * Every member of a communicator calls link with the same comm_name and member list.
  * The mock has no HCCL: the members find each other through a rendezvous directory

@@ -1,4 +1,4 @@
-/* Local copies of the extension ABI: copy_cache (semantics §6.6, §8.8), copy_blocks
+/* Local copies of the extension ABI: copy_cache (docs/reference/semantics.md §6.6, §8.8), copy_blocks
  * (§8.9) and swap_blocks (§8.10). PR-24 (a block both source and destination, or
  * overlapping ranges, within one cache) is a guard; PR-5 (a repeated destination:
  * the last pair in order wins) and PR-25 (an empty mapping: copy_blocks does the

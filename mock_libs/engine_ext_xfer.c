@@ -1,5 +1,5 @@
 /* Pulls of the extension ABI (pull_cache and pull_blocks of both generations,
- * python-api.md §11.2 step 10, §12), in the engine order of semantics §8.0.
+ * docs/reference/python-api.md §11.2 step 10, §12), in the engine order of docs/reference/semantics.md §8.0.
  *
  * The source is resolved on the engine that holds it, for every request:
  *   server-assisted (v2) and v1   live: the holder's current key table and caches;
@@ -59,7 +59,7 @@ lldd_status ext_resolve_locked(engine *e, mlink *link, const resolve_req *q, mca
         if (c == NULL) {
             if (direct && q->cache_id >= id_mark)
                 snprintf(why, why_len, "cache %lld is not in this link's copy of cluster %llu's cache table, taken "
-                         "at the link's first transfer (semantics §9.7)", (long long)q->cache_id,
+                         "at the link's first transfer (docs/reference/semantics.md §9.7)", (long long)q->cache_id,
                          (unsigned long long)e->cluster_id);
             else
                 snprintf(why, why_len, "cache %lld does not exist on cluster %llu (never there, or freed: PR-7)",
@@ -91,7 +91,7 @@ lldd_status ext_resolve_locked(engine *e, mlink *link, const resolve_req *q, mca
         ext_key_ident(&key, &ns, &id, &model);
         if (direct && ns == KEY_NS_PREFIX) {
             snprintf(why, why_len, "prefix key (prefix_id %llu, model_id %llu): prefix bindings are never published "
-                     "in direct mode (semantics §9.4)", (unsigned long long)id, (unsigned long long)model);
+                     "in direct mode (docs/reference/semantics.md §9.4)", (unsigned long long)id, (unsigned long long)model);
             return LLM_KV_CACHE_NOT_EXIST;
         }
         keynode *k = key_find_locked(e, ns, id, model);
@@ -100,7 +100,7 @@ lldd_status ext_resolve_locked(engine *e, mlink *link, const resolve_req *q, mca
             k = NULL;
         if (k != NULL && direct && (k->seq >= bind_mark || k->c->w.id >= id_mark)) {
             snprintf(why, why_len, "the %s was bound on cluster %llu after this link's copy of its cache table was "
-                     "taken (semantics §9.7, PR-19)", blocks ? "blocks key" : "key", (unsigned long long)e->cluster_id);
+                     "taken (docs/reference/semantics.md §9.7, PR-19)", blocks ? "blocks key" : "key", (unsigned long long)e->cluster_id);
             return LLM_KV_CACHE_NOT_EXIST;
         }
         if (k == NULL) {
@@ -372,7 +372,7 @@ static lldd_status pull_args_check(engine *e, const char *fn, const epull *a, in
         return LLM_PARAM_INVALID;
     }
     if (v1 && atomic_load(&e->role) != LLDD_ROLE_DECODER) {
-        mock_set_error("%s: pulls are not supported by %s; only a DECODER pulls in v1 (semantics §11)", fn,
+        mock_set_error("%s: pulls are not supported by %s; only a DECODER pulls in v1 (docs/reference/semantics.md §11)", fn,
                        ext_role_name(atomic_load(&e->role)));
         return LLM_PARAM_INVALID;
     }
@@ -419,7 +419,7 @@ static lldd_status pull_local_tensors(const char *fn, const epull *a, const cach
     return LLM_SUCCESS;
 }
 
-/* Cache-to-blocks arithmetic (semantics §8.4, §8.7), as the vendor computes it: chunk k of
+/* Cache-to-blocks arithmetic (docs/reference/semantics.md §8.4, §8.7), as the vendor computes it: chunk k of
  * a source batch is the block-sized piece at k * block, except that the chunk listed last
  * is cut to tensor_size mod block when that is non-zero, whether or not it is the batch's
  * final piece. *covered is the number of bytes from the batch start up to the end of the
@@ -511,7 +511,7 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
     uint64_t entries = pairs + 2 * chunks_or_runs;
     if (sa && (pairs > SA_MAX_TENSORS || entries > SA_MAX_ENTRIES)) {
         mock_set_error("%s: the request has %llu entries (%llu tensors + 2 x %llu %s); server-assisted mode allows "
-                       "at most %d entries and %d tensors (semantics §15)", fn, (unsigned long long)entries,
+                       "at most %d entries and %d tensors (docs/reference/semantics.md §15)", fn, (unsigned long long)entries,
                        (unsigned long long)pairs, (unsigned long long)chunks_or_runs,
                        form == PLAN_B2B ? "runs" : form == PLAN_C2B ? "blocks" : "ranges", SA_MAX_ENTRIES,
                        SA_MAX_TENSORS);
@@ -519,7 +519,7 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
     }
     if (direct && entries > DIRECT_MAX_ENTRIES) {
         mock_set_error("%s: the request has %llu entries (%llu tensors + 2 x %llu), over the direct-mode limit of %d "
-                       "(semantics §15)", fn, (unsigned long long)entries, (unsigned long long)pairs,
+                       "(docs/reference/semantics.md §15)", fn, (unsigned long long)entries, (unsigned long long)pairs,
                        (unsigned long long)chunks_or_runs, DIRECT_MAX_ENTRIES);
         return LLM_PARAM_INVALID;
     }
@@ -611,7 +611,7 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
     if (sa) {
         uint32_t sp = rw->placement, dp = lw->placement;
         if (sp == LLDD_PLACEMENT_HOST && dp == LLDD_PLACEMENT_HOST) {
-            mock_set_error("%s: a server-assisted transfer between two HOST caches is not supported (semantics §1.3)",
+            mock_set_error("%s: a server-assisted transfer between two HOST caches is not supported (docs/reference/semantics.md §1.3)",
                            fn);
             return LLM_FEATURE_NOT_ENABLED;
         }
@@ -619,12 +619,12 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
             uint64_t src_blocks = form == PLAN_B2B ? a->nsb : form == PLAN_C2B ? a->ndb : 1;
             if (!e->dev_pool.present) {
                 mock_set_error("%s: a DEVICE to HOST pull needs a device memory pool on this engine "
-                               "(llm.MemPoolConfig) for its staging buffers (semantics §1.3)", fn);
+                               "(llm.MemPoolConfig) for its staging buffers (docs/reference/semantics.md §1.3)", fn);
                 return LLM_PARAM_INVALID;
             }
             if (src_blocks > SA_D2H_MAX_BLOCKS || src_blocks > SA_MAX_ENTRIES - pairs) {
                 mock_set_error("%s: a DEVICE to HOST pull moves at most %d source blocks and at most %d - %llu; this "
-                               "one has %llu (semantics §15)", fn, SA_D2H_MAX_BLOCKS, SA_MAX_ENTRIES,
+                               "one has %llu (docs/reference/semantics.md §15)", fn, SA_D2H_MAX_BLOCKS, SA_MAX_ENTRIES,
                                (unsigned long long)pairs, (unsigned long long)src_blocks);
                 return LLM_PARAM_INVALID;
             }
@@ -632,7 +632,7 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
         }
         if (sp == LLDD_PLACEMENT_HOST && dp == LLDD_PLACEMENT_DEVICE && !src->r.dev_pool) {
             mock_set_error("%s: a HOST to DEVICE pull needs a device memory pool on the host-side cluster %llu "
-                           "(semantics §1.3)", fn, (unsigned long long)a->src->cluster_id);
+                           "(docs/reference/semantics.md §1.3)", fn, (unsigned long long)a->src->cluster_id);
             return LLM_PARAM_INVALID;
         }
     }
@@ -677,7 +677,7 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
         pthread_mutex_unlock(&e->mu);
         if (staged != 2) {
             mock_set_error("%s: the device memory pool cannot supply the two 32 MiB staging buffers of a DEVICE to "
-                           "HOST pull (semantics §15)", fn);
+                           "HOST pull (docs/reference/semantics.md §15)", fn);
             return LLM_OUT_OF_MEMORY;
         }
     }
@@ -784,7 +784,7 @@ out:
 
 /* ---------------------------------------------------------------------------------------------
  * lldd_ext_push_layer: one layer of push_cache / push_blocks / TransferWithCacheKeyConfig
- * (direct mode, semantics §8.0 push order, §8.5, §8.6)
+ * (direct mode, docs/reference/semantics.md §8.0 push order, §8.5, §8.6)
  * ------------------------------------------------------------------------------------------ */
 
 typedef struct epush {
@@ -927,7 +927,7 @@ MOCK_EXPORT lldd_status lldd_ext_push_layer(lldd_engine *e, int64_t src_cache_id
         st = LLM_FEATURE_NOT_ENABLED;
     } else if (e->mode != MODE_DIRECT) {
         mock_set_error("%s: pushes are only supported while enable_remote_cache_accessible is True (direct mode, "
-                       "semantics §1.3)", fn);
+                       "docs/reference/semantics.md §1.3)", fn);
         st = LLM_PARAM_INVALID;
     } else if (dst->kind != LLDD_KEY_BY_ID && dst->kind != LLDD_KEY_BLOCKS) {
         mock_set_error("%s: dst.kind %u: a push addresses a CacheKeyByIdAndIndex (LLDD_KEY_BY_ID) or a "
@@ -972,7 +972,7 @@ MOCK_EXPORT lldd_status lldd_ext_push_layer(lldd_engine *e, int64_t src_cache_id
 
 /* ---------------------------------------------------------------------------------------------
  * lldd_ext_transfer_layer: one layer of a TransferConfig (server-assisted v2, v1) to raw
- * peer addresses (semantics §8.7, PR-16, PR-40)
+ * peer addresses (docs/reference/semantics.md §8.7, PR-16, PR-40)
  * ------------------------------------------------------------------------------------------ */
 
 /* The live remote-accessible peer tensor holding [addr, addr + len), pinned. */
@@ -1096,7 +1096,7 @@ static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *
         if ((st = check_blocks(fn, "src_block_indices", a->sblk, a->nsb, lw->blocks, "source")) != LLM_SUCCESS)
             return st;
         if (a->bms != 0 && a->bms != S) {
-            mock_set_error("%s: dst_block_memory_size %llu differs from the source block size %llu (semantics §7.5)",
+            mock_set_error("%s: dst_block_memory_size %llu differs from the source block size %llu (docs/reference/semantics.md §7.5)",
                            fn, (unsigned long long)a->bms, (unsigned long long)S);
             return LLM_PARAM_INVALID;
         }
@@ -1206,7 +1206,7 @@ MOCK_EXPORT lldd_status lldd_ext_transfer_layer(lldd_engine *e, int64_t src_cach
                        "TransferWithCacheKeyConfig (lldd_ext_push_layer)", fn);
         st = LLM_PARAM_INVALID;
     } else if (e->gen == GEN_V1 && role != LLDD_ROLE_PROMPT) {
-        mock_set_error("%s: transfer_cache_async is not supported by %s (PROMPT only in v1, semantics §11)", fn,
+        mock_set_error("%s: transfer_cache_async is not supported by %s (PROMPT only in v1, docs/reference/semantics.md §11)", fn,
                        ext_role_name(role));
         st = LLM_PARAM_INVALID;
     } else if (num_src_blocks > 0 && num_dst_blocks == 0) {

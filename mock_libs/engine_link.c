@@ -1,5 +1,5 @@
 /* Links between engines: LinkLlmClusters, UnlinkLlmClusters and the listener side
- * of their handshakes (cpp-api.md §6.7, §6.8; semantics §10).
+ * of their handshakes (docs/reference/cpp-api.md §6.7, §6.8; docs/reference/semantics.md §10).
  *
  * A link is made by the client alone, over two TCP connections to the server's
  * listener:
@@ -276,7 +276,7 @@ static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h)
     } else if (peer.mode != e->mode) {
         st = LLM_PARAM_INVALID;
         snprintf(text, sizeof text, "transfer modes differ: cluster %llu is in %s mode, the client in %s mode "
-                 "(semantics §1.4)", (unsigned long long)e->cluster_id,
+                 "(docs/reference/semantics.md §1.4)", (unsigned long long)e->cluster_id,
                  e->mode == MODE_DIRECT ? "direct" : "server-assisted",
                  peer.mode == MODE_DIRECT ? "direct" : "server-assisted");
     } else if (existing != NULL && !existing->ready) {
@@ -509,7 +509,7 @@ typedef struct cluster_job {
     const lldd_cluster_info *ci;
     int32_t timeout_ms;
     int force;
-    int v1;                      /* the v1 link rules (semantics §10.5) */
+    int v1;                      /* the v1 link rules (docs/reference/semantics.md §10.5) */
     uint64_t comm_key;           /* a rank-table communicator's link */
     lldd_status status;
     char msg[MSG_LEN];
@@ -641,7 +641,7 @@ static lldd_status link_one(cluster_job *job)
     eng_thread *server = NULL;
     mlink *l = NULL;
     msg_hdr h;
-    /* cpp-api.md §6.7 step 5: the connection first (refused: LINK_FAILED; not in
+    /* docs/reference/cpp-api.md §6.7 step 5: the connection first (refused: LINK_FAILED; not in
      * time: TIMEOUT), then the handshake, which reports an existing link (PR-42) */
     int r;
     uint64_t token = new_token(e);
@@ -1028,7 +1028,7 @@ static lldd_status run_clusters(engine *e, const char *fn, const lldd_cluster_in
     return result;
 }
 
-/* cpp-api.md §6.7 steps 1-4 (shared by link and unlink). */
+/* docs/reference/cpp-api.md §6.7 steps 1-4 (shared by link and unlink). */
 static lldd_status check_clusters(engine *e, const char *fn, const lldd_cluster_info *clusters, size_t n,
                                   const lldd_status *rets, const size_t *num_rets)
 {
@@ -1077,13 +1077,13 @@ static lldd_status check_ips(const char *fn, const lldd_cluster_info *clusters, 
     return LLM_SUCCESS;
 }
 
-/* The call-level rules of v1 links and unlinks (semantics §10.5); on success the
+/* The call-level rules of v1 links and unlinks (docs/reference/semantics.md §10.5); on success the
  * caller holds e->v1_link_mu. */
 static lldd_status v1_link_checks(engine *e, const char *fn, const lldd_cluster_info *clusters, size_t n, int unlink)
 {
     int role = atomic_load(&e->role);
     if (!unlink && role != LLDD_ROLE_DECODER) {
-        mock_set_error("%s: link_clusters is not supported by %s; only a DECODER links in v1 (semantics §10.5)", fn,
+        mock_set_error("%s: link_clusters is not supported by %s; only a DECODER links in v1 (docs/reference/semantics.md §10.5)", fn,
                        role == LLDD_ROLE_PROMPT ? "PROMPT" : role == LLDD_ROLE_MIX ? "MIX" : "this role");
         return LLM_PARAM_INVALID;
     }
@@ -1104,7 +1104,7 @@ static lldd_status v1_link_checks(engine *e, const char *fn, const lldd_cluster_
                            ci->local_ip_infos[0].port != clusters[0].local_ip_infos[0].port))
             why = "local_ip_infos differ from those of clusters[0]";
         if (why != NULL) {
-            mock_set_error("%s: clusters[%zu]: %s (v1, semantics §10.5)", fn, i, why);
+            mock_set_error("%s: clusters[%zu]: %s (v1, docs/reference/semantics.md §10.5)", fn, i, why);
             return LLM_PARAM_INVALID;
         }
     }

@@ -226,7 +226,7 @@ static int serve_resolve(engine *e, mlink *l, int fd, const msg_hdr *h, pin_list
 }
 
 /* MSG_RELEASE: unpins the source of a finished pull and applies the key release of
- * semantics §9.5. */
+ * docs/reference/semantics.md §9.5. */
 static int serve_release(engine *e, int fd, const msg_hdr *h, pin_list *pins)
 {
     release_req q;

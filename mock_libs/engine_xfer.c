@@ -1,10 +1,10 @@
 /* PullKvCache, PullKvBlocks, PushKvCache, PushKvBlocks: argument checks in the
- * order of cpp-api.md §6.10-6.11 and semantics §8.0, then the data plane.
+ * order of docs/reference/cpp-api.md §6.10-6.11 and docs/reference/semantics.md §8.0, then the data plane.
  *
  * A transfer holds, in this order: a pin on its local cache, the link's transfer
  * lock (transfers over one link are serialized; unlink waits for them), and a pin
  * on the peer's cache, taken live for every transfer against the table copy of
- * §9.7. With everything pinned, the plan (tensor pairs x runs, semantics §8) is
+ * §9.7. With everything pinned, the plan (tensor pairs x runs, docs/reference/semantics.md §8) is
  * walked region by region without copying the block lists:
  *   same process      memmove between the two engines' memory;
  *   another process   process_vm_readv/writev, up to IOV_MAX regions per call;
@@ -26,7 +26,7 @@
 enum { DIRECT_REQUEST_ENTRIES = 131064, VM_BATCH = 1024 };
 
 /* ---------------------------------------------------------------------------------------------
- * KvCacheExtParam (semantics §4.4, §5)
+ * KvCacheExtParam (docs/reference/semantics.md §4.4, §5)
  * ------------------------------------------------------------------------------------------ */
 
 typedef struct ext_norm {
@@ -149,7 +149,7 @@ lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *
     pthread_mutex_unlock(&e->mu);
     if (comm_wait) {
         mock_set_error("%s: the rank-table link to cluster %llu is not ready: must wait until the "
-                       "query_register_mem_status return ok (semantics §10.6)", fn, (unsigned long long)cluster);
+                       "query_register_mem_status return ok (docs/reference/semantics.md §10.6)", fn, (unsigned long long)cluster);
         return LLM_NOT_YET_LINK;
     }
     if (!ready) {
@@ -174,7 +174,7 @@ lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *
         if (pthread_mutex_timedlock(&l->xfer_mu, &ts) != 0) {
             link_release(x);
             mock_set_error("%s: the link to cluster %llu is busy with another request for longer than "
-                           "llm.SyncKvCacheWaitTime = %u ms (semantics §10.5)", fn, (unsigned long long)cluster,
+                           "llm.SyncKvCacheWaitTime = %u ms (docs/reference/semantics.md §10.5)", fn, (unsigned long long)cluster,
                            (unsigned)ms);
             return LLM_LINK_BUSY;
         }
@@ -226,7 +226,7 @@ static lldd_status not_exist(const char *fn, uint64_t cluster, int64_t id, int64
 {
     if (id >= watermark)
         mock_set_error("%s: cache %lld does not exist on cluster %llu: it is not in this link's copy of the peer's "
-                       "cache table, taken at the link's first transfer (semantics §9.7)", fn, (long long)id,
+                       "cache table, taken at the link's first transfer (docs/reference/semantics.md §9.7)", fn, (long long)id,
                        (unsigned long long)cluster);
     else
         mock_set_error("%s: cache %lld does not exist on cluster %llu (never registered, or freed: PR-7)", fn,
@@ -338,7 +338,7 @@ void peer_unpin(xlink *x, peer_cache *pc)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * plans and regions (semantics §8.2, §8.3, §8.5, §8.6)
+ * plans and regions (docs/reference/semantics.md §8.2, §8.3, §8.5, §8.6)
  * ------------------------------------------------------------------------------------------ */
 
 typedef struct region {
@@ -1099,7 +1099,7 @@ static lldd_status push_checked(engine *e, const char *fn, const push_args *a, m
         mock_lint(33, "%s: cache %lld is registered with placement HOST; pushes read DEVICE caches (PR-33)", fn,
                   (long long)lw->id))
         return LLM_PARAM_INVALID;
-    /* the layer pairs of cpp-api.md §6.11 step 6 */
+    /* the layer pairs of docs/reference/cpp-api.md §6.11 step 6 */
     uint64_t ls0, ld0, layers;
     if (x->sf < 0) {
         uint64_t nt = caller_tensors;

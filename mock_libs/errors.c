@@ -2,8 +2,8 @@
  *
  * Every failing call of the mock writes its message here before returning, in the
  * calling thread, so a binding reads the right text even when other threads fail
- * at the same moment (STYLE §3). A success leaves the text alone, as
- * aclGetRecentErrMsg does on a device (acl.md A-8). */
+ * at the same moment (docs/design.md). A success leaves the text alone, as
+ * aclGetRecentErrMsg does on a device (docs/reference/acl.md A-8). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -122,7 +122,7 @@ typedef struct msg_hdr {
     uint64_t payload_len;
 } msg_hdr;
 
-/* Transfer modes (semantics §1.3, §1.4): both ends of a link must agree. A v1 engine
+/* Transfer modes (docs/reference/semantics.md §1.3, §1.4): both ends of a link must agree. A v1 engine
  * has a mode of its own (its pulls are answered by the prompt side). */
 enum { MODE_DIRECT = 1, MODE_SERVER_ASSISTED = 2, MODE_V1 = 3 };
 

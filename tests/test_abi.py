@@ -120,7 +120,7 @@ def test_constants_agree_between_cffi_and_c(c_layout: dict[str, int]) -> None:
 
 
 def test_status_values_are_the_vendor_values() -> None:
-    # Literal values from status-codes.md §2, as an independent check of the header.
+    # Literal values from docs/reference/status-codes.md §2, as an independent check of the header.
     assert const("LLM_FAILED") == 0xFFFFFFFF
     assert const("LLM_PARAM_INVALID") == 0x5010B005
     assert const("LLM_OUT_OF_MEMORY") == 0x5010B01C

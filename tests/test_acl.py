@@ -1,4 +1,4 @@
-"""The ACL runtime subset through ``llm_datadist_ffi.acl``: every row of acl.md §6
+"""The ACL runtime subset through ``llm_datadist_ffi.acl``: every row of docs/reference/acl.md §6
 and every mock rule A-1 … A-9 of §7, with exact codes and exact bytes.
 
 Rows about NULL out-parameters cannot be reached through the Python tiers (they
@@ -6,7 +6,7 @@ return out-parameters instead of taking them), so those few tests call the raw
 ``acl_lib`` with ``ffi.NULL``.
 
 ACL state is process-wide: ``aclInit``'s reference count and the configuration of
-the first successful ``aclInit`` (acl.md §6), and the device count and capacity
+the first successful ``aclInit`` (docs/reference/acl.md §6), and the device count and capacity
 that may only be set before the first ACL call (A-2, A-3). Tests of those run a
 fresh interpreter (``fresh_process``). Tests in this process use device 0 from the
 ``device`` fixture, or a device of their own that they first reset by force.
@@ -40,7 +40,7 @@ T = TypeVar("T")
 GiB = 1 << 30
 SIZE_MAX = 2 ** (8 * ffi.sizeof("size_t")) - 1
 
-# acl.md §5 values, written out as an independent check of the declarations.
+# docs/reference/acl.md §5 values, written out as an independent check of the declarations.
 SUCCESS = 0
 INVALID_PARAM = 100000
 REPEAT_INITIALIZE = 100002
@@ -855,7 +855,7 @@ def test_an_async_copy_on_a_stream_of_another_device_is_stream_context(allocatio
         acl.destroy_stream(stream)
 
 
-@mock_only(reason="acl.md §6: on-chip device-to-device async copies need 64-byte alignment")
+@mock_only(reason="docs/reference/acl.md §6: on-chip device-to-device async copies need 64-byte alignment")
 def test_an_async_device_to_device_copy_needs_64_byte_aligned_addresses(allocations: Callable[..., int]) -> None:
     a, b = allocations(256), allocations(256)
     assert a % 64 == 0 and b % 64 == 0

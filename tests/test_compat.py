@@ -1,4 +1,4 @@
-"""The vendor module layout (python-api.md §1) and ``compat.install()``.
+"""The vendor module layout (docs/reference/python-api.md §1) and ``compat.install()``.
 
 Everything that installs the ``llm_datadist`` name runs in a subprocess, so that the
 test process's ``sys.modules`` never holds a module named ``llm_datadist``. The

@@ -1,4 +1,4 @@
-"""The mock engine's cache table (semantics §2, §3, §6.6, §8.8, §8.9, §15): register,
+"""The mock engine's cache table (docs/reference/semantics.md §2, §3, §6.6, §8.8, §8.9, §15): register,
 unregister, the memory pools of PR-9/PR-34, and the local copies."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Engine life cycle of the mock (semantics §12, cpp-api.md §6.2-6.6, PR-26, PR-27,
+"""Engine life cycle of the mock (docs/reference/semantics.md §12, docs/reference/cpp-api.md §6.2-6.6, PR-26, PR-27,
 PR-37): creation, Initialize and its options, Finalize, destroy, SetRole, NULL
 arguments and the control functions."""
 from __future__ import annotations
@@ -248,7 +248,7 @@ def test_repeated_option_keys_keep_the_last_value() -> None:
 
 
 # each step: the options (with a valid llm.DeviceId unless given) and the option the
-# failure must name: the option checked first (cpp-api.md §6.4 steps 2-6)
+# failure must name: the option checked first (docs/reference/cpp-api.md §6.4 steps 2-6)
 INIT_ORDER = [
     ([("llm.ListenIpInfo", "x")], "role"),                                       # role 4 (below)
     ([("llm.DeviceId", ""), ("llm.ListenIpInfo", "x")], "llm.DeviceId"),
@@ -526,7 +526,7 @@ def test_set_role_with_hixl_checks_no_links(engines: Engines) -> None:
 
 
 def test_set_role_checks_role_and_address_before_links_and_links_before_the_listener(engines: Engines) -> None:
-    # cpp-api.md §6.6: role, listen address, links (EXIST_LINK), then the listener
+    # docs/reference/cpp-api.md §6.6: role, listen address, links (EXIST_LINK), then the listener
     server = engines(1, listen=True)
     client = engines(2, options={})
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS

@@ -1,4 +1,4 @@
-"""Links of the mock engine (cpp-api.md §6.7-6.8, semantics §10, PR-28, PR-29, PR-31,
+"""Links of the mock engine (docs/reference/cpp-api.md §6.7-6.8, docs/reference/semantics.md §10, PR-28, PR-29, PR-31,
 PR-35, PR-42): argument checks, handshakes over loopback TCP in one process and
 between processes, unlink in both forms, peers that go away."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pulls and pushes of the mock engine (cpp-api.md §6.10-6.11, semantics §4-§9, §15):
+"""Pulls and pushes of the mock engine (docs/reference/cpp-api.md §6.10-6.11, docs/reference/semantics.md §4-§9, §15):
 the check order of §8.0, exact bytes against numpy, the table copy of §9.7 with PR-7
 and PR-32, timeouts (PR-31, PR-35), in one process and between processes over both
 data paths (process_vm_readv/writev and the socket fall-back)."""
@@ -155,14 +155,14 @@ PULL_CACHE_CASES = [
     ("only one default pair", dict(ext=((0, 0), (-1, -1), 2)), P, "PR-1"),
     ("pair {-1, s}", dict(ext=((-1, 1), (0, 1), 2)), P, "PR-11"),
     ("layer pairs at the int32 maximum", dict(ext=((0, 2**31 - 1), (0, 2**31 - 1), 2)), P, "dst_layer_range"),
-    # check order (semantics §8.0)
+    # check order (docs/reference/semantics.md §8.0)
     ("own cluster before the local cache", dict(cluster=2, dst=99, size=0), P, "size 0"),
     ("local batch before the link", dict(cluster=3, batch=7), P, "batch_index 7"),
     ("the link before the remote cache", dict(cluster=3, src=99), NL, "not linked"),
     ("the remote cache before its batch", dict(src=99, src_batch=9), NX, "cache 99"),
     ("the source batch before the source stride", dict(src=2, src_batch=9), NX, "PR-6"),
     ("the source stride before the source tensor's end", dict(src=2, src_batch=3), P, "source stride"),
-    # API-layer order (cpp-api.md §6.10 PullKvCache)
+    # API-layer order (docs/reference/cpp-api.md §6.10 PullKvCache)
     ("size before the layer ranges", dict(size=0, ext=((2, 1), (0, 0), 2)), P, "size 0"),
     ("API checks before the engine's", dict(cluster=2, ext=((2, 1), (0, 0), 2)), P, "src_layer_range"),
 ]
@@ -244,14 +244,14 @@ PULL_BLOCKS_CASES = [
     ("different block sizes", dict(src=2), P, "PR-13"),
     ("no link", dict(cluster=3), NL, "not linked"),
     ("unknown remote cache", dict(src=99), NX, "cache 99"),
-    # check order (semantics §8.0)
+    # check order (docs/reference/semantics.md §8.0)
     ("the link before repeated destinations", dict(cluster=3, sblk=[0, 0], dblk=[1, 1]), NL, "not linked"),
     ("repeated destinations before the remote cache", dict(src=99, sblk=[0, 0], dblk=[1, 1]), P, "PR-5"),
     ("the remote cache before source blocks", dict(src=99, sblk=[99], dblk=[1]), NX, "cache 99"),
     ("source blocks before block sizes", dict(src=2, sblk=[20], dblk=[1]), P, "src_blocks[0] = 20"),
     ("only one default pair", dict(ext=((0, 0), (-1, -1), 2)), P, "PR-1"),
     ("pair {-1, s}", dict(ext=((0, 0), (-1, 0), 2)), P, "PR-11"),
-    # API-layer order (cpp-api.md §6.10 PullKvBlocks)
+    # API-layer order (docs/reference/cpp-api.md §6.10 PullKvBlocks)
     ("the source batch before the layer ranges", dict(src_batch=1, ext=((1, 0), (0, 0), 2)), P, "batch_index 1"),
     ("the layer ranges before empty lists", dict(sblk=[], dblk=[], ext=((1, 0), (0, 0), 2)), P,
      "src_layer_range"),
@@ -497,11 +497,11 @@ PUSH_CACHE_CASES = [
     ("n larger than the local tensor count", dict(dst=3, ext=((0, 0), (0, 0), 5)), P, "source layer 0"),
     ("n not dividing the local tensor count, default ranges", dict(ext=((-1, -1), (-1, -1), 3)), P, "must divide"),
     ("dst pair {-1, s}", dict(ext=((1, 3), (-1, 1), 1)), P, "PR-11"),
-    # check order (semantics §8.0, push)
+    # check order (docs/reference/semantics.md §8.0, push)
     ("local cache before the link", dict(src=99, cluster=3), NX, "src_cache"),
     ("the link before the remote cache", dict(cluster=3, dst=99), NL, "not linked"),
     ("destination checks before source checks", dict(dst_batch=3, src_batch=2), P, "dst_cache_index"),
-    # API-layer order (cpp-api.md §6.11 PushKvCache)
+    # API-layer order (docs/reference/cpp-api.md §6.11 PushKvCache)
     ("placement before size", dict(placement=0, size=8), P, "placement"),
     ("size before the layer ranges", dict(size=8, ext=((2, 1), (0, 0), 2)), P, "size only support -1"),
     ("malformed ranges before the default-range tensor count", dict(num_tensors=0, ext=((-1, -1), (-2, -1), 2)),
@@ -568,7 +568,7 @@ PUSH_BLOCKS_CASES = [
     ("caller placement HOST", dict(placement=0), P, "placement"),
     ("caller tensor count differs", dict(num_tensors=1), P, "PR-33"),
     ("only one default pair", dict(ext=((-1, -1), (0, 0), 1)), P, "PR-1"),
-    # API-layer order (cpp-api.md §6.11 PushKvBlocks)
+    # API-layer order (docs/reference/cpp-api.md §6.11 PushKvBlocks)
     ("placement before empty lists", dict(placement=0, sblk=[], dblk=[]), P, "placement"),
     ("empty lists before the destination batch", dict(sblk=[], dblk=[], dst_batch=1), P, "src_blocks is empty"),
     ("lengths before the destination batch", dict(sblk=[0], dblk=[0, 1], dst_batch=1), P, "src_blocks has 1"),

@@ -1,6 +1,6 @@
-"""Extension ABI, priority 1: lldd_ext_initialize (python-api.md §10.2, semantics §1)
+"""Extension ABI, priority 1: lldd_ext_initialize (docs/reference/python-api.md §10.2, docs/reference/semantics.md §1)
 and the cache life cycle with keys: register / unregister (v2), allocate /
-deallocate / remove_cache_key (v2 and v1) (semantics §2.2, §3, §9.2, §9.3, §9.6,
+deallocate / remove_cache_key (v2 and v1) (docs/reference/semantics.md §2.2, §3, §9.2, §9.3, §9.6,
 §9.8, PR-21, PR-22, PR-23, PR-34, PR-36, PR-41).
 
 Whether a key is bound is observed through the binding rules themselves (a bound

@@ -1,6 +1,6 @@
 """Extension ABI, priority 6: rank-table links (lldd_ext_link, lldd_ext_unlink,
-lldd_ext_query_register_mem_status; semantics §10.6, PR-39) and
-lldd_ext_remap_registered_memory (python-api.md §11.7).
+lldd_ext_query_register_mem_status; docs/reference/semantics.md §10.6, PR-39) and
+lldd_ext_remap_registered_memory (docs/reference/python-api.md §11.7).
 
 Members find each other through the mock's rendezvous directory (one host); the
 tests use comm names unique to the test run, so that runs in parallel never meet.

@@ -1,5 +1,5 @@
 """Extension ABI, priority 5: v1 links through lldd_link_clusters and
-lldd_unlink_clusters (semantics §10.5), lldd_ext_switch_role in both generations
+lldd_unlink_clusters (docs/reference/semantics.md §10.5), lldd_ext_switch_role in both generations
 (§10.7) and lldd_ext_check_link_status (§10.8).
 """
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Randomised byte checks of lldd_ext_pull (C2C, B2B, C2B, with layer ranges) in both
-v2 modes against a numpy model written from semantics §8.2-§8.4: every destination
+v2 modes against a numpy model written from docs/reference/semantics.md §8.2-§8.4: every destination
 byte the rules name is the source byte they name, every other byte is unchanged.
 Direct mode addresses a contiguous source batch with the destination stride (PR-6) and
 reads batch 0 for cache-to-blocks whatever the key names (PR-16, a lint: refused under

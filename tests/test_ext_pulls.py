@@ -1,5 +1,5 @@
 """Extension ABI, priority 2: lldd_ext_pull in both generations and both v2 modes
-(semantics §1.3, §4.2, §6, §7, §8.0-§8.4, §8.11, §9.4, §9.5, §9.7, §11, §15; PR-3,
+(docs/reference/semantics.md §1.3, §4.2, §6, §7, §8.0-§8.4, §8.11, §9.4, §9.5, §9.7, §11, §15; PR-3,
 PR-4, PR-5, PR-6, PR-7, PR-8, PR-12, PR-13, PR-15, PR-16, PR-19, PR-20, PR-32,
 PR-38).
 
@@ -453,7 +453,7 @@ def test_server_assisted_request_limit_on_tensors(x: Any, tensors: int, status: 
     if status == 0:
         assert all((a == b).all() for a, b in zip(src, dst))
     else:
-        assert "semantics §15" in x.last_error()
+        assert "docs/reference/semantics.md §15" in x.last_error()
 
 
 def test_server_assisted_request_limit_on_entries(x: Any) -> None:

@@ -1,7 +1,7 @@
 """PR-37 as a property: ``Finalize`` waits for the calls already running on its engine,
 and the calls that start after it began fail.
 
-semantics.md §12.3 (PR-37) and docs/semantics.md E-2: a transfer that is running when
+docs/reference/semantics.md §12.3 (PR-37) and docs/semantics.md E-2: a transfer that is running when
 ``Finalize`` begins completes with the outcome it would have had (the oracle's answer
 for it, bytes included); every call that starts on that engine after ``Finalize``
 began returns ``LLM_FAILED``, pool calls included; once ``Finalize`` has returned, the

@@ -9,7 +9,7 @@ outcome (``TypeError``/``ValueError``, or ``LLMException`` and its ``status_code
 success); every byte of every cache then equals the oracle's expectation: the copies
 the oracle lists were made, and nothing else changed (guard bytes around every
 tensor included), in particular nothing on failure (except the layers a push wrote
-before a failing layer, semantics §8.12).
+before a failing layer, docs/reference/semantics.md §8.12).
 
 Two engines live for the whole module: A (cluster 1, DECODER) with a device and a host
 memory pool, B (cluster 2, PROMPT) without a pool. Each example starts them afresh
@@ -819,7 +819,7 @@ def test_long_block_lists_agree_with_oracle(pair: Harness, lists: tuple[int, int
 
 def test_link_from_a_stale_side_to_a_silent_peer_fails_to_connect(pair: Harness) -> None:
     """Found by the stateful test; a mock bug until the mock connected before reporting
-    ALREADY_LINK (cpp-api.md §6.7 step 5, §10.2, PR-42; docs/semantics.md E-21)."""
+    ALREADY_LINK (docs/reference/cpp-api.md §6.7 step 5, §10.2, PR-42; docs/semantics.md E-21)."""
     pair.reset()
     assert pair.link(A, B).ok
     pair.finalize(B)                       # B drops its side and stops listening; A keeps its side
@@ -831,7 +831,7 @@ def test_link_from_a_stale_side_to_a_silent_peer_fails_to_connect(pair: Harness)
 
 def test_deallocate_of_a_registered_cache_keeps_the_package_record(pair: Harness) -> None:
     """Found by the stateful test; a package bug until native.deallocate_cache kept a
-    registered cache in the package's record (semantics §3.6: a no-op; N-2)."""
+    registered cache in the package's record (docs/reference/semantics.md §3.6: a no-op; N-2)."""
     pair.reset()
     cache_id = pair.register(A, 1, U8, [1, 4]).value
     assert pair.deallocate(A, cache_id).ok                      # registered: nothing happens

@@ -13,11 +13,11 @@ unknown keywords (v2 ``src_cache_offset`` included), blocks and non-blocks cache
 and DEVICE placements, keys with both ids valid or neither, ``tensor_num_per_layer``
 0, negative or huge.
 
-The oracle (``tests/oracle/vendor_checks.py``, written from python-api.md and
-semantics.md alone) says which exception the package must raise, in the vendor's
+The oracle (``tests/oracle/vendor_checks.py``, written from docs/reference/python-api.md and
+docs/reference/semantics.md alone) says which exception the package must raise, in the vendor's
 order, with which ``status_code`` and naming which parameter, or that the call passes
 the Python checks; then the single-engine core model answers (a pull without a link
-ends in ``LLM_NOT_YET_LINK`` once its local checks pass, semantics §8.0). After every
+ends in ``LLM_NOT_YET_LINK`` once its local checks pass, docs/reference/semantics.md §8.0). After every
 call every byte of every cache, guard bytes included, equals the model's bytes:
 nothing is written by a call that fails, and local copies write exactly what the
 model wrote.
@@ -27,7 +27,7 @@ model wrote.
 nothing listens, and ``switch_role`` (1 to 3 calls on an engine without links, whose
 new role must then govern v1's ``check_link_status`` and whose listener must run exactly
 where the role and options put one); one plain test with a peer process covers what
-needs a listener or a live link (EXIST_LINK, semantics §10.3 and §10.7).
+needs a listener or a live link (EXIST_LINK, docs/reference/semantics.md §10.3 and §10.7).
 """
 from __future__ import annotations
 
@@ -345,7 +345,7 @@ def test_pull_blocks_converts_block_lists_before_the_project_rules(env: Env) -> 
         env.stop()
 
 
-# ---- LLMDataDist.init: which manager, which mode (semantics §1.1, §1.3) -------------------------
+# ---- LLMDataDist.init: which manager, which mode (docs/reference/semantics.md §1.1, §1.3) -------------------------
 
 OPTION_VALUES = {
     "llm.EnableCacheManager": [None, "1", "0", "true"],
@@ -405,7 +405,7 @@ def test_init_selects_the_generation_and_mode_the_oracle_selects(data: st.DataOb
         dd.finalize()
 
 
-# ---- links without a peer (python-api.md §10.5, §10.7) ------------------------------------------
+# ---- links without a peer (docs/reference/python-api.md §10.5, §10.7) ------------------------------------------
 
 def cluster_info(c: Cluster, port: int) -> LLMClusterInfo:
     info = LLMClusterInfo()
@@ -504,7 +504,7 @@ def test_unlink_clusters_of_clusters_never_linked_agrees_with_the_oracle(env: En
         env.stop()
 
 
-# ---- switch_role without a link (python-api.md §10.6, semantics §10.7, X-13) -------------------
+# ---- switch_role without a link (docs/reference/python-api.md §10.6, docs/reference/semantics.md §10.7, X-13) -------------------
 
 def role_outcome(call: Any) -> Tuple[str, Any, str]:
     """``outcome_of``, and the ``KeyError`` of V-4 and the ``RuntimeError`` of the IPv4 rule."""
@@ -577,7 +577,7 @@ def test_switch_role_agrees_with_the_oracle(env: Env, mode: str, enable: bool, d
 
 def test_switch_role_is_exist_link_while_a_link_lives_and_unlink_needs_only_a_listener(env: Env) -> None:
     """With a peer process listening (v2): a non-forced unlink of a cluster never linked
-    is SUCCESS once its listener is reachable (semantics §10.3); while the link lives,
+    is SUCCESS once its listener is reachable (docs/reference/semantics.md §10.3); while the link lives,
     ``switch_role`` is ``LLM_EXIST_LINK`` (§10.7) whatever the role; a non-forced unlink
     drops both sides (§10.3), after which both engines switch roles."""
     import vendor_support as vs
@@ -636,7 +636,7 @@ def test_remap_registered_memory_agrees_with_the_oracle(env: Env, mode: str, dat
         env.stop()
 
 
-# ---- transfer_cache_async without a peer (python-api.md §11.4, V-9) --------------------------------
+# ---- transfer_cache_async without a peer (docs/reference/python-api.md §11.4, V-9) --------------------------------
 
 class _Ready(LayerSynchronizer):
     def synchronize_layer(self, layer_index: int, timeout_in_millis: Any) -> bool:

@@ -5,7 +5,7 @@ tests draw short, mostly sound sequences of the calls that need no peer and comp
 each outcome and every byte of memory with the model (``tests/oracle/vendor_local.py``
 behind ``vendor_checks``), both generations where the call exists:
 
-- the published-table limit of direct mode (semantics §15) at allocation, checked
+- the published-table limit of direct mode (docs/reference/semantics.md §15) at allocation, checked
   before the pool (E-22), against pool exhaustion (``OUT_OF_MEMORY``, PR-34);
 - key binding at allocation (§9.2): PR-22's repeats in v2, "the last one wins" and
   ``LLM_FAILED`` for a bound key in v1, each binding probed afterwards by allocating

@@ -481,7 +481,7 @@ def run_prompt_here(peer: Any, data: Any, focus: str) -> None:
         configs = transfer_configs(world, data, focus, src, dsts)
         peer_addresses = {D_ID: {cid: world.addrs[(D_ID, cid)] for cid in dsts}}
         outcome = world.here.transfer_cache_async({D_ID: world.there}, src, configs, peer_addresses)
-        # a range that is not 0 <= start < stop is refused by TransferConfig itself (python-api.md §9.1, LX)
+        # a range that is not 0 <= start < stop is refused by TransferConfig itself (docs/reference/python-api.md §9.1, LX)
         got = observed(lambda: world.kv.transfer_cache_async(world.objects[src], Always(), [
             TransferConfig(c.dst_cluster, list(c.dst_addrs), c.src_range, c.src_batch) for c in configs]))
         if not outcome.ok:

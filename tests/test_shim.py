@@ -2,7 +2,7 @@
 
 These tests do not depend on the live backend: they build a fake toolkit
 (``tests/vendor_double/build_toolkit.py``), compile the shim against it with the
-flags of ``spec/cpp-api.md`` §8.4, and check the result from the outside -- its
+flags of ``docs/reference/cpp-api.md`` §8.4, and check the result from the outside -- its
 exports and dependencies, the double's conformance to the C++ spec, and a raw-cffi
 smoke run (``tests/vendor_double/smoke.py``) in a process with the toolkit's
 environment. The package's own tests run through the shim in ``.ci/run``
@@ -132,7 +132,7 @@ def test_shim_source_includes_only_the_vendor_header_the_c_abi_and_system_header
     includes = re.findall(r'^#include\s+([<"][^>"]+[>"])', SHIM_SOURCE.read_text(), flags=re.M)
     quoted = sorted(i for i in includes if i.startswith('"'))
     assert quoted == ['"llm_datadist/llm_datadist.h"', '"llm_datadist_ffi.h"']
-    assert not any("acl" in i for i in includes)   # acl.md §5.1: never the ACL fragment or headers
+    assert not any("acl" in i for i in includes)   # docs/reference/acl.md §5.1: never the ACL fragment or headers
 
 
 def test_shim_builds_with_exactly_the_documented_host_flags(toolkit: Path, tmp_path: Path) -> None:

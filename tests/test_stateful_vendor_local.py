@@ -4,7 +4,7 @@ A Hypothesis state machine drives one ``LLMDataDist`` in this process (CacheMana
 with a device and a host pool, in direct or server-assisted mode, or KvCacheManager
 mode as a PROMPT or a DECODER) through sequences of the calls that need no peer:
 registering and allocating caches with keys, deallocating (blocks caches at once,
-contiguous caches deferred while keys are bound, semantics §9.8), unregistering
+contiguous caches deferred while keys are bound, docs/reference/semantics.md §9.8), unregistering
 (PR-23 for allocated caches), removing keys (§9.6, PR-41), and moving bytes with
 ``copy_cache``, ``copy_blocks`` and ``swap_blocks``. The caches are a Bundle; each call
 goes to the package and to the model (``tests/oracle/vendor_checks.py`` over
@@ -38,7 +38,7 @@ from oracle.vendor_local_driver import Env, one_call  # noqa: E402
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API runs on the mock's extension functions")
 
 #: the keys the machine binds and removes: request keys, a prefix key, a placeholder, two
-#: models (semantics §9.1)
+#: models (docs/reference/semantics.md §9.1)
 KEYS = [Key("CacheKey", 1, req_id=1), Key("CacheKey", 1, req_id=2), Key("CacheKey", 1, req_id=1, model_id=1),
         Key("CacheKey", 1, prefix_id=3), Key("CacheKey", 1, model_id=4)]
 BLOCKS_KEYS = [Key("BlocksCacheKey", 1, model_id=0), Key("BlocksCacheKey", 1, model_id=1)]

@@ -1,6 +1,6 @@
 """The status-code table, LLMStatusCode, the exceptions and the ``errors`` CLI.
 
-The expected values below are copied by hand from shared/spec/status-codes.md; they are
+The expected values below are written by hand from the vendor's status codes (docs/reference/status-codes.md); they are
 the independent oracle and are never computed from the module under test.
 """
 
@@ -28,7 +28,7 @@ from llm_datadist_ffi.status import (
 
 REPO = Path(__file__).resolve().parents[1]
 
-# status-codes.md §2, "Declaration order of the Python enum", with the values of the table.
+# docs/reference/status-codes.md §2, "Declaration order of the Python enum", with the values of the table.
 SPEC_MEMBERS = [
     ("LLM_SUCCESS", 0),
     ("LLM_FAILED", 4294967295),
@@ -61,7 +61,7 @@ SPEC_MEMBERS = [
     ("LLM_UNKNOWN_ERROR", -1),
 ]
 
-# status-codes.md §2, the code table: (decimal value, C++ name, Python member or None).
+# docs/reference/status-codes.md §2, the code table: (decimal value, C++ name, Python member or None).
 SPEC_ROWS = [
     (0, "LLM_SUCCESS", "LLM_SUCCESS"),
     (4294967295, "LLM_FAILED", "LLM_FAILED"),
@@ -98,7 +98,7 @@ SPEC_ROWS = [
     (-1, None, "LLM_UNKNOWN_ERROR"),
 ]
 
-# status-codes.md §2, column "In C++ header" (18 codes).
+# docs/reference/status-codes.md §2, column "In C++ header" (18 codes).
 SPEC_IN_CPP_HEADER = {
     0, 0xFFFFFFFF, 0x5010B001, 0x5010B002, 0x5010B005, 0x5010B007, 0x5010B008,
     0x5010B009, 0x5010B00A, 0x5010B00B, 0x5010B00C, 0x5010B00D, 0x5010B00E,
@@ -106,7 +106,7 @@ SPEC_IN_CPP_HEADER = {
 }
 
 Y, N, L, NA = "yes", "no", "not listed", "n/a"
-# status-codes.md §3: (Python doc, v1 Python doc, C++ doc) and the resolved flag of §8.6
+# docs/reference/status-codes.md §3: (Python doc, v1 Python doc, C++ doc) and the resolved flag of §8.6
 # (Python doc first, then v1 Python doc, then C++ doc; no opinion -> not recoverable).
 SPEC_RECOVERABILITY = {
     "LLM_SUCCESS": (NA, NA, NA, False),
@@ -144,7 +144,7 @@ SPEC_RECOVERABILITY = {
     "LLM_CACHE_ID_ALREADY_EXIST": (L, L, L, False),
 }
 
-# status-codes.md §4: the codes with at least one producer in each generation.
+# docs/reference/status-codes.md §4: the codes with at least one producer in each generation.
 SPEC_PRODUCED_IN_V2 = {
     "LLM_SUCCESS", "LLM_FAILED", "LLM_KV_CACHE_NOT_EXIST", "LLM_PARAM_INVALID",
     "LLM_NOT_YET_LINK", "LLM_ALREADY_LINK", "LLM_LINK_FAILED", "LLM_UNLINK_FAILED",

@@ -1,4 +1,4 @@
-"""CacheManager (python-api.md §11) row by row, and transfers between two processes.
+"""CacheManager (docs/reference/python-api.md §11) row by row, and transfers between two processes.
 
 The first part checks every method's Python-side checks in the vendor's order, with
 the vendor's exception types, and the project rules (PR-2, PR-3, PR-5, PR-8, PR-18,
@@ -949,7 +949,7 @@ def test_an_empty_transfer_succeeds_without_synchronizing(local: Local) -> None:
 
 
 # ---------------------------------------------------------------------------
-# Caches of a finalized engine (project rule, python-api.md §8.1)
+# Caches of a finalized engine (project rule, docs/reference/python-api.md §8.1)
 # ---------------------------------------------------------------------------
 
 

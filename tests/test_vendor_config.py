@@ -1,4 +1,4 @@
-"""``LLMRole``, ``LLMConfig``/``LlmConfig`` and ``LLMClusterInfo``: python-api.md §2, §4, §5.
+"""``LLMRole``, ``LLMConfig``/``LlmConfig`` and ``LLMClusterInfo``: docs/reference/python-api.md §2, §4, §5.
 
 Every property of the §4 table is tested for its unset value, its setter checks in
 order, its option key and its emission rule; expected option dicts are written out

@@ -1,4 +1,4 @@
-"""LLMDataDist (python-api.md §10): constructor, init in both generations, finalize,
+"""LLMDataDist (docs/reference/python-api.md §10): constructor, init in both generations, finalize,
 re-init, one engine per process, the manager properties, one-sided links, rank-table
 links, switch_role and check_link_status.
 
@@ -425,7 +425,7 @@ def test_a_manager_kept_across_finalize_fails_with_the_vendor_codes_then_reaches
         engine.init(vs.v2_options())
         again = old.register_blocks_cache(desc, [a.ctypes.data for a in arrays])
         assert again.cache_id == 1
-        # the cache object of the first engine is rejected (project rule, python-api.md §8.1)
+        # the cache object of the first engine is rejected (project rule, docs/reference/python-api.md §8.1)
         lx(lambda: old.pull_blocks(BlocksCacheKey(1), cache, [0], [0]), "finalized")
     finally:
         engine.finalize()

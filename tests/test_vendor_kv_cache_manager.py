@@ -1,4 +1,4 @@
-"""KvCacheManager (python-api.md §12, the v1 generation) row by row, and the seed's
+"""KvCacheManager (docs/reference/python-api.md §12, the v1 generation) row by row, and the seed's
 ``pull_cache`` between two processes.
 
 v1 is the generation in which the library allocates every cache: a Prompt allocates

@@ -1,9 +1,9 @@
-"""The vendor's types, row by row of python-api.md §2, §6–§9 and §13.
+"""The vendor's types, row by row of docs/reference/python-api.md §2, §6–§9 and §13.
 
 Expected values are written out from the spec, not taken from the package: status
 codes as literals (``0x5010B005`` is LLM_PARAM_INVALID), sizes and ids as numbers.
 Where a call breaks two rules, the test shows that the rule checked first by the
-vendor decides (python-api.md: "Checks, in order").
+vendor decides (docs/reference/python-api.md: "Checks, in order").
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-/* ACL runtime prototypes (acl.md §3), exactly as the vendor's acl_rt.h declares
+/* ACL runtime prototypes (docs/reference/acl.md §3), exactly as the vendor's acl_rt.h declares
  * them, with (void) for the functions the header declares with empty parentheses.
  *
  * Directive-free declaration fragment.

@@ -1,10 +1,10 @@
-/* The ACL runtime subset (acl.md §2, §4, §5) with the vendor's names and values.
+/* The ACL runtime subset (docs/reference/acl.md §2, §4, §5) with the vendor's names and values.
  *
  * Directive-free declaration fragment, read by cffi's cdef and by the mock.
  * The vendor declares the general codes as `static const int` and the runtime
  * codes as macros; here both are enumerators, because cffi in ABI mode cannot read
  * either from a library. Never compile this together with the vendor's ACL
- * headers (the names clash on purpose, acl.md §5.1).
+ * headers (the names clash on purpose, docs/reference/acl.md §5.1).
  */
 
 typedef int aclError;

@@ -1,5 +1,5 @@
 /* Functions of the flat C ABI: one per public method of llm_datadist::LlmDataDist
- * (cpp-api.md §6), plus version, capabilities and the thread-local last error.
+ * (docs/reference/cpp-api.md §6), plus version, capabilities and the thread-local last error.
  *
  * Directive-free declaration fragment. Conventions:
  *  - every function that can fail returns an lldd_status, the vendor's value

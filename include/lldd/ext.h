@@ -6,7 +6,7 @@
  * tensor-index lists, per-layer pushes, transfers to caller-given addresses, swaps
  * between host and device blocks, and rank-table links. The vendor-compatible Python
  * layer (llm_datadist_ffi.v2, .vendor) calls these with the arguments the vendor's
- * Python layer hands to its own core (python-api.md: each call's "Native call" step).
+ * Python layer hands to its own core (docs/reference/python-api.md: each call's "Native call" step).
  *
  * Capability LLDD_CAP_EXT_KEYS. A backend without it (the ascend shim over the public
  * C++ class) returns LLM_FEATURE_NOT_ENABLED with a message naming what to use instead.
@@ -21,7 +21,7 @@ enum {
     LLDD_KEY_BLOCKS = 3     /* BlocksCacheKey(cluster_id, model_id) */
 };
 
-/* A cache key as the core sees it (python-api.md §7.4). Ids that are not given are
+/* A cache key as the core sees it (docs/reference/python-api.md §7.4). Ids that are not given are
  * 2**64-1 (the vendor's "invalid id"). */
 typedef struct lldd_key {
     uint32_t kind;
@@ -33,7 +33,7 @@ typedef struct lldd_key {
     int64_t cache_id;       /* LLDD_KEY_BY_ID */
 } lldd_key;
 
-/* Cache kind for registration and allocation (semantics §2.2). */
+/* Cache kind for registration and allocation (docs/reference/semantics.md §2.2). */
 enum {
     LLDD_CACHE_KIND_CACHE  = 1,
     LLDD_CACHE_KIND_BLOCKS = 2
@@ -46,7 +46,7 @@ enum {
     LLDD_REGISTER_MEM_FAILED    = 2
 };
 
-/* Initialise with the option map the vendor's Python layer builds (python-api.md
+/* Initialise with the option map the vendor's Python layer builds (docs/reference/python-api.md
  * §10.2): llm.Role ("Prompt"/"Decoder"/"Mix"); llm.EnableCacheManager == "1" selects
  * v2, anything else v1; in v2 llm.EnableRemoteCacheAccessible == "1" selects direct
  * mode, llm.ListenIp + llm.ListenPort the listener, ge.exec.deviceId the device
@@ -76,11 +76,11 @@ lldd_status lldd_ext_allocate_cache(lldd_engine *engine, const lldd_cache_desc *
                                     const lldd_key *keys, size_t num_keys, int64_t *cache_id,
                                     uint64_t *tensor_addrs, size_t addrs_capacity);
 /* deallocate_cache / deallocate_blocks_cache: freeing is deferred while keys are
- * bound (v2, semantics §3.4, §9.8); v1: an unknown id is LLM_KV_CACHE_NOT_EXIST. */
+ * bound (v2, docs/reference/semantics.md §3.4, §9.8); v1: an unknown id is LLM_KV_CACHE_NOT_EXIST. */
 lldd_status lldd_ext_deallocate_cache(lldd_engine *engine, int64_t cache_id);
 lldd_status lldd_ext_remove_cache_key(lldd_engine *engine, const lldd_key *key);
 
-/* pull_cache and pull_blocks of both generations (python-api.md §11.2 step 10, §12):
+/* pull_cache and pull_blocks of both generations (docs/reference/python-api.md §11.2 step 10, §12):
  * tensor-index lists empty = all tensors; offsets -1 = not given (v1 only). */
 lldd_status lldd_ext_pull(lldd_engine *engine, const lldd_key *src, int64_t dst_cache_id, uint32_t batch_index,
                           int64_t size, const uint64_t *src_blocks, size_t num_src_blocks,
@@ -89,14 +89,14 @@ lldd_status lldd_ext_pull(lldd_engine *engine, const lldd_key *src, int64_t dst_
                           int64_t src_cache_offset, int64_t dst_cache_offset, uint32_t tensor_num_per_layer);
 
 /* One layer of push_cache (dst kind BY_ID), push_blocks (dst kind BLOCKS) or a
- * TransferWithCacheKeyConfig (semantics §8.5–§8.7). */
+ * TransferWithCacheKeyConfig (docs/reference/semantics.md §8.5–§8.7). */
 lldd_status lldd_ext_push_layer(lldd_engine *engine, int64_t src_cache_id, uint32_t src_batch_index,
                                 uint32_t src_layer, const lldd_key *dst, uint32_t dst_layer,
                                 uint32_t tensor_num_per_layer, const uint64_t *src_blocks, size_t num_src_blocks,
                                 const uint64_t *dst_blocks, size_t num_dst_blocks);
 
 /* One layer of a TransferConfig (server-assisted v2, v1): the layer's two tensors to
- * the peer addresses dst_addrs[0], dst_addrs[1] (semantics §8.7, PR-16, PR-40).
+ * the peer addresses dst_addrs[0], dst_addrs[1] (docs/reference/semantics.md §8.7, PR-16, PR-40).
  * dst_block_memory_size 0 = not given. */
 lldd_status lldd_ext_transfer_layer(lldd_engine *engine, int64_t src_cache_id, uint32_t src_batch_index,
                                     uint32_t layer, uint64_t dst_cluster_id, const uint64_t *dst_addrs,

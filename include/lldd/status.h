@@ -1,4 +1,4 @@
-/* LLM-DataDist status values, identical to the vendor's (status-codes.md §2).
+/* LLM-DataDist status values, identical to the vendor's (docs/reference/status-codes.md §2).
  *
  * Directive-free declaration fragment: read verbatim by cffi's cdef and included
  * by include/llm_datadist_ffi.h for C and C++ compilers. The Python table

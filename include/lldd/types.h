@@ -1,4 +1,4 @@
-/* Types of the flat C ABI over llm_datadist::LlmDataDist (cpp-api.md §4, §5).
+/* Types of the flat C ABI over llm_datadist::LlmDataDist (docs/reference/cpp-api.md §4, §5).
  *
  * Directive-free declaration fragment (cffi cdef and C/C++ alike). Every struct
  * mirrors one vendor struct field for field, with fixed-width members; where the
@@ -73,7 +73,7 @@ typedef struct lldd_cache_desc {
 } lldd_cache_desc;
 
 /* llm_datadist::Cache as a caller passes it in. Pulls read cache_id only; pushes
- * also read cache_desc.placement and cache_desc.num_tensors (cpp-api.md §5). */
+ * also read cache_desc.placement and cache_desc.num_tensors (docs/reference/cpp-api.md §5). */
 typedef struct lldd_cache {
     int64_t cache_id;
     const uint64_t *tensor_addrs;

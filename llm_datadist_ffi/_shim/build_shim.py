@@ -2,7 +2,7 @@
 
 The shim (``lldd_shim.cpp`` beside this file) implements the project's C ABI over
 the vendor's C++ class ``llm_datadist::LlmDataDist``. It is compiled on the host
-that will run it, with the flags of ``spec/cpp-api.md`` §8.4, because the vendor
+that will run it, with the flags of ``docs/reference/cpp-api.md`` §8.4, because the vendor
 ships a C++ API only. Used by ``setup.py`` during ``pip install`` (standard library
 only: it runs inside pip's isolated build environment), by ``.ci/run`` against the
 vendor double, and by hand::
@@ -32,13 +32,13 @@ LIB_NAME = "libllm_datadist_ffi_shim.so"
 
 #: Explicit override; unlike the toolkit's own variables it must point at a toolkit.
 OVERRIDE_ENV = "LLM_DATADIST_FFI_ASCEND_HOME"
-#: Exported by the toolkit's set_env.sh (cpp-api.md §8.1).
+#: Exported by the toolkit's set_env.sh (docs/reference/cpp-api.md §8.1).
 TOOLKIT_ENVS = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
 
 VENDOR_HEADER = Path("include") / "llm_datadist" / "llm_datadist.h"
 VENDOR_LIB = "libllm_datadist.so"
 
-#: cpp-api.md §8.4, verbatim apart from the file names.
+#: docs/reference/cpp-api.md §8.4, verbatim apart from the file names.
 HOST_CXXFLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-D_GLIBCXX_USE_CXX11_ABI=0"]
 WARNINGS = ["-Wall", "-Wextra"]
 #: Additions to §8.4, both harmless on a real host: export only the C ABI (so that a
@@ -88,7 +88,7 @@ def ascend_string_libs(lib64: Path) -> list[str]:
     if (lib64 / "libmetadef.so").exists():
         return ["-lmetadef"]
     if (lib64 / "libgraph_base.so").exists() and (lib64 / "libgraph.so").exists():
-        return ["-lgraph_base", "-lgraph"]   # older toolkits (cpp-api.md §8.4)
+        return ["-lgraph_base", "-lgraph"]   # older toolkits (docs/reference/cpp-api.md §8.4)
     raise ShimBuildError(
         f"{lib64} has neither libmetadef.so nor libgraph_base.so + libgraph.so, one of which "
         "defines ge::AscendString; the toolkit installation is incomplete"

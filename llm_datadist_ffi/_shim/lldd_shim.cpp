@@ -1,9 +1,9 @@
 // The ascend backend: the project's flat C ABI (include/lldd/api.h) implemented over
-// the vendor's C++ class llm_datadist::LlmDataDist (spec/cpp-api.md).
+// the vendor's C++ class llm_datadist::LlmDataDist (docs/reference/cpp-api.md).
 //
 // cffi cannot call C++ (std::map, std::vector, ge::AscendString), so on an Ascend
 // host this one file is compiled against the installed toolkit headers and linked
-// to libllm_datadist.so (DESIGN §2.5, cpp-api.md §8.4). Each C function:
+// to libllm_datadist.so (DESIGN §2.5, docs/reference/cpp-api.md §8.4). Each C function:
 //
 //  1. checks the C-only hazards the vendor's reference parameters cannot have (a NULL
 //     engine, struct or out-pointer; a NULL array with a non-zero count; a value the
@@ -13,7 +13,7 @@
 //  3. calls the method and returns its status unchanged -- including the raw ACL
 //     codes some methods pass through and the LLM_FEATURE_NOT_ENABLED that the v2
 //     class answers for AllocateCache, DeallocateCache and CopyKv* (PR-9 in
-//     semantics.md is a mock-only rule; the shim forwards and lets the vendor say no);
+//     docs/reference/semantics.md is a mock-only rule; the shim forwards and lets the vendor say no);
 //  4. catches every C++ exception at the boundary and reports it as LLM_FAILED.
 //
 // The extension functions (include/lldd/ext.h: what only the vendor's Python layer
@@ -26,8 +26,8 @@
 // test double the mock's detailed message). The text is kept until the next failure
 // on that thread, like the mock's and like aclGetRecentErrMsg.
 //
-// Only names of the vendor's public header are used (cpp-api.md §7). The ACL headers
-// are never included (acl.md §5.1): the one ACL function needed is looked up at run
+// Only names of the vendor's public header are used (docs/reference/cpp-api.md §7). The ACL headers
+// are never included (docs/reference/acl.md §5.1): the one ACL function needed is looked up at run
 // time, so the shim neither links the ACL runtime nor depends on its header layout.
 #include "llm_datadist/llm_datadist.h"
 #include "llm_datadist_ffi.h"
@@ -77,8 +77,8 @@ __attribute__((format(printf, 1, 2))) void SetError(const char *fmt, ...) {
 }
 
 // ---- status names ---------------------------------------------------------------------------
-// Values come from the C ABI header (status-codes.md); the ACL runtime codes are
-// the ones that reach LLM-DataDist callers unchanged (acl.md §5.3).
+// Values come from the C ABI header (docs/reference/status-codes.md); the ACL runtime codes are
+// the ones that reach LLM-DataDist callers unchanged (docs/reference/acl.md §5.3).
 
 struct StatusName {
   uint32_t code;
@@ -380,7 +380,7 @@ bool ToCacheDesc(const lldd_cache_desc &in, const char *name, vendor::CacheDesc 
 }
 
 // Pulls and pushes read only cache_id, placement and num_tensors of a Cache
-// (cpp-api.md §5), so a substituted data type there changes nothing.
+// (docs/reference/cpp-api.md §5), so a substituted data type there changes nothing.
 vendor::Cache ToCache(const lldd_cache &in, const char *name) {
   char field[64];
   std::snprintf(field, sizeof field, "%s->tensor_addrs", name);
@@ -474,7 +474,7 @@ LLDD_SHIM_EXPORT lldd_status lldd_create(uint64_t cluster_id, int32_t role, lldd
   return Guard("lldd_create", "LlmDataDist::LlmDataDist", [&](Call &) -> uint32_t {
     RequireOut(out, "out");
     // LlmRole has a fixed underlying type (int32_t), so every value converts; an
-    // invalid role is the vendor's to reject, in Initialize (cpp-api.md §6.3).
+    // invalid role is the vendor's to reject, in Initialize (docs/reference/cpp-api.md §6.3).
     *out = new lldd_engine(cluster_id, static_cast<vendor::LlmRole>(role));
     return LLM_SUCCESS;
   });

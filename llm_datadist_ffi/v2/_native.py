@@ -1,6 +1,6 @@
 """The engine behind the vendor-compatible API, and the conversions into the C ABI.
 
-The vendor's Python package keeps ONE native engine per process (python-api.md
+The vendor's Python package keeps ONE native engine per process (docs/reference/python-api.md
 §10.8): ``LLMDataDist.init`` creates it, ``finalize`` destroys it, and every manager
 object — also one kept from before a ``finalize`` — talks to whichever engine is live
 at the moment of the call. This module holds that live engine (``EngineState``) and
@@ -8,9 +8,9 @@ what the managers need to reach it:
 
 * ``engine_for(tag, code)``: the live engine's handle, or the error the vendor's core
   gives when there is none (``LLM_FAILED`` for register, unregister and allocate,
-  ``LLM_PARAM_INVALID`` for every other cache call, python-api.md §10.3);
+  ``LLM_PARAM_INVALID`` for every other cache call, docs/reference/python-api.md §10.3);
 * ``check_live``: the project rule that a ``Cache``/``KvCache`` made by an engine that
-  has since been finalized is rejected (python-api.md §8.1) — cache ids restart at 1,
+  has since been finalized is rejected (docs/reference/python-api.md §8.1) — cache ids restart at 1,
   so such an object would otherwise address whatever the new engine calls by that id;
 * conversions of descriptors, keys, option maps, address and block lists into cffi
   values, with the vendor's native-conversion errors (``TypeError`` for an int its C
@@ -48,7 +48,7 @@ class EngineState:
     """One initialised native engine, from a successful ``init`` to ``finalize``.
 
     The flags are the ones the vendor fixes at init from the final options
-    (python-api.md §10.2 step 10).
+    (docs/reference/python-api.md §10.2 step 10).
     """
 
     def __init__(self, handle: CData, cluster_id: int, options: Dict[str, str]) -> None:
@@ -133,7 +133,7 @@ def engine_for(tag: str, code: int = LLMStatusCode.LLM_PARAM_INVALID) -> CData:
 
 
 def check_live(cache: Any, name: str, tag: str) -> None:
-    """Project rule (python-api.md §8.1): reject a cache object of a finalized engine.
+    """Project rule (docs/reference/python-api.md §8.1): reject a cache object of a finalized engine.
 
     Objects made by ``create_cpu_cache`` belong to no engine and always pass.
 
@@ -145,7 +145,7 @@ def check_live(cache: Any, name: str, tag: str) -> None:
     if owner is not None and owner is not _current:
         raise param_invalid(f"[{tag}] {name} (cache id {cache.cache_id}) was made by an engine that has been "
                             "finalized; cache objects do not survive finalize, and ids restart at 1 in a new "
-                            "engine (project rule, python-api.md §8.1)")
+                            "engine (project rule, docs/reference/python-api.md §8.1)")
 
 
 # ---- conversions ------------------------------------------------------------------------------
@@ -253,7 +253,7 @@ class BlockArray:
 
 
 def is_block_array(value: object) -> bool:
-    """Project rule (python-api.md §11.2): a one-dimensional integer numpy array."""
+    """Project rule (docs/reference/python-api.md §11.2): a one-dimensional integer numpy array."""
     return isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "iu"
 
 
@@ -290,7 +290,7 @@ def check_block_types(value: Any, name: str, containers: Tuple[type, ...] = (lis
 
     ``None`` passes, as the vendor's type check lets it through (the vendor's later
     ``len()`` of it fails: ``block_count``). A one-dimensional integer numpy array is
-    accepted (project rule, python-api.md §11.2); any other array is a ``TypeError``
+    accepted (project rule, docs/reference/python-api.md §11.2); any other array is a ``TypeError``
     as in the vendor.
 
     Raises:

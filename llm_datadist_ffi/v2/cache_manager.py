@@ -3,7 +3,7 @@ project's ``KvCacheManager`` (v1).
 
 Both managers are made by ``LLMDataDist.init``, never by users. Each method makes
 the vendor's Python-side checks in the vendor's order with the vendor's exception
-types (python-api.md §11, §12), then the project rules that hold on every backend
+types (docs/reference/python-api.md §11, §12), then the project rules that hold on every backend
 (docs/semantics.md §5), then one or more extension calls of the C ABI
 (include/lldd/ext.h) with the arguments the vendor's Python layer hands its own core.
 
@@ -16,7 +16,7 @@ Where the checks are:
 3. the remaining lints — PR-3 (a push whose default range is empty), PR-5 (a repeated
    destination block), PR-18, PR-25 — and the guards: PR-41 (``remove_cache_key``
    applies the pull validity rule) and the rule that a cache object of a finalized
-   engine is rejected (python-api.md §8.1), after all vendor checks and before the
+   engine is rejected (docs/reference/python-api.md §8.1), after all vendor checks and before the
    native call. A lint warns and lets the call go on; under
    ``LLM_DATADIST_FFI_STRICT=1`` it refuses there (docs/semantics.md §0);
 4. the core (mock, or shim + vendor).
@@ -52,7 +52,7 @@ from .llm_types import (
     MemInfo, Memtype, Placement, TransferConfig, TransferWithCacheKeyConfig, check_cache_key, core_cache_desc,
 )
 
-if TYPE_CHECKING:  # the v1 tensor types are lazy names of the vendor module (python-api.md §1.2)
+if TYPE_CHECKING:  # the v1 tensor types are lazy names of the vendor module (docs/reference/python-api.md §1.2)
     from ..tensor import Tensor
 
 __all__ = ["CacheManager", "KvCacheManager"]
@@ -67,7 +67,7 @@ _V1_PULL_CACHE_KEYWORDS = ("src_layer_range", "dst_layer_range", "src_cache_offs
 _OFFSET_KEYWORDS = ("src_cache_offset", "dst_cache_offset")
 
 #: A block list: a list or tuple of int (the vendor's), or a one-dimensional integer
-#: numpy array (project rule, python-api.md §11.2).
+#: numpy array (project rule, docs/reference/python-api.md §11.2).
 BlockList = Union[Tuple[int, ...], List[int], "np.ndarray[Any, Any]"]
 
 
@@ -97,7 +97,7 @@ def _tensor_num(value: Any, tag: str) -> int:
 
 
 def _pull_ranges(src: Any, dst: Any, n: int, tag: str) -> Tuple[Optional[range], Optional[range]]:
-    """The layer-range conversion of pulls (python-api.md §11.2) up to the tensor
+    """The layer-range conversion of pulls (docs/reference/python-api.md §11.2) up to the tensor
     indexes, which ``_pull_tensors`` makes once PR-3 has bounded them.
 
     Raises:
@@ -212,7 +212,7 @@ def _pairs_array(pairs: List[Tuple[int, int]], name: str) -> Tuple[Any, "np.ndar
 
 
 def _check_swap(src_cache: Any, dst_cache: Any, src_to_dst: Any, tag: str) -> Tuple[int, List[Tuple[int, int]], bool]:
-    """The checks of ``swap_blocks`` after the type and kind checks (python-api.md
+    """The checks of ``swap_blocks`` after the type and kind checks (docs/reference/python-api.md
     §11.6); returns the block size, the pairs and whether it swaps in."""
     _int_keyed_dict(src_to_dst, "src_to_dst", list_values=False)
     src_desc, dst_desc = src_cache.cache_desc, dst_cache.cache_desc
@@ -276,7 +276,7 @@ def _transfer_cache_async(src_cache: Any, num_tensors: int, batch_size: int, lay
                           transfer_configs: Any, src_block_indices: Any, dst_block_indices: Any,
                           dst_block_memory_size: Any, keyed: bool, default_error: LLMStatusCode,
                           tag: str) -> CacheTask:
-    """``transfer_cache_async`` from step 3 on (python-api.md §11.4; §12 for v1)."""
+    """``transfer_cache_async`` from step 3 on (docs/reference/python-api.md §11.4; §12 for v1)."""
     check_int_list(dst_block_indices, "dst_block_indices")
     for index, value in enumerate(dst_block_indices or ()):
         check_int(value, f"dst_block_indices[{index}]", UINT64)
@@ -413,7 +413,7 @@ class CacheManager:
     """The v2 cache manager, from ``LLMDataDist.cache_manager``; never made by users.
 
     Registers, allocates and frees caches, pulls into local caches, pushes into peer
-    caches (direct mode), and copies and swaps locally (python-api.md §11).
+    caches (direct mode), and copies and swaps locally (docs/reference/python-api.md §11).
     """
 
     check_cache_key = staticmethod(check_cache_key)
@@ -763,14 +763,14 @@ class CacheManager:
         otherwise). Returns at once with a ``CacheTask``.
 
         The i-th layer of a config's ``src_layer_range`` goes to the i-th layer of its
-        ``dst_layer_range`` (project rule, python-api.md §11.4).
+        ``dst_layer_range`` (project rule, docs/reference/python-api.md §11.4).
 
         Raises:
             TypeError: wrong argument types (``None`` rejected for the cache, the
                 synchronizer and the configs).
             ValueError: a block index or ``dst_block_memory_size`` outside uint64.
             LLMException: ``LLM_PARAM_INVALID`` for a HOST source and every rule of
-                python-api.md §11.4 steps 5–10, PR-5 on ``dst_block_indices``.
+                docs/reference/python-api.md §11.4 steps 5–10, PR-5 on ``dst_block_indices``.
         """
         tag = "transfer_cache_async"
         check_type(src_cache, Cache, "src_cache", allow_none=False)
@@ -1030,7 +1030,7 @@ class KvCacheManager:
     """The v1 cache manager, from ``LLMDataDist.kv_cache_manager``; never made by users.
 
     The older generation: the library allocates every cache; a Prompt binds request
-    keys at allocation and a Decoder pulls through them (python-api.md §12). Calls
+    keys at allocation and a Decoder pulls through them (docs/reference/python-api.md §12). Calls
     are restricted by the engine's role, which ``switch_role`` updates.
     """
 

@@ -1,7 +1,7 @@
 """The vendor's ``llm_datadist.v2.llm_datadist``: the ``LLMDataDist`` engine class.
 
 ``LLMDataDist(role, cluster_id)`` creates nothing; ``init(options)`` makes the
-process's one native engine (python-api.md §10.2) in the generation the options
+process's one native engine (docs/reference/python-api.md §10.2) in the generation the options
 select:
 
 * **v2, CacheManager mode** — ``llm.EnableCacheManager == "1"`` after the defaults
@@ -254,7 +254,7 @@ class LLMDataDist:
         return ROLE_OPTION_TEXT[role]
 
     def init(self, options: Dict[str, str]) -> None:
-        """Create and initialise the native engine (python-api.md §10.2).
+        """Create and initialise the native engine (docs/reference/python-api.md §10.2).
 
         Already initialised: returns at once, ignoring ``options``. The caller's dict
         is never modified.

@@ -1,8 +1,8 @@
 """The vendor's ``llm_datadist.v2.llm_types``: descriptors, keys, caches, transfer types.
 
 Everything here is pure Python and checks its arguments exactly as the vendor's
-Python layer does (python-api.md §2, §6–§9), in the vendor's order, with the vendor's
-exception types. One set of these classes serves both generations (python-api.md §0,
+Python layer does (docs/reference/python-api.md §2, §6–§9), in the vendor's order, with the vendor's
+exception types. One set of these classes serves both generations (docs/reference/python-api.md §0,
 project rule): a ``CacheDesc`` or key made here is accepted by ``cache_manager`` (v2)
 and ``kv_cache_manager`` (v1) alike.
 
@@ -38,13 +38,13 @@ __all__ = [
     "CacheDesc", "CacheKey", "CacheKeyByIdAndIndex", "KvCache", "BlocksCacheKey", "Placement",
     "CacheTask", "TransferConfig", "LayerSynchronizer", "Cache",
 ]
-# Also public, outside the vendor's __all__ (python-api.md §1.3): RegisterMemStatus,
+# Also public, outside the vendor's __all__ (docs/reference/python-api.md §1.3): RegisterMemStatus,
 # Memtype, MemInfo, TransferWithCacheKeyConfig, PushType, check_layer_range; and the project's
 # CoreCacheDesc, core_cache_desc, CoreKey, core_key, check_cache_key.
 
 
 # ---------------------------------------------------------------------------
-# Enums (python-api.md §2)
+# Enums (docs/reference/python-api.md §2)
 # ---------------------------------------------------------------------------
 
 
@@ -85,7 +85,7 @@ class PushType(Enum):
 
 
 # ---------------------------------------------------------------------------
-# CacheDesc (python-api.md §6)
+# CacheDesc (docs/reference/python-api.md §6)
 # ---------------------------------------------------------------------------
 
 
@@ -220,7 +220,7 @@ class CacheDesc:
 
 
 def _tensor_size(shape: Sequence[Any], data_type: Any) -> int:
-    # The vendor raises LLMException without a status code here (python-api.md §6).
+    # The vendor raises LLMException without a status code here (docs/reference/python-api.md §6).
     if not isinstance(data_type, DataType) or data_type.value not in ELEMENT_BITS:
         raise LLMException(f"can not compute the size of a cache: data type {data_type} has no known size")
     elements = 1
@@ -239,7 +239,7 @@ def _tensor_size(shape: Sequence[Any], data_type: Any) -> int:
 
 
 class CoreCacheDesc(NamedTuple):
-    """What reaches the core for allocate/register (python-api.md §6).
+    """What reaches the core for allocate/register (docs/reference/python-api.md §6).
 
     ``batch_dim_index`` and ``kv_tensor_format`` are never sent. ``is_blocks`` comes
     from the call, not from the ``CacheDesc`` (project rule: the caller's descriptor
@@ -281,7 +281,7 @@ def core_cache_desc(cache_desc: CacheDesc, is_blocks: bool) -> CoreCacheDesc:
 
 
 # ---------------------------------------------------------------------------
-# Cache keys (python-api.md §7)
+# Cache keys (docs/reference/python-api.md §7)
 # ---------------------------------------------------------------------------
 
 _CACHE_KEY_WORDS = ("prompt_cluster_id", "cluster_id", "req_id", "model_id", "prefix_id")
@@ -467,7 +467,7 @@ AnyCacheKey = Union[CacheKey, CacheKeyByIdAndIndex, BlocksCacheKey]
 
 
 class CoreKey(NamedTuple):
-    """What a key becomes in the core (python-api.md §7.4), in a fixed field order
+    """What a key becomes in the core (docs/reference/python-api.md §7.4), in a fixed field order
     that a C struct can mirror."""
 
     cluster_id: int
@@ -515,7 +515,7 @@ def _is_valid_id(value: int) -> bool:
 
 
 def check_cache_key(cache_key: Any) -> None:
-    """The validity rule for a key used in a pull (python-api.md §7.5).
+    """The validity rule for a key used in a pull (docs/reference/python-api.md §7.5).
 
     For a ``CacheKey``, exactly one of ``req_id`` and ``prefix_id`` must be valid (an
     id is invalid when it is < 0 or ``2**64-1``). Other keys pass. Static on both
@@ -537,7 +537,7 @@ def check_cache_key(cache_key: Any) -> None:
 
 
 # ---------------------------------------------------------------------------
-# Caches (python-api.md §8)
+# Caches (docs/reference/python-api.md §8)
 # ---------------------------------------------------------------------------
 
 
@@ -771,7 +771,7 @@ class KvCache:
 
 
 # ---------------------------------------------------------------------------
-# Transfer helper types (python-api.md §9)
+# Transfer helper types (docs/reference/python-api.md §9)
 # ---------------------------------------------------------------------------
 
 
@@ -956,7 +956,7 @@ class LayerSynchronizer(abc.ABC):
 
 
 class CacheTask:
-    """The handle ``transfer_cache_async`` returns (python-api.md §9.5).
+    """The handle ``transfer_cache_async`` returns (docs/reference/python-api.md §9.5).
 
     It wraps the background thread that transfers layer by layer. Results are kept
     per destination cluster id (configs with the same destination share one), and

@@ -1,4 +1,4 @@
-"""An independent reference model of spec/semantics.md for the native layer.
+"""An independent reference model of docs/reference/semantics.md for the native layer.
 
 The oracle answers two questions about a call on ``llm_datadist_ffi.native``, given
 the state of every engine (initialised or not, options, pools, caches, links and
@@ -7,7 +7,7 @@ their table copies, the package's record of its own caches):
 * which outcome the call must have: success, a ``TypeError``/``ValueError`` raised by
   the Python layer (docs/semantics.md N-1), or an ``LLMException`` with a given
   ``status_code``, following the check order of the Python layer (N-2), the C++ API
-  layer (cpp-api.md §6) and the engine (semantics.md §8.0);
+  layer (docs/reference/cpp-api.md §6) and the engine (docs/reference/semantics.md §8.0);
 * on success (and for the layers a push wrote before a failing one, §8.12), exactly
   which bytes move: a list of ``Copy(dst_tensor, dst_offset, src_tensor, src_offset,
   length)`` between the call's source and destination caches.

@@ -1,11 +1,11 @@
-"""Data types and the byte layout of one tensor (semantics §2.2, §2.3, PR-17).
+"""Data types and the byte layout of one tensor (docs/reference/semantics.md §2.2, §2.3, PR-17).
 
 PR-17: a tensor whose byte size is not a multiple of ``shape[0]`` gets the stride
 rounded down, as the vendor computes it (a lint; a refusal under strict mode); one
 smaller than ``shape[0]`` (a stride of 0) and a sub-byte tensor above 2^31 - 1 bits
 are refused (guards).
 
-Written from the table of cpp-api.md §2.4: byte types have an element size in bytes,
+Written from the table of docs/reference/cpp-api.md §2.4: byte types have an element size in bytes,
 sub-byte types a number of bits; value 5, DT_UNDEFINED, DT_HIFLOAT4_SCALE and
 anything outside the enum have no size and are rejected at register/allocate.
 """

@@ -8,8 +8,8 @@ arguments in the order of the three layers that see them:
 1. the Python layer (docs/semantics.md N-1, N-2): ``ValueError`` for an integer
    outside its C type; then, while the engine is initialised, the lints PR-11, PR-1 and
    PR-5 (in that order);
-2. the C++ API layer (cpp-api.md §6.4–§6.13);
-3. the engine (semantics.md §3, §8.0 and the sections they cite),
+2. the C++ API layer (docs/reference/cpp-api.md §6.4–§6.13);
+3. the engine (docs/reference/semantics.md §3, §8.0 and the sections they cite),
 
 and either returns the first failing rule's outcome, or applies the call to the state
 and returns the copies it makes. A lint rule (docs/semantics.md §0) is noted in
@@ -221,7 +221,7 @@ def _ext_lints(ext: Ext) -> list[str]:
 
 
 def _api_ext_rules(ext: Ext, push: bool) -> Optional[str]:
-    """cpp-api.md §6.10 step 3 (and §6.11 step 4 for pushes), N-3."""
+    """docs/reference/cpp-api.md §6.10 step 3 (and §6.11 step 4 for pushes), N-3."""
     for name, (first, second) in (("src", ext.src), ("dst", ext.dst)):
         if first < -1 or second < -1 or first > second:
             return f"§4.4: {name} layer range {(first, second)} is malformed"
@@ -312,7 +312,7 @@ class World:
         other = peer.links.get(engine.cluster_id)
         return other is not None and other.token == end.token
 
-    # -- life cycle (§12.1, cpp-api.md §6.4, §6.5) --
+    # -- life cycle (§12.1, docs/reference/cpp-api.md §6.4, §6.5) --
 
     def initialize(self, cluster_id: int, options: Mapping[str, str]) -> Outcome:
         e = self.engines[cluster_id]
@@ -388,7 +388,7 @@ class World:
         return fail(S.LLM_FAILED, "PR-37: Finalize is running")
 
     def set_role(self, cluster_id: int, role: int, options: Optional[Mapping[str, str]] = None) -> Outcome:
-        """cpp-api.md §6.6; the listen address must be on 127.0.0.1."""
+        """docs/reference/cpp-api.md §6.6; the listen address must be on 127.0.0.1."""
         e = self.engines[cluster_id]
         if _outside([(role, I32)]):
             return python_error(ValueError, "N-1: role outside int32")
@@ -496,7 +496,7 @@ class World:
             rets.append(S.LLM_SUCCESS)
         return Outcome(status=self._call_status(rets), value=rets, lints=frozenset(lints))
 
-    # -- caches (§3, cpp-api.md §6.9, §6.13) --
+    # -- caches (§3, docs/reference/cpp-api.md §6.9, §6.13) --
 
     @staticmethod
     def _desc_values_outside(num_tensors: int, data_type: int, placement: int, shape: Sequence[int]) -> bool:
@@ -684,7 +684,7 @@ class World:
                   for lst in dlists for s, d in zip(sblk, lst) for i in range(src.num_tensors)]
         return success(copies=copies).at((cluster_id, src_id), (cluster_id, dst_id)).linted(*lints)
 
-    # -- pulls (cpp-api.md §6.10, semantics §8.0 pull order, §8.2, §8.3) --
+    # -- pulls (docs/reference/cpp-api.md §6.10, docs/reference/semantics.md §8.0 pull order, §8.2, §8.3) --
 
     def pull_kv_cache(self, cluster_id: int, src: tuple[int, int, int], dst_id: int, batch_index: int = 0,
                       size: int = -1, ext: Optional[Ext] = None) -> Outcome:
@@ -825,7 +825,7 @@ class World:
                       for s0, d0, count in runs(list(zip(sblk, dblk))) for s, d in pairs]
         return success(copies=copies).at((src_cluster, src_id), (e.cluster_id, dst_id))
 
-    # -- pushes (cpp-api.md §6.11, semantics §8.0 push order, §8.5, §8.6) --
+    # -- pushes (docs/reference/cpp-api.md §6.11, docs/reference/semantics.md §8.0 push order, §8.5, §8.6) --
 
     def push_kv_cache(self, cluster_id: int, src_id: int, dst: tuple[int, int, int], src_batch: int = 0,
                       size: int = -1, ext: Optional[Ext] = None,
@@ -886,7 +886,7 @@ class World:
         early = self._api_rules(ext, push=True)
         if early is not None:
             return early
-        # the layer pairs (cpp-api.md §6.11 step 6): a default source pushes every layer of
+        # the layer pairs (docs/reference/cpp-api.md §6.11 step 6): a default source pushes every layer of
         # the caller's tensor count to the same layers; a source range takes the destination
         # pair's first layer, which for a default destination is 2^64 - 1 (refused below)
         if ext.src[0] < 0:

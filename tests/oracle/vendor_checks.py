@@ -1,7 +1,7 @@
 """The Python-side checks of the vendor-compatible managers, in the vendor's order.
 
-Written from spec/python-api.md §7, §11 and §12 (each method's numbered steps), the
-project rules of its §14 and of semantics.md ([all] rules PR-2, PR-3, PR-5, PR-8, PR-18,
+Written from docs/reference/python-api.md §7, §11 and §12 (each method's numbered steps), the
+project rules of its §14 and of docs/reference/semantics.md ([all] rules PR-2, PR-3, PR-5, PR-8, PR-18,
 PR-25, PR-41) and docs/semantics.md V-4 (``None``), V-5 (ranges wider than the local
 cache), V-10 (numpy block lists) and V-13 (messages name the parameter). Given the
 engine's generation, transfer mode, role and pools, a method and its arguments, the
@@ -9,12 +9,12 @@ oracle says what the package must do: raise ``TypeError``, ``ValueError``,
 ``AttributeError`` or ``LLMException`` (with its ``status_code``) at the first check that
 fails, or pass the Python checks and hand the call to the core. For a call that passes,
 ``Checks`` asks the single-engine core model (``vendor_local.Engine``) or, for transfers,
-models the engine's answer without a peer: semantics §8.0 puts the local cache checks
+models the engine's answer without a peer: docs/reference/semantics.md §8.0 puts the local cache checks
 before the link lookup, so a pull that is locally sound ends in ``NOT_YET_LINK``.
 ``LLMDataDist``'s calls are modelled the same way for one engine without a peer:
-``link_clusters``, ``unlink_clusters`` and ``check_link_status`` (python-api.md §10.5,
-§10.7; semantics §10.3, §10.5; X-12) and ``switch_role`` (python-api.md §10.6,
-semantics §10.7, X-13).
+``link_clusters``, ``unlink_clusters`` and ``check_link_status`` (docs/reference/python-api.md §10.5,
+§10.7; docs/reference/semantics.md §10.3, §10.5; X-12) and ``switch_role`` (docs/reference/python-api.md §10.6,
+docs/reference/semantics.md §10.7, X-13).
 
 Arguments are plain Python values, except the package's own objects, which the tests
 describe: ``Key`` (a ``CacheKey``, ``CacheKeyByIdAndIndex`` or ``BlocksCacheKey``) and
@@ -39,7 +39,7 @@ U32_MAX, I32_MIN, I32_MAX, I64_MIN, I64_MAX = 2**32 - 1, -2**31, 2**31 - 1, -2**
 
 @dataclass(frozen=True)
 class Key:
-    """A key object (python-api.md §7); ``key()`` is what the core sees."""
+    """A key object (docs/reference/python-api.md §7); ``key()`` is what the core sees."""
 
     kind: str                       # "CacheKey", "CacheKeyByIdAndIndex", "BlocksCacheKey"
     cluster_id: int = 1
@@ -73,7 +73,7 @@ class Ref:
 
     @property
     def desc_size(self) -> int:
-        """``CacheDesc.size``: one tensor's bytes (python-api.md §6)."""
+        """``CacheDesc.size``: one tensor's bytes (docs/reference/python-api.md §6)."""
         from .vendor_local import PY_ELEMENT_BYTES
         size = PY_ELEMENT_BYTES[self.data_type]
         for d in self.shape:
@@ -136,7 +136,7 @@ def _lint(rule: str, name: str = "") -> None:
     _LINTS.append(rule)
 
 
-# ---- the vendor's check helpers (python-api.md §0) ---------------------------------------------
+# ---- the vendor's check helpers (docs/reference/python-api.md §0) ---------------------------------------------
 
 def is_int(x: Any) -> bool:
     """``isinstance(x, int)``: bools pass, numpy integers do not."""
@@ -210,7 +210,7 @@ def convert_blocks(x: Any, name: str) -> None:
 
 
 def validity(key: Key, rule: str = "§7.5") -> None:
-    """python-api.md §7.5: exactly one of req_id and prefix_id valid."""
+    """docs/reference/python-api.md §7.5: exactly one of req_id and prefix_id valid."""
     if key.kind != "CacheKey":
         return
     r, p = valid_id(key.req_id), valid_id(key.prefix_id)
@@ -284,7 +284,7 @@ class Mode:
 
 def _range_rules(src: Optional[range], dst: Optional[range], n: int, nl: int, link_rule: str,
                  v2: bool = True) -> Verdict:
-    """semantics §4.2, the engine rows of a pull's layer ranges against the local cache of
+    """docs/reference/semantics.md §4.2, the engine rows of a pull's layer ranges against the local cache of
     ``nl`` tensors (the v2 engine first asks a ranged pull's ``nl`` to be a multiple of
     ``n``; v1 does not); when they hold, the pull reaches the link lookup: NOT_YET_LINK here."""
     if v2 and (src is not None or dst is not None) and nl % n:
@@ -332,7 +332,7 @@ class Checks:
 
     def _pull_core(self, key: Key, cache: Ref, batch_index: int, size: int, src: Optional[range],
                    dst: Optional[range], n: int, blocks: bool) -> Verdict:
-        """semantics §8.0 steps 2–5 without a link: the source cluster, the local cache, the
+        """docs/reference/semantics.md §8.0 steps 2–5 without a link: the source cluster, the local cache, the
         local checks, then NOT_YET_LINK."""
         if key.cluster_id == self.mode.cluster_id:
             return Verdict("core", S.LLM_PARAM_INVALID, rule="§8.0 step 2: own cluster")
@@ -470,7 +470,7 @@ class Checks:
         s = blocks_of(src_blocks)
         if not s or len(s) != len(d):
             # §7.2: an empty src_blocks or lists of different lengths are PARAM_INVALID; the
-            # C++ API layer checks them before the engine (cpp-api.md §6), so before the link
+            # C++ API layer checks them before the engine (docs/reference/cpp-api.md §6), so before the link
             # lookup too (decision: the position §8.0 leaves open for py push_blocks)
             return Verdict("core", S.LLM_PARAM_INVALID, rule="§7.2 push_blocks lists")
         return self._push_core(src_cache, dst_cache_key)
@@ -746,7 +746,7 @@ class Checks:
 
     def _v1_pull_core(self, key: Any, cache: Ref, batch_index: int, size: int, src: Optional[range],
                       dst: Optional[range], n: int, dst_offset: int, blocks: bool) -> Verdict:
-        """The v1 core without a link: semantics §8.0's pull order (local cache, local
+        """The v1 core without a link: docs/reference/semantics.md §8.0's pull order (local cache, local
         checks, link) with the v1 length rule of §6.1 (decision: §8.0 is written for
         v2; v1 pulls are answered by the same engine steps before the link). v1 has no
         own-cluster step (E-7)."""
@@ -807,7 +807,7 @@ class Checks:
             _lx("§12 pull_blocks step 1: DECODER only", "is not supported by")
         type_check(prompt_cache_key, ["BlocksCacheKey"], "prompt_cache_key")
         type_check(decoder_kv_cache, ["KvCache"], "decoder_kv_cache")
-        # None passes the type check (python-api.md §0); the emptiness checks take its len()
+        # None passes the type check (docs/reference/python-api.md §0); the emptiness checks take its len()
         seq_of(prompt_blocks, ["list"], "int", "prompt_blocks", none_ok=True, numpy_ok=True)
         seq_of(decoder_blocks, ["list"], "int", "decoder_blocks", none_ok=True, numpy_ok=True)
         if decoder_kv_cache is None:
@@ -844,10 +844,10 @@ class Checks:
         return Verdict("core", S.LLM_SUCCESS, rule="§12 get_cache_tensors", value=tensor_index)
 
 
-# ---- LLMDataDist.init: the generation and the transfer mode (semantics §1.1, §1.3) -------------
+# ---- LLMDataDist.init: the generation and the transfer mode (docs/reference/semantics.md §1.1, §1.3) -------------
 
 def init_selection(options: Dict[str, str], role: str) -> Tuple[str, str]:
-    """What ``init(options)`` selects (python-api.md §10.2 steps 5–11): ``("LX", why)`` or
+    """What ``init(options)`` selects (docs/reference/python-api.md §10.2 steps 5–11): ``("LX", why)`` or
     ``("v2", "direct"|"server")`` or ``("v1", "")``."""
     opts = dict(options)
     if "llm.LocalCommRes" in opts:                                    # step 6
@@ -870,7 +870,7 @@ def init_selection(options: Dict[str, str], role: str) -> Tuple[str, str]:
     return "v1", ""
 
 
-# ---- links and roles of one engine without a peer (python-api.md §10.5–§10.7) ------------------
+# ---- links and roles of one engine without a peer (docs/reference/python-api.md §10.5–§10.7) ------------------
 
 @dataclass(frozen=True)
 class Cluster:
@@ -918,7 +918,7 @@ def link_clusters(mode: Mode, clusters: Any, timeout: Any = 3000, local_comm_res
         if len(clusters) > 16:
             return Verdict("core", value=(S.LLM_CLUSTER_NUM_EXCEED_LIMIT, []), rule="§10.5 v1: > 16 clusters")
         if any(c.local_ips != 1 or c.remote_ips != 1 for c in clusters):
-            # semantics §10.5 (v1): empty lists or a size other than the device count (one,
+            # docs/reference/semantics.md §10.5 (v1): empty lists or a size other than the device count (one,
             # PR-36) fail the whole call, which then reports no per-cluster results (X-12)
             return Verdict("core", value=(S.LLM_PARAM_INVALID, []), rule="§10.5 v1: ip entries")
         results = []
@@ -955,8 +955,8 @@ def check_link_status(mode: Mode, remote_cluster_id: Any) -> Verdict:
 
 
 def unlink_clusters(mode: Mode, clusters: Any, timeout: Any = 3000, force: Any = False) -> Verdict:
-    """``unlink_clusters`` of clusters this engine never linked (python-api.md §10.5,
-    semantics §10.3, §10.5 v1, X-12): the Python checks, then the core's answer
+    """``unlink_clusters`` of clusters this engine never linked (docs/reference/python-api.md §10.5,
+    docs/reference/semantics.md §10.3, §10.5 v1, X-12): the Python checks, then the core's answer
     ``(status, [status…])`` (``value``) with nothing listening at any remote address."""
     try:
         _link_args(clusters, timeout)                     # §10.5: initialised, timeout, clusters
@@ -972,7 +972,7 @@ def unlink_clusters(mode: Mode, clusters: Any, timeout: Any = 3000, force: Any =
         if len(clusters) > 16:
             return Verdict("core", value=(S.LLM_CLUSTER_NUM_EXCEED_LIMIT, []), rule="§10.5 v1: > 16 clusters")
         if any(c.local_ips != 1 or c.remote_ips != 1 for c in clusters):
-            # semantics §10.5 (v1): both lists are sent and checked as for linking; a
+            # docs/reference/semantics.md §10.5 (v1): both lists are sent and checked as for linking; a
             # call-level failure reports no per-cluster results (X-12)
             return Verdict("core", value=(S.LLM_PARAM_INVALID, []), rule="§10.5 v1: ip entries")
         results = []
@@ -1000,7 +1000,7 @@ def unlink_clusters(mode: Mode, clusters: Any, timeout: Any = 3000, force: Any =
 
 
 def switch_role(mode: Mode, role: Any, switch_options: Any = None, enable_switch_role: bool = False) -> Verdict:
-    """``switch_role`` of an engine without links (python-api.md §10.6, semantics §10.7,
+    """``switch_role`` of an engine without links (docs/reference/python-api.md §10.6, docs/reference/semantics.md §10.7,
     X-13): the Python checks in the vendor's order, then the core's answer. ``role`` is
     an ``LLMRole``, ``None`` or anything else; a successful verdict's ``value`` is the new
     role's name (the caller applies it to ``mode``). ``enable_switch_role``: whether
@@ -1045,7 +1045,7 @@ def switch_role(mode: Mode, role: Any, switch_options: Any = None, enable_switch
 
 
 def _inet_aton(ip: str, strict: bool = False) -> bool:
-    """python-api.md §5: the C library's IPv4 parse (shorthand forms accepted); ``strict``:
+    """docs/reference/python-api.md §5: the C library's IPv4 parse (shorthand forms accepted); ``strict``:
     four dotted decimal parts, as a C++ listen address must be (decision)."""
     import socket
     if strict:
@@ -1058,7 +1058,7 @@ def _inet_aton(ip: str, strict: bool = False) -> bool:
     return True
 
 
-# ---- remap_registered_memory (python-api.md §11.7, X-15) -----------------------------------------
+# ---- remap_registered_memory (docs/reference/python-api.md §11.7, X-15) -----------------------------------------
 
 @dataclass(frozen=True)
 class Mem:
@@ -1097,7 +1097,7 @@ def remap_registered_memory(mode: Mode, mem_infos: Any) -> Verdict:
     return Verdict("core", S.LLM_NOT_YET_LINK, rule="§11.7 no link")
 
 
-# ---- transfer_cache_async (python-api.md §11.4, V-9), one engine without a peer --------------------
+# ---- transfer_cache_async (docs/reference/python-api.md §11.4, V-9), one engine without a peer --------------------
 
 @dataclass(frozen=True)
 class Cfg:

@@ -1,7 +1,7 @@
 """A reference model of the ``LLMDataDist`` life cycle and links, both generations.
 
 A process holds any number of ``LLMDataDist`` objects, but at most one initialised
-(semantics §12.2, python-api.md §10.8): ``init`` of another while one lives raises
+(docs/reference/semantics.md §12.2, docs/reference/python-api.md §10.8): ``init`` of another while one lives raises
 ``LLMException(LLM_FAILED)``; ``init`` of the live one is a no-op; ``finalize`` of one
 that is not initialised is a no-op. Every successful ``init`` starts a fresh engine
 (a new *generation*): ids of caches and rank-table communicators restart at 1, and
@@ -72,7 +72,7 @@ class ProcessModel:
     def init(self, name: str, cluster_id: int, version: str, role: LLMRole, listen: bool,
              bad_wait_time: bool = False, two_devices: bool = False) -> Outcome:
         """``LLMDataDist(role, cluster_id).init(options)`` of the object ``name``
-        (python-api.md §10.2 steps 1-2; PR-26 at init in both generations, V-6)."""
+        (docs/reference/python-api.md §10.2 steps 1-2; PR-26 at init in both generations, V-6)."""
         if self.live == name:
             return success(rule="§12.2: already initialised, a no-op")
         if self.live is not None:
@@ -80,10 +80,10 @@ class ProcessModel:
         if bad_wait_time:
             return python_error_lx("PR-26: llm.SyncKvCacheWaitTime above 2^31-1")
         if version == "v1" and role is LLMRole.PROMPT and not listen:
-            return python_error_lx("python-api.md §10.2 step 11: a v1 PROMPT needs llm.listenIpInfo")
+            return python_error_lx("docs/reference/python-api.md §10.2 step 11: a v1 PROMPT needs llm.listenIpInfo")
         if two_devices:
             if version == "v2":
-                return fail(PI, "python-api.md §10.2: the v2 core takes one device id")
+                return fail(PI, "docs/reference/python-api.md §10.2: the v2 core takes one device id")
             if role is LLMRole.PROMPT:
                 return python_error_lx("V-6: one llm.listenIpInfo entry per device id")
             return fail(S.LLM_FEATURE_NOT_ENABLED, "PR-36: one device per v1 engine")
@@ -105,7 +105,7 @@ class ProcessModel:
         return success()
 
     def check_link_status(self, remote: int) -> Outcome:
-        """§10.8, python-api.md §10.7."""
+        """§10.8, docs/reference/python-api.md §10.7."""
         if self.version != "v1":
             return python_error_lx("§10.8: not available in CacheManager mode")
         if self.role is not LLMRole.DECODER:

@@ -1,7 +1,7 @@
 """A reference model of one vendor-compatible engine's local calls (no peer, no link).
 
 What a single ``LLMDataDist`` engine does with the calls that need no peer, written from
-spec/semantics.md alone: cache ids (§3.1), registration (§3.2, §9.3, PR-21, PR-23),
+docs/reference/semantics.md alone: cache ids (§3.1), registration (§3.2, §9.3, PR-21, PR-23),
 allocation from the device and host pools (§3.3, PR-34) with key binding (§9.2, PR-22),
 deallocation and its deferral while keys are bound (§3.4, §9.8), ``remove_cache_key``
 (§9.6), and the bytes of ``copy_cache`` (§6.6, §8.8, PR-24), ``copy_blocks`` (§8.9, §7.3,
@@ -31,18 +31,18 @@ TABLE_LIMIT = 1 << 20            # §15: the published cache table of direct mod
 HOST, DEVICE = 0, 1
 REQUEST, PREFIX = "request", "prefix"
 
-#: bytes per element of the Python ``DataType`` members (python-api.md §2).
+#: bytes per element of the Python ``DataType`` members (docs/reference/python-api.md §2).
 PY_ELEMENT_BYTES = {0: 4, 1: 2, 2: 1, 3: 4, 4: 1, 6: 2, 7: 2, 8: 4, 9: 8, 10: 8, 11: 8, 12: 1, 13: 16, 27: 2}
 
 
 def valid_id(value: int) -> bool:
-    """semantics §9.1: an id is valid when ``0 <= id < 2**64 - 1``."""
+    """docs/reference/semantics.md §9.1: an id is valid when ``0 <= id < 2**64 - 1``."""
     return 0 <= value < U64_MAX
 
 
 @dataclass(frozen=True)
 class KeyM:
-    """A cache key as the core sees it (python-api.md §7.4)."""
+    """A cache key as the core sees it (docs/reference/python-api.md §7.4)."""
 
     kind: str                    # "CacheKey", "BlocksCacheKey", "CacheKeyByIdAndIndex"
     cluster_id: int = 0
@@ -53,7 +53,7 @@ class KeyM:
     batch_index: int = 0
 
     def identity(self) -> Optional[Tuple[str, int, int]]:
-        """The binding identity (semantics §9.1); ``None`` for a by-id key."""
+        """The binding identity (docs/reference/semantics.md §9.1); ``None`` for a by-id key."""
         if self.kind == "BlocksCacheKey":
             return (REQUEST, U64_MAX, self.model_id)
         if self.kind == "CacheKeyByIdAndIndex":
@@ -71,7 +71,7 @@ class KeyM:
 
 @dataclass
 class CacheM:
-    """One cache of the engine (semantics §2.2)."""
+    """One cache of the engine (docs/reference/semantics.md §2.2)."""
 
     cache_id: int
     kind: str                    # "CACHE", "BLOCKS" (v2) or "V1BLOCKS" (v1 blocks caches are MIX, X-6)

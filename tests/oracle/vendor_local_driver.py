@@ -279,7 +279,7 @@ def outcome_of(call: Any) -> Tuple[str, Any, str]:
 #: what the package's message of a native failure names: the extension function that
 #: answered (``... error code is ..., lldd_ext_pull: ...``). A Python-side rejection must
 #: not carry it: an [all] rule is checked before any native call, so that it also holds
-#: on a backend whose core does not repeat it (semantics §0.3).
+#: on a backend whose core does not repeat it (docs/reference/semantics.md §0.3).
 NATIVE_MARK = "lldd_ext_"
 
 

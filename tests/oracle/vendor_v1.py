@@ -1,7 +1,7 @@
 """A reference model of the v1 generation (``KvCacheManager``) between two engines.
 
 In v1 the library allocates every cache. A Prompt binds request keys (and prefix
-keys) to the batches of a cache when it allocates it (semantics §9.2): the key at
+keys) to the batches of a cache when it allocates it (docs/reference/semantics.md §9.2): the key at
 list position ``b`` binds slot ``b``, placeholders only advance the position, and a
 key repeated in one call binds at its last position ("the last one wins", PR-22's v1
 half). A key already bound to a live cache makes the allocation ``LLM_FAILED``.
@@ -18,14 +18,14 @@ released, and a marked cache whose last key goes is freed (§9.5). A pull that g
 ``V1Engine`` holds one engine's state: role, cluster id, caches (their tensor
 count, batch count, tensor size, kind, keys by slot, ``R``, the id reference and
 whether they are freed), the key table and the links. Each call method checks its
-arguments in the order of the vendor's Python layer (python-api.md §12), the lints
+arguments in the order of the vendor's Python layer (docs/reference/python-api.md §12), the lints
 PR-2 and PR-5 (noted in ``lints``; the refusals in strict mode) and the Python rules
 PR-41 and V-5, then the engine
-(semantics §8.0 with the v1 rows of §6.1, §6.3, §7.3, §8.11) and returns an
+(docs/reference/semantics.md §8.0 with the v1 rows of §6.1, §6.3, §7.3, §8.11) and returns an
 ``Outcome`` whose ``copies`` say exactly which bytes move from the source cache to
 the destination cache. ``transfer_cache_async`` (§8.7, PR-40, docs/semantics.md V-9)
 writes to raw peer addresses, so its copies are resolved against the peer's caches
-here, and its result per configuration follows the CacheTask rules of python-api.md
+here, and its result per configuration follows the CacheTask rules of docs/reference/python-api.md
 §9.5.
 
 Written from the specification alone; it imports nothing from ``llm_datadist_ffi``
@@ -85,7 +85,7 @@ def valid_id(value: int) -> bool:
 
 
 def identity(key: Union[Key, BlocksKey]) -> Optional[Identity]:
-    """The identity a key is bound under (§9.1, python-api.md §7.4); ``None`` for a
+    """The identity a key is bound under (§9.1, docs/reference/python-api.md §7.4); ``None`` for a
     placeholder. A key with both ids valid is a prefix key when bound."""
     if isinstance(key, BlocksKey):
         return ("req", U64_MAX, key.model_id)
@@ -97,7 +97,7 @@ def identity(key: Union[Key, BlocksKey]) -> Optional[Identity]:
 
 
 def pull_validity(key: Key) -> bool:
-    """python-api.md §7.5: exactly one of ``req_id`` and ``prefix_id`` is valid."""
+    """docs/reference/python-api.md §7.5: exactly one of ``req_id`` and ``prefix_id`` is valid."""
     return valid_id(key.req_id) != valid_id(key.prefix_id)
 
 
@@ -195,7 +195,7 @@ class V1Engine:
         """``allocate_cache(desc, keys)`` or ``allocate_blocks_cache(desc, blocks_key)``.
 
         The value of a success is the new cache id."""
-        # python-api.md §12 allocate_cache / allocate_blocks_cache (the role rows of §9.2, §11)
+        # docs/reference/python-api.md §12 allocate_cache / allocate_blocks_cache (the role rows of §9.2, §11)
         if not blocks and keys and self.role is not LLMRole.PROMPT:
             return python_error_lx("§9.2: keys given by a non-PROMPT engine")
         if blocks and blocks_key is not None and self.role is LLMRole.DECODER:
@@ -286,7 +286,7 @@ class V1Engine:
     def _pull_cache(self, prompt: Optional["V1Engine"], key: Union[Key, ById], dst_id: int, batch_index: int,
                     size: int, src_range: Optional[range], dst_range: Optional[range], n: int,
                     src_offset: Optional[int], dst_offset: Optional[int]) -> Outcome:
-        # python-api.md §12 pull_cache, steps 1-11
+        # docs/reference/python-api.md §12 pull_cache, steps 1-11
         if self.role is not LLMRole.DECODER:
             return python_error_lx("§11: pulls only by a DECODER (MIX rejected)")
         if size != -1 and size <= 0:
@@ -435,7 +435,7 @@ class V1Engine:
             if not 0 <= covered.start < covered.stop <= layers:
                 return python_error_lx("§4.3: 0 <= start < stop <= N/2")
             if len(config.dst_addrs) != 2 * len(covered):
-                return python_error_lx("python-api.md §11.4 step 10: 2 addresses per layer")
+                return python_error_lx("docs/reference/python-api.md §11.4 step 10: 2 addresses per layer")
             plans.append((config, covered))
         results: Dict[int, S] = {}
         writes: Dict[int, List[Tuple[int, Copy]]] = {}

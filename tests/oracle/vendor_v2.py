@@ -1,6 +1,6 @@
 """An independent model of two v2 (CacheManager-mode) engines that move data over a link.
 
-Written from spec/semantics.md and spec/python-api.md alone. It imports nothing from
+Written from docs/reference/semantics.md and docs/reference/python-api.md alone. It imports nothing from
 ``llm_datadist_ffi`` but the public ``LLMStatusCode`` and shares no code with the
 package or the mock.
 
@@ -31,8 +31,8 @@ every request against its live tables (§9.4). A cache registered after the link
 made is unreachable through it (PR-32; pool allocations exempt).
 
 Every data-movement call returns its ``Outcome`` (a ``TypeError``, an
-``LLMException`` status, or success) following the Python checks of python-api.md
-§11.2–§11.4 and the engine order of semantics.md §8.0, and applies exactly the bytes
+``LLMException`` status, or success) following the Python checks of docs/reference/python-api.md
+§11.2–§11.4 and the engine order of docs/reference/semantics.md §8.0, and applies exactly the bytes
 that move to the model's memory (§8.2–§8.7; a multi-layer push keeps the layers
 written before a failing one, §8.12).
 """
@@ -89,7 +89,7 @@ class Key:
 
     @property
     def pullable(self) -> bool:
-        """The validity rule of pulls and of ``remove_cache_key`` (python-api.md §7.5, PR-41)."""
+        """The validity rule of pulls and of ``remove_cache_key`` (docs/reference/python-api.md §7.5, PR-41)."""
         return valid(self.req_id) != valid(self.prefix_id)
 
 
@@ -523,7 +523,7 @@ class World:
         local = self.engine("local")
         dst = local.caches.get(dst_id)
         b2b = isinstance(key, BlocksKey)
-        # Python layer, python-api.md §11.2
+        # Python layer, docs/reference/python-api.md §11.2
         if form == "cache":
             if local.direct and not isinstance(key, ById):
                 return python_error(TypeError, "§11.2 step 1: direct mode takes CacheKeyByIdAndIndex only")
@@ -696,7 +696,7 @@ class World:
               dst_blocks: Sequence[int]) -> Outcome:
         local = self.engine("local")
         src = local.caches.get(src_id)
-        # Python layer, python-api.md §11.3
+        # Python layer, docs/reference/python-api.md §11.3
         if not local.direct:
             return fail(PI, "§1.3 pushes need direct mode (LX)")
         if form == "cache":
@@ -863,12 +863,12 @@ class AsyncOutcome:
 def transfer_cache_async(world: World, src_id: int, configs: Sequence[Union[KeyConfig, AddrConfig]],
                          src_blocks: Sequence[int] = (), dst_blocks: Sequence[int] = (),
                          not_ready: Optional[int] = None) -> AsyncOutcome:
-    """``transfer_cache_async`` from the local cache ``src_id`` (python-api.md §11.4,
-    semantics §8.7, PR-40, V-9); the synchronizer answers False for layer ``not_ready``."""
+    """``transfer_cache_async`` from the local cache ``src_id`` (docs/reference/python-api.md §11.4,
+    docs/reference/semantics.md §8.7, PR-40, V-9); the synchronizer answers False for layer ``not_ready``."""
     world.lints = []
     local = world.engine("local")
     src = local.caches[src_id]
-    # Python layer, python-api.md §11.4
+    # Python layer, docs/reference/python-api.md §11.4
     if src.placement == HOST:
         return AsyncOutcome(fail(PI, "§2.6 transfer_cache_async from a HOST cache (LX)"))
     if src_blocks:

@@ -1,6 +1,6 @@
 // Vendor double: ge::AscendString, built as the fake toolkit's libmetadef.so.
 //
-// Behaviour from spec/cpp-api.md §2.3. A default-constructed or NULL-constructed
+// Behaviour from docs/reference/cpp-api.md §2.3. A default-constructed or NULL-constructed
 // string holds no std::string at all ("null"); AscendString("") holds an empty one.
 // The distinction is visible only in the comparisons: null orders before every
 // non-null value and equals only another null (or a NULL C string).

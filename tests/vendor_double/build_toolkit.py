@@ -1,7 +1,7 @@
 """Lay out a fake Ascend toolkit root whose LLM-DataDist is the vendor double.
 
 The ascend shim is compiled and tested in CI against this root exactly as it is on
-an Ascend host (spec/cpp-api.md §8): same include directories, same library names,
+an Ascend host (docs/reference/cpp-api.md §8): same include directories, same library names,
 same ``set_env.sh`` contract. The layout::
 
     OUT_ROOT/include/llm_datadist/llm_datadist.h           the double's public header

@@ -1,4 +1,4 @@
-// Conformance check of the vendor double against spec/cpp-api.md, in C++.
+// Conformance check of the vendor double against docs/reference/cpp-api.md, in C++.
 //
 // The shim is only as trustworthy as the double it is tested against, so this
 // program pins what the shim relies on: the declarations (types, member order,
@@ -106,7 +106,7 @@ void CheckAscendString() {
 }
 
 void CheckVendorStructs() {
-  // The vendor's own tests build these with brace lists (cpp-api.md §5).
+  // The vendor's own tests build these with brace lists (docs/reference/cpp-api.md §5).
   const ld::CacheIndex index{7U, 3, 0U, {}};
   const ld::KvCacheExtParam ext{{0, 1}, {0, 1}, 2, {}};
   const ld::KvCacheExtParam defaults{};

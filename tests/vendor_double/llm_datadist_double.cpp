@@ -3,9 +3,9 @@
 //
 // Why it exists: the ascend shim (llm_datadist_ffi/_shim/lldd_shim.cpp) can only be
 // compiled and exercised in CI against something that declares the vendor's C++
-// API. This library gives it that API, with the v2 behaviour of spec/cpp-api.md §6,
+// API. This library gives it that API, with the v2 behaviour of docs/reference/cpp-api.md §6,
 // by converting each call back into the flat C ABI and forwarding it to the mock
-// engine, which implements the native semantics (semantics.md). What the v2 class
+// engine, which implements the native semantics (docs/reference/semantics.md). What the v2 class
 // does differently from the native C ABI is done here, not in the mock:
 //
 //  - AllocateCache, DeallocateCache, CopyKvCache and CopyKvBlocks answer

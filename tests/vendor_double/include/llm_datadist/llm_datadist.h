@@ -1,5 +1,5 @@
 /* Vendor double: the public C++ API of LLM-DataDist v2, declared exactly as
- * spec/cpp-api.md §1-§6 gives it (names, types, member order, defaults).
+ * docs/reference/cpp-api.md §1-§6 gives it (names, types, member order, defaults).
  *
  * It exists so that the project's C-ABI shim (llm_datadist_ffi/_shim/lldd_shim.cpp)
  * can be compiled and run in CI without an Ascend toolkit; on a real host the shim

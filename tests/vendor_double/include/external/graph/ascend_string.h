@@ -1,4 +1,4 @@
-/* Vendor double: ge::AscendString as spec/cpp-api.md §2.3 declares it. Every
+/* Vendor double: ge::AscendString as docs/reference/cpp-api.md §2.3 declares it. Every
  * member function except the defaulted ones is defined out of line, in the fake
  * libmetadef.so (tests/vendor_double/ascend_string.cpp), so that a consumer that
  * forgets to link the metadef library fails to link, as on an Ascend host. */

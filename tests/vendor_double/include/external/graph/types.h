@@ -1,5 +1,5 @@
 /* Vendor double: the part of metadef's graph/types.h that llm_datadist.h needs
- * (spec/cpp-api.md §2.3, §2.4). Written from the specification for the shim's CI
+ * (docs/reference/cpp-api.md §2.3, §2.4). Written from the specification for the shim's CI
  * build; on an Ascend host the toolkit's own header is used instead. */
 #ifndef LLDD_VENDOR_DOUBLE_GRAPH_TYPES_H
 #define LLDD_VENDOR_DOUBLE_GRAPH_TYPES_H
