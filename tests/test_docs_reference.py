@@ -178,3 +178,23 @@ def test_no_file_of_the_repository_cites_the_developers_inputs() -> None:
         text = path.read_text(encoding="utf-8", errors="replace")
         for name in outside:
             assert name not in text, f"{rel} cites {name}"
+
+
+def test_every_decision_id_cited_anywhere_is_defined_in_the_docs() -> None:
+    # E-, X-, V-, N-, ACL-, S- decisions are bold labels of docs/semantics.md (or
+    # docs/testing.md); A-n are headings of docs/reference/acl.md
+    tracked = subprocess.run(["git", "-C", str(REPO), "ls-files"], capture_output=True, text=True,
+                             check=True).stdout.split()
+    cited: dict[str, str] = {}
+    for rel in tracked:
+        if rel.endswith((".py", ".c", ".h", ".cpp", ".md")) and (REPO / rel).is_file():
+            text = (REPO / rel).read_text(encoding="utf-8", errors="replace")
+            for found in re.finditer(r"(?<![\w-])((?:E|X|V|N|ACL|S|A)-\d+)(?![\w-])", text):
+                cited.setdefault(found.group(1), rel)
+    defined: set[str] = set()
+    for rel in ("docs/semantics.md", "docs/testing.md", "docs/reference/acl.md"):
+        text = (REPO / rel).read_text(encoding="utf-8")
+        defined |= set(re.findall(r"^\*\*((?:E|X|V|N|ACL|S|A)-\d+)\b", text, re.MULTILINE))
+        defined |= set(re.findall(r"^#+ ((?:E|X|V|N|ACL|S|A)-\d+)\b", text, re.MULTILINE))
+    assert len(cited) > 50
+    assert {rule: where for rule, where in cited.items() if rule not in defined} == {}
