@@ -7,9 +7,12 @@
  * fails. Every cache is MIX: shape[0] batches and shape[0] blocks of one stride.
  * The published-table size of §15 is tracked as caches come and go.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "engine.h"
 
@@ -173,9 +176,15 @@ uint64_t cache_entry_bytes(uint32_t num_tensors)
     return TABLE_ENTRY + 8ull * num_tensors;
 }
 
-/* Inserts a new cache (its id is above every id in the table). mu held. */
+/* Inserts a new cache at its place by id. Its id was taken by cache_take_id_locked in
+ * this same hold of mu, so it is above every id in the table and the place is the end;
+ * the search only keeps the table sorted should that ever not hold. mu held. */
 int table_insert_locked(engine *e, mcache *c)
 {
+    int found;
+    size_t i = table_index(e, c->w.id, &found);
+    if (found)
+        return -1;
     if (e->cache_count == e->cache_cap) {
         size_t cap = e->cache_cap ? e->cache_cap * 2 : 16;
         mcache **n = realloc(e->caches, cap * sizeof *n);
@@ -184,7 +193,9 @@ int table_insert_locked(engine *e, mcache *c)
         e->caches = n;
         e->cache_cap = cap;
     }
-    e->caches[e->cache_count++] = c;
+    memmove(&e->caches[i + 1], &e->caches[i], (e->cache_count - i) * sizeof e->caches[0]);
+    e->caches[i] = c;
+    e->cache_count++;
     e->table_bytes += cache_entry_bytes(c->w.num_tensors);
     return 0;
 }
@@ -243,12 +254,9 @@ void caches_teardown(engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
-int64_t cache_take_id(engine *e)
+int64_t cache_take_id_locked(engine *e)
 {
-    pthread_mutex_lock(&e->mu);
-    int64_t id = e->next_id++;
-    pthread_mutex_unlock(&e->mu);
-    return id;
+    return e->next_id++;
 }
 
 /* Shape, data type and tensor size (semantics §2.3, PR-17); not the rank. */
@@ -318,19 +326,54 @@ lldd_status cache_check_rank(const char *fn, const lldd_cache_desc *d)
  * RegisterKvCache / UnregisterKvCache
  * ------------------------------------------------------------------------------------------ */
 
-lldd_status cache_check_acl_ranges(const char *fn, const uint64_t *addrs, size_t num_addrs, uint64_t tensor_size)
+/* Whether every page of [addr, end) is mapped in this process, asked without touching
+ * them: msync fails with ENOMEM when part of a range is not mapped, and MS_ASYNC has
+ * nothing to do for the pages that are. */
+static int range_mapped(uint64_t addr, uint64_t end)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    uint64_t first = addr & ~(page - 1);
+    return msync((void *)(uintptr_t)first, (size_t)(end - first), MS_ASYNC) == 0 || errno != ENOMEM;
+}
+
+lldd_status cache_check_ranges(const char *fn, const uint64_t *addrs, size_t num_addrs, uint64_t tensor_size)
 {
     for (size_t i = 0; i < num_addrs; i++) {
+        unsigned long long at = addrs[i], len = tensor_size;
+        uint64_t end;
+        if (__builtin_add_overflow(addrs[i], tensor_size, &end)) {
+            mock_set_error("%s: tensor %zu: [0x%llx, +%llu) wraps past the end of the address space", fn, i, at,
+                           len);
+            return LLM_PARAM_INVALID;
+        }
         mock_alloc_info a;
-        if (mock_acl_lookup((uintptr_t)addrs[i], &a) && a.live) {
+        int where = mock_acl_range((uintptr_t)addrs[i], tensor_size, &a);
+        const char *host = where != MOCK_RANGE_UNTRACKED && a.kind == MOCK_MEM_HOST ? "Host" : "";
+        unsigned long long base = where != MOCK_RANGE_UNTRACKED ? (unsigned long long)a.base : 0;
+        if (where == MOCK_RANGE_INSIDE && a.live) {
             uint64_t off = addrs[i] - (uint64_t)a.base;
-            if (off > a.size || tensor_size > a.size - off) {
+            if (tensor_size > a.size - off) {
                 mock_set_error("%s: tensor %zu: [0x%llx, +%llu) runs past the end of its aclrtMalloc%s allocation "
-                               "[0x%llx, +%zu) (PR-30)", fn, i, (unsigned long long)addrs[i],
-                               (unsigned long long)tensor_size, a.kind == MOCK_MEM_HOST ? "Host" : "",
-                               (unsigned long long)a.base, a.size);
+                               "[0x%llx, +%zu) (PR-30)", fn, i, at, len, host, base, a.size);
                 return LLM_PARAM_INVALID;
             }
+        } else if (where == MOCK_RANGE_INSIDE) {
+            mock_set_error("%s: tensor %zu: 0x%llx lies in the aclrtMalloc%s allocation [0x%llx, +%zu), which was "
+                           "freed (use after free)", fn, i, at, host, base, a.size);
+            return LLM_PARAM_INVALID;
+        } else if (where == MOCK_RANGE_GUARD) {
+            mock_set_error("%s: tensor %zu: 0x%llx lies %llu bytes past the end of the aclrtMalloc%s allocation "
+                           "[0x%llx, +%zu) (PR-30)", fn, i, at, (unsigned long long)(at - base - a.size), host,
+                           base, a.size);
+            return LLM_PARAM_INVALID;
+        } else if (where == MOCK_RANGE_RUNS_INTO) {
+            mock_set_error("%s: tensor %zu: [0x%llx, +%llu) starts outside every mock-ACL allocation and runs into "
+                           "the aclrtMalloc%s allocation [0x%llx, +%zu)", fn, i, at, len, host, base, a.size);
+            return LLM_PARAM_INVALID;
+        }
+        if (!range_mapped(addrs[i], end)) {
+            mock_set_error("%s: tensor %zu: [0x%llx, +%llu) is not mapped in this process", fn, i, at, len);
+            return LLM_PARAM_INVALID;
         }
     }
     return LLM_SUCCESS;
@@ -387,33 +430,33 @@ MOCK_EXPORT lldd_status lldd_register_kv_cache(lldd_engine *e, const lldd_cache_
     }
     if ((st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
         goto out;
-    int64_t id = cache_take_id(e);
+    /* From here on the call consumes an id, also when it fails (§3.1). The id is taken
+     * in the locked step that inserts the cache (docs/security.md §1.1). */
     cache_wire w;
-    if ((st = cache_layout(fn, desc, &w)) != LLM_SUCCESS)
-        goto out;
-    w.id = id;
-    if ((st = cache_check_acl_ranges(fn, addrs, num_addrs, w.tensor_size)) != LLM_SUCCESS)
-        goto out;
-    if ((c = cache_record_new(fn, &w, addrs, num_addrs)) == NULL) {
+    st = cache_layout(fn, desc, &w);
+    if (st == LLM_SUCCESS)
+        st = cache_check_ranges(fn, addrs, num_addrs, w.tensor_size);
+    if (st == LLM_SUCCESS && (c = cache_record_new(fn, &w, addrs, num_addrs)) == NULL)
         st = LLM_FAILED;
-        goto out;
-    }
     pthread_mutex_lock(&e->mu);
-    if (e->mode == MODE_DIRECT && e->table_bytes + cache_entry_bytes(w.num_tensors) > TABLE_LIMIT) {
-        pthread_mutex_unlock(&e->mu);
+    int64_t id = cache_take_id_locked(e);
+    if (st == LLM_SUCCESS && e->mode == MODE_DIRECT &&
+        e->table_bytes + cache_entry_bytes(w.num_tensors) > TABLE_LIMIT) {
         mock_set_error("%s: the published cache table would grow to %llu bytes, over its 1 MiB limit "
                        "(24 + sum(64 + 8 * num_tensors))", fn,
                        (unsigned long long)(e->table_bytes + cache_entry_bytes(w.num_tensors)));
         st = LLM_PARAM_INVALID;
-        goto out;
     }
-    if (table_insert_locked(e, c) != 0) {
-        pthread_mutex_unlock(&e->mu);
-        mock_set_error("%s: out of host memory", fn);
-        st = LLM_FAILED;
-        goto out;
+    if (st == LLM_SUCCESS) {
+        c->w.id = id;
+        if (table_insert_locked(e, c) != 0) {
+            mock_set_error("%s: out of host memory", fn);
+            st = LLM_FAILED;
+        }
     }
     pthread_mutex_unlock(&e->mu);
+    if (st != LLM_SUCCESS)
+        goto out;
     *cache_id = id;
     c = NULL;
 out:
@@ -510,25 +553,31 @@ MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_des
     }
     if ((st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
         goto out;
-    int64_t id = cache_take_id(e);
+    /* From here on the call consumes an id, also when it fails (§3.1); the id is taken
+     * in the locked step that inserts the cache (docs/security.md §1.1). */
     cache_wire w;
-    if ((st = cache_layout(fn, desc, &w)) != LLM_SUCCESS)
-        goto out;
-    w.id = id;
-    w.owned = 1;
-    uint64_t page = 1ull << pool->page_shift;
-    uint64_t pages = w.tensor_size / page + (w.tensor_size % page != 0);
-    c = calloc(1, sizeof *c);
-    if (c == NULL || (c->addrs = calloc(w.num_tensors, sizeof *c->addrs)) == NULL ||
-        (c->page_first = calloc(w.num_tensors, sizeof *c->page_first)) == NULL) {
-        mock_set_error("%s: out of host memory", fn);
-        st = LLM_FAILED;
+    uint64_t page = 1ull << pool->page_shift, pages = 0;
+    st = cache_layout(fn, desc, &w);
+    if (st == LLM_SUCCESS) {
+        w.owned = 1;
+        pages = w.tensor_size / page + (w.tensor_size % page != 0);
+        c = calloc(1, sizeof *c);
+        if (c == NULL || (c->addrs = calloc(w.num_tensors, sizeof *c->addrs)) == NULL ||
+            (c->page_first = calloc(w.num_tensors, sizeof *c->page_first)) == NULL) {
+            mock_set_error("%s: out of host memory", fn);
+            st = LLM_FAILED;
+        }
+    }
+    pthread_mutex_lock(&e->mu);
+    int64_t id = cache_take_id_locked(e);
+    if (st != LLM_SUCCESS) {
+        pthread_mutex_unlock(&e->mu);
         goto out;
     }
+    w.id = id;
     c->w = w;
     c->pages_per_tensor = pages;
     c->ext_ref = 1; /* the id handle (lldd_ext_deallocate_cache drops it) */
-    pthread_mutex_lock(&e->mu);
     if (e->mode == MODE_DIRECT && e->table_bytes + cache_entry_bytes(w.num_tensors) > TABLE_LIMIT) {
         pthread_mutex_unlock(&e->mu);
         mock_set_error("%s: the published cache table would exceed its 1 MiB limit", fn);

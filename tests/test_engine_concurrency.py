@@ -1,0 +1,199 @@
+"""Threads against one engine (docs/security.md §1): the cache table stays exact under
+concurrent registrations, allocations and removals, and ``close()`` while other threads
+call methods neither frees the engine under them nor leaves them blocked.
+
+These tests are also the ThreadSanitizer stage of ``.ci/run``. Each worker records
+what it did; the checks compare the engine's answers with those records (bytes the
+test wrote itself), never with values the engine computed.
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from llm_datadist_ffi import LLMException
+from llm_datadist_ffi import LLMStatusCode as S
+from llm_datadist_ffi import native
+from llm_datadist_ffi._loader import ffi, lldd_lib
+from llm_datadist_ffi.native import Cache, CacheDesc, DataType
+
+Engines = Callable[..., native.LlmDataDist]
+
+THREADS = 8
+ROUNDS = 24
+# A registration of many tensors spends long enough in the engine (a range check and a
+# copy per address) that eight threads overlap in it on every run; allocations are
+# small so that the pool holds them all.
+WIDE = 1024
+NARROW = 8
+SHAPE = [2, 16]                                       # 2 batches of 16 bytes: one 1 KiB page per tensor
+POOL = '{"memory_size": 8388608, "page_shift": 10}'   # 8192 pages: every allocation below and the probes
+JOIN_SECONDS = 60.0
+# One round of the race loses an id on most runs of the code before the fix; four make
+# a miss unlikely.
+REPEATS = 4
+
+pytestmark = pytest.mark.mock_only(reason="pool-backed AllocateCache and CopyKvCache (PR-9) read the caches back")
+
+
+class RawCalls:
+    """C calls prepared once per thread, so that a loop of them spends its time in the
+    engine rather than in Python (the GIL is released inside each call)."""
+
+    def __init__(self, engine: native.LlmDataDist) -> None:
+        self.handle = engine._engine()
+        self.shape = ffi.new("int64_t[]", SHAPE)
+        self.id_out = ffi.new("int64_t *")
+        self.addrs_out = ffi.new("uint64_t[]", NARROW)
+
+    def _desc(self, num_tensors: int) -> object:
+        desc = ffi.new("lldd_cache_desc *")
+        desc.placement, desc.num_tensors, desc.data_type = 1, num_tensors, DataType.DT_UINT8.value
+        desc.shape, desc.shape_len = self.shape, len(SHAPE)
+        return desc
+
+    @staticmethod
+    def wide_addrs(array: np.ndarray) -> object:
+        """WIDE tensor addresses that all point at ``array`` (aliases are allowed)."""
+        return ffi.new("uint64_t[]", [array.ctypes.data] * WIDE)
+
+    def register(self, addrs: object, vendor_path: bool) -> int:
+        desc = self._desc(WIDE)
+        if vendor_path:
+            status = lldd_lib.lldd_ext_register_cache(self.handle, desc, addrs, WIDE, 1, 1, ffi.NULL, 0, self.id_out)
+        else:
+            status = lldd_lib.lldd_register_kv_cache(self.handle, desc, addrs, WIDE, self.id_out)
+        assert status == 0, f"register: status {status}"
+        return int(self.id_out[0])
+
+    def allocate(self) -> tuple[int, int]:
+        """Allocates NARROW tensors: (id, address of tensor 0)."""
+        status = lldd_lib.lldd_allocate_cache(self.handle, self._desc(NARROW), self.id_out, self.addrs_out, NARROW)
+        assert status == 0, f"allocate: status {status}"
+        return int(self.id_out[0]), int(self.addrs_out[0])
+
+    def unregister(self, cache_id: int) -> None:
+        assert lldd_lib.lldd_unregister_kv_cache(self.handle, cache_id) == 0
+
+    def deallocate(self, cache_id: int) -> None:
+        assert lldd_lib.lldd_deallocate_cache(self.handle, cache_id) == 0
+
+
+def _run_together(workers: list[Callable[[], None]]) -> None:
+    """Starts the workers at one barrier and joins them; any worker's exception fails the test."""
+    barrier = threading.Barrier(len(workers))
+    errors: list[BaseException] = []
+
+    def body(work: Callable[[], None]) -> None:
+        barrier.wait()
+        try:
+            work()
+        except BaseException as exc:    # handed to the test thread, which raises it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(w,), daemon=True) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(JOIN_SECONDS)
+    assert not any(t.is_alive() for t in threads), "a worker thread is still blocked in the engine"
+    if errors:
+        raise errors[0]
+
+
+def _pattern(worker: int, round_: int) -> bytes:
+    return bytes((worker * 31 + round_ * 7 + k) % 256 for k in range(SHAPE[0] * SHAPE[1]))
+
+
+class Probe:
+    """Reads batch 0 of tensor 0 of a cache as the engine finds it by id: CopyKvCache
+    into an allocated cache of the same tensor count, then its memory."""
+
+    def __init__(self, engine: native.LlmDataDist) -> None:
+        self.engine = engine
+        self.targets = {n: engine.allocate_cache(CacheDesc(n, DataType.DT_UINT8, SHAPE)) for n in (WIDE, NARROW)}
+
+    def batch0(self, cache_id: int, num_tensors: int) -> bytes:
+        target = self.targets[num_tensors]
+        self.engine.copy_kv_cache(Cache(cache_id), target)
+        return ctypes.string_at(target.tensor_addrs[0], SHAPE[1])
+
+
+@pytest.mark.parametrize("vendor_path", [False, True], ids=["RegisterKvCache", "ext_register_cache"])
+@pytest.mark.parametrize("repeat", range(REPEATS))
+def test_concurrent_registrations_and_allocations_each_get_their_own_id_and_cache(
+        engines: Engines, vendor_path: bool, repeat: int) -> None:
+    engine = engines(1, options={native.OPTION_MEM_POOL_CONFIG: POOL})
+    made: dict[int, tuple[int, bytes]] = {}          # id -> (tensor count, the bytes written)
+    arrays: list[np.ndarray] = []
+
+    def worker(index: int) -> Callable[[], None]:
+        calls = RawCalls(engine)
+
+        patterns = [_pattern(index, r) for r in range(ROUNDS)]
+        arrays.extend(np.frombuffer(p, dtype=np.uint8).copy() for p in patterns)
+        addrs = [calls.wide_addrs(a) for a in arrays[-ROUNDS:]]
+
+        def work() -> None:
+            for r, pattern in enumerate(patterns):
+                if (index + r) % 2:
+                    made[calls.register(addrs[r], vendor_path)] = (WIDE, pattern)
+                else:
+                    cache_id, address = calls.allocate()
+                    ctypes.memmove(address, pattern, len(pattern))
+                    made[cache_id] = (NARROW, pattern)
+        return work
+
+    _run_together([worker(i) for i in range(THREADS)])
+
+    assert sorted(made) == list(range(1, THREADS * ROUNDS + 1))
+    probe = Probe(engine)
+    found = {cache_id: probe.batch0(cache_id, n) for cache_id, (n, _) in made.items()}
+    assert found == {cache_id: pattern[:SHAPE[1]] for cache_id, (_, pattern) in made.items()}
+    engine.finalize()
+
+
+@pytest.mark.parametrize("repeat", range(REPEATS))
+def test_concurrent_removals_leave_exactly_the_caches_that_were_kept(engines: Engines, repeat: int) -> None:
+    engine = engines(1, options={native.OPTION_MEM_POOL_CONFIG: POOL})
+    kept: dict[int, tuple[int, bytes]] = {}
+    gone: set[int] = set()
+    arrays: list[np.ndarray] = []
+
+    def worker(index: int) -> Callable[[], None]:
+        calls = RawCalls(engine)
+
+        patterns = [_pattern(index, r) for r in range(ROUNDS)]
+        arrays.extend(np.frombuffer(p, dtype=np.uint8).copy() for p in patterns)
+        addrs = [calls.wide_addrs(a) for a in arrays[-ROUNDS:]]
+
+        def work() -> None:
+            for r, pattern in enumerate(patterns):
+                if r % 2:
+                    cache_id, count = calls.register(addrs[r], False), WIDE
+                else:
+                    cache_id, address = calls.allocate()
+                    ctypes.memmove(address, pattern, len(pattern))
+                    count = NARROW
+                if r % 3 == 0:
+                    (calls.unregister if r % 2 else calls.deallocate)(cache_id)
+                    gone.add(cache_id)
+                else:
+                    kept[cache_id] = (count, pattern)
+        return work
+
+    _run_together([worker(i) for i in range(THREADS)])
+
+    assert sorted([*kept, *gone]) == list(range(1, THREADS * ROUNDS + 1))
+    probe = Probe(engine)
+    found = {cache_id: probe.batch0(cache_id, n) for cache_id, (n, _) in kept.items()}
+    assert found == {cache_id: pattern[:SHAPE[1]] for cache_id, (_, pattern) in kept.items()}
+    for cache_id in sorted(gone):
+        with pytest.raises(LLMException) as info:
+            probe.engine.copy_kv_cache(Cache(cache_id), probe.targets[NARROW])
+        assert info.value.status_code == S.LLM_KV_CACHE_NOT_EXIST, f"cache {cache_id}"
+    engine.finalize()
