@@ -25,10 +25,12 @@ C-contiguous ``uint64`` array crosses into C without a copy.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import threading
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Tuple, TypeVar, Union, cast
 
 import numpy as np
 
@@ -361,18 +363,37 @@ def _check_distinct(blocks: "np.ndarray[Any, Any]", name: str, tag: str) -> None
 
 # ---- the engine -------------------------------------------------------------------------------
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _holds_engine(method: _Method) -> _Method:
+    """Runs the method with the native engine held (see ``LlmDataDist._held``)."""
+    @functools.wraps(method)
+    def call(self: "LlmDataDist", *args: Any, **kwargs: Any) -> Any:
+        with self._held():
+            return method(self, *args, **kwargs)
+    return cast(_Method, call)
+
+
 class LlmDataDist:
     """``llm_datadist::LlmDataDist(cluster_id, role)``.
 
     Use as a context manager, or call :meth:`close`, to finalize and free the engine
     deterministically; garbage collection frees it as a safety net. Every method may
     be called from any thread; the GIL is released while the backend works.
+
+    The native engine is reference-counted: every method holds it while it runs, and
+    :meth:`close` frees it only when no method holds it any more (docs/security.md
+    §1.2). A method that starts after ``close()`` began raises ``RuntimeError``; one
+    that reaches the backend while ``close()`` finalizes gets ``LLM_FAILED``.
     """
 
     def __init__(self, cluster_id: int, role: Union[LlmRole, int]) -> None:
         self._cluster_id = _int(cluster_id, "cluster_id", _U64, "uint64")
         self._role = _int(role, "role", _I32, "int32")
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()     # guards _handle, _users, _closing
+        self._users = 0                        # methods holding the native engine
+        self._closing = False
         self._initialized = False
         self._caches: dict[int, CacheDesc] = {}
         self._owned: set[int] = set()          # ids from allocate_cache (deallocate frees only these)
@@ -392,12 +413,35 @@ class LlmDataDist:
             return self._role
 
     def _engine(self) -> Any:
+        """The native handle. Methods call it while they hold the engine (``_held``),
+        so the handle stays valid until they return."""
         handle = self._handle
         if handle is None:
             raise RuntimeError("this LlmDataDist was closed")
         return handle
 
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[Any]:
+        """Holds the native engine: ``close()`` waits until every holder has left.
+
+        Raises:
+            RuntimeError: ``close()`` has begun or is done.
+        """
+        with self._lock:
+            if self._handle is None or self._closing:
+                raise RuntimeError("this LlmDataDist was closed")
+            self._users += 1
+            handle = self._handle
+        try:
+            yield handle
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0:
+                    self._lock.notify_all()
+
     # -- life cycle --
+    @_holds_engine
     def initialize(self, options: Mapping[str, str]) -> None:
         """``Initialize(options)``.
 
@@ -417,18 +461,41 @@ class LlmDataDist:
         self._initialized = True
 
     def finalize(self) -> None:
-        """``Finalize()``: drop every link locally, free every cache. Idempotent."""
-        if self._handle is not None:
-            _capi.lldd_finalize(self._handle)
+        """``Finalize()``: drop every link locally, free every cache. Idempotent, also
+        after :meth:`close`."""
+        with contextlib.ExitStack() as stack:
+            try:
+                handle = stack.enter_context(self._held())
+            except RuntimeError:
+                handle = None                  # closed or closing: close() finalizes
+            if handle is not None:
+                _capi.lldd_finalize(handle)
         self._initialized = False
         self._caches.clear()
         self._owned.clear()
 
     def close(self) -> None:
-        """Finalize and free the native engine; the object is unusable afterwards."""
-        handle, self._handle = self._handle, None
-        if handle is not None:
+        """Finalize and free the native engine; the object is unusable afterwards.
+
+        Methods already running in other threads finish first: ``Finalize`` waits for
+        the calls inside the backend (each ends within its own wait time), and a call
+        that reaches the backend after that gets ``LLM_FAILED``. The engine is freed
+        once no method holds it; a second ``close()`` returns when the first is done.
+        """
+        with self._lock:
+            if self._handle is None:
+                return
+            if self._closing:
+                self._lock.wait_for(lambda: self._handle is None)
+                return
+            self._closing = True
+            handle = self._handle
+        _capi.lldd_finalize(handle)
+        with self._lock:
+            self._lock.wait_for(lambda: self._users == 0)
             _capi.lldd_destroy(handle)
+            self._handle = None
+            self._lock.notify_all()
         self._initialized = False
         self._caches.clear()
         self._owned.clear()
@@ -439,6 +506,7 @@ class LlmDataDist:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @_holds_engine
     def set_role(self, role: Union[LlmRole, int], options: Optional[Mapping[str, str]] = None) -> None:
         """``SetRole(role, options)``.
 
@@ -456,6 +524,7 @@ class LlmDataDist:
         self._role = role_value
 
     # -- links --
+    @_holds_engine
     def link_llm_clusters(self, clusters: Sequence[ClusterInfo],
                           timeout_in_millis: int = 1000) -> tuple[LLMStatusCode, list[LLMStatusCode]]:
         """``LinkLlmClusters``: returns ``(status, [status per cluster])`` and does not
@@ -470,6 +539,7 @@ class LlmDataDist:
         del keep
         return map_status(status), [map_status(r) for r in rets]
 
+    @_holds_engine
     def unlink_llm_clusters(self, clusters: Sequence[ClusterInfo], timeout_in_millis: int = 1000,
                             force_flag: bool = False) -> tuple[LLMStatusCode, list[LLMStatusCode]]:
         """``UnlinkLlmClusters``: returns ``(status, [status per cluster])``.
@@ -485,6 +555,7 @@ class LlmDataDist:
         return map_status(status), [map_status(r) for r in rets]
 
     # -- caches --
+    @_holds_engine
     def register_kv_cache(self, cache_desc: CacheDesc, addrs: Sequence[int]) -> int:
         """``RegisterKvCache(cache_desc, addrs, RegisterCfg{}, cache_id)``: returns the id.
 
@@ -507,6 +578,7 @@ class LlmDataDist:
         self._caches[cache_id] = cache_desc
         return cache_id
 
+    @_holds_engine
     def unregister_kv_cache(self, cache_id: int) -> None:
         """``UnregisterKvCache(cache_id)``; an unknown id succeeds."""
         cid = _int(cache_id, "cache_id", _I64, "int64")
@@ -514,6 +586,7 @@ class LlmDataDist:
         if cid not in self._owned:             # an owned cache stays (PR-23 refuses the call)
             self._caches.pop(cid, None)
 
+    @_holds_engine
     def allocate_cache(self, cache_desc: CacheDesc) -> Cache:
         """``AllocateCache``: a library-owned cache from the memory pool (PR-9).
 
@@ -531,6 +604,7 @@ class LlmDataDist:
         self._owned.add(cache_id)
         return Cache(cache_id, addrs, cache_desc)
 
+    @_holds_engine
     def deallocate_cache(self, cache_id: int) -> None:
         """``DeallocateCache``: an unknown id succeeds (PR-9)."""
         cid = _int(cache_id, "cache_id", _I64, "int64")
@@ -562,6 +636,7 @@ class LlmDataDist:
             raise _param_invalid(tag, f"src_cache {src_cache.cache_id} is HOST-placed; pushes need a DEVICE "
                                       "cache (PR-33)")
 
+    @_holds_engine
     def pull_kv_cache(self, src_cache_index: CacheIndex, dst_cache: Cache, batch_index: int = 0,
                       size: int = -1, ext_param: Optional[KvCacheExtParam] = None) -> None:
         """``PullKvCache``: ``size`` bytes (−1: one destination batch) of every selected
@@ -583,6 +658,7 @@ class LlmDataDist:
         _capi.lldd_pull_kv_cache(self._engine(), src, dst, batch, nbytes, ext, tag)
         del keep
 
+    @_holds_engine
     def pull_kv_blocks(self, src_cache_index: CacheIndex, dst_cache: Cache, src_blocks: BlockList,
                        dst_blocks: BlockList, ext_param: Optional[KvCacheExtParam] = None) -> None:
         """``PullKvBlocks``: block ``src_blocks[k]`` of every selected remote tensor into
@@ -605,6 +681,7 @@ class LlmDataDist:
         _capi.lldd_pull_kv_blocks(self._engine(), src, dst, src_ptr, n_src, dst_ptr, n_dst, ext, tag)
         del keep, src_arr, dst_arr
 
+    @_holds_engine
     def push_kv_cache(self, src_cache: Cache, dst_cache_index: CacheIndex, src_batch_index: int = 0,
                       size: int = -1, ext_param: Optional[KvCacheExtParam] = None) -> None:
         """``PushKvCache``: one local batch of every selected layer into the remote batch
@@ -625,6 +702,7 @@ class LlmDataDist:
         _capi.lldd_push_kv_cache(self._engine(), src, dst, batch, nbytes, ext, tag)
         del keep
 
+    @_holds_engine
     def push_kv_blocks(self, src_cache: Cache, dst_cache_index: CacheIndex, src_blocks: BlockList,
                        dst_blocks: BlockList, ext_param: Optional[KvCacheExtParam] = None) -> None:
         """``PushKvBlocks``: local block ``src_blocks[k]`` into remote block ``dst_blocks[k]``.
@@ -646,6 +724,7 @@ class LlmDataDist:
         _capi.lldd_push_kv_blocks(self._engine(), src, dst, src_ptr, n_src, dst_ptr, n_dst, ext, tag)
         del keep, src_arr, dst_arr
 
+    @_holds_engine
     def copy_kv_cache(self, src_cache: Cache, dst_cache: Cache, src_batch_index: int = 0,
                       dst_batch_index: int = 0, offset: int = 0, size: int = -1) -> None:
         """``CopyKvCache``: a local copy between two caches by id (PR-9).
@@ -666,6 +745,7 @@ class LlmDataDist:
         _capi.lldd_copy_kv_cache(self._engine(), src, dst, sb, db, off, nbytes, tag)
         del keep_src, keep_dst
 
+    @_holds_engine
     def copy_kv_blocks(self, src_cache: Cache, dst_cache: Cache, src_blocks: BlockList,
                        dst_blocks_list: Sequence[BlockList]) -> None:
         """``CopyKvBlocks``: for each list in ``dst_blocks_list``, block ``src_blocks[k]``

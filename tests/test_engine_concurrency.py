@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+import time
 from typing import Callable
 
 import numpy as np
@@ -17,9 +18,9 @@ import pytest
 
 from llm_datadist_ffi import LLMException
 from llm_datadist_ffi import LLMStatusCode as S
-from llm_datadist_ffi import native
+from llm_datadist_ffi import mock_control, native
 from llm_datadist_ffi._loader import ffi, lldd_lib
-from llm_datadist_ffi.native import Cache, CacheDesc, DataType
+from llm_datadist_ffi.native import Cache, CacheDesc, CacheIndex, DataType
 
 Engines = Callable[..., native.LlmDataDist]
 
@@ -197,3 +198,91 @@ def test_concurrent_removals_leave_exactly_the_caches_that_were_kept(engines: En
             probe.engine.copy_kv_cache(Cache(cache_id), probe.targets[NARROW])
         assert info.value.status_code == S.LLM_KV_CACHE_NOT_EXIST, f"cache {cache_id}"
     engine.finalize()
+
+
+# ---- close() while other threads call methods ----------------------------------------------
+
+CLOSERS = 6
+CALLS_BEFORE_CLOSE = 20
+# Statuses a call may get when it reaches the backend while close() finalizes (LLM_FAILED)
+# or after (LLM_FAILED; the pool calls LLM_FEATURE_NOT_ENABLED, docs/semantics.md E-2).
+CLOSE_STATUSES = {S.LLM_FAILED, S.LLM_FEATURE_NOT_ENABLED}
+
+
+def _busy_worker(engine: native.LlmDataDist, index: int, counts: list[int],
+                 statuses: list[set[int]], started: threading.Event) -> Callable[[], None]:
+    """Registers, allocates, copies and removes caches until a call raises RuntimeError
+    (close() has begun); records every status an LLMException carried."""
+    array = np.full(SHAPE[0] * SHAPE[1], index, dtype=np.uint8)
+
+    def work() -> None:
+        while True:
+            try:
+                registered = engine.register_kv_cache(_desc_of(1), [array.ctypes.data])
+                allocated = engine.allocate_cache(_desc_of(1))
+                engine.copy_kv_cache(Cache(registered), allocated)
+                engine.unregister_kv_cache(registered)
+                engine.deallocate_cache(allocated.cache_id)
+            except LLMException as exc:
+                statuses[index].add(int(exc.status_code))
+            except RuntimeError as exc:
+                assert str(exc) == "this LlmDataDist was closed"
+                return
+            counts[index] += 1
+            if min(counts) >= CALLS_BEFORE_CLOSE:
+                started.set()
+    return work
+
+
+def _desc_of(num_tensors: int) -> CacheDesc:
+    return CacheDesc(num_tensors, DataType.DT_UINT8, SHAPE)
+
+
+@pytest.mark.parametrize("repeat", range(REPEATS))
+def test_close_while_other_threads_call_methods_fails_their_later_calls_cleanly(repeat: int) -> None:
+    engine = native.LlmDataDist(1, native.LlmRole.PROMPT)
+    engine.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_MEM_POOL_CONFIG: POOL})
+    counts = [0] * CLOSERS
+    statuses: list[set[int]] = [set() for _ in range(CLOSERS)]
+    started = threading.Event()
+    threads = [threading.Thread(target=_busy_worker(engine, i, counts, statuses, started), daemon=True)
+               for i in range(CLOSERS)]
+    for t in threads:
+        t.start()
+    assert started.wait(JOIN_SECONDS)
+    engine.close()
+    for t in threads:
+        t.join(JOIN_SECONDS)
+    assert not any(t.is_alive() for t in threads), "a worker thread is still blocked in the engine"
+    assert set().union(*statuses) <= CLOSE_STATUSES
+    with pytest.raises(RuntimeError, match="was closed"):
+        engine.register_kv_cache(_desc_of(1), [np.zeros(32, np.uint8).ctypes.data])
+    engine.finalize()                                  # still a no-op after close
+    engine.close()                                     # and so is a second close
+
+
+def test_close_waits_for_a_transfer_running_in_another_thread(engines: Engines) -> None:
+    server = engines(1, listen=True)
+    client = native.LlmDataDist(2, native.LlmRole.DECODER)
+    client.initialize({native.OPTION_DEVICE_ID: "0"})
+    source = [np.arange(32, dtype=np.uint8) + k for k in range(2)]
+    target = [np.zeros(32, dtype=np.uint8) for _ in range(2)]
+    src_id = server.register_kv_cache(_desc_of(2), [a.ctypes.data for a in source])
+    dst_id = client.register_kv_cache(_desc_of(2), [a.ctypes.data for a in target])
+    info = native.ClusterInfo(1, 0, [native.IpInfo("127.0.0.1", 0)], [native.IpInfo("127.0.0.1", server.listen_port)])
+    assert client.link_llm_clusters([info])[0] == S.LLM_SUCCESS
+    mock_control.set_serve_delay(server, 800)          # the pull takes 0.8 s of the 1 s wait time
+    finished: list[float] = []
+
+    def pull() -> None:
+        client.pull_kv_cache(CacheIndex(1, src_id), Cache(dst_id))
+        finished.append(time.monotonic())
+
+    _run_in_background = threading.Thread(target=pull, daemon=True)
+    _run_in_background.start()
+    time.sleep(0.2)
+    client.close()
+    closed = time.monotonic()
+    _run_in_background.join(JOIN_SECONDS)
+    assert finished and finished[0] <= closed          # the pull ended before close() returned ...
+    assert [t[:16].tobytes() for t in target] == [s[:16].tobytes() for s in source]   # ... with its batch
