@@ -350,6 +350,9 @@ int64_t cache_take_id_locked(engine *e);
  * that starts in a live mock-ACL allocation stays inside it); it does not start in a
  * freed mock-ACL allocation or run into one from outside; it is mapped. */
 lldd_status cache_check_ranges(const char *fn, const uint64_t *addrs, size_t num_addrs, uint64_t tensor_size);
+/* E-1 for the arrays inside a caller's lldd_cache (tensor_addrs, cache_desc.shape): NULL
+ * with a non-zero count is PARAM_INVALID (E-23). */
+lldd_status cache_arg_check(const char *fn, const char *name, const lldd_cache *c);
 /* A registered cache's record: w and a copy of the caller's addresses. NULL, with
  * "out of host memory" set, when memory runs out. */
 mcache *cache_record_new(const char *fn, const cache_wire *w, const uint64_t *addrs, size_t num_addrs);

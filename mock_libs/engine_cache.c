@@ -379,6 +379,19 @@ lldd_status cache_check_ranges(const char *fn, const uint64_t *addrs, size_t num
     return LLM_SUCCESS;
 }
 
+lldd_status cache_arg_check(const char *fn, const char *name, const lldd_cache *c)
+{
+    if (c->tensor_addrs == NULL && c->num_tensor_addrs > 0) {
+        mock_set_error("%s: %s.tensor_addrs is NULL but num_tensor_addrs is %zu", fn, name, c->num_tensor_addrs);
+        return LLM_PARAM_INVALID;
+    }
+    if (c->cache_desc.shape == NULL && c->cache_desc.shape_len > 0) {
+        mock_set_error("%s: %s.cache_desc.shape is NULL but shape_len is %zu", fn, name, c->cache_desc.shape_len);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
 mcache *cache_record_new(const char *fn, const cache_wire *w, const uint64_t *addrs, size_t num_addrs)
 {
     mcache *c = calloc(1, sizeof *c);
@@ -742,7 +755,11 @@ MOCK_EXPORT lldd_status lldd_copy_kv_cache(lldd_engine *e, const lldd_cache *src
         mock_set_error("%s: %s must not be NULL", fn, e == NULL ? "engine" : src_cache == NULL ? "src_cache" : "dst_cache");
         return LLM_PARAM_INVALID;
     }
-    lldd_status st = pool_call_enter(e, fn);
+    lldd_status st = cache_arg_check(fn, "src_cache", src_cache);
+    if (st == LLM_SUCCESS)
+        st = cache_arg_check(fn, "dst_cache", dst_cache);
+    if (st == LLM_SUCCESS)
+        st = pool_call_enter(e, fn);
     if (st != LLM_SUCCESS)
         return st;
     st = cache_copy(e, fn, src_cache->cache_id, dst_cache->cache_id, src_batch_index, dst_batch_index, offset, size, 0,
@@ -775,7 +792,11 @@ MOCK_EXPORT lldd_status lldd_copy_kv_blocks(lldd_engine *e, const lldd_cache *sr
                        : !lens_ok ? "dst_list_lens overflow" : "dst_blocks_flat is NULL but the lists are not empty");
         return LLM_PARAM_INVALID;
     }
-    lldd_status st = pool_call_enter(e, fn);
+    lldd_status st = cache_arg_check(fn, "src_cache", src_cache);
+    if (st == LLM_SUCCESS)
+        st = cache_arg_check(fn, "dst_cache", dst_cache);
+    if (st == LLM_SUCCESS)
+        st = pool_call_enter(e, fn);
     if (st != LLM_SUCCESS)
         return st;
     mcache *s = NULL, *d = NULL;
