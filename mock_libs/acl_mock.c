@@ -1120,31 +1120,6 @@ int mock_acl_lookup(uintptr_t addr, mock_alloc_info *out)
     return node != NULL;
 }
 
-int mock_acl_range(uintptr_t addr, uint64_t len, mock_alloc_info *out)
-{
-    int where = MOCK_RANGE_UNTRACKED;
-    pthread_rwlock_rdlock(&g_lock);
-    const alloc_node *node = tree_containing(addr);
-    if (node != NULL) {
-        where = addr - node->base < node->size ? MOCK_RANGE_INSIDE : MOCK_RANGE_GUARD;
-    } else {
-        node = tree_next_above(addr);
-        if (node != NULL && node->base - addr < len)
-            where = MOCK_RANGE_RUNS_INTO;
-        else
-            node = NULL;
-    }
-    if (node != NULL) {
-        out->base = node->base;
-        out->size = node->size;
-        out->live = node->live;
-        out->kind = node->kind;
-        out->device = node->device;
-    }
-    pthread_rwlock_unlock(&g_lock);
-    return where;
-}
-
 int mock_acl_device_valid(int32_t device)
 {
     mark_started();

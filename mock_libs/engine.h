@@ -346,9 +346,9 @@ lldd_status cache_check_rank(const char *fn, const lldd_cache_desc *d);
  * inserts the cache, so that ids reach the table in order (docs/security.md §1.1). */
 int64_t cache_take_id_locked(engine *e);
 /* The registration range checks of every tensor [addrs[i], +tensor_size), native and
- * extension (docs/semantics.md E-16, E-23): it does not wrap past 2^64; PR-30 (a range
- * that starts in a live mock-ACL allocation stays inside it); it does not start in a
- * freed mock-ACL allocation or run into one from outside; it is mapped. */
+ * extension (docs/semantics.md E-16, E-23): it does not wrap past 2^64; it does not start
+ * in a freed mock-ACL allocation; PR-30 (a range that starts in a live mock-ACL
+ * allocation stays inside it); it starts on a mapped page. */
 lldd_status cache_check_ranges(const char *fn, const uint64_t *addrs, size_t num_addrs, uint64_t tensor_size);
 /* E-1 for the arrays inside a caller's lldd_cache (tensor_addrs, cache_desc.shape): NULL
  * with a non-zero count is PARAM_INVALID (E-23). */

@@ -44,12 +44,6 @@ typedef struct mock_alloc_info {
 /* 1 and *out filled if addr lies inside a tracked allocation (live or recently
  * freed), else 0. */
 int mock_acl_lookup(uintptr_t addr, mock_alloc_info *out);
-/* Where [addr, addr + len) lies among the tracked allocations (live or recently freed):
- * MOCK_RANGE_INSIDE, it starts in one's memory; MOCK_RANGE_GUARD, in the guard zone just
- * past one's end; MOCK_RANGE_RUNS_INTO, it starts outside every one and runs into one;
- * MOCK_RANGE_UNTRACKED, none of these. *out is filled unless UNTRACKED. */
-enum { MOCK_RANGE_UNTRACKED = 0, MOCK_RANGE_INSIDE = 1, MOCK_RANGE_GUARD = 2, MOCK_RANGE_RUNS_INTO = 3 };
-int mock_acl_range(uintptr_t addr, uint64_t len, mock_alloc_info *out);
 /* 1 if 0 <= device < device count. */
 int mock_acl_device_valid(int32_t device);
 /* Allocation on behalf of an engine (memory pools): tracked and counted against the
