@@ -85,7 +85,10 @@ def _choose(requested: str) -> str:
 
 
 def _dlopen(ffi: cffi.FFI, path: str) -> Any:
-    return ffi.dlopen(path)
+    # RTLD_NODELETE: the backends start threads, which must never outlive their code,
+    # and LeakSanitizer's check at exit needs the library's globals and symbols
+    # (docs/security.md §1.4); a library is loaded once per process anyway.
+    return ffi.dlopen(path, ffi.RTLD_NOW | ffi.RTLD_NODELETE)
 
 
 def _load_mock(ffi: cffi.FFI) -> tuple[Any, Any, LoadedBackend]:

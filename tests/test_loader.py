@@ -73,7 +73,9 @@ def test_a_library_of_another_abi_version_is_rejected_with_a_fix(tmp_path: Path)
     source = tmp_path / "old.c"
     source.write_text("unsigned lldd_abi_version(void) { return 99; }\n")
     lib = tmp_path / "libold.so"
-    subprocess.run([cc, "-shared", "-fPIC", str(source), "-o", str(lib)], check=True)
+    # the compiler is not under test: without the sanitizer runtime a CI stage preloads
+    compiler_env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    subprocess.run([cc, "-shared", "-fPIC", str(source), "-o", str(lib)], check=True, env=compiler_env)
     result = run_python("import llm_datadist_ffi.native", LLM_DATADIST_FFI_BACKEND="mock",
                         LLM_DATADIST_FFI_MOCK_LIB=str(lib))
     assert result.returncode == 1
