@@ -71,9 +71,14 @@ class RawCalls:
         assert status == 0, f"register: status {status}"
         return int(self.id_out[0])
 
-    def allocate(self) -> tuple[int, int]:
+    def allocate(self, vendor_path: bool = False) -> tuple[int, int]:
         """Allocates NARROW tensors: (id, address of tensor 0)."""
-        status = lldd_lib.lldd_allocate_cache(self.handle, self._desc(NARROW), self.id_out, self.addrs_out, NARROW)
+        desc = self._desc(NARROW)
+        if vendor_path:
+            status = lldd_lib.lldd_ext_allocate_cache(self.handle, desc, 1, ffi.NULL, 0, self.id_out, self.addrs_out,
+                                                      NARROW)
+        else:
+            status = lldd_lib.lldd_allocate_cache(self.handle, desc, self.id_out, self.addrs_out, NARROW)
         assert status == 0, f"allocate: status {status}"
         return int(self.id_out[0]), int(self.addrs_out[0])
 
@@ -124,7 +129,7 @@ class Probe:
         return ctypes.string_at(target.tensor_addrs[0], SHAPE[1])
 
 
-@pytest.mark.parametrize("vendor_path", [False, True], ids=["RegisterKvCache", "ext_register_cache"])
+@pytest.mark.parametrize("vendor_path", [False, True], ids=["native", "ext"])
 @pytest.mark.parametrize("repeat", range(REPEATS))
 def test_concurrent_registrations_and_allocations_each_get_their_own_id_and_cache(
         engines: Engines, vendor_path: bool, repeat: int) -> None:
@@ -144,7 +149,7 @@ def test_concurrent_registrations_and_allocations_each_get_their_own_id_and_cach
                 if (index + r) % 2:
                     made[calls.register(addrs[r], vendor_path)] = (WIDE, pattern)
                 else:
-                    cache_id, address = calls.allocate()
+                    cache_id, address = calls.allocate(vendor_path)
                     ctypes.memmove(address, pattern, len(pattern))
                     made[cache_id] = (NARROW, pattern)
         return work
