@@ -154,6 +154,14 @@ def _dlopen(ffi: cffi.FFI, path: str) -> Any:
     return ffi.dlopen(path)
 
 
+def _keep_loaded(ffi: cffi.FFI, path: str) -> None:
+    """Marks an accepted library RTLD_NODELETE: the backends start threads, which must
+    never outlive their code, and LeakSanitizer's check at exit needs the library's
+    globals and symbols (docs/security.md §1.4). A rejected library is not marked, so
+    that it is unloaded as before."""
+    ffi.dlopen(path, ffi.RTLD_NOW | ffi.RTLD_NOLOAD | ffi.RTLD_NODELETE)
+
+
 def _load_mock(ffi: cffi.FFI) -> tuple[Any, Any, LoadedBackend]:
     path = _mock_path()
     root = source_checkout()
@@ -224,6 +232,7 @@ def _load() -> tuple[cffi.FFI, Any, Any, LoadedBackend]:
             f"was built for version {expected}; reinstall the package (`pip install .`) so that the "
             "library and the Python code come from the same source"
         )
+    _keep_loaded(ffi, loaded.lldd_path)
     return ffi, lldd, acl, loaded
 
 

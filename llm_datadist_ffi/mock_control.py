@@ -59,13 +59,15 @@ def fault(function_name: str, code: Union[LLMStatusCode, int], count: int = 1, s
 def set_serve_delay(engine: LlmDataDist, delay_ms: int) -> None:
     """Delay every answer ``engine`` gives its peers, so their calls time out."""
     fn = _capi.mock_function("lldd_mock_set_serve_delay")
-    _capi.check(fn(engine._engine(), delay_ms), "mock.set_serve_delay")
+    with engine._held() as handle:
+        _capi.check(fn(handle, delay_ms), "mock.set_serve_delay")
 
 
 def drop_connections(engine: LlmDataDist) -> None:
     """Close every link connection of ``engine`` abruptly, as if its process died."""
     fn = _capi.mock_function("lldd_mock_drop_connections")
-    _capi.check(fn(engine._engine()), "mock.drop_connections")
+    with engine._held() as handle:
+        _capi.check(fn(handle), "mock.drop_connections")
 
 
 def live_allocations() -> int:

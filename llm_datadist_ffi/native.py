@@ -24,13 +24,15 @@ C-contiguous ``uint64`` array crosses into C without a copy.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import logging
 import os
 import threading
 import weakref
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Tuple, TypeVar, Union, cast
 
 import numpy as np
 
@@ -397,6 +399,18 @@ def _lint_repeated_destination(blocks: "np.ndarray[Any, Any]", name: str, tag: s
 
 # ---- the engine -------------------------------------------------------------------------------
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _holds_engine(method: _Method) -> _Method:
+    """Runs the method with the native engine held (see ``LlmDataDist._held``)."""
+    @functools.wraps(method)
+    def call(self: "LlmDataDist", *args: Any, **kwargs: Any) -> Any:
+        with self._held():
+            return method(self, *args, **kwargs)
+    return cast(_Method, call)
+
+
 class LlmDataDist:
     """``llm_datadist::LlmDataDist(cluster_id, role)``.
 
@@ -406,6 +420,11 @@ class LlmDataDist:
     Every method may be called from any thread; the GIL is released while the backend
     works.
 
+    The native engine is reference-counted: every method holds it while it runs, and
+    :meth:`close` frees it only when no method holds it any more (docs/security.md
+    §1.2). A method that starts after ``close()`` began raises ``RuntimeError``; one
+    that reaches the backend while ``close()`` finalizes gets ``LLM_FAILED``.
+
     After ``fork()`` the child's copy of an engine belongs to the parent: every call
     on it raises ``RuntimeError``, ``finalize`` and ``close`` leave the parent's engine
     alone, and the child creates engines of its own (docs/user-guide.md, "Processes").
@@ -414,7 +433,9 @@ class LlmDataDist:
     def __init__(self, cluster_id: int, role: Union[LlmRole, int]) -> None:
         self._cluster_id = _int(cluster_id, "cluster_id", _U64, "uint64")
         self._role = _int(role, "role", _I32, "int32")
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()     # guards _handle, _users, _closing
+        self._users = 0                        # methods holding the native engine
+        self._closing = False
         self._initialized = False
         self._caches: dict[int, CacheDesc] = {}
         self._owned: set[int] = set()          # ids from allocate_cache (deallocate frees only these)
@@ -442,6 +463,8 @@ class LlmDataDist:
             return self._role
 
     def _engine(self) -> Any:
+        """The native handle. Methods call it while they hold the engine (``_held``),
+        so the handle stays valid until they return."""
         handle = self._handle
         if handle is None:
             raise RuntimeError("this LlmDataDist was closed")
@@ -450,7 +473,32 @@ class LlmDataDist:
                                "process creates its own engines")
         return handle
 
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[Any]:
+        """Holds the native engine: ``close()`` waits until every holder has left.
+
+        Raises:
+            RuntimeError: ``close()`` has begun or is done, or this is a child of
+                ``fork()`` (whose copy of the lock a parent thread may hold).
+        """
+        if self._pid != os.getpid():
+            raise RuntimeError(f"this LlmDataDist was created by process {self._pid} before a fork; a child "
+                               "process creates its own engines")
+        with self._lock:
+            if self._handle is None or self._closing:
+                raise RuntimeError("this LlmDataDist was closed")
+            self._users += 1
+            handle = self._handle
+        try:
+            yield handle
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0:
+                    self._lock.notify_all()
+
     # -- life cycle --
+    @_holds_engine
     def initialize(self, options: Mapping[str, str]) -> None:
         """``Initialize(options)``.
 
@@ -474,20 +522,49 @@ class LlmDataDist:
         self._initialized = True
 
     def finalize(self) -> None:
-        """``Finalize()``: drop every link locally, free every cache. Idempotent.
-
-        In a child of ``fork()`` it leaves the parent's engine alone."""
-        if self._handle is not None and self._pid == os.getpid():
-            _capi.lldd_finalize(self._handle)
+        """``Finalize()``: drop every link locally, free every cache. Idempotent, also
+        after :meth:`close`. In a child of ``fork()`` it leaves the parent's engine alone."""
+        with contextlib.ExitStack() as stack:
+            try:
+                handle = stack.enter_context(self._held())
+            except RuntimeError:
+                handle = None                  # closed or closing: close() finalizes
+            if handle is not None and self._pid == os.getpid():
+                _capi.lldd_finalize(handle)
         self._initialized = False
         self._caches.clear()
         self._owned.clear()
         self._kept.clear()
 
     def close(self) -> None:
-        """Finalize and free the native engine; the object is unusable afterwards."""
-        self._handle = None
-        self._release()              # destroys the engine once (in its own process only)
+        """Finalize and free the native engine; the object is unusable afterwards.
+
+        Methods already running in other threads finish first: ``Finalize`` waits for
+        the calls inside the backend (each ends within its own wait time), and a call
+        that reaches the backend after that gets ``LLM_FAILED``. The engine is freed
+        once no method holds it; a second ``close()`` returns when the first is done.
+        In a child of ``fork()`` the parent's engine is left alone.
+        """
+        if self._pid != os.getpid():           # the parent's engine: only forget it here
+            self._handle = None
+            self._release()                    # no-op for the engine outside its process
+            self._initialized = False
+            return
+        with self._lock:
+            if self._handle is None:
+                return
+            if self._closing:
+                self._lock.wait_for(lambda: self._handle is None)
+                return
+            self._closing = True
+            handle = self._handle
+        if self._pid == os.getpid():
+            _capi.lldd_finalize(handle)
+        with self._lock:
+            self._lock.wait_for(lambda: self._users == 0)
+            self._handle = None
+            self._release()          # destroys the engine once (in its own process only), then its kept memory
+            self._lock.notify_all()
         self._initialized = False
         self._caches.clear()
         self._owned.clear()
@@ -498,6 +575,7 @@ class LlmDataDist:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @_holds_engine
     def set_role(self, role: Union[LlmRole, int], options: Optional[Mapping[str, str]] = None) -> None:
         """``SetRole(role, options)``.
 
@@ -515,6 +593,7 @@ class LlmDataDist:
         self._role = role_value
 
     # -- links --
+    @_holds_engine
     def link_llm_clusters(self, clusters: Sequence[ClusterInfo],
                           timeout_in_millis: int = 1000) -> tuple[LLMStatusCode, list[LLMStatusCode]]:
         """``LinkLlmClusters``: returns ``(status, [status per cluster])`` and does not
@@ -529,6 +608,7 @@ class LlmDataDist:
         del keep
         return self._link_result("link", clusters, status, rets)
 
+    @_holds_engine
     def unlink_llm_clusters(self, clusters: Sequence[ClusterInfo], timeout_in_millis: int = 1000,
                             force_flag: bool = False) -> tuple[LLMStatusCode, list[LLMStatusCode]]:
         """``UnlinkLlmClusters``: returns ``(status, [status per cluster])``.
@@ -557,6 +637,7 @@ class LlmDataDist:
         return self._link_reasons
 
     # -- caches --
+    @_holds_engine
     def register_kv_cache(self, cache_desc: CacheDesc, addrs: Sequence[int]) -> int:
         """``RegisterKvCache(cache_desc, addrs, RegisterCfg{}, cache_id)``: returns the id.
 
@@ -586,6 +667,7 @@ class LlmDataDist:
             self._kept[cache_id] = kept
         return cache_id
 
+    @_holds_engine
     def unregister_kv_cache(self, cache_id: int) -> None:
         """``UnregisterKvCache(cache_id)``; an unknown id succeeds. An allocated cache's
         entry goes too, with the engine's ``OwnedCacheUnregisteredWarning`` (PR-23)."""
@@ -595,6 +677,7 @@ class LlmDataDist:
         self._owned.discard(cid)
         self._caches.pop(cid, None)
 
+    @_holds_engine
     def allocate_cache(self, cache_desc: CacheDesc) -> Cache:
         """``AllocateCache``: ``LLM_FEATURE_NOT_ENABLED``, as the vendor's class answers.
 
@@ -615,6 +698,7 @@ class LlmDataDist:
         self._owned.add(cache_id)
         return Cache(cache_id, addrs, cache_desc)
 
+    @_holds_engine
     def deallocate_cache(self, cache_id: int) -> None:
         """``DeallocateCache``: ``LLM_FEATURE_NOT_ENABLED`` as :meth:`allocate_cache`;
         with the mock's pool-backed variant an unknown id succeeds (PR-9)."""
@@ -634,6 +718,7 @@ class LlmDataDist:
             _check_ext_param(ext_param, tag)
         return ext
 
+    @_holds_engine
     def pull_kv_cache(self, src_cache_index: CacheIndex, dst_cache: Cache, batch_index: int = 0,
                       size: int = -1, ext_param: Optional[KvCacheExtParam] = None) -> None:
         """``PullKvCache``: ``size`` bytes (−1: one destination batch) of every selected
@@ -655,6 +740,7 @@ class LlmDataDist:
         _capi.lldd_pull_kv_cache(self._engine(), src, dst, batch, nbytes, ext, tag)
         del keep
 
+    @_holds_engine
     def pull_kv_blocks(self, src_cache_index: CacheIndex, dst_cache: Cache, src_blocks: BlockList,
                        dst_blocks: BlockList, ext_param: Optional[KvCacheExtParam] = None) -> None:
         """``PullKvBlocks``: block ``src_blocks[k]`` of every selected remote tensor into
@@ -677,6 +763,7 @@ class LlmDataDist:
         _capi.lldd_pull_kv_blocks(self._engine(), src, dst, src_ptr, n_src, dst_ptr, n_dst, ext, tag)
         del keep, src_arr, dst_arr
 
+    @_holds_engine
     def push_kv_cache(self, src_cache: Cache, dst_cache_index: CacheIndex, src_batch_index: int = 0,
                       size: int = -1, ext_param: Optional[KvCacheExtParam] = None) -> None:
         """``PushKvCache``: one local batch of every selected layer into the remote batch
@@ -696,6 +783,7 @@ class LlmDataDist:
         _capi.lldd_push_kv_cache(self._engine(), src, dst, batch, nbytes, ext, tag)
         del keep
 
+    @_holds_engine
     def push_kv_blocks(self, src_cache: Cache, dst_cache_index: CacheIndex, src_blocks: BlockList,
                        dst_blocks: BlockList, ext_param: Optional[KvCacheExtParam] = None) -> None:
         """``PushKvBlocks``: local block ``src_blocks[k]`` into remote block ``dst_blocks[k]``.
@@ -716,6 +804,7 @@ class LlmDataDist:
         _capi.lldd_push_kv_blocks(self._engine(), src, dst, src_ptr, n_src, dst_ptr, n_dst, ext, tag)
         del keep, src_arr, dst_arr
 
+    @_holds_engine
     def copy_kv_cache(self, src_cache: Cache, dst_cache: Cache, src_batch_index: int = 0,
                       dst_batch_index: int = 0, offset: int = 0, size: int = -1) -> None:
         """``CopyKvCache``: ``LLM_FEATURE_NOT_ENABLED`` as :meth:`allocate_cache`; with
@@ -738,6 +827,7 @@ class LlmDataDist:
         _capi.lldd_copy_kv_cache(self._engine(), src, dst, sb, db, off, nbytes, tag)
         del keep_src, keep_dst
 
+    @_holds_engine
     def copy_kv_blocks(self, src_cache: Cache, dst_cache: Cache, src_blocks: BlockList,
                        dst_blocks_list: Sequence[BlockList]) -> None:
         """``CopyKvBlocks``: ``LLM_FEATURE_NOT_ENABLED`` as :meth:`allocate_cache`; with

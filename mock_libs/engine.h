@@ -353,17 +353,25 @@ int find_repeat(const uint64_t *v, size_t count, size_t *pos, size_t *earlier);
 /* Computes kind-independent layout (TS, stride, counts) of a descriptor. */
 lldd_status cache_layout(const char *fn, const lldd_cache_desc *desc, cache_wire *w);
 lldd_status cache_check_rank(const char *fn, const lldd_cache_desc *d);
-int64_t cache_take_id(engine *e);
-/* PR-30: a tensor range [addrs[i], +tensor_size) that starts in a live mock-ACL
- * allocation must stay inside it (registration, native and extension). */
-lldd_status cache_check_acl_ranges(const char *fn, const uint64_t *addrs, size_t num_addrs, uint64_t tensor_size);
+/* The next cache id (mu held). A call takes it in the same hold of mu in which it
+ * inserts the cache, so that ids reach the table in order (docs/security.md §1.1). */
+int64_t cache_take_id_locked(engine *e);
+/* The registration range checks of every tensor [addrs[i], +tensor_size), native and
+ * extension (docs/semantics.md E-16, E-23): it does not wrap past 2^64; it does not start
+ * in a freed mock-ACL allocation; PR-30 (a range that starts in a live mock-ACL
+ * allocation stays inside it); it starts on a mapped page. */
+lldd_status cache_check_ranges(const char *fn, const uint64_t *addrs, size_t num_addrs, uint64_t tensor_size);
+/* E-1 for the arrays inside a caller's lldd_cache (tensor_addrs, cache_desc.shape): NULL
+ * with a non-zero count is PARAM_INVALID (E-23). */
+lldd_status cache_arg_check(const char *fn, const char *name, const lldd_cache *c);
 /* A registered cache's record: w and a copy of the caller's addresses. NULL, with
  * "out of host memory" set, when memory runs out. */
 mcache *cache_record_new(const char *fn, const cache_wire *w, const uint64_t *addrs, size_t num_addrs);
 /* Bytes of one cache's entry in the published table (§15), and of one key binding. */
 uint64_t cache_entry_bytes(uint32_t num_tensors);
 enum { TABLE_LIMIT = 1024 * 1024, TABLE_KEY_BYTES = 24 };
-/* Inserts a cache whose id is above every id in the table (mu held); -1 on no memory. */
+/* Inserts a cache whose id was taken by cache_take_id_locked in the same hold of mu;
+ * -1 on no memory. */
 int table_insert_locked(engine *e, mcache *c);
 /* Takes a cache out of the table, unbinds its keys, waits for its pins and returns
  * its pool pages (mu held); the caller then calls cache_destroy without mu. */

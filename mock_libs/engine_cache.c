@@ -7,9 +7,12 @@
  * fails. Every cache is MIX: shape[0] batches and shape[0] blocks of one stride.
  * The published-table size of §15 is tracked as caches come and go.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "engine.h"
 
@@ -173,9 +176,15 @@ uint64_t cache_entry_bytes(uint32_t num_tensors)
     return TABLE_ENTRY + 8ull * num_tensors;
 }
 
-/* Inserts a new cache (its id is above every id in the table). mu held. */
+/* Inserts a new cache at its place by id. Its id was taken by cache_take_id_locked in
+ * this same hold of mu, so it is above every id in the table and the place is the end;
+ * the search only keeps the table sorted should that ever not hold. mu held. */
 int table_insert_locked(engine *e, mcache *c)
 {
+    int found;
+    size_t i = table_index(e, c->w.id, &found);
+    if (found)
+        return -1;
     if (e->cache_count == e->cache_cap) {
         size_t cap = e->cache_cap ? e->cache_cap * 2 : 16;
         mcache **n = realloc(e->caches, cap * sizeof *n);
@@ -184,7 +193,9 @@ int table_insert_locked(engine *e, mcache *c)
         e->caches = n;
         e->cache_cap = cap;
     }
-    e->caches[e->cache_count++] = c;
+    memmove(&e->caches[i + 1], &e->caches[i], (e->cache_count - i) * sizeof e->caches[0]);
+    e->caches[i] = c;
+    e->cache_count++;
     e->table_bytes += cache_entry_bytes(c->w.num_tensors);
     return 0;
 }
@@ -243,12 +254,9 @@ void caches_teardown(engine *e)
     pthread_mutex_unlock(&e->mu);
 }
 
-int64_t cache_take_id(engine *e)
+int64_t cache_take_id_locked(engine *e)
 {
-    pthread_mutex_lock(&e->mu);
-    int64_t id = e->next_id++;
-    pthread_mutex_unlock(&e->mu);
-    return id;
+    return e->next_id++;
 }
 
 /* Shape, data type and tensor size (docs/reference/semantics.md §2.3, PR-17); not the rank. */
@@ -325,20 +333,57 @@ lldd_status cache_check_rank(const char *fn, const lldd_cache_desc *d)
  * RegisterKvCache / UnregisterKvCache
  * ------------------------------------------------------------------------------------------ */
 
-lldd_status cache_check_acl_ranges(const char *fn, const uint64_t *addrs, size_t num_addrs, uint64_t tensor_size)
+/* Whether the page holding addr is mapped in this process, asked without touching it:
+ * msync fails with ENOMEM for a page that is not mapped, and MS_ASYNC has nothing to do
+ * for one that is. Only the first page: the oracle-driven suites register descriptions
+ * larger than the buffer behind them (they never move bytes), so the mock does not
+ * refuse a range whose tail is unmapped (docs/security.md §1.3). */
+static int first_page_mapped(uint64_t addr)
+{
+    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    return msync((void *)(uintptr_t)(addr & ~(page - 1)), 1, MS_ASYNC) == 0 || errno != ENOMEM;
+}
+
+lldd_status cache_check_ranges(const char *fn, const uint64_t *addrs, size_t num_addrs, uint64_t tensor_size)
 {
     for (size_t i = 0; i < num_addrs; i++) {
+        unsigned long long at = addrs[i], len = tensor_size;
+        uint64_t end;
+        if (__builtin_add_overflow(addrs[i], tensor_size, &end)) {
+            mock_set_error("%s: tensor %zu: [0x%llx, +%llu) wraps past the end of the address space", fn, i, at,
+                           len);
+            return LLM_PARAM_INVALID;
+        }
         mock_alloc_info a;
-        if (mock_acl_lookup((uintptr_t)addrs[i], &a) && a.live) {
-            uint64_t off = addrs[i] - (uint64_t)a.base;
-            if (off > a.size || tensor_size > a.size - off) {
-                mock_set_error("%s: tensor %zu: [0x%llx, +%llu) runs past the end of its aclrtMalloc%s allocation "
-                               "[0x%llx, +%zu) (PR-30)", fn, i, (unsigned long long)addrs[i],
-                               (unsigned long long)tensor_size, a.kind == MOCK_MEM_HOST ? "Host" : "",
-                               (unsigned long long)a.base, a.size);
+        if (mock_acl_lookup((uintptr_t)addrs[i], &a)) {
+            const char *host = a.kind == MOCK_MEM_HOST ? "Host" : "";
+            if (!a.live) {
+                mock_set_error("%s: tensor %zu: 0x%llx lies in the aclrtMalloc%s allocation [0x%llx, +%zu), which "
+                               "was freed (use after free)", fn, i, at, host, (unsigned long long)a.base, a.size);
                 return LLM_PARAM_INVALID;
             }
+            if (tensor_size > a.size - (addrs[i] - (uint64_t)a.base)) {
+                mock_set_error("%s: tensor %zu: [0x%llx, +%llu) runs past the end of its aclrtMalloc%s allocation "
+                               "[0x%llx, +%zu) (PR-30)", fn, i, at, len, host, (unsigned long long)a.base, a.size);
+                return LLM_PARAM_INVALID;
+            }
+        } else if (!first_page_mapped(addrs[i])) {
+            mock_set_error("%s: tensor %zu: 0x%llx is not mapped in this process", fn, i, at);
+            return LLM_PARAM_INVALID;
         }
+    }
+    return LLM_SUCCESS;
+}
+
+lldd_status cache_arg_check(const char *fn, const char *name, const lldd_cache *c)
+{
+    if (c->tensor_addrs == NULL && c->num_tensor_addrs > 0) {
+        mock_set_error("%s: %s.tensor_addrs is NULL but num_tensor_addrs is %zu", fn, name, c->num_tensor_addrs);
+        return LLM_PARAM_INVALID;
+    }
+    if (c->cache_desc.shape == NULL && c->cache_desc.shape_len > 0) {
+        mock_set_error("%s: %s.cache_desc.shape is NULL but shape_len is %zu", fn, name, c->cache_desc.shape_len);
+        return LLM_PARAM_INVALID;
     }
     return LLM_SUCCESS;
 }
@@ -394,33 +439,33 @@ MOCK_EXPORT lldd_status lldd_register_kv_cache(lldd_engine *e, const lldd_cache_
     }
     if ((st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
         goto out;
-    int64_t id = cache_take_id(e);
+    /* From here on the call consumes an id, also when it fails (§3.1). The id is taken
+     * in the locked step that inserts the cache (docs/security.md §1.1). */
     cache_wire w;
-    if ((st = cache_layout(fn, desc, &w)) != LLM_SUCCESS)
-        goto out;
-    w.id = id;
-    if ((st = cache_check_acl_ranges(fn, addrs, num_addrs, w.tensor_size)) != LLM_SUCCESS)
-        goto out;
-    if ((c = cache_record_new(fn, &w, addrs, num_addrs)) == NULL) {
+    st = cache_layout(fn, desc, &w);
+    if (st == LLM_SUCCESS)
+        st = cache_check_ranges(fn, addrs, num_addrs, w.tensor_size);
+    if (st == LLM_SUCCESS && (c = cache_record_new(fn, &w, addrs, num_addrs)) == NULL)
         st = LLM_FAILED;
-        goto out;
-    }
     pthread_mutex_lock(&e->mu);
-    if (e->mode == MODE_DIRECT && e->table_bytes + cache_entry_bytes(w.num_tensors) > TABLE_LIMIT) {
-        pthread_mutex_unlock(&e->mu);
+    int64_t id = cache_take_id_locked(e);
+    if (st == LLM_SUCCESS && e->mode == MODE_DIRECT &&
+        e->table_bytes + cache_entry_bytes(w.num_tensors) > TABLE_LIMIT) {
         mock_set_error("%s: the published cache table would grow to %llu bytes, over its 1 MiB limit "
                        "(24 + sum(64 + 8 * num_tensors))", fn,
                        (unsigned long long)(e->table_bytes + cache_entry_bytes(w.num_tensors)));
         st = LLM_PARAM_INVALID;
-        goto out;
     }
-    if (table_insert_locked(e, c) != 0) {
-        pthread_mutex_unlock(&e->mu);
-        mock_set_error("%s: out of host memory", fn);
-        st = LLM_FAILED;
-        goto out;
+    if (st == LLM_SUCCESS) {
+        c->w.id = id;
+        if (table_insert_locked(e, c) != 0) {
+            mock_set_error("%s: out of host memory", fn);
+            st = LLM_FAILED;
+        }
     }
     pthread_mutex_unlock(&e->mu);
+    if (st != LLM_SUCCESS)
+        goto out;
     *cache_id = id;
     c = NULL;
 out:
@@ -522,25 +567,31 @@ MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_des
     }
     if ((st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
         goto out;
-    int64_t id = cache_take_id(e);
+    /* From here on the call consumes an id, also when it fails (§3.1); the id is taken
+     * in the locked step that inserts the cache (docs/security.md §1.1). */
     cache_wire w;
-    if ((st = cache_layout(fn, desc, &w)) != LLM_SUCCESS)
-        goto out;
-    w.id = id;
-    w.owned = 1;
-    uint64_t page = 1ull << pool->page_shift;
-    uint64_t pages = w.tensor_size / page + (w.tensor_size % page != 0);
-    c = calloc(1, sizeof *c);
-    if (c == NULL || (c->addrs = calloc(w.num_tensors, sizeof *c->addrs)) == NULL ||
-        (c->page_first = calloc(w.num_tensors, sizeof *c->page_first)) == NULL) {
-        mock_set_error("%s: out of host memory", fn);
-        st = LLM_FAILED;
+    uint64_t page = 1ull << pool->page_shift, pages = 0;
+    st = cache_layout(fn, desc, &w);
+    if (st == LLM_SUCCESS) {
+        w.owned = 1;
+        pages = w.tensor_size / page + (w.tensor_size % page != 0);
+        c = calloc(1, sizeof *c);
+        if (c == NULL || (c->addrs = calloc(w.num_tensors, sizeof *c->addrs)) == NULL ||
+            (c->page_first = calloc(w.num_tensors, sizeof *c->page_first)) == NULL) {
+            mock_set_error("%s: out of host memory", fn);
+            st = LLM_FAILED;
+        }
+    }
+    pthread_mutex_lock(&e->mu);
+    int64_t id = cache_take_id_locked(e);
+    if (st != LLM_SUCCESS) {
+        pthread_mutex_unlock(&e->mu);
         goto out;
     }
+    w.id = id;
     c->w = w;
     c->pages_per_tensor = pages;
     c->ext_ref = 1; /* the id handle (lldd_ext_deallocate_cache drops it) */
-    pthread_mutex_lock(&e->mu);
     if (e->mode == MODE_DIRECT && e->table_bytes + cache_entry_bytes(w.num_tensors) > TABLE_LIMIT) {
         pthread_mutex_unlock(&e->mu);
         mock_set_error("%s: the published cache table would exceed its 1 MiB limit", fn);
@@ -705,7 +756,11 @@ MOCK_EXPORT lldd_status lldd_copy_kv_cache(lldd_engine *e, const lldd_cache *src
         mock_set_error("%s: %s must not be NULL", fn, e == NULL ? "engine" : src_cache == NULL ? "src_cache" : "dst_cache");
         return LLM_PARAM_INVALID;
     }
-    lldd_status st = pool_call_enter(e, fn);
+    lldd_status st = cache_arg_check(fn, "src_cache", src_cache);
+    if (st == LLM_SUCCESS)
+        st = cache_arg_check(fn, "dst_cache", dst_cache);
+    if (st == LLM_SUCCESS)
+        st = pool_call_enter(e, fn);
     if (st != LLM_SUCCESS)
         return st;
     st = cache_copy(e, fn, src_cache->cache_id, dst_cache->cache_id, src_batch_index, dst_batch_index, offset, size, 0,
@@ -738,7 +793,11 @@ MOCK_EXPORT lldd_status lldd_copy_kv_blocks(lldd_engine *e, const lldd_cache *sr
                        : !lens_ok ? "dst_list_lens overflow" : "dst_blocks_flat is NULL but the lists are not empty");
         return LLM_PARAM_INVALID;
     }
-    lldd_status st = pool_call_enter(e, fn);
+    lldd_status st = cache_arg_check(fn, "src_cache", src_cache);
+    if (st == LLM_SUCCESS)
+        st = cache_arg_check(fn, "dst_cache", dst_cache);
+    if (st == LLM_SUCCESS)
+        st = pool_call_enter(e, fn);
     if (st != LLM_SUCCESS)
         return st;
     mcache *s = NULL, *d = NULL;

@@ -435,29 +435,33 @@ MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache
         st = LLM_PARAM_INVALID;
         goto out;
     }
-    int64_t id = cache_take_id(e);
+    /* From here on the call consumes an id, also when it fails (§3.1); the id is taken
+     * in the locked step that inserts the cache (docs/security.md §1.1). */
     cache_wire w;
-    if ((st = cache_layout(fn, desc, &w)) != LLM_SUCCESS)
-        goto out;
-    w.id = id;
-    w.remote_accessible = remote_accessible;
-    apply_kind(&w, kind, 0);
-    for (size_t i = 0; i < num_addrs; i++) {
-        if (addrs[i] == 0) {
-            /* the vendor rejects it only for remote-accessible registrations; any later
-             * local copy or swap would then write to address 0 (docs/semantics.md §0 step 4) */
-            mock_set_error("%s: addrs[%zu] is 0", fn, i);
-            st = LLM_PARAM_INVALID;
-            goto out;
+    st = cache_layout(fn, desc, &w);
+    if (st == LLM_SUCCESS) {
+        w.remote_accessible = remote_accessible;
+        apply_kind(&w, kind, 0);
+        for (size_t i = 0; i < num_addrs && st == LLM_SUCCESS; i++) {
+            if (addrs[i] == 0) {
+                /* the vendor rejects it only for remote-accessible registrations; any later
+                 * local copy or swap would then write to address 0 (docs/semantics.md §0) */
+                mock_set_error("%s: addrs[%zu] is 0", fn, i);
+                st = LLM_PARAM_INVALID;
+            }
         }
     }
-    if ((st = cache_check_acl_ranges(fn, addrs, num_addrs, w.tensor_size)) != LLM_SUCCESS)
-        goto out;
-    if ((c = cache_record_new(fn, &w, addrs, num_addrs)) == NULL) {
+    if (st == LLM_SUCCESS)
+        st = cache_check_ranges(fn, addrs, num_addrs, w.tensor_size);
+    if (st == LLM_SUCCESS && (c = cache_record_new(fn, &w, addrs, num_addrs)) == NULL)
         st = LLM_FAILED;
+    pthread_mutex_lock(&e->mu);
+    int64_t id = cache_take_id_locked(e);
+    if (st != LLM_SUCCESS) {
+        pthread_mutex_unlock(&e->mu);
         goto out;
     }
-    pthread_mutex_lock(&e->mu);
+    c->w.id = id;
     uint64_t keys_bytes = kind == LLDD_CACHE_KIND_BLOCKS ? (uint64_t)num_keys * TABLE_KEY_BYTES : 0;
     if (kind == LLDD_CACHE_KIND_CACHE) {
         st = plan_slot_keys(e, fn, keys, num_keys, w.batches, 0, 1, &kp);
@@ -668,26 +672,34 @@ MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache
     }
     if (!v1 && (st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
         goto out;
-    int64_t id = cache_take_id(e);
-    if (v1 && (st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
-        goto out;
+    /* From here on the call consumes an id, also when it fails (§3.1; v1 also when the
+     * rank is wrong); the id is taken in the locked step that inserts the cache
+     * (docs/security.md §1.1). */
     cache_wire w;
-    if ((st = cache_layout(fn, desc, &w)) != LLM_SUCCESS)
-        goto out;
-    w.id = id;
-    w.owned = 1;
-    w.remote_accessible = 1;      /* pools are registered at init */
-    apply_kind(&w, kind, v1);
-    c = calloc(1, sizeof *c);
-    if (c == NULL || (c->addrs = calloc(w.num_tensors, sizeof *c->addrs)) == NULL ||
-        (c->page_first = calloc(w.num_tensors, sizeof *c->page_first)) == NULL) {
-        mock_set_error("%s: out of host memory", fn);
-        st = LLM_FAILED;
+    if (v1)
+        st = cache_check_rank(fn, desc);
+    if (st == LLM_SUCCESS)
+        st = cache_layout(fn, desc, &w);
+    if (st == LLM_SUCCESS) {
+        w.owned = 1;
+        w.remote_accessible = 1;      /* pools are registered at init */
+        apply_kind(&w, kind, v1);
+        c = calloc(1, sizeof *c);
+        if (c == NULL || (c->addrs = calloc(w.num_tensors, sizeof *c->addrs)) == NULL ||
+            (c->page_first = calloc(w.num_tensors, sizeof *c->page_first)) == NULL) {
+            mock_set_error("%s: out of host memory", fn);
+            st = LLM_FAILED;
+        }
+    }
+    pthread_mutex_lock(&e->mu);
+    int64_t id = cache_take_id_locked(e);
+    if (st != LLM_SUCCESS) {
+        pthread_mutex_unlock(&e->mu);
         goto out;
     }
+    w.id = id;
     c->w = w;
     c->ext_ref = 1;
-    pthread_mutex_lock(&e->mu);
     if (e->mode == MODE_DIRECT && e->table_bytes + cache_entry_bytes(w.num_tensors) > TABLE_LIMIT) {
         pthread_mutex_unlock(&e->mu);
         mock_set_error("%s: the published cache table would exceed its 1 MiB limit", fn);

@@ -897,9 +897,10 @@ lldd_status pr32_check_peer(const char *fn, const mlink *l, const cache_wire *rw
     return LLM_SUCCESS;
 }
 
-lldd_status xfer_call_enter(engine *e, const char *fn, const char *a_name, const void *a, const char *b_name,
-                            const void *b, const uint64_t *src_blocks, size_t num_src_blocks,
-                            const uint64_t *dst_blocks, size_t num_dst_blocks)
+/* The entry checks of xfer_call_enter before engine_enter. */
+static lldd_status xfer_args_check(engine *e, const char *fn, const char *a_name, const void *a,
+                                   const char *b_name, const void *b, const uint64_t *src_blocks,
+                                   size_t num_src_blocks, const uint64_t *dst_blocks, size_t num_dst_blocks)
 {
     uint32_t code;
     if (mock_fault_take(fn, &code))
@@ -914,7 +915,30 @@ lldd_status xfer_call_enter(engine *e, const char *fn, const char *a_name, const
         mock_set_error("%s: %s must not be NULL", fn, missing);
         return LLM_PARAM_INVALID;
     }
-    return engine_enter(e, fn);
+    return LLM_SUCCESS;
+}
+
+lldd_status xfer_call_enter(engine *e, const char *fn, const char *a_name, const void *a, const char *b_name,
+                            const void *b, const uint64_t *src_blocks, size_t num_src_blocks,
+                            const uint64_t *dst_blocks, size_t num_dst_blocks)
+{
+    lldd_status st = xfer_args_check(e, fn, a_name, a, b_name, b, src_blocks, num_src_blocks, dst_blocks,
+                                     num_dst_blocks);
+    return st != LLM_SUCCESS ? st : engine_enter(e, fn);
+}
+
+/* xfer_call_enter for the native calls, whose lldd_cache argument `c` (a or b) also
+ * carries arrays with counts, checked with the other pointers (E-1, E-23). */
+static lldd_status xfer_cache_call_enter(engine *e, const char *fn, const char *a_name, const void *a,
+                                         const char *b_name, const void *b, const char *c_name,
+                                         const lldd_cache *c, const uint64_t *src_blocks, size_t num_src_blocks,
+                                         const uint64_t *dst_blocks, size_t num_dst_blocks)
+{
+    lldd_status st = xfer_args_check(e, fn, a_name, a, b_name, b, src_blocks, num_src_blocks, dst_blocks,
+                                     num_dst_blocks);
+    if (st == LLM_SUCCESS)
+        st = cache_arg_check(fn, c_name, c);
+    return st != LLM_SUCCESS ? st : engine_enter(e, fn);
 }
 
 MOCK_EXPORT lldd_status lldd_pull_kv_cache(lldd_engine *e, const lldd_cache_index *src_cache_index,
@@ -922,8 +946,8 @@ MOCK_EXPORT lldd_status lldd_pull_kv_cache(lldd_engine *e, const lldd_cache_inde
                                            const lldd_ext_param *ext_param)
 {
     static const char fn[] = "lldd_pull_kv_cache";
-    lldd_status st = xfer_call_enter(e, fn, "src_cache_index", src_cache_index,
-                                     "dst_cache", dst_cache, NULL, 0, NULL, 0);
+    lldd_status st = xfer_cache_call_enter(e, fn, "src_cache_index", src_cache_index, "dst_cache", dst_cache,
+                                           "dst_cache", dst_cache, NULL, 0, NULL, 0);
     if (st != LLM_SUCCESS)
         return st;
     pull_args a;
@@ -948,8 +972,9 @@ MOCK_EXPORT lldd_status lldd_pull_kv_blocks(lldd_engine *e, const lldd_cache_ind
                                             const lldd_ext_param *ext_param)
 {
     static const char fn[] = "lldd_pull_kv_blocks";
-    lldd_status st = xfer_call_enter(e, fn, "src_cache_index", src_cache_index, "dst_cache",
-                                     dst_cache, src_blocks, num_src_blocks, dst_blocks, num_dst_blocks);
+    lldd_status st = xfer_cache_call_enter(e, fn, "src_cache_index", src_cache_index, "dst_cache", dst_cache,
+                                           "dst_cache", dst_cache, src_blocks, num_src_blocks, dst_blocks,
+                                           num_dst_blocks);
     if (st != LLM_SUCCESS)
         return st;
     pull_args a;
@@ -1177,8 +1202,8 @@ MOCK_EXPORT lldd_status lldd_push_kv_cache(lldd_engine *e, const lldd_cache *src
                                            int64_t size, const lldd_ext_param *ext_param)
 {
     static const char fn[] = "lldd_push_kv_cache";
-    lldd_status st = xfer_call_enter(e, fn, "src_cache", src_cache,
-                                     "dst_cache_index", dst_cache_index, NULL, 0, NULL, 0);
+    lldd_status st = xfer_cache_call_enter(e, fn, "src_cache", src_cache, "dst_cache_index", dst_cache_index,
+                                           "src_cache", src_cache, NULL, 0, NULL, 0);
     if (st != LLM_SUCCESS)
         return st;
     push_args a;
@@ -1205,8 +1230,9 @@ MOCK_EXPORT lldd_status lldd_push_kv_blocks(lldd_engine *e, const lldd_cache *sr
                                             const lldd_ext_param *ext_param)
 {
     static const char fn[] = "lldd_push_kv_blocks";
-    lldd_status st = xfer_call_enter(e, fn, "src_cache", src_cache, "dst_cache_index",
-                                     dst_cache_index, src_blocks, num_src_blocks, dst_blocks, num_dst_blocks);
+    lldd_status st = xfer_cache_call_enter(e, fn, "src_cache", src_cache, "dst_cache_index", dst_cache_index,
+                                           "src_cache", src_cache, src_blocks, num_src_blocks, dst_blocks,
+                                           num_dst_blocks);
     if (st != LLM_SUCCESS)
         return st;
     push_args a;

@@ -751,8 +751,11 @@ def test_transfers_over_one_link_are_serialized_and_over_two_links_are_not(engin
     # §14: each transfer waits 300 ms for its (slow) peer while it holds its link
     servers = [engines(10 + k, listen=True) for k in range(2)]
     client = engines(2, options={})
-    sids = [sup.register(s, sup.random_arrays(2, (2, 8), k)) for k, s in enumerate(servers)]
-    dids = [sup.register(client, [np.zeros((2, 8), np.uint8) for _ in range(2)]) for _ in range(2)]
+    # the arrays live as long as their caches: the pulls read and write them
+    sources = [sup.random_arrays(2, (2, 8), k) for k in range(2)]
+    targets = [[np.zeros((2, 8), np.uint8) for _ in range(2)] for _ in range(2)]
+    sids = [sup.register(s, sources[k]) for k, s in enumerate(servers)]
+    dids = [sup.register(client, t) for t in targets]
     for k, s in enumerate(servers):
         assert client.link_llm_clusters([sup.cluster(10 + k, s.listen_port)])[0] == S.LLM_SUCCESS
         client.pull_kv_cache(CacheIndex(10 + k, sids[k]), Cache(dids[k]))       # table copies taken

@@ -19,7 +19,9 @@ const char *lldd_last_error(void);          /* never NULL; "" before any failure
 
 /* LlmDataDist(cluster_id, role). The role is checked by Initialize. */
 lldd_status lldd_create(uint64_t cluster_id, int32_t role, lldd_engine **out);
-/* ~LlmDataDist(): finalizes an initialised engine, then frees it. NULL is a no-op. */
+/* ~LlmDataDist(): finalizes an initialised engine, then frees it. NULL is a no-op. No
+ * other call on the engine may be running or start meanwhile (native.LlmDataDist holds
+ * its engine with a reference count for this, docs/security.md §1.2). */
 void lldd_destroy(lldd_engine *engine);
 
 lldd_status lldd_initialize(lldd_engine *engine, const lldd_option *options, size_t num_options);
