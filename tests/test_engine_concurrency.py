@@ -128,7 +128,7 @@ class Probe:
 @pytest.mark.parametrize("repeat", range(REPEATS))
 def test_concurrent_registrations_and_allocations_each_get_their_own_id_and_cache(
         engines: Engines, vendor_path: bool, repeat: int) -> None:
-    engine = engines(1, options={native.OPTION_MEM_POOL_CONFIG: POOL})
+    engine = engines(1, options={native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: POOL})
     made: dict[int, tuple[int, bytes]] = {}          # id -> (tensor count, the bytes written)
     arrays: list[np.ndarray] = []
 
@@ -160,7 +160,7 @@ def test_concurrent_registrations_and_allocations_each_get_their_own_id_and_cach
 
 @pytest.mark.parametrize("repeat", range(REPEATS))
 def test_concurrent_removals_leave_exactly_the_caches_that_were_kept(engines: Engines, repeat: int) -> None:
-    engine = engines(1, options={native.OPTION_MEM_POOL_CONFIG: POOL})
+    engine = engines(1, options={native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: POOL})
     kept: dict[int, tuple[int, bytes]] = {}
     gone: set[int] = set()
     arrays: list[np.ndarray] = []
@@ -241,7 +241,7 @@ def _desc_of(num_tensors: int) -> CacheDesc:
 @pytest.mark.parametrize("repeat", range(REPEATS))
 def test_close_while_other_threads_call_methods_fails_their_later_calls_cleanly(repeat: int) -> None:
     engine = native.LlmDataDist(1, native.LlmRole.PROMPT)
-    engine.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_MEM_POOL_CONFIG: POOL})
+    engine.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: POOL})
     counts = [0] * CLOSERS
     statuses: list[set[int]] = [set() for _ in range(CLOSERS)]
     started = threading.Event()

@@ -61,7 +61,7 @@ def register(request: pytest.FixtureRequest) -> Register:
 
 @pytest.fixture
 def eng(engines: Engines) -> native.LlmDataDist:
-    return engines(1, options={native.OPTION_MEM_POOL_CONFIG: POOL})
+    return engines(1, options={native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: POOL})
 
 
 @pytest.fixture
@@ -152,7 +152,7 @@ CACHE_PARAM = {"lldd_push_kv_cache": "src_cache", "lldd_push_kv_blocks": "src_ca
 @pytest.mark.parametrize("function", sorted(CALLS))
 def test_a_cache_argument_with_a_null_array_and_a_count_is_param_invalid(
         engines: Engines, function: str, initialised: bool) -> None:
-    engine = engines(1, options={native.OPTION_MEM_POOL_CONFIG: POOL}) if initialised else engines(1)
+    engine = engines(1, options={native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: POOL}) if initialised else engines(1)
     name = CACHE_PARAM[function]
     assert CALLS[function](engine._engine(), _cache_arg(num_tensor_addrs=5)) == S.LLM_PARAM_INVALID
     assert _last_error() == f"{function}: {name}.tensor_addrs is NULL but num_tensor_addrs is 5"
