@@ -387,16 +387,6 @@ def _destroy(handle: Any, kept: dict[int, list[Any]]) -> None:
     kept.clear()
 
 
-def _lint_repeated_destination(blocks: "np.ndarray[Any, Any]", name: str, tag: str) -> None:
-    """PR-5 of the local block copy: a repeated destination block is a lint."""
-    if blocks.size < 2:
-        return
-    ordered = np.sort(blocks, kind="stable")
-    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
-    if repeated.size:
-        lint.lint("PR-5", f"[{tag}] {name} contains block {int(repeated[0])} more than once")
-
-
 # ---- the engine -------------------------------------------------------------------------------
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
@@ -850,7 +840,7 @@ class LlmDataDist:
         arrays = [_blocks(lst, f"dst_blocks_list[{i}]")[2] for i, lst in enumerate(dst_blocks_list)]
         flat = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint64)
         if self._initialized and self._native_pool:
-            _lint_repeated_destination(flat, "dst_blocks_list", tag)
+            _check_distinct(flat, "dst_blocks_list", tag)
         lens = ffi.new("size_t[]", [int(a.size) for a in arrays]) if arrays else ffi.NULL
         flat_ptr = ffi.from_buffer("uint64_t[]", flat) if flat.size else ffi.NULL
         _capi.lldd_copy_kv_blocks(self._engine(), src, dst, src_ptr, n_src, flat_ptr, lens, len(arrays), tag)
