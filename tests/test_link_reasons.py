@@ -26,6 +26,8 @@ def decoder() -> native.LlmDataDist:
     engine.close()
 
 
+@pytest.mark.mock_only(reason="per-cluster texts come from the mock's reason record; other backends give the "
+                              "call's last error for each failed cluster")
 def test_each_cluster_of_a_link_has_its_reason_and_a_log_line(decoder: native.LlmDataDist,
                                                               caplog: pytest.LogCaptureFixture) -> None:
     server = native.LlmDataDist(1, native.LlmRole.PROMPT)
@@ -61,3 +63,11 @@ def test_the_errors_command_gives_the_remedy_after_a_peer_crash() -> None:
         out = subprocess.run([sys.executable, "-m", "llm_datadist_ffi", "errors", name], capture_output=True,
                              text=True, timeout=60, check=True).stdout
         assert "force=True" in " ".join(out.split()), name
+
+
+def test_a_failed_cluster_has_a_reason_on_every_backend(decoder: native.LlmDataDist) -> None:
+    closed = vs.free_port()
+    status, rets = decoder.link_llm_clusters([cluster(9, closed)])
+    assert rets == [S.LLM_LINK_FAILED]
+    call_error, reasons = decoder.link_reasons
+    assert len(reasons) == 1 and str(closed) in reasons[0] and "connect" in reasons[0]
