@@ -265,6 +265,9 @@ void engine_adopt_conn(engine *e, int fd);
 /* The cache with this id, or NULL. Caller holds e->mu. */
 mcache *cache_find_locked(engine *e, int64_t id);
 /* Finds and pins a local cache (NULL if unknown); cache_unpin releases. */
+/* A zeroed cache record with room for num_tensors addresses and pool pages of a
+ * library-allocated cache; NULL (and the last error set) when host memory runs out. */
+mcache *cache_owned_record_new(const char *fn, uint32_t num_tensors);
 mcache *cache_pin(engine *e, int64_t id);
 void cache_unpin(engine *e, mcache *c);
 void cache_unpin_locked(engine *e, mcache *c);

@@ -148,6 +148,20 @@ mcache *cache_find_locked(engine *e, int64_t id)
     return found ? e->caches[i] : NULL;
 }
 
+mcache *cache_owned_record_new(const char *fn, uint32_t num_tensors)
+{
+    mcache *c = calloc(1, sizeof *c);
+    if (c != NULL && (c->addrs = calloc(num_tensors, sizeof *c->addrs)) != NULL &&
+        (c->page_first = calloc(num_tensors, sizeof *c->page_first)) != NULL)
+        return c;
+    if (c != NULL) {
+        free(c->addrs);
+        free(c);
+    }
+    mock_set_error("%s: out of host memory", fn);
+    return NULL;
+}
+
 mcache *cache_pin(engine *e, int64_t id)
 {
     pthread_mutex_lock(&e->mu);
@@ -575,12 +589,8 @@ MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_des
     if (st == LLM_SUCCESS) {
         w.owned = 1;
         pages = w.tensor_size / page + (w.tensor_size % page != 0);
-        c = calloc(1, sizeof *c);
-        if (c == NULL || (c->addrs = calloc(w.num_tensors, sizeof *c->addrs)) == NULL ||
-            (c->page_first = calloc(w.num_tensors, sizeof *c->page_first)) == NULL) {
-            mock_set_error("%s: out of host memory", fn);
+        if ((c = cache_owned_record_new(fn, w.num_tensors)) == NULL)
             st = LLM_FAILED;
-        }
     }
     pthread_mutex_lock(&e->mu);
     int64_t id = cache_take_id_locked(e);

@@ -684,12 +684,8 @@ MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache
         w.owned = 1;
         w.remote_accessible = 1;      /* pools are registered at init */
         apply_kind(&w, kind, v1);
-        c = calloc(1, sizeof *c);
-        if (c == NULL || (c->addrs = calloc(w.num_tensors, sizeof *c->addrs)) == NULL ||
-            (c->page_first = calloc(w.num_tensors, sizeof *c->page_first)) == NULL) {
-            mock_set_error("%s: out of host memory", fn);
+        if ((c = cache_owned_record_new(fn, w.num_tensors)) == NULL)
             st = LLM_FAILED;
-        }
     }
     pthread_mutex_lock(&e->mu);
     int64_t id = cache_take_id_locked(e);

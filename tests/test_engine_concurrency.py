@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -124,6 +124,16 @@ class Probe:
         return ctypes.string_at(target.tensor_addrs[0], SHAPE[1])
 
 
+def _worker_memory(engine: native.LlmDataDist, index: int,
+                   arrays: list[np.ndarray]) -> tuple["RawCalls", list[bytes], list[Any]]:
+    """A worker's raw-call helper, its ROUNDS patterns, and registrable copies of them
+    (kept alive in ``arrays`` for the whole test)."""
+    calls = RawCalls(engine)
+    patterns = [_pattern(index, r) for r in range(ROUNDS)]
+    arrays.extend(np.frombuffer(p, dtype=np.uint8).copy() for p in patterns)
+    return calls, patterns, [calls.wide_addrs(a) for a in arrays[-ROUNDS:]]
+
+
 @pytest.mark.parametrize("vendor_path", [False, True], ids=["native", "ext"])
 @pytest.mark.parametrize("repeat", range(REPEATS))
 def test_concurrent_registrations_and_allocations_each_get_their_own_id_and_cache(
@@ -133,11 +143,7 @@ def test_concurrent_registrations_and_allocations_each_get_their_own_id_and_cach
     arrays: list[np.ndarray] = []
 
     def worker(index: int) -> Callable[[], None]:
-        calls = RawCalls(engine)
-
-        patterns = [_pattern(index, r) for r in range(ROUNDS)]
-        arrays.extend(np.frombuffer(p, dtype=np.uint8).copy() for p in patterns)
-        addrs = [calls.wide_addrs(a) for a in arrays[-ROUNDS:]]
+        calls, patterns, addrs = _worker_memory(engine, index, arrays)
 
         def work() -> None:
             for r, pattern in enumerate(patterns):
@@ -166,11 +172,7 @@ def test_concurrent_removals_leave_exactly_the_caches_that_were_kept(engines: En
     arrays: list[np.ndarray] = []
 
     def worker(index: int) -> Callable[[], None]:
-        calls = RawCalls(engine)
-
-        patterns = [_pattern(index, r) for r in range(ROUNDS)]
-        arrays.extend(np.frombuffer(p, dtype=np.uint8).copy() for p in patterns)
-        addrs = [calls.wide_addrs(a) for a in arrays[-ROUNDS:]]
+        calls, patterns, addrs = _worker_memory(engine, index, arrays)
 
         def work() -> None:
             for r, pattern in enumerate(patterns):
