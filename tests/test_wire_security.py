@@ -207,7 +207,7 @@ def test_a_stranger_can_neither_drop_a_live_link_nor_take_its_cluster_id(engines
     try:
         assert peer.hello().reply.status == S.LLM_SUCCESS
         reverse = peer.reverse()
-        assert reverse.status == S.LLM_ALREADY_LINK and "GUARD PR-43" in reverse.text
+        assert reverse.status == S.LLM_ALREADY_LINK and "GUARD E-25" in reverse.text
     finally:
         peer.close()
     decoder.pull_kv_cache(native.CacheIndex(1, src), native.Cache(dst))
