@@ -52,15 +52,20 @@ def engines() -> Iterator[Any]:
 
 
 def _mapped_ranges() -> list[tuple[int, int]]:
+    """The ranges of this process's code, data, heap and stacks: every mapping with a name
+    (the anonymous ones include sanitizers' shadow memory, terabytes that random words of a
+    reply's nonces would fall into)."""
     ranges = []
     for line in Path("/proc/self/maps").read_text().splitlines():
-        start, end = (int(x, 16) for x in line.split()[0].split("-"))
-        ranges.append((start, end))
+        fields = line.split()
+        if len(fields) >= 6:
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            ranges.append((start, end))
     return ranges
 
 
 def _words_that_look_like_secrets(body: bytes) -> list[int]:
-    """Every 8-byte word of a reply that is this process's pid or an address mapped in it."""
+    """Every 8-byte word of a reply that is this process's pid or an address in it."""
     ranges = _mapped_ranges()
     found = []
     for offset in range(0, len(body) - 7):
