@@ -273,6 +273,19 @@ static void serve_delay(engine *e)
         tp_sleep_ms(d, &e->stopping);
 }
 
+/* 1 once l's peer side is gone (its connection closed), waiting up to ms for the close
+ * to arrive; the caller holds a reference to l. */
+static int link_gone_within(engine *e, mlink *l, int64_t ms)
+{
+    for (int64_t until = tp_deadline(ms);;) {
+        if (atomic_load(&l->peer_gone) || tp_peer_closed(l->srv_fd))
+            return 1;
+        if (tp_now_ms() >= until || atomic_load(&e->stopping))
+            return 0;
+        tp_sleep_ms(10, &e->stopping);
+    }
+}
+
 /* HELLO on c1. On success the thread waits for REVERSE, then serves the link. */
 static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h)
 {
@@ -388,11 +401,8 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
 {
     char text[MSG_LEN];
     text[0] = '\0';
-    uint8_t proof[PROOF_LEN];
-    memset(proof, 0, sizeof proof);
-    if (h->payload_len != 0 && h->payload_len != sizeof proof)
-        return;
-    if (h->payload_len != 0 && tp_recv_all(fd, proof, sizeof proof, tp_deadline(FIRST_MESSAGE_WAIT_MS)) != TP_OK)
+    reverse_body body;
+    if (h->payload_len != sizeof body || tp_recv_all(fd, &body, sizeof body, tp_deadline(FIRST_MESSAGE_WAIT_MS)) != TP_OK)
         return;
     serve_delay(e);
     uint64_t token = h->a, client = h->b;
@@ -410,7 +420,7 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
     if (p != NULL && e->secret_len > 0) {
         uint8_t want[PROOF_LEN];
         secret_proof(e->secret, e->secret_len, "lldd-client", p->nonce, p->peer.nonce, token, want);
-        proven = h->payload_len == sizeof proof && bytes_equal_ct(want, proof, sizeof want);
+        proven = bytes_equal_ct(want, body.proof, sizeof want);
     }
     if (p == NULL || e->state != ENGINE_READY) {
         st = LLM_LINK_FAILED;
@@ -441,17 +451,12 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
         return;
     }
     if (stale != NULL) {
-        /* The client no longer has this link (§10.4): it force-unlinked, finalized or
-         * died, so its connections are closed. A live link is never replaced: whoever
+        /* The client replaces its own link (it names that link's token: PR-28 keying),
+         * or no longer has it (§10.4: it force-unlinked, finalized or died, so its
+         * connections are closed). A live link is never replaced by anyone else: whoever
          * else claims its cluster id is refused (GUARD E-25, docs/security.md §2.4). */
-        int gone = 0;
-        for (int64_t until = tp_deadline(STALE_LINK_WAIT_MS);;) {
-            gone = atomic_load(&stale->peer_gone) || tp_peer_closed(stale->srv_fd);
-            if (gone || tp_now_ms() >= until)
-                break;
-            tp_sleep_ms(10, &e->stopping);
-        }
-        if (gone) {
+        if ((body.replaces != 0 && body.replaces == stale->token) ||
+            link_gone_within(e, stale, STALE_LINK_WAIT_MS)) {
             link_drop(e, stale);
             link_unref(stale);
         } else {
@@ -516,21 +521,41 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
         link_unref(l);
 }
 
-/* DISCONNECT on a fresh connection: drop our side of the link to the client. Only a
- * request carrying the link's token drops it (the token is random and travels only on
- * the link's own connections): anyone else is answered like a client with no link,
- * and nothing changes. */
+/* DISCONNECT on a fresh connection: drop our side of the link to the client. The sender
+ * must show it is that client: we send a fresh nonce, it answers with a proof for each
+ * link token it holds (token_proof), and only a proof of the token of a live link
+ * between it and us (either direction: the vendor drops the link keyed by its id)
+ * counts — or the link is dead anyway (its connection closed: its peer finalized and a
+ * new engine under that id asks, which the vendor honours). Anyone else is answered as
+ * if it held no link, and nothing changes (E-25). The proofs show no token to us. */
 static void on_disconnect(engine *e, int fd, const msg_hdr *h)
 {
     char text[MSG_LEN];
     text[0] = '\0';
-    uint64_t token = 0;
-    if (h->payload_len != sizeof token ||
-        tp_recv_all(fd, &token, sizeof token, tp_deadline(FIRST_MESSAGE_WAIT_MS)) != TP_OK)
+    if (h->payload_len != 0)
         return;
+    uint8_t nonce[NONCE_LEN];
+    if (rand_bytes(nonce, sizeof nonce) != 0)
+        return;
+    msg_hdr m;
+    msg_init(&m, MSG_DISCONNECT_CHALLENGE);
+    m.payload_len = sizeof nonce;
+    int64_t deadline = tp_deadline(FIRST_MESSAGE_WAIT_MS);
+    if (msg_send(fd, &m, nonce, sizeof nonce, deadline) != TP_OK || msg_recv_hdr(fd, &m, deadline) != TP_OK ||
+        m.type != MSG_DISCONNECT_PROOF || m.count > DISCONNECT_MAX_PROOFS ||
+        m.payload_len != (uint64_t)m.count * PROOF_LEN)
+        return;
+    uint8_t *proofs = m.count > 0 ? malloc((size_t)m.payload_len) : NULL;
+    if (m.count > 0 && (proofs == NULL || tp_recv_all(fd, proofs, (size_t)m.payload_len, deadline) != TP_OK)) {
+        free(proofs);
+        return;
+    }
     serve_delay(e);
     lldd_status st = LLM_SUCCESS;
     mlink *l = NULL;
+    enum { MAX_CANDIDATES = 8 };
+    uint64_t tokens[MAX_CANDIDATES];
+    size_t ntok = 0;
     pthread_mutex_lock(&e->mu);
     if (e->state != ENGINE_READY) {
         st = LLM_UNLINK_FAILED;
@@ -542,17 +567,28 @@ static void on_disconnect(engine *e, int fd, const msg_hdr *h)
                  "(PR-28)", (unsigned long long)h->b);
     } else {
         l = link_find_locked(e, h->a);
-        if (l != NULL && l->ready && token != 0 && l->token == token) {
+        if (l != NULL && l->ready)
             link_ref(l);
-        } else {
+        else
             l = NULL;
-        }
+        for (int list = 0; list < 2 && l != NULL; list++)
+            for (mlink *o = list == 0 ? e->links : e->served; o != NULL && ntok < MAX_CANDIDATES; o = o->next)
+                if (o->ready && !o->removed && o->peer_cluster == h->a)
+                    tokens[ntok++] = o->token;
     }
     pthread_mutex_unlock(&e->mu);
-    if (l != NULL) {
-        link_drop(e, l);
-        link_unref(l);
+    int owner = 0;
+    for (size_t i = 0; i < ntok && !owner; i++) {
+        uint8_t want[PROOF_LEN];
+        token_proof(tokens[i], nonce, want);
+        for (uint32_t k = 0; k < m.count && !owner; k++)
+            owner = bytes_equal_ct(want, proofs + (size_t)k * PROOF_LEN, PROOF_LEN);
     }
+    free(proofs);
+    if (l != NULL && (owner || link_gone_within(e, l, STALE_LINK_WAIT_MS)))
+        link_drop(e, l);
+    if (l != NULL)
+        link_unref(l);
     /* a success names our cluster id (the client's PR-28 lint needs it; a HELLO tells
      * it to anyone too); a refusal names nothing */
     reply_status(fd, MSG_DISCONNECT_REPLY, st, NULL, text, e->cluster_id);
@@ -879,12 +915,20 @@ static lldd_status link_one(cluster_job *job)
     msg_init(&h, MSG_REVERSE);
     h.a = token;
     h.b = e->cluster_id;
-    uint8_t rproof[PROOF_LEN];
-    if (e->secret_len > 0) {
-        secret_proof(e->secret, e->secret_len, "lldd-client", peer.nonce, mine.nonce, token, rproof);
-        h.payload_len = sizeof rproof;
+    reverse_body rbody;
+    memset(&rbody, 0, sizeof rbody);
+    if (e->secret_len > 0)
+        secret_proof(e->secret, e->secret_len, "lldd-client", peer.nonce, mine.nonce, token, rbody.proof);
+    if (!e->hixl) {
+        /* the link to that listener this one will replace (the listener's id keys it) */
+        pthread_mutex_lock(&e->mu);
+        for (mlink *o = e->links; o != NULL; o = o->next)
+            if (o != l && o->peer_cluster == peer.cluster_id && !o->orphan && o->ready && !o->removed)
+                rbody.replaces = o->token;
+        pthread_mutex_unlock(&e->mu);
     }
-    r = msg_send(c2, &h, e->secret_len > 0 ? rproof : NULL, (size_t)h.payload_len, deadline);
+    h.payload_len = sizeof rbody;
+    r = msg_send(c2, &h, &rbody, sizeof rbody, deadline);
     if (r != TP_OK) {
         st = r == TP_TIMEOUT ? LLM_TIMEOUT : LLM_LINK_FAILED;
         snprintf(msg, MSG_LEN, "sending the handshake to %s:%u failed", ip, (unsigned)port);
@@ -989,28 +1033,49 @@ static lldd_status unlink_one(cluster_job *job)
         int r = tp_connect(ip, port, deadline, &fd, &err);
         if (r != TP_OK)
             return connect_status(r, err, 1, msg, ip, port);
-        /* the token of our link to that address (or, failing that, to that cluster id)
-         * proves the request is the link's own (on_disconnect) */
-        uint64_t token = 0;
-        pthread_mutex_lock(&e->mu);
-        mlink *mine = link_find_addr_locked(e, ip, port);
-        if (mine == NULL || !mine->ready)
-            mine = link_find_locked(e, peer_id);
-        if (mine != NULL && mine->ready)
-            token = mine->token;
-        pthread_mutex_unlock(&e->mu);
         msg_hdr h;
         msg_init(&h, MSG_DISCONNECT);
         h.a = e->cluster_id;
         h.b = peer_id;
         h.count = mock_strict() ? DISCONNECT_STRICT_IDS : 0;
-        h.payload_len = sizeof token;
-        r = msg_send(fd, &h, &token, sizeof token, deadline);
+        r = msg_send(fd, &h, NULL, 0, deadline);
+        /* the listener's challenge, answered with a proof of every link token we hold
+         * (which of them joins us to it we cannot always tell: on_disconnect) */
+        uint8_t nonce[NONCE_LEN];
+        if (r == TP_OK)
+            r = msg_recv_hdr(fd, &h, deadline);
+        if (r == TP_OK && (h.type != MSG_DISCONNECT_CHALLENGE || h.payload_len != sizeof nonce))
+            r = TP_CLOSED;
+        if (r == TP_OK)
+            r = tp_recv_all(fd, nonce, sizeof nonce, deadline);
+        if (r == TP_OK) {
+            uint64_t *tokens = malloc(DISCONNECT_MAX_PROOFS * sizeof *tokens);
+            uint8_t *proofs = malloc((size_t)DISCONNECT_MAX_PROOFS * PROOF_LEN);
+            uint32_t n = 0;
+            if (tokens != NULL && proofs != NULL) {
+                pthread_mutex_lock(&e->mu);
+                for (int list = 0; list < 2; list++)
+                    for (mlink *o = list == 0 ? e->links : e->served; o != NULL && n < DISCONNECT_MAX_PROOFS;
+                         o = o->next)
+                        if (o->ready && !o->removed)
+                            tokens[n++] = o->token;
+                pthread_mutex_unlock(&e->mu);
+                for (uint32_t i = 0; i < n; i++)
+                    token_proof(tokens[i], nonce, proofs + (size_t)i * PROOF_LEN);
+            }
+            msg_init(&h, MSG_DISCONNECT_PROOF);
+            h.count = n;
+            h.payload_len = (uint64_t)n * PROOF_LEN;
+            r = msg_send(fd, &h, proofs, (size_t)h.payload_len, deadline);
+            free(tokens);
+            free(proofs);
+        }
         lldd_status st;
         uint64_t server_id = peer_id;
         if (r != TP_OK) {
             st = r == TP_TIMEOUT ? LLM_TIMEOUT : LLM_UNLINK_FAILED;
-            snprintf(msg, MSG_LEN, "sending the disconnect to %s:%u failed", ip, (unsigned)port);
+            snprintf(msg, MSG_LEN, r == TP_TIMEOUT ? "the peer did not answer the disconnect in time"
+                                                   : "the peer closed the connection during the disconnect");
         } else {
             st = recv_reply(fd, MSG_DISCONNECT_REPLY, deadline, NULL, msg, 1, "disconnect", &server_id);
         }

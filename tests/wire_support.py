@@ -24,13 +24,15 @@ TEXT_LEN = 240
 # tensor_size, stride
 CACHE_WIRE = struct.Struct("=qIIIIIIQQQQ")
 REGION = struct.Struct("=IIQQ")      # tensor, reserved, offset, len
+REVERSE = struct.Struct("=Q32s")     # the token of the client's link this one replaces, the secret's proof
 # token, then two endpoints (family, port, addr[16]) of c1: the client's end, the listener's end
 ENDPOINT = struct.Struct("=HH16s")
 ID_REQUEST = struct.Struct("=Q20s20s")
 
 (MSG_HELLO, MSG_HELLO_REPLY, MSG_REVERSE, MSG_REVERSE_REPLY, MSG_DISCONNECT, MSG_DISCONNECT_REPLY, MSG_PIN,
  MSG_PIN_REPLY, MSG_UNPIN, MSG_READ, MSG_READ_REPLY, MSG_WRITE, MSG_WRITE_REPLY, MSG_RESOLVE, MSG_RESOLVE_REPLY,
- MSG_RELEASE, MSG_RELEASE_REPLY, MSG_PIN_ADDR, MSG_PIN_ADDR_REPLY, MSG_IDENTIFY, MSG_IDENTIFY_REPLY) = range(1, 22)
+ MSG_RELEASE, MSG_RELEASE_REPLY, MSG_PIN_ADDR, MSG_PIN_ADDR_REPLY, MSG_IDENTIFY, MSG_IDENTIFY_REPLY,
+ MSG_DISCONNECT_CHALLENGE, MSG_DISCONNECT_PROOF) = range(1, 24)
 HELLO_LINK = 0
 MODE_DIRECT = 1
 
@@ -122,9 +124,10 @@ class RawLink:
         assert reply.kind == MSG_HELLO_REPLY and len(reply.body) == HELLO.size + TEXT_LEN
         return Hello(reply, HELLO.unpack_from(reply.body))
 
-    def reverse(self, proof: bytes = b"") -> Reply:
+    def reverse(self, proof: bytes = bytes(32), replaces: int = 0) -> Reply:
         self.c2 = socket.create_connection((self.host, self.port), timeout=self.timeout)
-        self.c2.sendall(header(MSG_REVERSE, a=self.token, b=self.cluster_id, payload_len=len(proof)) + proof)
+        body = REVERSE.pack(replaces, proof)
+        self.c2.sendall(header(MSG_REVERSE, a=self.token, b=self.cluster_id, payload_len=len(body)) + body)
         return recv_reply(self.c2)
 
     def link(self) -> Hello:
@@ -162,11 +165,21 @@ class RawLink:
         self.c1 = self.c2 = None
 
 
-def disconnect(port: int, *, cluster_id: int, expected: int, token: int, host: str = "127.0.0.1") -> Reply:
-    """DISCONNECT on a fresh connection, as a non-forced unlink sends it."""
+def token_proof(token: int, nonce: bytes) -> bytes:
+    """A DISCONNECT's proof of a link token for the listener's challenge (Python's hmac)."""
+    return hmac.new(struct.pack("<Q", token), b"lldd-disconnect" + nonce, hashlib.sha256).digest()
+
+
+def disconnect(port: int, *, cluster_id: int, expected: int, tokens: tuple[int, ...] = (),
+               host: str = "127.0.0.1") -> Reply:
+    """DISCONNECT on a fresh connection, as a non-forced unlink sends it: the request, the
+    listener's challenge, proofs of ``tokens``, the reply."""
     with socket.create_connection((host, port), timeout=5) as s:
-        body = struct.pack("=Q", token)
-        s.sendall(header(MSG_DISCONNECT, a=cluster_id, b=expected, payload_len=len(body)) + body)
+        s.sendall(header(MSG_DISCONNECT, a=cluster_id, b=expected))
+        challenge = recv_reply(s)
+        assert challenge.kind == MSG_DISCONNECT_CHALLENGE and len(challenge.body) == 16
+        proofs = b"".join(token_proof(t, challenge.body) for t in tokens)
+        s.sendall(header(MSG_DISCONNECT_PROOF, count=len(tokens), payload_len=len(proofs)) + proofs)
         return recv_reply(s)
 
 
