@@ -13,7 +13,10 @@ from __future__ import annotations
 import contextlib
 import doctest
 import socket
+import subprocess
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -537,3 +540,21 @@ def test_every_public_strategy_documents_an_example_that_runs() -> None:
 def test_strategies_refuse_arguments_that_leave_nothing_to_draw(call: Any) -> None:
     with pytest.raises(ValueError):
         call()
+
+
+def test_the_package_imports_without_hypothesis_and_the_strategies_say_how_to_get_it(tmp_path: Path) -> None:
+    probe = (
+        "import sys\n"
+        "sys.modules['hypothesis'] = None\n"          # makes `import hypothesis` raise ImportError
+        "import llm_datadist_ffi, llm_datadist_ffi.testing, llm_datadist_ffi.vendor, llm_datadist_ffi.native\n"
+        "try:\n"
+        "    import llm_datadist_ffi.testing.strategies\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+        "else:\n"
+        "    print('imported')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          cwd=str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "pip install llm_datadist_ffi[test]" in done.stdout
