@@ -176,10 +176,12 @@ def cache_descs(api: Api = "vendor", *, validity: Validity = "valid", num_tensor
     by default. ``data_types`` defaults to every ``DataType`` member (vendor) or every
     ``ge::DataType`` with a size, the sub-byte ones included (native).
 
-    Valid descriptions register: one to ``max_rank`` dims, each positive, a stride that
+    Valid descriptions register: two to ``max_rank`` dims, each positive, a stride that
     tiles the tensor (a sub-byte row is a whole number of bytes, so no PR-17 lint), the
     vendor's ``batch_dim_index`` 0 (no PR-18 lint), and ``num_tensors`` tensors of at most
-    ``max_bytes`` bytes together. Tensor sizes: ``tensor_bytes(desc)``.
+    ``max_bytes`` bytes together. Tensor sizes: ``tensor_bytes(desc)``. ``max_bytes``
+    must hold one row of every tensor for every ``num_tensors`` and ``batch`` drawn
+    (combinations that cannot fit are discarded, as ``assume`` does).
 
     Invalid descriptions, each refused at registration and allocation with
     ``LLM_PARAM_INVALID``:
