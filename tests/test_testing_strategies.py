@@ -80,19 +80,22 @@ class Engines:
     vendor: LLMDataDist
     port: int
     held: list[Any] = field(default_factory=list)       # numpy memory the caches point at
+    registered: list[tuple[Any, int]] = field(default_factory=list)     # (engine or manager, cache id)
+
+    def native_register(self, engine: native.LlmDataDist, desc: native.CacheDesc, arrays: list[np.ndarray]) -> int:
+        self.held.append(arrays)
+        cache_id = engine.register_kv_cache(desc, [a.ctypes.data for a in arrays])
+        self.registered.append((engine, cache_id))
+        return cache_id
 
     def source(self, num_tensors: int, shape: list[int], seed: int) -> tuple[int, list[np.ndarray]]:
         """A uint8 cache of the Prompt, filled with random bytes."""
         arrays = random_tensors(num_tensors, int(np.prod(shape)), seed)
-        self.held.append(arrays)
-        return self.prompt.register_kv_cache(native.CacheDesc(num_tensors, U8, shape),
-                                             [a.ctypes.data for a in arrays]), arrays
+        return self.native_register(self.prompt, native.CacheDesc(num_tensors, U8, shape), arrays), arrays
 
     def native_target(self, num_tensors: int, shape: list[int]) -> tuple[int, list[np.ndarray]]:
         arrays = zero_tensors(num_tensors, int(np.prod(shape)))
-        self.held.append(arrays)
-        return self.decoder.register_kv_cache(native.CacheDesc(num_tensors, U8, shape),
-                                              [a.ctypes.data for a in arrays]), arrays
+        return self.native_register(self.decoder, native.CacheDesc(num_tensors, U8, shape), arrays), arrays
 
     def vendor_target(self, num_tensors: int, shape: list[int], blocks: bool) -> tuple[Any, list[np.ndarray]]:
         arrays = zero_tensors(num_tensors, int(np.prod(shape)))
@@ -100,7 +103,9 @@ class Engines:
         desc = CacheDesc(num_tensors, shape, DataType.DT_UINT8)
         manager = self.vendor.cache_manager
         register = manager.register_blocks_cache if blocks else manager.register_cache
-        return register(desc, [a.ctypes.data for a in arrays]), arrays
+        cache = register(desc, [a.ctypes.data for a in arrays])
+        self.registered.append((manager, cache.cache_id))
+        return cache, arrays
 
     @contextlib.contextmanager
     def linked(self) -> Iterator[None]:
@@ -117,12 +122,12 @@ class Engines:
             self.clear()
 
     def clear(self) -> None:
-        for engine in (self.prompt, self.decoder):
-            for cache_id in range(1, 64):
-                engine.unregister_kv_cache(cache_id)
-        manager = self.vendor.cache_manager
-        for cache_id in range(1, 64):
-            manager.unregister_cache(cache_id)
+        for owner, cache_id in self.registered:
+            if isinstance(owner, native.LlmDataDist):
+                owner.unregister_kv_cache(cache_id)
+            else:
+                owner.unregister_cache(cache_id)
+        self.registered.clear()
         self.held.clear()
 
     def _native_cluster(self) -> native.ClusterInfo:
@@ -172,9 +177,8 @@ def test_valid_native_cache_descs_register_and_move_one_batch_exactly(eng: Engin
     assert stride * desc.shape[0] == size                      # the stride tiles the tensor (no PR-17 lint)
     src = random_tensors(desc.num_tensors, size, 5)
     dst = zero_tensors(desc.num_tensors, size)
-    eng.held += [src, dst]
-    sid = eng.prompt.register_kv_cache(desc, [a.ctypes.data for a in src])
-    did = eng.decoder.register_kv_cache(desc, [a.ctypes.data for a in dst])
+    sid = eng.native_register(eng.prompt, desc, src)
+    did = eng.native_register(eng.decoder, desc, dst)
     b_src, b_dst = data.draw(st.integers(0, desc.shape[0] - 1)), data.draw(st.integers(0, desc.shape[0] - 1))
     with eng.linked():
         eng.decoder.pull_kv_cache(native.CacheIndex(PROMPT, sid, b_src), native.Cache(did), b_dst)
@@ -201,6 +205,7 @@ def test_valid_vendor_cache_descs_register_as_caches_and_blocks_caches(eng: Engi
     register = manager.register_blocks_cache if blocks else manager.register_cache
     try:
         cache = register(desc, [a.ctypes.data for a in memory])
+        eng.registered.append((manager, cache.cache_id))
         assert cache.is_blocks_cache is blocks
         assert cache.tensor_addrs == [a.ctypes.data for a in memory]
         assert desc.size == size

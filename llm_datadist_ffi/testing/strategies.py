@@ -174,7 +174,9 @@ def cache_descs(api: Api = "vendor", *, validity: Validity = "valid", num_tensor
     cache (the same description serves both; the call that registers it decides), so
     ``batch`` fixes it (an int or a strategy; 1 … 8 by default). ``num_tensors`` is 1 … 8
     by default. ``data_types`` defaults to every ``DataType`` member (vendor) or every
-    ``ge::DataType`` with a size, the sub-byte ones included (native).
+    ``ge::DataType`` with a size, the sub-byte ones included (native). ``placements``
+    defaults to both; the v1 ``KvCacheManager`` takes DEVICE caches only, so pass
+    ``placements=[Placement.DEVICE]`` for it.
 
     Valid descriptions register: two to ``max_rank`` dims, each positive, a stride that
     tiles the tensor (a sub-byte row is a whole number of bytes, so no PR-17 lint), the
