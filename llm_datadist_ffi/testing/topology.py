@@ -10,7 +10,9 @@ per engine and returns when every engine listens::
 ``call(fn, *args)`` runs a module-level function in that process and returns its value;
 an exception raised there is raised here with its own type and message (the child's
 traceback is its ``__cause__``). Inside the process, ``here()`` is the process's engine
-and what it knows of the others (``here().link(cluster_id)`` links to one of them).
+and what it knows of the others (``here().link(cluster_id)`` links to one of them). A
+process of the vendor-compatible API has ``llm_datadist_ffi.compat.install()`` in effect, so
+code written for the vendor's ``llm_datadist`` package runs there unchanged.
 
 How a process lives:
 
@@ -298,7 +300,10 @@ def _start_engine(spec: EngineSpec) -> Tuple[Any, int]:
         initialize: Callable[[Dict[str, str]], Any] = engine.initialize
         listen_key = native.OPTION_LISTEN_IP_INFO
     else:
-        from ..vendor import LLMDataDist, LLMRole
+        # code written for the vendor's package runs here as it would on a device host
+        from .. import compat
+        compat.install()
+        from llm_datadist import LLMDataDist, LLMRole
         engine = LLMDataDist(LLMRole[spec.role.upper()], spec.cluster_id)
         initialize = engine.init
         listen_key = "llm.listenIpInfo"
@@ -538,6 +543,10 @@ class EngineProcess:
         """What the process wrote to its stderr so far."""
         self._stderr.seek(0)
         return self._stderr.read().decode("utf-8", "replace")
+
+    def stderr_if_open(self) -> str:
+        """``stderr()`` while the topology is open, ``""`` after ``close()``."""
+        return "" if self._stderr.closed else self.stderr()
 
     def _stderr_tail(self, limit: int = 4000) -> str:
         text = self.stderr()
