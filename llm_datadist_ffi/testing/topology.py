@@ -156,7 +156,8 @@ def default_options(api: str) -> Dict[str, str]:
     (the listener is added by the process): device 0 and, for the vendor API, the
     cache-manager mode with a 5 s wait time of synchronous transfers."""
     if api == API_NATIVE:
-        return {"ge.exec.deviceId": "0"}
+        from ..native import OPTION_DEVICE_ID
+        return {OPTION_DEVICE_ID: "0"}
     return {"llm.EnableCacheManager": "1", "ge.exec.deviceId": "0", "llm.SyncKvCacheWaitTime": "5000"}
 
 
