@@ -304,7 +304,7 @@ def _start_engine(spec: EngineSpec) -> Tuple[Any, int]:
         # code written for the vendor's package runs here as it would on a device host
         from .. import compat
         compat.install()
-        from llm_datadist import LLMDataDist, LLMRole
+        from ..vendor import LLMDataDist, LLMRole      # what ``llm_datadist`` now names
         engine = LLMDataDist(LLMRole[spec.role.upper()], spec.cluster_id)
         initialize = engine.init
         listen_key = "llm.listenIpInfo"
