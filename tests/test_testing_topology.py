@@ -225,6 +225,23 @@ def test_a_delayed_peer_makes_a_pull_time_out(topology, faults) -> None:
     assert info.value.status_code == LLMStatusCode.LLM_TIMEOUT
 
 
+@pytest.mark.parametrize("api", ["v2", API_NATIVE])
+def test_a_dropped_link_fails_the_next_pull_as_a_vanished_peer(topology, faults, api) -> None:
+    topo = topology(prompts=1, decoders=1, api=api)
+    prompt, decoder = topo.prompts[0], topo.decoders[0]
+    src_id, dst_id = prompt.call(ts.register, 5), decoder.call(ts.register, -1)
+    decoder.call(ts.link, prompt.cluster_id)
+    faults.drop_links(prompt)
+    with pytest.raises(LLMException, match=r"the peer's side of the link is gone \(PR-31\)") as info:
+        decoder.call(ts.pull_blocks, prompt.cluster_id, src_id, dst_id, [1], [2])
+    assert info.value.status_code == LLMStatusCode.LLM_TIMEOUT
+
+
+def test_the_environment_of_a_topology_reaches_its_processes() -> None:
+    with Topology.start(1, 1, env={"LLDD_TOPOLOGY_TEST": "seen"}) as topo:
+        assert [p.call(os.getenv, "LLDD_TOPOLOGY_TEST") for p in topo] == ["seen", "seen"]
+
+
 def test_a_stopped_peer_answers_again_once_resumed(topology, faults) -> None:
     topo = topology(prompts=1, decoders=0)
     prompt = topo.prompts[0]

@@ -372,7 +372,11 @@ def _error_frame(exc: BaseException) -> Tuple[str, Any, str]:
 
 
 def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when its parent ends (prctl PR_SET_PDEATHSIG)."""
+    """Linux: SIGKILL this process when its parent ends (prctl PR_SET_PDEATHSIG).
+
+    The kernel ties this to the parent's thread that started the process: a topology
+    started in a thread ends when that thread does, so start it in the thread that
+    closes it (pytest's fixtures and tests share one)."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -632,11 +636,13 @@ class Topology:
 
     @classmethod
     def start(cls, prompts: int = 1, decoders: int = 1, *, api: str = API_V2, host: str = _LOOPBACK,
-              options: Optional[Mapping[str, str]] = None, remote: Sequence[RemotePeer] = (),
+              options: Optional[Mapping[str, str]] = None, env: Optional[Mapping[str, str]] = None,
+              remote: Sequence[RemotePeer] = (),
               specs: Optional[Sequence[EngineSpec]] = None, lint: str = "error", startup_timeout: float = 30.0,
               call_timeout: float = 60.0, grace: float = 5.0) -> "Topology":
         """Start ``prompts`` Prompt and ``decoders`` Decoder engines (cluster ids 1, 2, …
-        in that order), or exactly the engines of ``specs``.
+        in that order) of ``api`` on ``host`` with ``options`` and ``env`` (added to the
+        environment of the processes), or exactly the engines of ``specs``.
 
         Raises:
             TopologyError: a process did not report ready within ``startup_timeout``
@@ -646,7 +652,8 @@ class Topology:
         """
         if specs is None:
             roles = [PROMPT] * prompts + [DECODER] * decoders
-            specs = [EngineSpec(role, i + 1, api, host, dict(options or {})) for i, role in enumerate(roles)]
+            specs = [EngineSpec(role, i + 1, api, host, dict(options or {}), env=dict(env or {}))
+                     for i, role in enumerate(roles)]
         ids = [s.cluster_id for s in specs] + [r.cluster_id for r in remote]
         if len(set(ids)) != len(ids):
             raise ValueError(f"cluster ids must differ, got {ids}")
