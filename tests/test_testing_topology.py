@@ -13,7 +13,7 @@ import pytest
 import topology_support as ts
 from llm_datadist_ffi import LLMException, LLMStatusCode, mock_control
 from llm_datadist_ffi.testing.faults import FAULT_POINTS, c_functions
-from llm_datadist_ffi.testing.topology import (API_NATIVE, DECODER, PROMPT, EngineSpec, RemotePeer,
+from llm_datadist_ffi.testing.topology import (API_NATIVE, DECODER, PROMPT, EngineSpec, RemoteError, RemotePeer,
                                                RemoteTraceback, Topology, TopologyError)
 
 pytestmark = pytest.mark.mock_only(reason="engine processes pull through the mock; faults are the mock's")
@@ -77,6 +77,13 @@ def test_an_exception_in_a_process_is_raised_with_its_type_message_and_the_remot
         topo.prompts[0].call(ts.raise_value_error, "wrong block 7")
     assert isinstance(info.value.__cause__, RemoteTraceback)
     assert "raise_value_error" in str(info.value.__cause__)
+
+
+def test_an_exception_that_cannot_be_pickled_arrives_as_a_remote_error_with_its_type_and_message(topology) -> None:
+    topo = topology(prompts=1, decoders=0)
+    with pytest.raises(RemoteError) as info:
+        topo.prompts[0].call(ts.raise_unpicklable, "holds a lock")
+    assert (info.value.type_name, info.value.message) == ("topology_support.Unpicklable", "holds a lock")
 
 
 def test_a_library_error_in_a_process_keeps_its_status_code(topology) -> None:

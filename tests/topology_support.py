@@ -87,3 +87,16 @@ def ignore_sigterm_and_hang() -> None:
 
 def add(a: int, b: int, *, times: int = 1) -> int:
     return (a + b) * times
+
+
+class Unpicklable(Exception):
+    """An exception that cannot cross a process boundary (it holds a lock)."""
+
+    def __init__(self, text: str) -> None:
+        import threading
+        super().__init__(text)
+        self.lock = threading.Lock()
+
+
+def raise_unpicklable(text: str) -> None:
+    raise Unpicklable(text)

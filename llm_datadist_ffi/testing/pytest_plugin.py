@@ -54,12 +54,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: List[pytest.Item
         item.add_marker(mark, append=False)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item,
-                              call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
-    report = yield
+# an old-style wrapper: the new style needs pytest 8, the package supports pytest 7
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
     if not report.failed:
-        return report
+        return
     for topo in item.stash.get(_topologies_key, []):
         for process in topo.processes:
             text = process.stderr_if_open()
@@ -67,7 +68,6 @@ def pytest_runtest_makereport(item: pytest.Item,
                 report.sections.append((f"stderr of {process.name} (cluster {process.cluster_id}, "
                                         f"pid {process.pid})", text))
     # (the merged call trace of the topology is attached here by the trace support)
-    return report
 
 
 @pytest.fixture

@@ -60,7 +60,7 @@ from typing import IO, Any, Callable, Dict, Iterator, List, Mapping, Optional, S
 
 __all__ = [
     "PROMPT", "DECODER", "API_V2", "API_NATIVE", "EngineSpec", "RemotePeer", "PeerAddress", "Here", "here",
-    "EngineProcess", "Pending", "Topology", "TopologyError", "RemoteTraceback", "default_options",
+    "EngineProcess", "Pending", "Topology", "TopologyError", "RemoteError", "RemoteTraceback", "default_options",
 ]
 
 PROMPT = "prompt"
@@ -87,12 +87,14 @@ class RemoteTraceback(Exception):
         return str(self.args[0]) if self.args else ""
 
 
-@dataclass(frozen=True)
 class RemoteError(Exception):
-    """Stands for an exception of a topology process that could not be pickled."""
+    """Stands for an exception of a topology process that could not be pickled;
+    ``type_name`` is its class's import path, ``message`` its ``str()``."""
 
-    type_name: str
-    message: str
+    def __init__(self, type_name: str, message: str) -> None:
+        super().__init__(type_name, message)
+        self.type_name = type_name
+        self.message = message
 
     def __str__(self) -> str:
         return f"{self.type_name}: {self.message}"
