@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -23,8 +24,10 @@ def missing_rights() -> str:
         return f"needs the commands {', '.join(tools)} (util-linux, iproute2)"
     # the capability is checked by using it: a user namespace gives CAP_NET_ADMIN over a
     # new network namespace where the kernel allows unprivileged user namespaces
+    # (without the sanitizer runtime CI preloads for the mock: it is not for the tools)
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     probe = subprocess.run(["unshare", "-Urn", "ip", "link", "add", "probe0", "type", "veth", "peer", "name",
-                            "probe1"], capture_output=True, text=True, timeout=30)
+                            "probe1"], capture_output=True, text=True, timeout=30, env=env)
     if probe.returncode != 0:
         return ("needs CAP_NET_ADMIN in a new user and network namespace (unshare -Urn), which this "
                 f"process may not create: {probe.stderr.strip() or 'exit code %d' % probe.returncode}")
