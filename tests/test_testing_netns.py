@@ -47,3 +47,8 @@ def test_a_decoder_pulls_from_a_prompt_in_another_network_namespace() -> None:
     assert bytes.fromhex(report["pulled"]) == expected.tobytes()
     prompt_ns, decoder_ns = report["namespaces"]
     assert prompt_ns != decoder_ns and all(ns.startswith("net:[") for ns in (prompt_ns, decoder_ns))
+
+
+def test_the_skip_reason_names_the_missing_commands(monkeypatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert missing_rights() == "needs the commands unshare, nsenter, ip (util-linux, iproute2)"
