@@ -38,9 +38,14 @@ def test_pull(topology):
 
 LINT_TEST = '''
 import warnings
+import pytest
 from llm_datadist_ffi import LintWarning
 
 def test_lint():
+    warnings.warn("a lint", LintWarning)
+
+@pytest.mark.filterwarnings("ignore::llm_datadist_ffi.LintWarning")
+def test_lint_its_mark_ignores():
     warnings.warn("a lint", LintWarning)
 '''
 
@@ -86,11 +91,11 @@ def test_a_dozen_line_test_in_a_new_directory_pulls_between_two_processes(tmp_pa
     assert "3 passed" in result.stdout
 
 
-def test_lint_warnings_are_errors_unless_the_option_relaxes_them(tmp_path) -> None:
+def test_lint_warnings_are_errors_unless_the_option_or_a_mark_relaxes_them(tmp_path) -> None:
     write(tmp_path, "test_lint.py", LINT_TEST)
     strict = run_pytest(tmp_path)
     assert strict.returncode == 1 and "FAILED test_lint.py::test_lint - llm_datadist_ffi.lint.LintWarning: a lint" \
-        in strict.stdout, strict.stdout
+        in strict.stdout and "PASSED test_lint.py::test_lint_its_mark_ignores" in strict.stdout, strict.stdout
     warned = run_pytest(tmp_path, "--lldd-lint=warn")
     assert warned.returncode == 0 and "LintWarning: a lint" in warned.stdout, warned.stdout
     ignored = run_pytest(tmp_path, "--lldd-lint=ignore")
