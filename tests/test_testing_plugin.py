@@ -12,9 +12,12 @@ import pytest
 
 pytestmark = pytest.mark.mock_only(reason="the user's test pulls between engine processes of the mock")
 
-# The done-when check of the toolkit: a dozen lines, a two-process pull.
+# The done-when check of the toolkit: a dozen lines, a two-process pull of block tables a
+# public strategy draws.
 USER_TEST = '''
 import numpy as np
+from hypothesis import given, settings
+from llm_datadist_ffi.testing.strategies import block_pairs
 from llm_datadist_ffi.testing.topology import here
 
 def keep(seed):
@@ -24,16 +27,22 @@ def keep(seed):
     desc = ld.CacheDesc(1, [4, 16], ld.DataType.DT_UINT8, ld.Placement.DEVICE)
     me.state.update(a=a, c=me.engine.cache_manager.register_blocks_cache(desc, [a.ctypes.data], key))
 
-def pull(prompt):
+def pull(prompt, src, dst):
     import llm_datadist as ld
-    me = here(); me.link(prompt)
-    me.engine.cache_manager.pull_blocks(ld.BlocksCacheKey(prompt, 0), me.state["c"], [2], [1], tensor_num_per_layer=1)
+    me = here(); me.state.get("linked") or me.link(prompt); me.state["linked"] = True
+    me.engine.cache_manager.pull_blocks(ld.BlocksCacheKey(prompt, 0), me.state["c"], src, dst, tensor_num_per_layer=1)
     return me.state["a"][:, 0].tolist()
 
 def test_pull(topology):
     topo = topology(prompts=1, decoders=1)
-    topo.prompts[0].call(keep, 7); topo.decoders[0].call(keep, 0)
-    assert topo.decoders[0].call(pull, topo.prompts[0].cluster_id) == [0, 7, 0, 0]
+    prompt, decoder = topo.prompts[0], topo.decoders[0]
+    prompt.call(keep, 7); decoder.call(keep, 0)
+    @settings(max_examples=5, deadline=None)
+    @given(block_pairs(4, 4, containers=["list"]))
+    def pulls(table):
+        got = decoder.call(pull, prompt.cluster_id, *table)
+        assert [got[b] for b in table[1]] == [7] * len(table[1])
+    pulls()
 '''
 
 LINT_TEST = '''

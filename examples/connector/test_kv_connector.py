@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llm_datadist_ffi import LLMStatusCode
+from llm_datadist_ffi.testing.strategies import block_pairs
 from llm_datadist_ffi.testing.topology import here
 
 LAYERS, BLOCKS, ELEMENTS = 3, 8, 64
@@ -83,13 +84,11 @@ def zeros() -> List[Tuple[np.ndarray, np.ndarray]]:
             for _ in range(LAYERS)]
 
 
-@st.composite
-def block_tables(draw: st.DrawFn) -> Tuple[List[int], List[int]]:
+def block_tables() -> "st.SearchStrategy[Tuple[List[int], List[int]]]":
     """A request's block table on the Prompt and on the Decoder: equal lengths, distinct
-    Decoder blocks (a Decoder never maps two source blocks onto one), any Prompt blocks."""
-    dst = draw(st.lists(st.integers(0, BLOCKS - 1), min_size=1, max_size=BLOCKS, unique=True))
-    src = draw(st.lists(st.integers(0, BLOCKS - 1), min_size=len(dst), max_size=len(dst)))
-    return src, dst
+    Decoder blocks (a Decoder never maps two source blocks onto one), any Prompt blocks,
+    as runs and scattered: the package's public strategy."""
+    return block_pairs(BLOCKS, BLOCKS, max_size=BLOCKS, containers=["list"])
 
 
 # --- the tests -------------------------------------------------------------------------
