@@ -138,6 +138,9 @@ def test_unregister_cuts_a_stopped_decoders_link_after_the_wait_time(prompt: nat
         reply = json.loads(decoder.proc.stdout.readline())
         assert (reply["ok"], reply.get("status")) == (False, S.LLM_TIMEOUT)
         assert decoder.status("pull_cache", cluster=1, src=src, dst=dst) == S.LLM_TIMEOUT
+        # and the Prompt's side says why
+        assert sup_push(prompt, 2, cache_of()) == S.LLM_TIMEOUT
+        assert "this engine cut the link" in Raw().last_error()
     finally:
         decoder.close()
 
@@ -157,6 +160,21 @@ def test_unregister_cuts_a_silent_client_that_pinned_the_cache(prompt: native.Ll
     c1, c2 = ws.raw_link(prompt.listen_port, 66, 1, token=0x6667)
     with c1, c2:
         assert ws.pin(c1, cache_of()) == 0
+
+
+def test_deallocate_cuts_a_silent_client_that_pinned_the_cache(engines: Engines) -> None:
+    prompt = engines(1, listen=True, options={native.OPTION_SYNC_CACHE_WAIT_TIME: "1000",
+                                              native.OPTION_MOCK_NATIVE_POOL: "1",
+                                              native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 1048576}'})
+    cache = prompt.allocate_cache(native.CacheDesc(2, native.DataType.DT_UINT8, [4, 8]))
+    c1, c2 = ws.raw_link(prompt.listen_port, 65, 1, token=0x6565)
+    with c1, c2:
+        assert ws.pin(c1, cache.cache_id) == 0
+        call = Call(lambda: prompt.deallocate_cache(cache.cache_id))
+        call.start()
+        assert call.returned_within(5.0), "deallocate_cache waited for a client that never unpins"
+        assert 0.9 <= call.seconds < 3.0
+        assert ws.closed_by_peer(c1, 2.0)
 
 
 def test_finalize_ends_within_the_wait_time_while_an_unregister_waits_for_a_pin(
