@@ -8,7 +8,8 @@
  *              PROCESSING_LINK); held across its per-cluster work
  *   listen_mu  the listener of one engine (Initialize, SetRole, Finalize)
  *   link->xfer_mu  serializes the transfers over one link; dropping a link takes it
- *              (the v1 resolver only try-reads link->busy, never waits on it)
+ *              (the v1 resolver only try-reads link->busy, never waits on it); a
+ *              link's sockets are closed only with it and e->mu held (reaping)
  *   e->mu      state, active-call count, cache table, key table, link table,
  *              communicator list, pending handshakes, thread list. Held only for
  *              short bookkeeping, never across I/O or a wait other than
@@ -21,8 +22,9 @@
  * Life of a cache: the table owns it; a transfer or copy that uses it holds a pin
  * (c->pins, under the owner's mu). Removal (deallocate, unregister, finalize, the
  * release of its last key) takes the cache out of the table first, so no new pin
- * can be taken, unbinds its keys, then waits on e->cv until the pins are gone, and
- * only then frees memory. A pull that releases a key unpins its source before the
+ * can be taken, unbinds its keys, then waits on e->cv until the pins are gone (a
+ * peer's pin for at most the wait time, then its link is cut), and only then frees
+ * memory. A pull that releases a key unpins its source before the
  * release, so that the release may free it.
  */
 #ifndef LLDD_MOCK_ENGINE_H

@@ -13,6 +13,9 @@
  *      asking on c1. Both sides have the link before LinkLlmClusters returns.
  * Each side runs one server thread per link (engine_serve.c) that answers the
  * peer's requests; EOF on that connection means the peer's side is gone (PR-31).
+ * The listener thread then reaps the link (links_reap): it joins the thread and
+ * closes both sockets, keeping a record that answers as PR-31 says. What peers can
+ * make an engine hold is capped (engine.h, BOUND_*).
  *
  * A non-forced unlink opens a fresh connection and sends DISCONNECT; the peer drops
  * its side and answers. Dropping a side takes the link's transfer lock (waits for

@@ -8,7 +8,8 @@
  * READ/WRITE to move them over this socket. Every range of a READ or WRITE is
  * checked against a tensor of a cache this connection has pinned. UNPIN releases
  * the pin; a closed connection releases every pin it holds, so a peer that dies or
- * gives up never keeps our caches from being freed.
+ * gives up never keeps our caches from being freed, and a removal that cannot wait
+ * for a pin any longer closes the connection that holds it (engine_cache.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
