@@ -21,12 +21,14 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import pytest
 
+import vendor_support as vs
 import wire_support as ws
 from engine_support import PeerProcess, Raw, random_arrays, register
 from llm_datadist_ffi import LLMException
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import mock_control, native
 from llm_datadist_ffi.native import Cache, CacheIndex, ClusterInfo, IpInfo
+from llm_datadist_ffi.vendor import CacheDesc, DataType, LLMDataDist, LLMRole
 
 pytestmark = pytest.mark.mock_only(reason="the bounds are the mock engine's; the wire is the mock's")
 
@@ -175,6 +177,24 @@ def test_deallocate_cuts_a_silent_client_that_pinned_the_cache(engines: Engines)
         assert call.returned_within(5.0), "deallocate_cache waited for a client that never unpins"
         assert 0.9 <= call.seconds < 3.0
         assert ws.closed_by_peer(c1, 2.0)
+
+
+def test_the_vendor_apis_deallocate_cuts_a_silent_client_that_pinned_the_cache() -> None:
+    port = vs.free_port()
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    engine.init(vs.v2_options(port=port, pool=True, **{"llm.SyncKvCacheWaitTime": "1000"}))
+    try:
+        cache = engine.cache_manager.allocate_cache(CacheDesc(2, [4, 64], DataType.DT_UINT8))
+        c1, c2 = ws.raw_link(port, 64, 1, token=0x6464)
+        with c1, c2:
+            assert ws.pin(c1, cache.cache_id) == 0
+            call = Call(lambda: engine.cache_manager.deallocate_cache(cache))
+            call.start()
+            assert call.returned_within(5.0), "CacheManager.deallocate_cache waited for a client that never unpins"
+            assert 0.9 <= call.seconds < 3.0
+            assert ws.closed_by_peer(c1, 2.0)
+    finally:
+        engine.finalize()
 
 
 def test_finalize_ends_within_the_wait_time_while_an_unregister_waits_for_a_pin(
@@ -374,6 +394,29 @@ def test_links_of_decoders_that_finalize_or_die_without_unlinking_are_reaped(
         assert legit.cache_bytes(dst) == b"".join(a[0].tobytes() + bytes(24) for a in random_arrays(2, (4, 8), 0))
     finally:
         legit.close()
+
+
+def test_a_decoder_that_comes_back_replaces_its_reaped_link(prompt: native.LlmDataDist,
+                                                            cache_of: Callable[[], int]) -> None:
+    src = cache_of()
+    decoder = PeerProcess()
+    try:
+        fds = open_fds()
+        decoder.call("init", cluster_id=2, role=2, options={"llm.DeviceId": "0"})
+        decoder.call("register", num_tensors=2, shape=[4, 8], seed=-1)
+        assert decoder.call("link", clusters=[[1, prompt.listen_port]]) == [0, 0]
+        assert open_fds() == fds + 2
+        decoder.call("finalize")                                     # no unlink
+        assert settles(lambda: open_fds() == fds, 5.0)               # reaped
+        assert sup_push(prompt, 2, cache_of()) == S.LLM_TIMEOUT      # the record answers (PR-31)
+        decoder.call("init", cluster_id=2, role=2, options={"llm.DeviceId": "0"})
+        dst = decoder.call("register", num_tensors=2, shape=[4, 8], seed=-1)
+        assert decoder.call("link", clusters=[[1, prompt.listen_port]]) == [0, 0]
+        decoder.call("pull_cache", cluster=1, src=src, dst=dst)
+        assert decoder.cache_bytes(dst) == b"".join(a[0].tobytes() + bytes(24) for a in random_arrays(2, (4, 8), 0))
+        assert sup_push(prompt, 2, src) == 0                         # the new link, both ways
+    finally:
+        decoder.close()
 
 
 def sup_push(engine: native.LlmDataDist, cluster_id: int, src: int) -> int:
