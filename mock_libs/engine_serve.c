@@ -234,10 +234,16 @@ static int serve_release(engine *e, int fd, const msg_hdr *h, pin_list *pins)
         return -1;
     /* the tensor list names tensors of the cache this connection pinned: never more
      * than it has, so the peer cannot make us allocate more than that */
-    size_t i;
+    size_t i, times = 0;
     mcache *held = pins_find(pins, q.cache_id, &i);
     uint64_t most = held != NULL ? held->w.num_tensors : 0;
     if (q.count > most || h->payload_len - sizeof q != q.count * sizeof(uint64_t))
+        return -1;
+    /* A pull releases the one pin its lookup took. A release that may free the cache
+     * while this thread holds it pinned once more would wait for this thread itself. */
+    for (size_t k = 0; k < pins->count; k++)
+        times += pins->items[k] == held;
+    if (times > 1)
         return -1;
     uint64_t *tensors = q.count > 0 ? malloc((size_t)q.count * sizeof *tensors) : NULL;
     if (q.count > 0 && (tensors == NULL || tp_recv_all(fd, tensors, (size_t)q.count * sizeof *tensors,

@@ -28,7 +28,7 @@ from llm_datadist_ffi import LLMException
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import mock_control, native
 from llm_datadist_ffi.native import Cache, CacheIndex, ClusterInfo, IpInfo
-from llm_datadist_ffi.vendor import CacheDesc, DataType, LLMDataDist, LLMRole
+from llm_datadist_ffi.vendor import CacheDesc, CacheKey, DataType, LLMDataDist, LLMRole
 
 pytestmark = pytest.mark.mock_only(reason="the bounds are the mock engine's; the wire is the mock's")
 
@@ -283,6 +283,31 @@ def test_a_release_naming_more_tensors_than_the_pinned_cache_closes_the_connecti
         body = ws.RELEASE.pack(src, 0, 0, 0, 0, 0, 3) + np.array([0, 1, 0], np.uint64).tobytes()
         ws.send_hdr(c1, ws.MSG_RELEASE, payload=body)
         assert ws.closed_by_peer(c1, 3.0)               # three tensors of a two-tensor cache
+
+
+def test_a_release_that_would_wait_for_the_connections_own_pin_closes_it() -> None:
+    """An allocated cache whose owner deallocated it lives on while its key is bound; the
+    key's release frees it. A client that pinned it twice and releases the key would make
+    the release wait for the second pin, which the waiting thread itself holds."""
+    port = vs.free_port()
+    engine = LLMDataDist(LLMRole.PROMPT, 1)
+    engine.init(vs.v2_options(port=port, pool=True, **{"llm.SyncKvCacheWaitTime": "1000"}))
+    try:
+        cache = engine.cache_manager.allocate_cache(CacheDesc(1, [4, 64], DataType.DT_UINT8), [CacheKey(1, 5)])
+        engine.cache_manager.deallocate_cache(cache)                  # the key keeps it
+        c1, c2 = ws.raw_link(port, 63, 1, token=0x6363)
+        with c1, c2:
+            assert ws.pin(c1, cache.cache_id) == 0
+            assert ws.pin(c1, cache.cache_id) == 0
+            release = ws.RELEASE.pack(cache.cache_id, 0, 0, 1, 5, 0, 0)   # the key (req 5, model 0), all tensors
+            ws.send_hdr(c1, ws.MSG_RELEASE, payload=release)
+            assert ws.closed_by_peer(c1, 3.0), "the release waits for its own connection's pin"
+        finish = Call(engine.finalize)
+        finish.start()
+        assert finish.returned_within(5.0), "finalize waits for the stuck server thread"
+    finally:
+        if LLMDataDist.llm_engine_instance is not None:
+            engine.finalize()
 
 
 def vm_size() -> int:
