@@ -164,10 +164,10 @@ static void served_reap(engine *e)
  * sockets and keeps the record, so that transfers over it still report the peer's
  * absence (PR-31) until a relink replaces it, an unlink or finalize drops it. A
  * transfer holding the link is not waited for: the next reap takes it. */
-static void link_reap_one(engine *e, mlink *l)
+static int link_reap_one(engine *e, mlink *l)
 {
     if (pthread_mutex_trylock(&l->xfer_mu) != 0)
-        return;
+        return 0;
     eng_thread *t = NULL;
     pthread_mutex_lock(&e->mu);
     int take = l->ready && !l->removed && !l->reaped && atomic_load(&l->peer_gone);
@@ -186,6 +186,7 @@ static void link_reap_one(engine *e, mlink *l)
         pthread_mutex_unlock(&e->mu);
     }
     pthread_mutex_unlock(&l->xfer_mu);
+    return 1;
 }
 
 /* Drops the oldest records of gone links past BOUND_GONE_RECORDS (the table is
@@ -219,19 +220,23 @@ enum { REAP_BATCH = 16 };
 void links_reap(engine *e)
 {
     served_reap(e);
-    mlink *batch[REAP_BATCH];
-    size_t n = 0;
-    pthread_mutex_lock(&e->mu);
-    for (mlink *l = e->links; l != NULL && n < REAP_BATCH; l = l->next) {
-        if (l->ready && !l->removed && !l->reaped && atomic_load(&l->peer_gone)) {
-            link_ref(l);
-            batch[n++] = l;
+    /* batches of links, until none is left or one was busy (the next tick takes it) */
+    for (int more = 1; more;) {
+        mlink *batch[REAP_BATCH];
+        size_t n = 0;
+        pthread_mutex_lock(&e->mu);
+        for (mlink *l = e->links; l != NULL && n < REAP_BATCH; l = l->next) {
+            if (l->ready && !l->removed && !l->reaped && atomic_load(&l->peer_gone)) {
+                link_ref(l);
+                batch[n++] = l;
+            }
         }
-    }
-    pthread_mutex_unlock(&e->mu);
-    for (size_t i = 0; i < n; i++) {
-        link_reap_one(e, batch[i]);
-        link_unref(batch[i]);
+        pthread_mutex_unlock(&e->mu);
+        more = n == REAP_BATCH;
+        for (size_t i = 0; i < n; i++) {
+            more &= link_reap_one(e, batch[i]);
+            link_unref(batch[i]);
+        }
     }
     gone_records_trim(e);
 }

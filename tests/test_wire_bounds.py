@@ -38,6 +38,7 @@ Engines = Callable[..., native.LlmDataDist]
 BOUND_HANDSHAKES = 64
 BOUND_LINKS = 256
 BOUND_PINS_PER_LINK = 64
+BOUND_GONE_RECORDS = 1024
 
 
 def open_fds() -> int:
@@ -419,6 +420,19 @@ def test_links_of_decoders_that_finalize_or_die_without_unlinking_are_reaped(
         assert legit.cache_bytes(dst) == b"".join(a[0].tobytes() + bytes(24) for a in random_arrays(2, (4, 8), 0))
     finally:
         legit.close()
+
+
+def test_the_engine_keeps_at_most_the_cap_of_gone_link_records(prompt: native.LlmDataDist,
+                                                               cache_of: Callable[[], int]) -> None:
+    src, fds = cache_of(), open_fds()
+    for i in range(BOUND_GONE_RECORDS + 1):                 # links whose clients leave at once
+        c1, c2 = ws.raw_link(prompt.listen_port, 5000 + i, 1, token=0x50000 + i)
+        c1.close()
+        c2.close()
+    assert settles(lambda: open_fds() <= fds, 10.0), "the gone links were not reaped"
+    assert sup_push(prompt, 5000, src) == S.LLM_NOT_YET_LINK            # the oldest record was dropped
+    assert sup_push(prompt, 5001, src) == S.LLM_TIMEOUT                 # the others answer as PR-31 says
+    assert sup_push(prompt, 5000 + BOUND_GONE_RECORDS, src) == S.LLM_TIMEOUT
 
 
 def test_a_decoder_that_comes_back_replaces_its_reaped_link(prompt: native.LlmDataDist,
