@@ -13,6 +13,9 @@
  *      asking on c1. Both sides have the link before LinkLlmClusters returns.
  * Each side runs one server thread per link (engine_serve.c) that answers the
  * peer's requests; EOF on that connection means the peer's side is gone (PR-31).
+ * The listener thread then reaps the link (links_reap): it joins the thread and
+ * closes both sockets, keeping a record that answers as PR-31 says. What peers can
+ * make an engine hold is capped (engine.h, BOUND_*).
  *
  * A non-forced unlink opens a fresh connection and sends DISCONNECT; the peer drops
  * its side and answers. Dropping a side takes the link's transfer lock (waits for
@@ -32,8 +35,9 @@
 
 enum {
     LINK_WORKERS = 16,
-    FIRST_MESSAGE_WAIT_MS = 10000,
+    FIRST_MESSAGE_WAIT_MS = BOUND_FIRST_MSG_MS,
     MSG_LEN = 256,
+    REVERSE_POLL_MS = 100,
     STALE_LINK_WAIT_MS = 1000,   /* how long a relink waits to see the old link's connection closed */
     IDENTIFY_WAIT_MS = 2000      /* the identity channel's exchange */
 };
@@ -163,6 +167,122 @@ static void served_reap(engine *e)
         link_drop(e, l);
         link_unref(l);
     }
+}
+
+/* Reaps one link whose server thread saw its peer go: joins the thread, closes both
+ * sockets and keeps the record, so that transfers over it still report the peer's
+ * absence (PR-31) until a relink replaces it, an unlink or finalize drops it. A
+ * transfer holding the link is not waited for: the next reap takes it. */
+static int link_reap_one(engine *e, mlink *l)
+{
+    if (pthread_mutex_trylock(&l->xfer_mu) != 0)
+        return 0;
+    eng_thread *t = NULL;
+    pthread_mutex_lock(&e->mu);
+    int take = l->ready && !l->removed && !l->reaped && atomic_load(&l->peer_gone);
+    if (take) {
+        t = l->server;
+        l->server = NULL;
+        l->reaped = 1;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (take) {
+        /* the thread may still shut its socket down and unpin: sockets close after it */
+        thread_join_free(t);
+        pthread_mutex_lock(&e->mu);
+        tp_close(&l->req_fd);
+        tp_close(&l->srv_fd);
+        atomic_store(&l->vm_ok, 0);
+        tp_close(&l->peer_pidfd);
+        pthread_mutex_unlock(&e->mu);
+    }
+    pthread_mutex_unlock(&l->xfer_mu);
+    return 1;
+}
+
+/* Drops the oldest records of gone links past BOUND_GONE_RECORDS (the table is
+ * newest first). */
+static void gone_records_trim(engine *e)
+{
+    for (;;) {
+        mlink *oldest = NULL;
+        size_t records = 0;
+        pthread_mutex_lock(&e->mu);
+        for (mlink *l = e->links; l != NULL; l = l->next) {
+            if (l->reaped && !l->removed) {
+                records++;
+                oldest = l;
+            }
+        }
+        if (records <= BOUND_GONE_RECORDS)
+            oldest = NULL;
+        if (oldest != NULL)
+            link_ref(oldest);
+        pthread_mutex_unlock(&e->mu);
+        if (oldest == NULL)
+            return;
+        link_drop(e, oldest);
+        link_unref(oldest);
+    }
+}
+
+enum { REAP_BATCH = 16 };
+
+void links_reap(engine *e)
+{
+    served_reap(e);
+    /* batches of links, until none is left or one was busy (the next tick takes it) */
+    for (int more = 1; more;) {
+        mlink *batch[REAP_BATCH];
+        size_t n = 0;
+        pthread_mutex_lock(&e->mu);
+        for (mlink *l = e->links; l != NULL && n < REAP_BATCH; l = l->next) {
+            if (l->ready && !l->removed && !l->reaped && atomic_load(&l->peer_gone)) {
+                link_ref(l);
+                batch[n++] = l;
+            }
+        }
+        pthread_mutex_unlock(&e->mu);
+        more = n == REAP_BATCH;
+        for (size_t i = 0; i < n; i++) {
+            more &= link_reap_one(e, batch[i]);
+            link_unref(batch[i]);
+        }
+    }
+    gone_records_trim(e);
+}
+
+size_t links_cut_pinning_locked(engine *e, const mcache *c)
+{
+    size_t cut = 0;
+    for (int list = 0; list < 2; list++) {
+        for (mlink *l = list == 0 ? e->links : e->served; l != NULL; l = l->next) {
+            int holds = 0;
+            for (size_t i = 0; i < l->pins.count && !holds; i++)
+                holds = l->pins.items[i] == c;
+            if (!holds)
+                continue;
+            atomic_store(&l->cut, 1);
+            atomic_store(&l->stopping, 1);   /* also ends a serve delay the thread sleeps in */
+            tp_shutdown(l->srv_fd);
+            tp_shutdown(l->req_fd);
+            cut++;
+        }
+    }
+    return cut;
+}
+
+/* Links that hold a live connection and a server thread, and handshakes past HELLO:
+ * what BOUND_LINKS counts. mu held. */
+static size_t links_serving_locked(engine *e)
+{
+    size_t n = 0;
+    for (int list = 0; list < 2; list++)
+        for (mlink *l = list == 0 ? e->links : e->served; l != NULL; l = l->next)
+            n += !l->reaped && !l->removed && !atomic_load(&l->peer_gone);
+    for (pending_link *p = e->pending; p != NULL; p = p->next)
+        n += p->state == 0;
+    return n;
 }
 
 /* What a link may do with the process the kernel named as its peer (peer_id.h): the
@@ -364,22 +484,21 @@ static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h)
     if (p == NULL)
         return;
 
-    /* wait for REVERSE: a little longer than the client will */
-    int64_t deadline = tp_deadline((int64_t)peer.timeout_ms + 1000);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t wait_ms = deadline - tp_now_ms();
-    ts.tv_sec += wait_ms / 1000;
-    ts.tv_nsec += (wait_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    /* wait for REVERSE: a little longer than the client will, but the client's
+     * timeout is only its word: never longer than BOUND_REVERSE_MS, and not after
+     * the client closed c1 */
+    uint32_t wait_ms = peer.timeout_ms < BOUND_REVERSE_MS ? peer.timeout_ms : BOUND_REVERSE_MS;
+    int64_t deadline = tp_deadline((int64_t)wait_ms + BOUND_REVERSE_SLACK_MS);
     mlink *l = NULL;
     pthread_mutex_lock(&e->mu);
-    while (p->state == 0 && e->state == ENGINE_READY)
-        if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) == ETIMEDOUT)
+    while (p->state == 0 && e->state == ENGINE_READY) {
+        int64_t left = deadline - tp_now_ms();
+        if (left <= 0)
             break;
+        engine_cv_wait_ms(e, left < REVERSE_POLL_MS ? left : REVERSE_POLL_MS);
+        if (p->state == 0 && tp_peer_closed(fd)) /* a poll that does not block */
+            break;
+    }
     if (p->state == 1)
         l = p->link;
     else
@@ -618,6 +737,26 @@ static void on_identify(engine *e, int fd)
     idch_answer(fd, status);
 }
 
+/* BOUND_LINKS: a HELLO that would make one more link than the engine serves is
+ * refused with the vendor's code for a failed link; the body is read first, so that
+ * the refusal is not lost to a reset. Returns 1 when it refused. */
+static int links_full(engine *e, int fd, const msg_hdr *h)
+{
+    pthread_mutex_lock(&e->mu);
+    size_t serving = links_serving_locked(e);
+    pthread_mutex_unlock(&e->mu);
+    if (serving < BOUND_LINKS)
+        return 0;
+    if (h->payload_len <= sizeof(hello_body) &&
+        tp_discard(fd, h->payload_len, tp_deadline(FIRST_MESSAGE_WAIT_MS)) == TP_OK) {
+        char text[MSG_LEN];
+        snprintf(text, sizeof text, "cluster %llu serves %u links, the most it takes (docs/security.md §3); "
+                 "unlink a cluster first", (unsigned long long)e->cluster_id, (unsigned)BOUND_LINKS);
+        reply_status(fd, MSG_HELLO_REPLY, LLM_LINK_FAILED, NULL, text, 0);
+    }
+    return 1;
+}
+
 void *conn_thread_main(void *arg)
 {
     eng_thread *self = arg;
@@ -629,6 +768,8 @@ void *conn_thread_main(void *arg)
     } else if (msg_recv_hdr(fd, &h, tp_deadline(FIRST_MESSAGE_WAIT_MS)) == TP_OK) {
         switch (h.type) {
         case MSG_HELLO:
+            if (h.a == HELLO_LINK && links_full(e, fd, &h))
+                break;
             on_hello(e, self, fd, &h);
             break;
         case MSG_REVERSE:

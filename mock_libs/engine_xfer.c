@@ -194,6 +194,9 @@ lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *
                        (unsigned long long)cluster);
         return LLM_TIMEOUT;
     }
+    if (atomic_load(&l->cut))
+        return link_timeout(x, fn, "this engine cut the link: the peer held a cache being removed pinned for "
+                            "longer than llm.SyncKvCacheWaitTime (docs/security.md §3.2)");
     if (atomic_load(&l->dropped) || atomic_load(&l->peer_gone) || tp_peer_closed(l->req_fd))
         return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
     if (l->same_process) {

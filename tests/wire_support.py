@@ -195,3 +195,74 @@ def identify(channel: str, token: int, c1: socket.socket) -> int:
         body = ID_REQUEST.pack(token, endpoint(c1.getsockname()), endpoint(c1.getpeername()))
         u.sendall(header(MSG_IDENTIFY, payload_len=len(body)) + body)
         return recv_reply(u).status
+
+
+# ---- socket-level helpers (tests of the bounds: docs/security.md §3) ----------------------
+
+RELEASE = struct.Struct("=qQIIQQQ")       # cache id, slot, key ns, all, key id, key model, count
+REPLY_TEXT = TEXT_LEN
+
+
+def connect(port: int, timeout: float = 5.0) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=timeout)
+
+
+def send_hdr(s: socket.socket, kind: int, a: int = 0, b: int = 0, count: int = 0, payload: bytes = b"",
+             payload_len: int | None = None) -> None:
+    """A header (payload_len defaults to the payload's length) and the payload."""
+    length = len(payload) if payload_len is None else payload_len
+    s.sendall(header(kind, count=count, a=a, b=b, payload_len=length) + payload)
+
+
+def recv_hdr(s: socket.socket) -> tuple[int, int, int, int, int]:
+    """(type, status, a, b, payload_len) of the next header; the payload stays unread."""
+    magic, kind, version, status, _, a, b, length = HDR.unpack(recv_exact(s, HDR.size))
+    assert (magic, version) == (MAGIC, VERSION)
+    return kind, status, a, b, length
+
+
+def closed_by_peer(s: socket.socket, within: float) -> bool:
+    """Whether the engine closes (or resets) the connection within ``within`` seconds;
+    anything it sends meanwhile is read and dropped."""
+    s.settimeout(within)
+    try:
+        while s.recv(65536):
+            pass
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+def hello(s: socket.socket, cluster_id: int, expected: int, token: int, timeout_ms: int = 1000) -> tuple[int, str]:
+    """Sends a HELLO asking for a link; (status, refusal text) of the reply."""
+    body = hello_body(cluster_id=cluster_id, expected=expected, token=token, timeout_ms=timeout_ms)
+    send_hdr(s, MSG_HELLO, payload=body)
+    kind, status, _, _, length = recv_hdr(s)
+    assert kind == MSG_HELLO_REPLY
+    text = recv_exact(s, length)[-REPLY_TEXT:]
+    return status, text.split(b"\0", 1)[0].decode()
+
+
+def raw_link(port: int, cluster_id: int, expected: int, token: int) -> tuple[socket.socket, socket.socket]:
+    """A whole handshake as a client that is not an engine: (c1, c2). The engine then
+    answers requests sent on c1 and would ask its own on c2."""
+    c1 = connect(port)
+    status, text = hello(c1, cluster_id, expected, token)
+    assert status == 0, text
+    c2 = connect(port)
+    send_hdr(c2, MSG_REVERSE, a=token, b=cluster_id, payload=REVERSE.pack(0, bytes(32)))
+    kind, status, _, _, length = recv_hdr(c2)
+    recv_exact(c2, length)
+    assert (kind, status) == (MSG_REVERSE_REPLY, 0)
+    return c1, c2
+
+
+def pin(c1: socket.socket, cache_id: int) -> int:
+    """PIN a cache over a raw link; the status of the reply (its body is dropped)."""
+    send_hdr(c1, MSG_PIN, a=cache_id)
+    kind, status, _, _, length = recv_hdr(c1)
+    assert kind == MSG_PIN_REPLY
+    recv_exact(c1, length)
+    return status
