@@ -348,14 +348,6 @@ static int serve_only_side(const engine *e, const hello_body *peer, const peer_c
     return cred == NULL ? self : self && cred->known && cred->pid == getpid();
 }
 
-/* A peer's text in our messages: printable ASCII only (it is untrusted). */
-static void sanitize_text(char *t, size_t len)
-{
-    for (size_t i = 0; i < len && t[i] != '\0'; i++)
-        if ((unsigned char)t[i] < 0x20 || (unsigned char)t[i] > 0x7e)
-            t[i] = '?';
-}
-
 /* A refusal carries the status and a text only: no hello body, so nothing about
  * this engine (its cluster id included) reaches a peer it refused. */
 static void reply_status(int fd, uint16_t type, lldd_status status, const hello_body *hello, const char *text,
@@ -846,8 +838,7 @@ static lldd_status recv_reply(int fd, uint16_t type, int64_t deadline, hello_bod
         snprintf(msg, MSG_LEN, "the peer closed the connection during the %s", what);
         return unlink ? LLM_UNLINK_FAILED : LLM_LINK_FAILED;
     }
-    body.text.text[sizeof body.text.text - 1] = '\0';
-    sanitize_text(body.text.text, sizeof body.text.text);
+    tp_sanitize_text(body.text.text, sizeof body.text.text);
     if (hello != NULL)
         *hello = body.hello;
     if (hdr_a != NULL)

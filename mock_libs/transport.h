@@ -175,6 +175,14 @@ typedef struct wire_region {
 
 enum { WIRE_MAX_REGIONS = 1024 };
 
+/* The most tensors a peer's cache description may name (a reply naming more is a broken
+ * connection: nothing is allocated for it). */
+enum { WIRE_MAX_TENSORS = 1 << 16 };
+
+/* A peer's text before it enters our messages: printable ASCII only, NUL-terminated
+ * within len. */
+void tp_sanitize_text(char *text, size_t len);
+
 void msg_init(msg_hdr *h, uint16_t type);
 /* Sends a header and an optional body in one go. */
 int msg_send(int fd, const msg_hdr *h, const void *body, size_t body_len, int64_t deadline);
