@@ -21,7 +21,13 @@ from .status import LLMException, LLMStatusCode, exception_for, map_status
 
 CData = Any
 
-__all__ = ["ffi", "const", "check", "last_error", "error"]
+__all__ = ["ffi", "const", "constants", "check", "last_error", "error"]
+
+
+def constants(prefix: str) -> dict[str, int]:
+    """The integer constants of the header fragments whose names start with ``prefix``,
+    keyed by the rest of the name: ``constants("LLDD_ROLE_")["PROMPT"] == 1``."""
+    return {name[len(prefix):]: int(getattr(lldd_lib, name)) for name in dir(lldd_lib) if name.startswith(prefix)}
 
 
 def last_error() -> str:
