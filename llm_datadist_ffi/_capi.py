@@ -268,12 +268,6 @@ def mock_function(name: str) -> Any:
 # ascend shim over the public C++ class) answers LLM_FEATURE_NOT_ENABLED itself; a
 # library whose cdef does not declare them yet gets the same code from here.
 
-def has_ext() -> bool:
-    """Whether the loaded backend has the extension functions (``LLDD_CAP_EXT_KEYS``)."""
-    return hasattr(lldd_lib, "lldd_ext_initialize") and bool(
-        lldd_capabilities() & const("LLDD_CAP_EXT_KEYS"))
-
-
 def _ext_function(name: str) -> Any:
     try:
         return getattr(lldd_lib, name)

@@ -56,11 +56,6 @@ static int name_index(const char *name)
     return -1;
 }
 
-int mock_fault_known_name(const char *function_name)
-{
-    return name_index(function_name) >= 0;
-}
-
 int mock_fault_take(const char *function_name, uint32_t *code)
 {
     if (atomic_load_explicit(&g_armed, memory_order_relaxed) == 0)
