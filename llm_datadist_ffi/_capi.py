@@ -21,7 +21,13 @@ from .status import LLMException, LLMStatusCode, exception_for, map_status
 
 CData = Any
 
-__all__ = ["ffi", "const", "check", "last_error", "error"]
+__all__ = ["ffi", "const", "constants", "check", "last_error", "error"]
+
+
+def constants(prefix: str) -> dict[str, int]:
+    """The integer constants of the header fragments whose names start with ``prefix``,
+    keyed by the rest of the name: ``constants("LLDD_ROLE_")["PROMPT"] == 1``."""
+    return {name[len(prefix):]: int(getattr(lldd_lib, name)) for name in dir(lldd_lib) if name.startswith(prefix)}
 
 
 def last_error() -> str:
@@ -261,12 +267,6 @@ def mock_function(name: str) -> Any:
 # (llm_datadist_ffi.v2) is their only caller. A backend without the capability (the
 # ascend shim over the public C++ class) answers LLM_FEATURE_NOT_ENABLED itself; a
 # library whose cdef does not declare them yet gets the same code from here.
-
-def has_ext() -> bool:
-    """Whether the loaded backend has the extension functions (``LLDD_CAP_EXT_KEYS``)."""
-    return hasattr(lldd_lib, "lldd_ext_initialize") and bool(
-        lldd_capabilities() & const("LLDD_CAP_EXT_KEYS"))
-
 
 def _ext_function(name: str) -> Any:
     try:

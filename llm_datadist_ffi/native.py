@@ -852,8 +852,10 @@ class LlmDataDist:
 
 
 def capabilities() -> dict[str, bool]:
-    """The live backend's capability flags by name (``LLDD_CAP_*`` without the prefix)."""
+    """The live backend's capability flags by name (``LLDD_CAP_*`` without the prefix,
+    in lower case), in the order of their bits."""
     bits = _capi.lldd_capabilities()
-    names = ("REGISTER", "ALLOCATE", "COPY", "CROSS_PROCESS", "MOCK_CONTROL", "EXT_KEYS")
-    return {name.lower(): bool(bits & _capi.const("LLDD_CAP_" + name)) for name in names}
+    # Read from the header, so that a new flag needs no edit here.
+    flags = sorted(_capi.constants("LLDD_CAP_").items(), key=lambda item: item[1])
+    return {name.lower(): bool(bits & flag) for name, flag in flags}
 
