@@ -131,6 +131,14 @@ typedef struct eng_thread {
     struct lldd_engine *e;
 } eng_thread;
 
+/* One link's pace (the link model, include/lldd/mock.h). */
+enum { LINK_PACE_SLOTS = 64 };
+typedef struct link_pace {
+    uint64_t cluster;
+    uint64_t bw;                 /* bytes per second, 0 = unlimited */
+    uint64_t lat_us;
+} link_pace;
+
 typedef struct mlink {
     struct mlink *next;
     struct lldd_engine *e;
@@ -233,6 +241,12 @@ struct lldd_engine {
     uint64_t next_comm_id;
 
     atomic_uint serve_delay_ms;
+
+    /* the link model (lldd_mock_set_link_pace): the options' pace of every link, and
+     * per-cluster overrides (mu) that last for the engine's life */
+    uint64_t pace_bw, pace_lat_us;
+    link_pace paces[LINK_PACE_SLOTS];
+    uint32_t pace_count;
 };
 
 typedef struct lldd_engine engine;
@@ -441,7 +455,13 @@ typedef struct engine_cfg {
     int v1_unlimited;
     int native_pool;
     uint32_t link_total_ms;
+    uint64_t pace_bw, pace_lat_us;
 } engine_cfg;
+
+/* The link model's options (mock only): llm_datadist_ffi.mock.LinkBandwidth, bytes per
+ * second (0 or absent: unlimited), and llm_datadist_ffi.mock.LinkLatencyUs, microseconds
+ * up to one hour (absent: 0); anything else is PARAM_INVALID. */
+lldd_status engine_parse_link_pace(const char *fn, const lldd_option *o, size_t n, engine_cfg *c);
 
 /* Applies a checked configuration: device, pools, listener; READY on success. life_mu held. */
 lldd_status engine_start(engine *e, const engine_cfg *c, const char *fn);
