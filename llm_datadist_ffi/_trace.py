@@ -221,6 +221,21 @@ def _event(name: str, args: Dict[str, Any]) -> Iterator[Dict[str, Any]]:
                         "dur": round(duration / 1000, 3), "tid": threading.get_native_id(), "args": args})
 
 
+def _shape(signature: inspect.Signature, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """The described arguments of a method call by parameter name, without ``self``;
+    keywords taken by ``**kwargs`` (the vendor's layer ranges) appear under their own names."""
+    call = signature.bind(*args, **kwargs)
+    call.apply_defaults()
+    bound = call.arguments
+    shape: Dict[str, Any] = {}
+    for key, value in list(bound.items())[1:]:
+        if signature.parameters[key].kind is inspect.Parameter.VAR_KEYWORD:
+            shape.update((k, describe(v, k)) for k, v in value.items())
+        else:
+            shape[key] = describe(value, key)
+    return shape
+
+
 def _wrap(owner: str, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
     signature = inspect.signature(method)
     event_name = f"{owner}.{name}"
@@ -231,9 +246,8 @@ def _wrap(owner: str, name: str, method: Callable[..., Any]) -> Callable[..., An
         if recorder is None or recorder.depth():
             return method(*args, **kwargs)        # a call made by another traced method
         try:
-            bound = signature.bind(*args, **kwargs).arguments
-            shape = {key: describe(value, key) for key, value in list(bound.items())[1:]}
-        except TypeError:
+            shape = _shape(signature, args, kwargs)
+        except TypeError:                         # the call itself will say what is wrong
             shape = {"args": [describe(value) for value in args[1:]]}
         with _event(event_name, shape) as out:
             result = method(*args, **kwargs)
@@ -248,13 +262,14 @@ def _wrap(owner: str, name: str, method: Callable[..., Any]) -> Callable[..., An
 
 def traced(cls: _Class) -> _Class:
     """Class decorator: with tracing on, wrap the class's public methods (and the
-    constructor of an engine class) so that each call is recorded; else return ``cls``."""
+    constructor of an engine class, the one that takes a ``cluster_id``) so that each
+    call is recorded; else return ``cls`` untouched."""
     if _recorder is None:
         return cls
     for name, member in list(vars(cls).items()):
         if isinstance(member, (staticmethod, classmethod, property)) or not inspect.isfunction(member):
             continue
-        if name.startswith("_") and name != "__init__":
+        if name.startswith("_") and not (name == "__init__" and "cluster_id" in inspect.signature(member).parameters):
             continue
         setattr(cls, name, _wrap(cls.__name__, name, member))
     return cls
