@@ -42,20 +42,6 @@ static engine *g_engines;
 static uint64_t g_next_serial = 1;
 static uint64_t g_live_engines;
 
-/* A process_vm_readv probe of a peer reads this word at the address the peer sent
- * in its handshake: success and the right value prove the data path works. */
-static volatile uint64_t g_probe_word = 0x4C4C44446D6F636Bull;
-
-uint64_t engine_probe_value(void)
-{
-    return g_probe_word;
-}
-
-uint64_t engine_probe_addr(void)
-{
-    return (uint64_t)(uintptr_t)&g_probe_word;
-}
-
 /* In the child of fork(), which runs single-threaded: locks a parent thread held at
  * the fork stay held forever in the child, so every lock an inherited engine or the
  * registry has is re-made instead of taken. */
@@ -68,8 +54,11 @@ static void registry_after_fork_child(void)
             close(e->listen_fd);                   /* close, never shutdown: the parent's socket */
             close(e->wake_pipe[0]);
             close(e->wake_pipe[1]);
+            if (e->id_fd >= 0)
+                close(e->id_fd);
         }
         e->listen_fd = -1;
+        e->id_fd = -1;
         e->wake_pipe[0] = e->wake_pipe[1] = -1;
         e->listening = 0;
         e->serial = 0;
@@ -233,13 +222,19 @@ static void *listener_main(void *arg)
 {
     engine *e = arg;
     for (;;) {
-        struct pollfd p[2] = {{e->listen_fd, POLLIN, 0}, {e->wake_pipe[0], POLLIN, 0}};
-        int r = poll(p, 2, 500);
+        struct pollfd p[3] = {{e->listen_fd, POLLIN, 0}, {e->wake_pipe[0], POLLIN, 0}, {e->id_fd, POLLIN, 0}};
+        int r = poll(p, e->id_fd >= 0 ? 3 : 2, 500);
         if (r < 0 && errno != EINTR)
             break;
         if (p[1].revents)
             break;
         engine_reap_conns(e, 0);
+        if (r > 0 && e->id_fd >= 0 && (p[2].revents & POLLIN)) {
+            /* an IDENTIFY on the identity channel: answered by a connection thread */
+            int fd = accept4(e->id_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            if (fd >= 0)
+                engine_adopt_conn(e, fd);
+        }
         if (r <= 0 || !(p[0].revents & POLLIN))
             continue;
         int fd = accept4(e->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -260,10 +255,17 @@ static int listener_run(engine *e, int fd, const tp_addr *addr)
         return errno;
     e->listen_fd = fd;
     e->listen_addr = *addr;
+    /* without an identity channel, links to this engine move bytes over sockets only */
+    if (idch_listen(e->id_name, &e->id_fd) != 0) {
+        e->id_fd = -1;
+        e->id_name[0] = '\0';
+    }
     int err = pthread_create(&e->listen_tid, NULL, listener_main, e);
     if (err != 0) {
         close(e->wake_pipe[0]);
         close(e->wake_pipe[1]);
+        tp_close(&e->id_fd);
+        e->id_name[0] = '\0';
         e->listen_fd = -1;
         return err;
     }
@@ -284,6 +286,7 @@ static void listener_stop(engine *e)
     close(e->wake_pipe[0]);
     close(e->wake_pipe[1]);
     tp_close(&e->listen_fd);
+    tp_close(&e->id_fd); /* id_name stays: connection threads may still read it; connecting fails */
     e->listening = 0;
 }
 
@@ -391,6 +394,30 @@ lldd_status engine_parse_sync_wait(const char *fn, const lldd_option *o, size_t 
                                 "(PR-26)", fn))
         return LLM_PARAM_INVALID;
     *out = (uint32_t)v;
+    return LLM_SUCCESS;
+}
+
+lldd_status engine_parse_link_security(const char *fn, const lldd_option *o, size_t n, engine_cfg *c)
+{
+    const char *secret = engine_opt_get(o, n, "llm_datadist_ffi.mock.LinkSecret");
+    const char *from = "option llm_datadist_ffi.mock.LinkSecret";
+    if (secret == NULL) {
+        secret = getenv("LLM_DATADIST_FFI_LINK_SECRET");
+        from = "environment variable LLM_DATADIST_FFI_LINK_SECRET";
+    }
+    size_t len = secret != NULL ? strlen(secret) : 0;
+    if (len > SECRET_MAX) {
+        mock_set_error("%s: %s is %zu bytes long; at most %d are allowed", fn, from, len, (int)SECRET_MAX);
+        return LLM_PARAM_INVALID;
+    }
+    memcpy(c->secret, secret != NULL ? secret : "", len);
+    c->secret_len = len;
+    const char *any = engine_opt_get(o, n, "llm_datadist_ffi.mock.ProcessVmAnyUser");
+    if (any != NULL && strcmp(any, "0") != 0 && strcmp(any, "1") != 0) {
+        mock_set_error("%s: option llm_datadist_ffi.mock.ProcessVmAnyUser \"%s\" must be \"0\" or \"1\"", fn, any);
+        return LLM_PARAM_INVALID;
+    }
+    c->vm_any_user = any != NULL && strcmp(any, "1") == 0;
     return LLM_SUCCESS;
 }
 
@@ -557,6 +584,8 @@ static lldd_status parse_init_options(engine *e, const char *fn, const lldd_opti
         return st;
     if ((st = engine_parse_link_pace(fn, opts, n, c)) != LLM_SUCCESS)
         return st;
+    if ((st = engine_parse_link_security(fn, opts, n, c)) != LLM_SUCCESS)
+        return st;
 
     const char *comm = engine_opt_get(opts, n, "llm.LocalCommRes");
     c->local_comm_res = (comm != NULL && comm[0] != '\0') ? comm : NULL;
@@ -622,6 +651,11 @@ lldd_status engine_start(engine *e, const engine_cfg *c, const char *fn)
     e->link_total_ms = c->link_total_ms;
     e->pace_bw = c->pace_bw;
     e->pace_lat_us = c->pace_lat_us;
+    memcpy(e->secret, c->secret, c->secret_len);
+    e->secret_len = c->secret_len;
+    e->vm_any_user = c->vm_any_user;
+    if (rand_bytes(&e->instance, sizeof e->instance) != 0)
+        e->instance = 0;
     e->rank_linked = 0;
     e->next_id = 1;
     e->next_bind = 1;
@@ -702,6 +736,7 @@ MOCK_EXPORT lldd_status lldd_create(uint64_t cluster_id, int32_t role, lldd_engi
     e->cluster_id = cluster_id;
     atomic_init(&e->role, role);
     e->listen_fd = -1;
+    e->id_fd = -1;
     e->wake_pipe[0] = e->wake_pipe[1] = -1;
     e->next_id = 1;
     e->next_bind = 1;

@@ -34,6 +34,7 @@
 #include <sys/types.h>
 
 #include "mock_internal.h"
+#include "peer_id.h"
 #include "transport.h"
 
 enum { ENGINE_UNINIT = 0, ENGINE_READY = 1, ENGINE_FINALIZING = 2 };
@@ -154,10 +155,16 @@ typedef struct mlink {
     int req_fd;                  /* our requests, the peer answers */
     int srv_fd;                  /* the peer's requests, our server thread answers */
     eng_thread *server;
-    pid_t peer_pid;
+    pid_t peer_pid;              /* the kernel-vouched peer process (peer_id.h), 0 if unknown */
+    int peer_pidfd;              /* holds that process: a transfer checks it is still alive */
     uint64_t peer_serial;
-    int same_process;
-    atomic_int vm_ok;            /* process_vm_readv/writev reach the peer */
+    int same_process;            /* the kernel says the peer is this process */
+    atomic_int vm_ok;            /* process_vm_readv/writev reach the identified peer */
+    int addr_ok;                 /* replies may carry tensor addresses: an identified peer of
+                                    another process that could read them anyway (same user) */
+    int64_t served_id_mark;      /* server thread: the table copy this link's peer took (§9.7), as
+                                    recorded here when it took it; 0 = not taken */
+    uint64_t served_bind_mark;
     int64_t own_next_at_link;    /* PR-32: ids at or above were registered after the link */
     int64_t peer_next_at_link;
     int64_t watermark;           /* xfer_mu: the table copy (§9.7): peer ids below it; 0 = not taken */
@@ -178,6 +185,8 @@ typedef struct mlink {
 typedef struct pending_link {
     struct pending_link *next;
     hello_body peer;
+    uint8_t nonce[NONCE_LEN];    /* ours, sent in the HELLO reply */
+    peer_cred cred;              /* e->mu: set by an accepted IDENTIFY */
     uint64_t comm_key;           /* the HELLO's communicator key */
     int c1_fd;
     eng_thread *c1_thread;
@@ -216,8 +225,16 @@ struct lldd_engine {
     int rank_linked;             /* lldd_ext_link was called (register rules, §2.6) */
     pthread_mutex_t v1_link_mu;  /* v1: one link/unlink at a time (PROCESSING_LINK) */
 
+    /* link security (docs/security.md §2) */
+    uint64_t instance;           /* random: recognises a link to itself */
+    uint8_t secret[SECRET_MAX];  /* the shared secret; secret_len 0 = none */
+    size_t secret_len;
+    int vm_any_user;             /* process_vm also to identified peers of other users */
+
     /* listener (listen_mu) */
     int listening;
+    int id_fd;                   /* the identity channel's listener (peer_id.h) */
+    char id_name[ID_NAME_LEN];
     tp_addr listen_addr;
     int listen_fd;
     int wake_pipe[2];
@@ -266,8 +283,6 @@ void engine_leave(engine *e);
 /* Finds a live engine of this process by serial and holds it (NULL if gone). */
 engine *registry_acquire(uint64_t serial);
 void registry_release(engine *e);
-uint64_t engine_probe_value(void);
-uint64_t engine_probe_addr(void);
 int thread_start(engine *e, eng_thread *t, void *(*fn)(void *), void *arg);
 void thread_join_free(eng_thread *t);
 void engine_reap_conns(engine *e, int all);
@@ -456,12 +471,19 @@ typedef struct engine_cfg {
     int native_pool;
     uint32_t link_total_ms;
     uint64_t pace_bw, pace_lat_us;
+    uint8_t secret[SECRET_MAX];
+    size_t secret_len;
+    int vm_any_user;
 } engine_cfg;
 
 /* The link model's options (mock only): llm_datadist_ffi.mock.LinkBandwidth, bytes per
  * second (0 or absent: unlimited), and llm_datadist_ffi.mock.LinkLatencyUs, microseconds
  * up to one hour (absent: 0); anything else is PARAM_INVALID. */
 lldd_status engine_parse_link_pace(const char *fn, const lldd_option *o, size_t n, engine_cfg *c);
+
+/* llm_datadist_ffi.mock.LinkSecret (or LLM_DATADIST_FFI_LINK_SECRET) and
+ * llm_datadist_ffi.mock.ProcessVmAnyUser (docs/security.md §2). */
+lldd_status engine_parse_link_security(const char *fn, const lldd_option *o, size_t n, engine_cfg *c);
 
 /* Applies a checked configuration: device, pools, listener; READY on success. life_mu held. */
 lldd_status engine_start(engine *e, const engine_cfg *c, const char *fn);

@@ -285,6 +285,8 @@ static lldd_status parse_ext_options(const char *fn, const lldd_option *o, size_
         return st;
     if ((st = engine_parse_link_pace(fn, o, n, c)) != LLM_SUCCESS)
         return st;
+    if ((st = engine_parse_link_security(fn, o, n, c)) != LLM_SUCCESS)
+        return st;
     const char *era = engine_opt_get(o, n, "llm.EnableRemoteCacheAccessible");
     if (era != NULL && strcmp(era, "0") != 0 && strcmp(era, "1") != 0) {
         mock_set_error("%s: option llm.EnableRemoteCacheAccessible \"%s\" must be \"0\" or \"1\"", fn, era);

@@ -30,7 +30,13 @@
 #include "engine.h"
 #include "json.h"
 
-enum { LINK_WORKERS = 16, FIRST_MESSAGE_WAIT_MS = 10000, MSG_LEN = 256 };
+enum {
+    LINK_WORKERS = 16,
+    FIRST_MESSAGE_WAIT_MS = 10000,
+    MSG_LEN = 256,
+    STALE_LINK_WAIT_MS = 1000,   /* how long a relink waits to see the old link's connection closed */
+    IDENTIFY_WAIT_MS = 2000      /* the identity channel's exchange */
+};
 
 /* ---------------------------------------------------------------------------------------------
  * link records
@@ -74,6 +80,7 @@ void link_unref(mlink *l)
         return;
     tp_close(&l->req_fd);
     tp_close(&l->srv_fd);
+    tp_close(&l->peer_pidfd);
     pthread_mutex_destroy(&l->xfer_mu);
     free(l);
 }
@@ -89,6 +96,7 @@ static mlink *link_new(engine *e, uint64_t peer_cluster, uint64_t token)
     l->token = token;
     l->req_fd = -1;
     l->srv_fd = -1;
+    l->peer_pidfd = -1;
     pthread_mutex_init(&l->xfer_mu, NULL);
     return l;
 }
@@ -157,26 +165,37 @@ static void served_reap(engine *e)
     }
 }
 
-/* Whether process_vm_readv reaches the peer (probe of a known word). */
-static int probe_vm(const hello_body *peer)
+/* What a link may do with the process the kernel named as its peer (peer_id.h): the
+ * same-process path for this very process, process_vm for another process of the
+ * same user (or any user with llm_datadist_ffi.mock.ProcessVmAnyUser), held by a
+ * pidfd; sockets only for a peer nobody vouched for. Before the link is shared. */
+static void link_set_peer(engine *e, mlink *l, const peer_cred *cred, uint64_t serial)
 {
+    l->peer_serial = serial;
+    l->same_process = cred->known && cred->pid == getpid();
+    l->peer_pid = cred->known ? cred->pid : 0;
+    int vm = cred->known && !l->same_process && (e->vm_any_user || cred->uid == geteuid());
+    l->addr_ok = vm;
     const char *off = getenv("LLDD_MOCK_NO_PROCESS_VM");
     if (off != NULL && off[0] != '\0' && strcmp(off, "0") != 0)
-        return 0;
-    uint64_t value = 0;
-    struct iovec local = {&value, sizeof value};
-    struct iovec remote = {(void *)(uintptr_t)peer->probe_addr, sizeof value};
-    ssize_t n = process_vm_readv((pid_t)peer->pid, &local, 1, &remote, 1, 0);
-    return n == (ssize_t)sizeof value && value == peer->probe_value;
+        vm = 0;
+    if (vm) {
+        l->peer_pidfd = pidfd_hold(cred->pid);
+        /* the pidfd names the process SO_PEERCRED named, unless that one has exited
+         * meanwhile and its pid was reused: then the peer is gone anyway, and the
+         * link's connections say so at the first transfer */
+        vm = l->peer_pidfd >= 0;
+    }
+    atomic_store(&l->vm_ok, vm);
 }
 
-static uint64_t new_token(engine *e)
+static uint64_t new_token(void)
 {
-    static atomic_ulong counter;
     uint64_t r = 0;
-    if (getrandom(&r, sizeof r, GRND_NONBLOCK) != (ssize_t)sizeof r)
-        r = (uint64_t)tp_now_ms() * 0x9E3779B97F4A7C15ull;
-    return r ^ (e->serial << 48) ^ ((uint64_t)getpid() << 24) ^ atomic_fetch_add(&counter, 1);
+    while (r == 0)
+        if (rand_bytes(&r, sizeof r) != 0)
+            abort(); /* no randomness from the kernel: nothing here could be safe */
+    return r;
 }
 
 static void fill_hello(engine *e, hello_body *h, uint64_t expected, uint64_t token, uint32_t timeout_ms)
@@ -186,39 +205,52 @@ static void fill_hello(engine *e, hello_body *h, uint64_t expected, uint64_t tok
     h->timeout_ms = timeout_ms;
     h->cluster_id = e->cluster_id;
     h->expected_cluster_id = expected;
-    h->pid = (uint64_t)getpid();
     h->serial = e->serial;
     pthread_mutex_lock(&e->mu);
     h->next_cache_id = e->next_id;
     pthread_mutex_unlock(&e->mu);
     h->token = token;
-    h->probe_addr = engine_probe_addr();
-    h->probe_value = engine_probe_value();
     h->hixl = (uint32_t)e->hixl;
     h->strict_ids = (uint32_t)mock_strict();
+    if (rand_bytes(h->nonce, sizeof h->nonce) != 0)
+        abort();
 }
 
 /* The listener's side of this handshake is served only, not a link of its own: HIXL
  * keeps no link on the listener (a client's link is one-way), and a link to oneself
- * is the client's link (one per cluster id). */
-static int serve_only_side(const engine *e, const hello_body *peer)
+ * is the client's link (one per cluster id). `cred` NULL: before the identity check,
+ * when only the claim is known. */
+static int serve_only_side(const engine *e, const hello_body *peer, const peer_cred *cred)
 {
-    return e->hixl || (peer->pid == (uint64_t)getpid() && peer->serial == e->serial);
+    if (e->hixl)
+        return 1;
+    int self = peer->instance != 0 && peer->instance == e->instance;
+    return cred == NULL ? self : self && cred->known && cred->pid == getpid();
 }
 
+/* A peer's text in our messages: printable ASCII only (it is untrusted). */
+static void sanitize_text(char *t, size_t len)
+{
+    for (size_t i = 0; i < len && t[i] != '\0'; i++)
+        if ((unsigned char)t[i] < 0x20 || (unsigned char)t[i] > 0x7e)
+            t[i] = '?';
+}
+
+/* A refusal carries the status and a text only: no hello body, so nothing about
+ * this engine (its cluster id included) reaches a peer it refused. */
 static void reply_status(int fd, uint16_t type, lldd_status status, const hello_body *hello, const char *text,
                          uint64_t a)
 {
     msg_hdr h;
     msg_init(&h, type);
     h.status = status;
-    h.a = a;
+    h.a = status == LLM_SUCCESS ? a : 0;
     struct {
         hello_body hello;
         reply_text text;
     } body;
     memset(&body, 0, sizeof body);
-    if (hello != NULL)
+    if (hello != NULL && status == LLM_SUCCESS)
         body.hello = *hello;
     snprintf(body.text.text, sizeof body.text.text, "%s", text ? text : "");
     if (type == MSG_HELLO_REPLY) {
@@ -255,17 +287,30 @@ static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h)
     lldd_status st = LLM_SUCCESS;
     text[0] = '\0';
     pending_link *p = NULL;
-    int serve_only = serve_only_side(e, &peer);
+    int serve_only = serve_only_side(e, &peer, NULL);
+    uint8_t proof[PROOF_LEN];
+    int proven = 1;
+    if (e->secret_len > 0) {
+        /* the client proves the secret over its own nonce and the token (a replayed HELLO
+         * gets no further than REVERSE, which needs a proof over our fresh nonce) */
+        secret_proof(e->secret, e->secret_len, "lldd-hello", peer.nonce, peer.nonce, peer.token, proof);
+        proven = peer.auth == 1 && bytes_equal_ct(proof, peer.proof, sizeof proof);
+    }
     pthread_mutex_lock(&e->mu);
     mlink *existing = serve_only ? NULL : link_find_locked(e, peer.cluster_id);
     if (e->state != ENGINE_READY) {
         st = LLM_LINK_FAILED;
-        snprintf(text, sizeof text, "cluster %llu is finalizing", (unsigned long long)e->cluster_id);
+        snprintf(text, sizeof text, "the listener is finalizing");
+    } else if (!proven) {
+        st = LLM_LINK_FAILED;
+        snprintf(text, sizeof text, "the handshake did not prove the listener's shared secret "
+                 "(llm_datadist_ffi.mock.LinkSecret or LLM_DATADIST_FFI_LINK_SECRET)");
     } else if (peer.strict_ids && peer.expected_cluster_id != e->cluster_id) {
-        /* strict mode only: otherwise the client links and warns (PR-28) */
+        /* strict mode only: otherwise the client links and warns (PR-28). The text
+         * does not name our cluster id: a refused peer learns nothing about us. */
         st = LLM_PARAM_INVALID;
-        snprintf(text, sizeof text, "remote cluster id mismatch: the listener's cluster id is %llu, not %llu (PR-28)",
-                 (unsigned long long)e->cluster_id, (unsigned long long)peer.expected_cluster_id);
+        snprintf(text, sizeof text, "remote cluster id mismatch: the listener at this address is not cluster %llu "
+                 "(PR-28)", (unsigned long long)peer.expected_cluster_id);
     } else if (peer.hixl != (uint32_t)e->hixl) {
         st = LLM_LINK_FAILED;
         snprintf(text, sizeof text, "transfer backends differ: cluster %llu uses %s, the client %s",
@@ -288,13 +333,20 @@ static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h)
         snprintf(text, sizeof text, "out of host memory");
     } else {
         p->peer = peer;
+        memcpy(p->nonce, mine.nonce, sizeof p->nonce);
         p->comm_key = h->b;
         p->c1_fd = fd;
         p->c1_thread = self;
         p->next = e->pending;
         e->pending = p;
     }
+    if (p != NULL)
+        snprintf(mine.id_channel, sizeof mine.id_channel, "%s", e->id_name);
     pthread_mutex_unlock(&e->mu);
+    if (e->secret_len > 0) {
+        mine.auth = 1;
+        secret_proof(e->secret, e->secret_len, "lldd-server", peer.nonce, mine.nonce, peer.token, mine.proof);
+    }
     reply_status(fd, MSG_HELLO_REPLY, st, &mine, text, 0);
     if (p == NULL)
         return;
@@ -336,25 +388,43 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
 {
     char text[MSG_LEN];
     text[0] = '\0';
-    if (h->payload_len != 0)
+    uint8_t proof[PROOF_LEN];
+    memset(proof, 0, sizeof proof);
+    if (h->payload_len != 0 && h->payload_len != sizeof proof)
+        return;
+    if (h->payload_len != 0 && tp_recv_all(fd, proof, sizeof proof, tp_deadline(FIRST_MESSAGE_WAIT_MS)) != TP_OK)
         return;
     serve_delay(e);
     uint64_t token = h->a, client = h->b;
     lldd_status st = LLM_SUCCESS;
     mlink *stale = NULL;
     hello_body peer;
+    peer_cred cred;
     int serve_only = 0;
     served_reap(e);
     pthread_mutex_lock(&e->mu);
     pending_link *p = e->pending;
     while (p != NULL && !(p->state == 0 && p->peer.token == token && p->peer.cluster_id == client))
         p = p->next;
+    int proven = 1;
+    if (p != NULL && e->secret_len > 0) {
+        uint8_t want[PROOF_LEN];
+        secret_proof(e->secret, e->secret_len, "lldd-client", p->nonce, p->peer.nonce, token, want);
+        proven = h->payload_len == sizeof proof && bytes_equal_ct(want, proof, sizeof want);
+    }
     if (p == NULL || e->state != ENGINE_READY) {
         st = LLM_LINK_FAILED;
         snprintf(text, sizeof text, "no handshake in progress for this link (it timed out)");
+    } else if (!proven) {
+        st = LLM_LINK_FAILED;
+        p->state = 2; /* one try per handshake */
+        pthread_cond_broadcast(&e->cv);
+        snprintf(text, sizeof text, "the handshake did not prove the listener's shared secret "
+                 "(llm_datadist_ffi.mock.LinkSecret or LLM_DATADIST_FFI_LINK_SECRET)");
     } else {
         peer = p->peer;
-        serve_only = serve_only_side(e, &peer);
+        cred = p->cred;
+        serve_only = serve_only_side(e, &peer, &cred);
         stale = serve_only ? NULL : link_find_locked(e, client);
         if (stale != NULL && !stale->ready) {
             st = LLM_ALREADY_LINK;
@@ -371,20 +441,35 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
         return;
     }
     if (stale != NULL) {
-        /* the client no longer has this link (§10.4): replace ours */
-        link_drop(e, stale);
-        link_unref(stale);
+        /* The client no longer has this link (§10.4): it force-unlinked, finalized or
+         * died, so its connections are closed. A live link is never replaced: whoever
+         * else claims its cluster id is refused (GUARD PR-43, docs/security.md §2.4). */
+        int gone = 0;
+        for (int64_t until = tp_deadline(STALE_LINK_WAIT_MS);;) {
+            gone = atomic_load(&stale->peer_gone) || tp_peer_closed(stale->srv_fd);
+            if (gone || tp_now_ms() >= until)
+                break;
+            tp_sleep_ms(10, &e->stopping);
+        }
+        if (gone) {
+            link_drop(e, stale);
+            link_unref(stale);
+        } else {
+            link_unref(stale);
+            snprintf(text, sizeof text, "cluster %llu has a live link to this listener already; a second link under "
+                     "that cluster id is refused until the first is unlinked or its process ends (GUARD PR-43)",
+                     (unsigned long long)client);
+            reply_status(fd, MSG_REVERSE_REPLY, LLM_ALREADY_LINK, NULL, text, 0);
+            return;
+        }
     }
     mlink *l = link_new(e, client, token);
     if (l == NULL) {
         reply_status(fd, MSG_REVERSE_REPLY, LLM_LINK_FAILED, NULL, "out of host memory", 0);
         return;
     }
-    l->peer_pid = (pid_t)peer.pid;
-    l->peer_serial = peer.serial;
-    l->same_process = peer.pid == (uint64_t)getpid();
+    link_set_peer(e, l, &cred, peer.serial);
     l->peer_next_at_link = peer.next_cache_id;
-    atomic_store(&l->vm_ok, l->same_process ? 0 : probe_vm(&peer));
     /* Our transfers ask on c2, where the reply below still has to go: the link is
      * usable once that reply is sent, so hold its transfer lock until then. */
     l->served_only = serve_only;
@@ -431,12 +516,17 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
         link_unref(l);
 }
 
-/* DISCONNECT on a fresh connection: drop our side of the link to the client. */
+/* DISCONNECT on a fresh connection: drop our side of the link to the client. Only a
+ * request carrying the link's token drops it (the token is random and travels only on
+ * the link's own connections): anyone else is answered like a client with no link,
+ * and nothing changes. */
 static void on_disconnect(engine *e, int fd, const msg_hdr *h)
 {
     char text[MSG_LEN];
     text[0] = '\0';
-    if (h->payload_len != 0)
+    uint64_t token = 0;
+    if (h->payload_len != sizeof token ||
+        tp_recv_all(fd, &token, sizeof token, tp_deadline(FIRST_MESSAGE_WAIT_MS)) != TP_OK)
         return;
     serve_delay(e);
     lldd_status st = LLM_SUCCESS;
@@ -444,25 +534,52 @@ static void on_disconnect(engine *e, int fd, const msg_hdr *h)
     pthread_mutex_lock(&e->mu);
     if (e->state != ENGINE_READY) {
         st = LLM_UNLINK_FAILED;
-        snprintf(text, sizeof text, "cluster %llu is finalizing", (unsigned long long)e->cluster_id);
+        snprintf(text, sizeof text, "the listener is finalizing");
     } else if ((h->count & DISCONNECT_STRICT_IDS) && h->b != e->cluster_id) {
         /* strict mode only: otherwise the vendor's order, the client warns (PR-28) */
         st = LLM_PARAM_INVALID;
-        snprintf(text, sizeof text, "remote cluster id mismatch: the listener's cluster id is %llu, not %llu (PR-28)",
-                 (unsigned long long)e->cluster_id, (unsigned long long)h->b);
+        snprintf(text, sizeof text, "remote cluster id mismatch: the listener at this address is not cluster %llu "
+                 "(PR-28)", (unsigned long long)h->b);
     } else {
         l = link_find_locked(e, h->a);
-        if (l != NULL && l->ready)
+        if (l != NULL && l->ready && token != 0 && l->token == token) {
             link_ref(l);
-        else
+        } else {
             l = NULL;
+        }
     }
     pthread_mutex_unlock(&e->mu);
     if (l != NULL) {
         link_drop(e, l);
         link_unref(l);
     }
+    /* a success names our cluster id (the client's PR-28 lint needs it; a HELLO tells
+     * it to anyone too); a refusal names nothing */
     reply_status(fd, MSG_DISCONNECT_REPLY, st, NULL, text, e->cluster_id);
+}
+
+/* IDENTIFY on the identity channel (peer_id.h): the kernel names the connecting
+ * process; a pending handshake with the claimed token whose c1 has the claimed
+ * endpoints takes that process as its peer. One claim per handshake. */
+static void on_identify(engine *e, int fd)
+{
+    id_request req;
+    peer_cred cred;
+    if (idch_read(fd, tp_deadline(IDENTIFY_WAIT_MS), &req, &cred) != 0)
+        return;
+    uint32_t status = 1;
+    pthread_mutex_lock(&e->mu);
+    for (pending_link *p = e->pending; p != NULL; p = p->next) {
+        if (p->state == 0 && req.token != 0 && p->peer.token == req.token && !p->cred.known) {
+            if (idch_endpoints_match(p->c1_fd, &req)) {
+                p->cred = cred;
+                status = 0;
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    idch_answer(fd, status);
 }
 
 void *conn_thread_main(void *arg)
@@ -471,7 +588,9 @@ void *conn_thread_main(void *arg)
     engine *e = self->e;
     int fd = self->fd;
     msg_hdr h;
-    if (msg_recv_hdr(fd, &h, tp_deadline(FIRST_MESSAGE_WAIT_MS)) == TP_OK) {
+    if (idch_is_unix(fd)) {
+        on_identify(e, fd);
+    } else if (msg_recv_hdr(fd, &h, tp_deadline(FIRST_MESSAGE_WAIT_MS)) == TP_OK) {
         switch (h.type) {
         case MSG_HELLO:
             on_hello(e, self, fd, &h);
@@ -551,13 +670,20 @@ static lldd_status recv_reply(int fd, uint16_t type, int64_t deadline, hello_bod
         return unlink ? LLM_UNLINK_FAILED : LLM_LINK_FAILED;
     }
     body.text.text[sizeof body.text.text - 1] = '\0';
+    sanitize_text(body.text.text, sizeof body.text.text);
     if (hello != NULL)
         *hello = body.hello;
     if (hdr_a != NULL)
         *hdr_a = h.a;
     if (h.status != LLM_SUCCESS) {
         snprintf(msg, MSG_LEN, "the peer refused the %s: %.200s", what, body.text.text);
-        return h.status;
+        /* the peer's code is ours only if a listener of ours could have sent it */
+        static const uint32_t allowed[] = {LLM_LINK_FAILED, LLM_UNLINK_FAILED, LLM_PARAM_INVALID, LLM_ALREADY_LINK,
+                                           LLM_TIMEOUT};
+        for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++)
+            if (h.status == allowed[i])
+                return (lldd_status)h.status;
+        return unlink ? LLM_UNLINK_FAILED : LLM_LINK_FAILED;
     }
     return LLM_SUCCESS;
 }
@@ -644,7 +770,7 @@ static lldd_status link_one(cluster_job *job)
     /* docs/reference/cpp-api.md §6.7 step 5: the connection first (refused: LINK_FAILED; not in
      * time: TIMEOUT), then the handshake, which reports an existing link (PR-42) */
     int r;
-    uint64_t token = new_token(e);
+    uint64_t token = new_token();
     if (e->hixl) {
         /* HIXL (PR-42): links are the client's, one per remote address, found before
          * any connection; the listener keeps none, so B -> A is a link of its own */
@@ -674,6 +800,11 @@ static lldd_status link_one(cluster_job *job)
         goto fail;
     }
     fill_hello(e, &mine, peer_id, token, (uint32_t)job->timeout_ms);
+    mine.instance = e->instance;
+    if (e->secret_len > 0) {
+        mine.auth = 1;
+        secret_proof(e->secret, e->secret_len, "lldd-hello", mine.nonce, mine.nonce, token, mine.proof);
+    }
     mlink *existing = NULL;
     int existing_ready = 0;
     if (!e->hixl) {
@@ -683,6 +814,8 @@ static lldd_status link_one(cluster_job *job)
         if (existing == NULL) {
             l = link_new(e, peer_id, token);
             if (l != NULL) {
+                snprintf(l->peer_ip, sizeof l->peer_ip, "%s", ip);
+                l->peer_port = port;
                 l->next = e->links;
                 e->links = l;
             }
@@ -706,6 +839,17 @@ static lldd_status link_one(cluster_job *job)
     }
     if ((st = recv_reply(c1, MSG_HELLO_REPLY, deadline, &peer, msg, 0, "link handshake", NULL)) != LLM_SUCCESS)
         goto fail;
+    peer.id_channel[sizeof peer.id_channel - 1] = '\0';
+    if (e->secret_len > 0) {
+        uint8_t want[PROOF_LEN];
+        secret_proof(e->secret, e->secret_len, "lldd-server", mine.nonce, peer.nonce, token, want);
+        if (peer.auth != 1 || !bytes_equal_ct(want, peer.proof, sizeof want)) {
+            snprintf(msg, MSG_LEN, "the listener at %s:%u did not prove the shared secret "
+                     "(llm_datadist_ffi.mock.LinkSecret or LLM_DATADIST_FFI_LINK_SECRET)", ip, (unsigned)port);
+            st = LLM_LINK_FAILED;
+            goto fail;
+        }
+    }
     if (peer.cluster_id != peer_id) {
         /* PR-28 (lint): the listener is another cluster than the one named. In strict
          * mode the listener refused above. */
@@ -720,6 +864,13 @@ static lldd_status link_one(cluster_job *job)
         st = LLM_ALREADY_LINK;
         goto fail;
     }
+    /* who the listener is, if the kernel can say (peer_id.h); otherwise sockets only */
+    peer_cred cred;
+    memset(&cred, 0, sizeof cred);
+    if (peer.id_channel[0] != '\0') {
+        int64_t id_deadline = tp_deadline(IDENTIFY_WAIT_MS);
+        idch_prove(peer.id_channel, token, c1, id_deadline < deadline ? id_deadline : deadline, &cred);
+    }
     r = tp_connect(ip, port, deadline, &c2, &err);
     if (r != TP_OK) {
         st = connect_status(r, err, 0, msg, ip, port);
@@ -728,7 +879,12 @@ static lldd_status link_one(cluster_job *job)
     msg_init(&h, MSG_REVERSE);
     h.a = token;
     h.b = e->cluster_id;
-    r = msg_send(c2, &h, NULL, 0, deadline);
+    uint8_t rproof[PROOF_LEN];
+    if (e->secret_len > 0) {
+        secret_proof(e->secret, e->secret_len, "lldd-client", peer.nonce, mine.nonce, token, rproof);
+        h.payload_len = sizeof rproof;
+    }
+    r = msg_send(c2, &h, e->secret_len > 0 ? rproof : NULL, (size_t)h.payload_len, deadline);
     if (r != TP_OK) {
         st = r == TP_TIMEOUT ? LLM_TIMEOUT : LLM_LINK_FAILED;
         snprintf(msg, MSG_LEN, "sending the handshake to %s:%u failed", ip, (unsigned)port);
@@ -747,14 +903,11 @@ static lldd_status link_one(cluster_job *job)
     l->req_fd = c1;
     l->srv_fd = c2;
     c1 = c2 = -1;
-    l->peer_pid = (pid_t)peer.pid;
-    l->peer_serial = peer.serial;
-    l->same_process = peer.pid == (uint64_t)getpid();
+    link_set_peer(e, l, &cred, peer.serial);
     l->own_next_at_link = mine.next_cache_id;
     l->comm_key = job->comm_key;
     atomic_store(&l->comm_pending, job->comm_key != 0);
     l->peer_next_at_link = peer.next_cache_id;
-    atomic_store(&l->vm_ok, l->same_process ? 0 : probe_vm(&peer));
     link_ref(l); /* held by the server thread */
     l->server = server;
     if (thread_start(e, server, link_server_main, l) != 0) {
@@ -836,12 +989,23 @@ static lldd_status unlink_one(cluster_job *job)
         int r = tp_connect(ip, port, deadline, &fd, &err);
         if (r != TP_OK)
             return connect_status(r, err, 1, msg, ip, port);
+        /* the token of our link to that address (or, failing that, to that cluster id)
+         * proves the request is the link's own (on_disconnect) */
+        uint64_t token = 0;
+        pthread_mutex_lock(&e->mu);
+        mlink *mine = link_find_addr_locked(e, ip, port);
+        if (mine == NULL || !mine->ready)
+            mine = link_find_locked(e, peer_id);
+        if (mine != NULL && mine->ready)
+            token = mine->token;
+        pthread_mutex_unlock(&e->mu);
         msg_hdr h;
         msg_init(&h, MSG_DISCONNECT);
         h.a = e->cluster_id;
         h.b = peer_id;
         h.count = mock_strict() ? DISCONNECT_STRICT_IDS : 0;
-        r = msg_send(fd, &h, NULL, 0, deadline);
+        h.payload_len = sizeof token;
+        r = msg_send(fd, &h, &token, sizeof token, deadline);
         lldd_status st;
         uint64_t server_id = peer_id;
         if (r != TP_OK) {

@@ -2,13 +2,17 @@
  *
  * A peer in another process reaches our caches in two steps. PIN looks a cache up
  * in our live table, against the table copy the peer took on its first transfer
- * (the watermark: ids below it existed then, §9.7), pins it, and answers with its
- * description and tensor addresses; the peer then moves the bytes itself with
- * process_vm_readv/writev, or, when the kernel does not allow that, asks us with
- * READ/WRITE to move them over this socket. Every range of a READ or WRITE is
- * checked against a tensor of a cache this connection has pinned. UNPIN releases
- * the pin; a closed connection releases every pin it holds, so a peer that dies or
- * gives up never keeps our caches from being freed.
+ * (the watermark: ids below it existed then, §9.7; recorded here when the peer took
+ * it, never taken from the request), pins it, and answers with its description. A
+ * peer the kernel identified (peer_id.h) also gets the tensor addresses of a cache it
+ * may read and moves the bytes itself with process_vm_readv/writev; any other peer
+ * gets no address and asks us with READ/WRITE to move them over this socket. Every
+ * range of a READ or WRITE is checked against a tensor of a cache this connection
+ * has pinned and against the cache's rights (docs/security.md §2.3): READ needs a
+ * remote-accessible cache or an engine in server-assisted mode, WRITE a
+ * remote-accessible cache. UNPIN releases the pin; a closed connection releases
+ * every pin it holds, so a peer that dies or gives up never keeps our caches from
+ * being freed.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,9 +61,28 @@ static int send_status(int fd, uint16_t type, uint32_t status, uint64_t a, uint6
     return msg_send(fd, &h, NULL, 0, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
 }
 
-/* Pins c for this connection and answers with its description and addresses (a reply
- * of `type` carrying a and b). Called with e->mu held; releases it. */
-static int pin_reply_unlock(engine *e, int fd, mcache *c, pin_list *pins, uint16_t type, uint64_t a, uint64_t b)
+/* Whether the peer of l may read c's bytes (and write them, if `write`). */
+static int may_access(const engine *e, const mcache *c, int write)
+{
+    return c->w.remote_accessible || (!write && e->mode == MODE_SERVER_ASSISTED);
+}
+
+/* The tensor addresses a reply may carry: only to a peer the kernel identified, for
+ * a cache it may read; zeros otherwise (the socket path names tensors by index). A
+ * PIN_ADDR reply (`only` < num_tensors) carries the one tensor that holds the range the
+ * peer named itself. */
+static void fill_addrs(const engine *e, const mlink *l, const mcache *c, uint32_t only, uint64_t *out)
+{
+    int all = l->addr_ok && may_access(e, c, 0);
+    for (uint32_t t = 0; t < c->w.num_tensors; t++)
+        out[t] = all || t == only ? c->addrs[t] : 0;
+}
+
+/* Pins c for this connection and answers with its description and the addresses
+ * fill_addrs allows (a reply of `type` carrying a and b). Called with e->mu held;
+ * releases it. */
+static int pin_reply_unlock(engine *e, const mlink *l, int fd, mcache *c, pin_list *pins, uint16_t type, uint64_t a,
+                            uint64_t b, uint32_t only)
 {
     size_t addr_bytes = (size_t)c->w.num_tensors * sizeof(uint64_t);
     char *body = malloc(sizeof(cache_wire) + addr_bytes);
@@ -71,7 +94,7 @@ static int pin_reply_unlock(engine *e, int fd, mcache *c, pin_list *pins, uint16
     c->pins++;
     pins->items[pins->count++] = c;
     memcpy(body, &c->w, sizeof c->w);
-    memcpy(body + sizeof c->w, c->addrs, addr_bytes);
+    fill_addrs(e, l, c, only, (uint64_t *)(void *)(body + sizeof c->w));
     pthread_mutex_unlock(&e->mu);
     msg_hdr r;
     msg_init(&r, type);
@@ -83,7 +106,17 @@ static int pin_reply_unlock(engine *e, int fd, mcache *c, pin_list *pins, uint16
     return rc;
 }
 
-static int serve_pin(engine *e, int fd, const msg_hdr *h, pin_list *pins)
+/* The table copy of §9.7 for this link: taken at the peer's first transfer, kept here.
+ * e->mu held. */
+static void take_marks_locked(engine *e, mlink *l)
+{
+    if (l->served_id_mark == 0) {
+        l->served_id_mark = e->next_id;
+        l->served_bind_mark = e->next_bind;
+    }
+}
+
+static int serve_pin(engine *e, mlink *l, int fd, const msg_hdr *h, pin_list *pins)
 {
     int64_t id = (int64_t)h->a;
     pthread_mutex_lock(&e->mu);
@@ -91,14 +124,16 @@ static int serve_pin(engine *e, int fd, const msg_hdr *h, pin_list *pins)
         pthread_mutex_unlock(&e->mu);
         return -1;
     }
-    int64_t watermark = h->b != 0 ? (int64_t)h->b : e->next_id;
-    uint64_t bind_mark = h->b != 0 ? 0 : e->next_bind;
+    /* the request's watermark (h->b) is the peer's claim; ours decides */
+    take_marks_locked(e, l);
+    int64_t watermark = l->served_id_mark;
+    uint64_t bind_mark = l->served_bind_mark;
     mcache *c = (id > 0 && id < watermark) ? cache_find_locked(e, id) : NULL;
     if (c == NULL) {
         pthread_mutex_unlock(&e->mu);
         return send_status(fd, MSG_PIN_REPLY, LLM_KV_CACHE_NOT_EXIST, (uint64_t)watermark, bind_mark);
     }
-    return pin_reply_unlock(e, fd, c, pins, MSG_PIN_REPLY, (uint64_t)watermark, bind_mark);
+    return pin_reply_unlock(e, l, fd, c, pins, MSG_PIN_REPLY, (uint64_t)watermark, bind_mark, UINT32_MAX);
 }
 
 static void serve_unpin(engine *e, const msg_hdr *h, pin_list *pins)
@@ -115,8 +150,8 @@ static void serve_unpin(engine *e, const msg_hdr *h, pin_list *pins)
 
 /* Receives the region list of a READ/WRITE and turns it into iovecs over the
  * pinned cache; -1 (and the connection is closed) if anything is off. */
-static int regions_to_iov(int fd, const msg_hdr *h, pin_list *pins, uint64_t data_len_extra, struct iovec *iov,
-                          wire_region *wr, uint64_t *total)
+static int regions_to_iov(engine *e, int fd, const msg_hdr *h, pin_list *pins, uint64_t data_len_extra,
+                          struct iovec *iov, wire_region *wr, uint64_t *total)
 {
     if (h->count == 0 || h->count > WIRE_MAX_REGIONS)
         return -1;
@@ -127,7 +162,7 @@ static int regions_to_iov(int fd, const msg_hdr *h, pin_list *pins, uint64_t dat
         return -1;
     size_t idx;
     mcache *c = pins_find(pins, (int64_t)h->a, &idx);
-    if (c == NULL)
+    if (c == NULL || !may_access(e, c, h->type == MSG_WRITE))
         return -1;
     uint64_t sum = 0;
     for (uint32_t i = 0; i < h->count; i++) {
@@ -142,10 +177,10 @@ static int regions_to_iov(int fd, const msg_hdr *h, pin_list *pins, uint64_t dat
     return 0;
 }
 
-static int serve_read(int fd, const msg_hdr *h, pin_list *pins, struct iovec *iov, wire_region *wr)
+static int serve_read(engine *e, int fd, const msg_hdr *h, pin_list *pins, struct iovec *iov, wire_region *wr)
 {
     uint64_t total;
-    if (regions_to_iov(fd, h, pins, 0, iov, wr, &total) != 0) {
+    if (regions_to_iov(e, fd, h, pins, 0, iov, wr, &total) != 0) {
         send_status(fd, MSG_READ_REPLY, LLM_PARAM_INVALID, 0, 0);
         return -1;
     }
@@ -158,13 +193,13 @@ static int serve_read(int fd, const msg_hdr *h, pin_list *pins, struct iovec *io
     return tp_sendv(fd, iov - 1, (size_t)h->count + 1, tp_deadline(SERVE_IDLE_MS), SERVE_IDLE_MS) == TP_OK ? 0 : -1;
 }
 
-static int serve_write(int fd, const msg_hdr *h, pin_list *pins, struct iovec *iov, wire_region *wr)
+static int serve_write(engine *e, int fd, const msg_hdr *h, pin_list *pins, struct iovec *iov, wire_region *wr)
 {
     uint64_t total = 0;
     /* the data length is what remains of the payload after the list */
     uint64_t list_bytes = (uint64_t)h->count * sizeof *wr;
     uint64_t data = h->payload_len >= list_bytes ? h->payload_len - list_bytes : 0;
-    if (regions_to_iov(fd, h, pins, data, iov, wr, &total) != 0 || total != data) {
+    if (regions_to_iov(e, fd, h, pins, data, iov, wr, &total) != 0 || total != data) {
         send_status(fd, MSG_WRITE_REPLY, LLM_PARAM_INVALID, 0, 0);
         return -1;
     }
@@ -188,6 +223,13 @@ static int serve_resolve(engine *e, mlink *l, int fd, const msg_hdr *h, pin_list
         pthread_mutex_unlock(&e->mu);
         return -1;
     }
+    /* the request's table marks are the peer's claim; ours decide */
+    take_marks_locked(e, l);
+    q.id_mark = l->served_id_mark;
+    q.bind_mark = l->served_bind_mark;
+    q.direct = q.push ? 1u : (uint32_t)(e->mode == MODE_DIRECT);
+    q.v1 = (uint32_t)(e->gen == GEN_V1);
+    q.requester = l->peer_cluster;
     lldd_status st = ext_resolve_locked(e, l, &q, &c, &r, why, sizeof why);
     char *body = NULL;
     size_t addr_bytes = 0;
@@ -202,7 +244,7 @@ static int serve_resolve(engine *e, mlink *l, int fd, const msg_hdr *h, pin_list
         c->pins++;
         pins->items[pins->count++] = c;
         memcpy(body, &r, sizeof r);
-        memcpy(body + sizeof r, c->addrs, addr_bytes);
+        fill_addrs(e, l, c, UINT32_MAX, (uint64_t *)(void *)(body + sizeof r));
     }
     pthread_mutex_unlock(&e->mu);
     msg_hdr m;
@@ -259,7 +301,7 @@ static int serve_release(engine *e, int fd, const msg_hdr *h, pin_list *pins)
 
 /* MSG_PIN_ADDR: the live remote-accessible cache tensor that holds a raw range
  * (TransferConfig destinations, PR-40), pinned for this connection. */
-static int serve_pin_addr(engine *e, int fd, const msg_hdr *h, pin_list *pins)
+static int serve_pin_addr(engine *e, mlink *l, int fd, const msg_hdr *h, pin_list *pins)
 {
     if (h->payload_len != 0)
         return -1;
@@ -274,7 +316,7 @@ static int serve_pin_addr(engine *e, int fd, const msg_hdr *h, pin_list *pins)
         pthread_mutex_unlock(&e->mu);
         return send_status(fd, MSG_PIN_ADDR_REPLY, LLM_PARAM_INVALID, 0, 0);
     }
-    return pin_reply_unlock(e, fd, c, pins, MSG_PIN_ADDR_REPLY, tensor, 0);
+    return pin_reply_unlock(e, l, fd, c, pins, MSG_PIN_ADDR_REPLY, tensor, 0, tensor);
 }
 
 void link_serve(mlink *l)
@@ -298,17 +340,17 @@ void link_serve(mlink *l)
         int rc;
         switch (h.type) {
         case MSG_PIN:
-            rc = h.payload_len == 0 ? serve_pin(e, fd, &h, &pins) : -1;
+            rc = h.payload_len == 0 ? serve_pin(e, l, fd, &h, &pins) : -1;
             break;
         case MSG_UNPIN:
             serve_unpin(e, &h, &pins);
             rc = 0;
             break;
         case MSG_READ:
-            rc = serve_read(fd, &h, &pins, iov, wr);
+            rc = serve_read(e, fd, &h, &pins, iov, wr);
             break;
         case MSG_WRITE:
-            rc = serve_write(fd, &h, &pins, iov, wr);
+            rc = serve_write(e, fd, &h, &pins, iov, wr);
             break;
         case MSG_RESOLVE:
             rc = serve_resolve(e, l, fd, &h, &pins);
@@ -317,7 +359,7 @@ void link_serve(mlink *l)
             rc = serve_release(e, fd, &h, &pins);
             break;
         case MSG_PIN_ADDR:
-            rc = serve_pin_addr(e, fd, &h, &pins);
+            rc = serve_pin_addr(e, l, fd, &h, &pins);
             break;
         default:
             rc = -1;

@@ -503,8 +503,11 @@ static void move_local(const plan *p)
 #endif
 }
 
-/* process_vm_readv (pull) / process_vm_writev (push); 0 or -errno. */
-static int move_vm(pid_t pid, const plan *p, int pull, struct iovec *liov, struct iovec *riov)
+/* process_vm_readv (pull) / process_vm_writev (push); 0 or -errno. The peer's pidfd is
+ * checked before every call and after the last: a peer that has exited fails the
+ * transfer with -ESRCH, so its pid, once reused, is never written to (up to the
+ * instant between a check and the call; docs/security.md §2.2). */
+static int move_vm(pid_t pid, int pidfd, const plan *p, int pull, struct iovec *liov, struct iovec *riov)
 {
     region_iter it;
     region r;
@@ -519,9 +522,11 @@ static int move_vm(pid_t pid, const plan *p, int pull, struct iovec *liov, struc
             n++;
         }
         if (n == 0)
-            return 0;
+            return pidfd_alive(pidfd) ? 0 : -ESRCH;
         size_t k = 0;
         while (k < n) {
+            if (!pidfd_alive(pidfd))
+                return -ESRCH;
             ssize_t got = pull ? process_vm_readv(pid, liov + k, n - k, riov + k, n - k, 0)
                                : process_vm_writev(pid, liov + k, n - k, riov + k, n - k, 0);
             if (got < 0) {
@@ -626,7 +631,7 @@ static lldd_status move_now(xlink *x, const char *fn, const plan *p, int pull, i
         goto out;
     }
     if (atomic_load(&l->vm_ok)) {
-        int rc = move_vm(l->peer_pid, p, pull, liov, riov);
+        int rc = move_vm(l->peer_pid, l->peer_pidfd, p, pull, liov, riov);
         if (rc == 0)
             goto out;
         if (rc == -ESRCH) {

@@ -77,15 +77,17 @@ void tp_sleep_ms(uint32_t ms, const atomic_int *stop);
 
 /* ---- messages ---- */
 #define PROTO_MAGIC 0x4C4C4444u   /* "LLDD" */
-#define PROTO_VERSION 1u
+#define PROTO_VERSION 2u   /* 2: no pids or addresses in handshakes; identity channel; secret */
 
 enum msg_type {
     MSG_HELLO = 1,          /* a = HELLO_*, b = communicator key; body hello_body -> REPLY */
     MSG_HELLO_REPLY,        /* status; body hello_body + reply_text                          */
-    MSG_REVERSE,            /* a = token, b = client cluster id       -> MSG_REVERSE_REPLY */
+    MSG_REVERSE,            /* a = token, b = client cluster id; body: the secret's proof
+                               (PROOF_LEN bytes) when one is in use   -> MSG_REVERSE_REPLY */
     MSG_REVERSE_REPLY,      /* status; body reply_text                                       */
     MSG_DISCONNECT,         /* a = client cluster id, b = expected server cluster id,
-                               count = DISCONNECT_STRICT_IDS or 0                           */
+                               count = DISCONNECT_STRICT_IDS or 0; body: the link's token
+                               (8 bytes): only the link's own ends know it                  */
     MSG_DISCONNECT_REPLY,   /* status; a = server cluster id; body reply_text               */
     MSG_PIN,                /* a = cache id, b = table watermark (0: take it now)           */
     MSG_PIN_REPLY,          /* status; a = watermark; body cache_wire + addrs, or reply_text */
@@ -99,7 +101,9 @@ enum msg_type {
     MSG_RELEASE,            /* body release_req + tensor indexes: unpin, then release a key  */
     MSG_RELEASE_REPLY,      /* status                                                        */
     MSG_PIN_ADDR,           /* a = address, b = length: the cache tensor holding the range   */
-    MSG_PIN_ADDR_REPLY      /* status; a = tensor; body cache_wire + addrs, or reply_text    */
+    MSG_PIN_ADDR_REPLY,     /* status; a = tensor; body cache_wire + addrs, or reply_text    */
+    MSG_IDENTIFY,           /* identity channel (peer_id.h): body id_request                 */
+    MSG_IDENTIFY_REPLY      /* status 0: the claim is accepted                               */
 };
 
 /* MSG_HELLO flags (msg_hdr.a). A client that already holds a link to the peer still
@@ -131,14 +135,19 @@ typedef struct hello_body {
     uint32_t timeout_ms;           /* how long the client waits for the handshake */
     uint64_t cluster_id;           /* the sender's cluster id */
     uint64_t expected_cluster_id;  /* client: the remote_cluster_id it asked for */
-    uint64_t pid;
-    uint64_t serial;               /* the sender engine's process-unique serial */
+    uint64_t instance;             /* client: a random id of the sending engine (a link to itself);
+                                      0 in replies */
+    uint64_t serial;               /* the sender engine's serial in its process (used only for a
+                                      peer the kernel proved to be this process) */
     int64_t next_cache_id;         /* the sender's id counter at link time (PR-32) */
-    uint64_t token;                /* names the link on both sides */
-    uint64_t probe_addr;           /* where a process_vm_readv probe finds probe_value */
-    uint64_t probe_value;
+    uint64_t token;                /* names the link on both sides; random, never reused */
     uint32_t hixl;                 /* the sender uses llm.TransferBackend "hixl" */
     uint32_t strict_ids;           /* client: refuse a cluster id mismatch (PR-28 in strict mode) */
+    uint32_t auth;                 /* 1: proof carries the shared secret's proof */
+    uint32_t reserved;
+    uint8_t nonce[16];             /* fresh per handshake and side */
+    uint8_t proof[32];             /* HMAC-SHA-256 proof of the shared secret (peer_id.h) */
+    char id_channel[40];           /* reply: the listener's identity channel ("" = none) */
 } hello_body;
 
 typedef struct reply_text {

@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import socket
-import struct
 import sys
 import threading
 import time
@@ -20,6 +19,8 @@ import pytest
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import lint, mock_control, native
 from llm_datadist_ffi.native import Cache, CacheIndex, ClusterInfo, IpInfo
+
+import wire_support as wire
 
 
 def _support() -> ModuleType:
@@ -501,26 +502,14 @@ def test_a_non_forced_unlink_checks_the_peer_cluster_id_in_strict_mode(engines: 
 
 # ---- the handshake protocol (mock transport) -------------------------------------------------
 
-HDR = struct.Struct("=IHHIIQQQ")            # magic, type, version, status, count, a, b, payload_len
-HELLO = struct.Struct("=IIQQQQqQQQII")      # mode, timeout, cluster, expected, pid, serial, next id, token, probe,
-                                            # hixl, strict ids
-MAGIC, VERSION, MSG_HELLO, MSG_HELLO_REPLY = 0x4C4C4444, 1, 1, 2
-
-
 def handshake(port: int, mode: int, cluster_id: int, expected: int, hixl: int = 0, strict_ids: int = 1
               ) -> tuple[int, str]:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        body = HELLO.pack(mode, 1000, cluster_id, expected, 1, 1, 1, 42, 0, 0, hixl, strict_ids)
-        s.sendall(HDR.pack(MAGIC, MSG_HELLO, VERSION, 0, 0, 0, 0, len(body)) + body)
-        data = b""
-        while len(data) < HDR.size + HELLO.size + 240:
-            chunk = s.recv(4096)
-            assert chunk, "the listener closed the connection"
-            data += chunk
-    magic, kind, version, status, _, _, _, length = HDR.unpack_from(data)
-    assert (magic, kind, version, length) == (MAGIC, MSG_HELLO_REPLY, VERSION, HELLO.size + 240)
-    text = data[HDR.size + HELLO.size:].split(b"\0", 1)[0].decode()
-    return status, text
+    peer = wire.RawLink(port, cluster_id=cluster_id, expected=expected)
+    try:
+        hello = peer.hello(mode=mode, hixl=hixl, strict_ids=strict_ids)
+    finally:
+        peer.close()
+    return hello.reply.status, hello.reply.text
 
 
 def test_a_peer_in_another_transfer_mode_is_refused(pair: Any) -> None:

@@ -1,0 +1,219 @@
+/* Peer identity over an abstract Unix socket, pidfds, secret proofs (peer_id.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "peer_id.h"
+#include "transport.h"
+
+int rand_bytes(void *buf, size_t n)
+{
+    uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t got = getrandom(p, n, 0);
+        if (got < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        p += got;
+        n -= (size_t)got;
+    }
+    return 0;
+}
+
+void secret_proof(const uint8_t *secret, size_t secret_len, const char *label, const uint8_t a[NONCE_LEN],
+                  const uint8_t b[NONCE_LEN], uint64_t token, uint8_t out[PROOF_LEN])
+{
+    uint8_t tok[8];
+    for (int i = 0; i < 8; i++)
+        tok[i] = (uint8_t)(token >> (8 * i));
+    const void *parts[4] = {label, a, b, tok};
+    const size_t lens[4] = {strlen(label), NONCE_LEN, NONCE_LEN, sizeof tok};
+    hmac_sha256(secret, secret_len, parts, lens, 4, out);
+}
+
+/* ---- endpoints ---- */
+
+static void endpoint_from(const struct sockaddr_storage *ss, tp_endpoint *ep)
+{
+    memset(ep, 0, sizeof *ep);
+    ep->family = (uint16_t)ss->ss_family;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *s4 = (const struct sockaddr_in *)ss;
+        ep->port = ntohs(s4->sin_port);
+        memcpy(ep->addr, &s4->sin_addr, 4);
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)ss;
+        ep->port = ntohs(s6->sin6_port);
+        memcpy(ep->addr, &s6->sin6_addr, 16);
+    }
+}
+
+static int endpoints_of(int fd, tp_endpoint *local, tp_endpoint *remote)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    memset(&ss, 0, sizeof ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return -1;
+    endpoint_from(&ss, local);
+    len = sizeof ss;
+    memset(&ss, 0, sizeof ss);
+    if (getpeername(fd, (struct sockaddr *)&ss, &len) != 0)
+        return -1;
+    endpoint_from(&ss, remote);
+    return 0;
+}
+
+/* ---- the channel ---- */
+
+static socklen_t abstract_addr(const char *name, struct sockaddr_un *sa)
+{
+    memset(sa, 0, sizeof *sa);
+    sa->sun_family = AF_UNIX;
+    size_t n = strnlen(name, ID_NAME_LEN - 1);
+    memcpy(sa->sun_path + 1, name, n); /* sun_path[0] = 0: the abstract namespace */
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
+}
+
+int idch_listen(char name[ID_NAME_LEN], int *fd_out)
+{
+    *fd_out = -1;
+    uint8_t r[16];
+    if (rand_bytes(r, sizeof r) != 0)
+        return EIO;
+    int n = snprintf(name, ID_NAME_LEN, "lldd-id-");
+    for (size_t i = 0; i < sizeof r && n + 2 < ID_NAME_LEN; i++)
+        n += snprintf(name + n, (size_t)(ID_NAME_LEN - n), "%02x", r[i]);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return errno;
+    struct sockaddr_un sa;
+    socklen_t len = abstract_addr(name, &sa);
+    if (bind(fd, (struct sockaddr *)&sa, len) != 0 || listen(fd, 64) != 0) {
+        int err = errno;
+        close(fd);
+        return err;
+    }
+    *fd_out = fd;
+    return 0;
+}
+
+int idch_is_unix(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    return getsockname(fd, (struct sockaddr *)&ss, &len) == 0 && ss.ss_family == AF_UNIX;
+}
+
+static int cred_of(int fd, peer_cred *out)
+{
+    struct ucred uc;
+    socklen_t len = sizeof uc;
+    memset(out, 0, sizeof *out);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &len) != 0 || len != sizeof uc || uc.pid <= 0)
+        return -1;
+    out->known = 1;
+    out->pid = uc.pid;
+    out->uid = uc.uid;
+    return 0;
+}
+
+int idch_prove(const char *name, uint64_t token, int c1_fd, int64_t deadline, peer_cred *out)
+{
+    memset(out, 0, sizeof *out);
+    if (name == NULL || name[0] == '\0' || memchr(name, '\0', ID_NAME_LEN) == NULL)
+        return -1;
+    id_request req;
+    memset(&req, 0, sizeof req);
+    req.token = token;
+    if (endpoints_of(c1_fd, &req.c1_local, &req.c1_remote) != 0)
+        return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_un sa;
+    socklen_t len = abstract_addr(name, &sa);
+    /* connecting to a Unix socket does not wait for the listener to accept */
+    int ok = connect(fd, (struct sockaddr *)&sa, len) == 0 && fcntl(fd, F_SETFL, O_NONBLOCK) == 0;
+    peer_cred cred;
+    if (ok)
+        ok = cred_of(fd, &cred) == 0;
+    msg_hdr h;
+    if (ok) {
+        msg_init(&h, MSG_IDENTIFY);
+        h.payload_len = sizeof req;
+        ok = msg_send(fd, &h, &req, sizeof req, deadline) == TP_OK && msg_recv_hdr(fd, &h, deadline) == TP_OK &&
+             h.type == MSG_IDENTIFY_REPLY && h.status == 0 && h.payload_len == 0;
+    }
+    close(fd);
+    if (!ok)
+        return -1;
+    *out = cred;
+    return 0;
+}
+
+int idch_read(int fd, int64_t deadline, id_request *req, peer_cred *cred)
+{
+    msg_hdr h;
+    if (cred_of(fd, cred) != 0)
+        return -1;
+    if (msg_recv_hdr(fd, &h, deadline) != TP_OK || h.type != MSG_IDENTIFY || h.payload_len != sizeof *req)
+        return -1;
+    return tp_recv_all(fd, req, sizeof *req, deadline) == TP_OK ? 0 : -1;
+}
+
+int idch_endpoints_match(int c1_fd, const id_request *req)
+{
+    tp_endpoint local, remote;
+    if (endpoints_of(c1_fd, &local, &remote) != 0)
+        return 0;
+    /* our end is the client's remote end and the other way round */
+    return memcmp(&local, &req->c1_remote, sizeof local) == 0 && memcmp(&remote, &req->c1_local, sizeof remote) == 0;
+}
+
+void idch_answer(int fd, uint32_t status)
+{
+    msg_hdr h;
+    msg_init(&h, MSG_IDENTIFY_REPLY);
+    h.status = status;
+    msg_send(fd, &h, NULL, 0, tp_deadline(1000));
+}
+
+/* ---- pidfd ---- */
+
+int pidfd_hold(pid_t pid)
+{
+#ifdef SYS_pidfd_open
+    long fd = syscall(SYS_pidfd_open, pid, 0);
+    if (fd >= 0) {
+        fcntl((int)fd, F_SETFD, FD_CLOEXEC);
+        return (int)fd;
+    }
+#else
+    (void)pid;
+#endif
+    return -1;
+}
+
+int pidfd_alive(int pidfd)
+{
+    if (pidfd < 0)
+        return 0;
+    struct pollfd p = {pidfd, POLLIN, 0};
+    int r;
+    do {
+        r = poll(&p, 1, 0);
+    } while (r < 0 && errno == EINTR);
+    /* a pidfd becomes readable when its process exits */
+    return r == 0;
+}

@@ -1,0 +1,96 @@
+/* Who is on the other end of a link: kernel-vouched peer identity, the optional shared
+ * secret, and the randomness of the handshake (docs/security.md §2).
+ *
+ * Identity. A TCP connection says nothing the kernel vouches for about the process
+ * behind it. Each listening engine therefore also listens on an abstract Unix-domain
+ * socket with a random name, which it tells a client in its handshake reply. A client
+ * on the same host (and in the same network namespace) connects there and sends
+ * IDENTIFY {link token, the two endpoints of its TCP connection c1}. The kernel gives
+ * each side the other's process id and user (SO_PEERCRED); the server accepts the
+ * claim only if a handshake with that token is pending and its c1 has exactly those
+ * endpoints (so a relaying listener cannot lend a client to a third engine). Only a
+ * link whose peer was identified this way may take the same-process or process_vm
+ * path; every other link moves bytes over its sockets. The identified process is held
+ * with a pidfd: a transfer checks it before and after moving bytes, so a dead peer
+ * fails the transfer and a reused pid is never written to.
+ *
+ * Shared secret (off unless configured). Both sides prove knowledge of it with
+ * HMAC-SHA-256 over fresh nonces and the link token: the client in HELLO and REVERSE,
+ * the listener in its HELLO reply.
+ */
+#ifndef LLDD_MOCK_PEER_ID_H
+#define LLDD_MOCK_PEER_ID_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* ---- sha256.c ---- */
+typedef struct sha256_ctx {
+    uint32_t h[8];
+    uint64_t total;
+    uint8_t buf[64];
+    size_t used;
+} sha256_ctx;
+
+void sha256_init(sha256_ctx *s);
+void sha256_update(sha256_ctx *s, const void *data, size_t len);
+void sha256_final(sha256_ctx *s, uint8_t out[32]);
+/* HMAC-SHA-256 of the concatenation of nparts byte strings. */
+void hmac_sha256(const void *key, size_t key_len, const void *const *parts, const size_t *lens, size_t nparts,
+                 uint8_t out[32]);
+/* 1 if equal; the time taken does not depend on where they differ. */
+int bytes_equal_ct(const void *a, const void *b, size_t n);
+
+/* ---- peer_id.c ---- */
+enum { NONCE_LEN = 16, PROOF_LEN = 32, ID_NAME_LEN = 40, SECRET_MAX = 256 };
+
+/* Fills buf from the kernel's random source; 0, or -1 if none answered. */
+int rand_bytes(void *buf, size_t n);
+
+/* The proof of the shared secret for one step of one handshake. */
+void secret_proof(const uint8_t *secret, size_t secret_len, const char *label, const uint8_t a[NONCE_LEN],
+                  const uint8_t b[NONCE_LEN], uint64_t token, uint8_t out[PROOF_LEN]);
+
+/* A TCP endpoint as both ends see it (getsockname on one side, getpeername on the other). */
+typedef struct tp_endpoint {
+    uint16_t family;
+    uint16_t port;
+    uint8_t addr[16];
+} tp_endpoint;
+
+/* The body of IDENTIFY on the identity channel. */
+typedef struct id_request {
+    uint64_t token;
+    tp_endpoint c1_local;        /* the client's end of c1 */
+    tp_endpoint c1_remote;       /* the listener's end of c1, as the client sees it */
+} id_request;
+
+/* What the kernel says about the process at the other end of a Unix socket. */
+typedef struct peer_cred {
+    int known;                   /* 0: not identified: sockets only */
+    pid_t pid;
+    uid_t uid;
+} peer_cred;
+
+/* Listens on a fresh abstract Unix socket; name receives its printable name (without
+ * the leading NUL). 0, or an errno value. */
+int idch_listen(char name[ID_NAME_LEN], int *fd_out);
+/* 1 if fd is a Unix-domain socket (a connection of the identity channel). */
+int idch_is_unix(int fd);
+/* Client: proves the link `token` on c1_fd to the listener's identity channel `name`
+ * and learns the listener's process. 0 and *out filled, or -1 (out->known = 0). */
+int idch_prove(const char *name, uint64_t token, int c1_fd, int64_t deadline, peer_cred *out);
+/* Server: reads an IDENTIFY and the connecting process's credentials. 0 or -1. */
+int idch_read(int fd, int64_t deadline, id_request *req, peer_cred *cred);
+/* Server: 1 if c1_fd's endpoints are the ones the client named. */
+int idch_endpoints_match(int c1_fd, const id_request *req);
+/* Server: answers an IDENTIFY (status 0: accepted). */
+void idch_answer(int fd, uint32_t status);
+
+/* A pidfd for pid, or -1 where the kernel has none (then no process_vm path). */
+int pidfd_hold(pid_t pid);
+/* 1 while the process of pidfd runs, 0 once it has exited (or pidfd is -1). */
+int pidfd_alive(int pidfd);
+
+#endif /* LLDD_MOCK_PEER_ID_H */

@@ -1,0 +1,184 @@
+"""A raw peer of the mock's link protocol, for tests that play a hostile or broken peer.
+
+The layouts below are written from mock_libs/transport.h, mock_libs/peer_id.h and
+mock_libs/engine.h by hand (an independent reading of the protocol, not generated from
+it); ``test_wire_security.py`` checks the sizes against replies of the real engine.
+Everything is host-endian ("="), as the mock's wire is (both ends run on one machine).
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import socket
+import struct
+from dataclasses import dataclass
+
+MAGIC, VERSION = 0x4C4C4444, 2
+HDR = struct.Struct("=IHHIIQQQ")   # magic, type, version, status, count, a, b, payload_len
+# mode, timeout_ms, cluster_id, expected_cluster_id, instance, serial, next_cache_id, token,
+# hixl, strict_ids, auth, reserved, nonce[16], proof[32], id_channel[40]
+HELLO = struct.Struct("=IIQQQQqQIIII16s32s40s")
+TEXT_LEN = 240
+# id, kind, placement, num_tensors, owned, remote_accessible, reserved, batches, blocks,
+# tensor_size, stride
+CACHE_WIRE = struct.Struct("=qIIIIIIQQQQ")
+REGION = struct.Struct("=IIQQ")      # tensor, reserved, offset, len
+# token, then two endpoints (family, port, addr[16]) of c1: the client's end, the listener's end
+ENDPOINT = struct.Struct("=HH16s")
+ID_REQUEST = struct.Struct("=Q20s20s")
+
+(MSG_HELLO, MSG_HELLO_REPLY, MSG_REVERSE, MSG_REVERSE_REPLY, MSG_DISCONNECT, MSG_DISCONNECT_REPLY, MSG_PIN,
+ MSG_PIN_REPLY, MSG_UNPIN, MSG_READ, MSG_READ_REPLY, MSG_WRITE, MSG_WRITE_REPLY, MSG_RESOLVE, MSG_RESOLVE_REPLY,
+ MSG_RELEASE, MSG_RELEASE_REPLY, MSG_PIN_ADDR, MSG_PIN_ADDR_REPLY, MSG_IDENTIFY, MSG_IDENTIFY_REPLY) = range(1, 22)
+HELLO_LINK = 0
+MODE_DIRECT = 1
+
+
+def header(kind: int, *, status: int = 0, count: int = 0, a: int = 0, b: int = 0, payload_len: int = 0) -> bytes:
+    return HDR.pack(MAGIC, kind, VERSION, status, count, a, b, payload_len)
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError(f"the peer closed the connection after {len(data)} of {n} bytes")
+        data += chunk
+    return data
+
+
+@dataclass
+class Reply:
+    kind: int
+    status: int
+    count: int
+    a: int
+    b: int
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body[-TEXT_LEN:].split(b"\0", 1)[0].decode("ascii", "replace")
+
+
+def recv_reply(sock: socket.socket, max_body: int = 1 << 20) -> Reply:
+    magic, kind, version, status, count, a, b, length = HDR.unpack(recv_exact(sock, HDR.size))
+    assert (magic, version) == (MAGIC, VERSION), "not a reply of this protocol"
+    assert length <= max_body, f"a reply body of {length} bytes"
+    return Reply(kind, status, count, a, b, recv_exact(sock, length))
+
+
+def hello_body(*, cluster_id: int, expected: int, token: int, mode: int = MODE_DIRECT, timeout_ms: int = 1000,
+               instance: int = 0, serial: int = 1, next_cache_id: int = 1, hixl: int = 0, strict_ids: int = 0,
+               nonce: bytes = b"\x01" * 16, secret: bytes | None = None) -> bytes:
+    proof = proof_of(secret, "lldd-hello", nonce, nonce, token) if secret is not None else bytes(32)
+    return HELLO.pack(mode, timeout_ms, cluster_id, expected, instance, serial, next_cache_id, token, hixl,
+                      strict_ids, 1 if secret is not None else 0, 0, nonce, proof, b"")
+
+
+def proof_of(secret: bytes, label: str, a: bytes, b: bytes, token: int) -> bytes:
+    """The handshake's proof of the shared secret, computed with Python's hmac (the oracle)."""
+    return hmac.new(secret, label.encode() + a + b + struct.pack("<Q", token), hashlib.sha256).digest()
+
+
+@dataclass
+class Hello:
+    reply: Reply
+    fields: tuple[object, ...]
+
+    @property
+    def cluster_id(self) -> int:
+        value = self.fields[2]
+        assert isinstance(value, int)
+        return value
+
+    @property
+    def id_channel(self) -> str:
+        raw = self.fields[14]
+        assert isinstance(raw, bytes)
+        return raw.split(b"\0", 1)[0].decode()
+
+
+class RawLink:
+    """A link made by hand: HELLO on c1, REVERSE on c2, then requests on c1."""
+
+    def __init__(self, port: int, *, cluster_id: int, expected: int, host: str = "127.0.0.1",
+                 timeout: float = 5.0, secret: bytes | None = None, token: int | None = None) -> None:
+        self.port, self.host, self.timeout, self.secret = port, host, timeout, secret
+        self.cluster_id, self.expected = cluster_id, expected
+        self.token = token if token is not None else int.from_bytes(os.urandom(8), "little") | 1
+        self.nonce = os.urandom(16)
+        self.c1: socket.socket | None = None
+        self.c2: socket.socket | None = None
+
+    def hello(self, **fields: int) -> Hello:
+        self.c1 = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        body = hello_body(cluster_id=self.cluster_id, expected=self.expected, token=self.token, nonce=self.nonce,
+                          secret=self.secret, **fields)
+        self.c1.sendall(header(MSG_HELLO, a=HELLO_LINK, payload_len=len(body)) + body)
+        reply = recv_reply(self.c1)
+        assert reply.kind == MSG_HELLO_REPLY and len(reply.body) == HELLO.size + TEXT_LEN
+        return Hello(reply, HELLO.unpack_from(reply.body))
+
+    def reverse(self, proof: bytes = b"") -> Reply:
+        self.c2 = socket.create_connection((self.host, self.port), timeout=self.timeout)
+        self.c2.sendall(header(MSG_REVERSE, a=self.token, b=self.cluster_id, payload_len=len(proof)) + proof)
+        return recv_reply(self.c2)
+
+    def link(self) -> Hello:
+        hello = self.hello()
+        assert hello.reply.status == 0, hello.reply.text
+        reply = self.reverse()
+        assert reply.status == 0, reply.text
+        return hello
+
+    def request(self, kind: int, *, a: int = 0, b: int = 0, count: int = 0, body: bytes = b"") -> Reply:
+        assert self.c1 is not None
+        self.c1.sendall(header(kind, a=a, b=b, count=count, payload_len=len(body)) + body)
+        return recv_reply(self.c1)
+
+    def pin(self, cache_id: int, watermark: int = 0) -> tuple[Reply, tuple[int, ...], list[int]]:
+        """PIN: the reply, the cache's description and the addresses the reply carries."""
+        reply = self.request(MSG_PIN, a=cache_id, b=watermark)
+        if reply.status != 0:
+            return reply, (), []
+        desc = CACHE_WIRE.unpack_from(reply.body)
+        n = desc[3]
+        addrs = list(struct.unpack_from(f"={n}Q", reply.body, CACHE_WIRE.size))
+        return reply, desc, addrs
+
+    def read(self, cache_id: int, tensor: int, offset: int, length: int) -> Reply:
+        return self.request(MSG_READ, a=cache_id, count=1, body=REGION.pack(tensor, 0, offset, length))
+
+    def write(self, cache_id: int, tensor: int, offset: int, data: bytes) -> Reply:
+        return self.request(MSG_WRITE, a=cache_id, count=1, body=REGION.pack(tensor, 0, offset, len(data)) + data)
+
+    def close(self) -> None:
+        for s in (self.c1, self.c2):
+            if s is not None:
+                s.close()
+        self.c1 = self.c2 = None
+
+
+def disconnect(port: int, *, cluster_id: int, expected: int, token: int, host: str = "127.0.0.1") -> Reply:
+    """DISCONNECT on a fresh connection, as a non-forced unlink sends it."""
+    with socket.create_connection((host, port), timeout=5) as s:
+        body = struct.pack("=Q", token)
+        s.sendall(header(MSG_DISCONNECT, a=cluster_id, b=expected, payload_len=len(body)) + body)
+        return recv_reply(s)
+
+
+def endpoint(sockaddr: tuple[str, int]) -> bytes:
+    return ENDPOINT.pack(socket.AF_INET, sockaddr[1], socket.inet_aton(sockaddr[0]) + bytes(12))
+
+
+def identify(channel: str, token: int, c1: socket.socket) -> int:
+    """IDENTIFY on a listener's identity channel; its status (0: accepted)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as u:
+        u.settimeout(5)
+        u.connect("\0" + channel)
+        body = ID_REQUEST.pack(token, endpoint(c1.getsockname()), endpoint(c1.getpeername()))
+        u.sendall(header(MSG_IDENTIFY, payload_len=len(body)) + body)
+        return recv_reply(u).status
