@@ -125,7 +125,9 @@ class _Recorder:
 
     def __init__(self, directory: str) -> None:
         self.directory = directory
-        self.lock = threading.Lock()
+        # reentrant: a finalizer (a cache's __del__) that the garbage collector runs while
+        # this thread writes may make a traced call of its own
+        self.lock = threading.RLock()
         self.fd: Optional[int] = None
         self.pid = 0
         self.threads: set[int] = set()
@@ -166,17 +168,23 @@ class _Recorder:
     def _line(event: Dict[str, Any]) -> bytes:
         return (json.dumps(event, separators=(",", ":"), default=str) + ",\n").encode()
 
+    def after_fork_in_child(self) -> None:
+        """A child of fork() starts a file of its own, with a lock no parent thread holds."""
+        self.lock = threading.RLock()
+        self.fd = None
+
     def write(self, event: Dict[str, Any]) -> None:
+        pid, tid = os.getpid(), event["tid"]
+        event["pid"] = pid
+        line = self._line(event)
         with self.lock:
             fd = self._open_locked()
-            tid = event["tid"]
             lines = b""
             if tid not in self.threads:
                 self.threads.add(tid)
-                lines += self._line({"ph": "M", "name": "thread_name", "pid": self.pid, "tid": tid,
+                lines += self._line({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
                                      "args": {"name": threading.current_thread().name}})
-            event["pid"] = self.pid
-            os.write(fd, lines + self._line(event))
+            os.write(fd, lines + line)
 
     def name_process(self, label: str) -> None:
         with self.lock:
@@ -186,6 +194,8 @@ class _Recorder:
 
 
 _recorder: Optional[_Recorder] = _Recorder(DIRECTORY) if DIRECTORY else None
+if _recorder is not None:
+    os.register_at_fork(after_in_child=_recorder.after_fork_in_child)
 
 
 @contextlib.contextmanager
@@ -212,13 +222,16 @@ def _event(name: str, args: Dict[str, Any]) -> Iterator[Dict[str, Any]]:
         args.setdefault("status", "LLM_SUCCESS")
         args.setdefault("status_code", 0)
     finally:
-        local.depth -= 1
         duration = time.perf_counter_ns() - start
         after = recorder.bytes_moved()
         if before is not None and after is not None:
             args["bytes"] = after - before
-        recorder.write({"name": name, "cat": "llm_datadist_ffi", "ph": "X", "ts": start_wall // 1000,
-                        "dur": round(duration / 1000, 3), "tid": threading.get_native_id(), "args": args})
+        try:
+            # still "inside" while writing: a finalizer run now is part of this call
+            recorder.write({"name": name, "cat": "llm_datadist_ffi", "ph": "X", "ts": start_wall // 1000,
+                            "dur": round(duration / 1000, 3), "tid": threading.get_native_id(), "args": args})
+        finally:
+            local.depth -= 1
 
 
 def _shape(signature: inspect.Signature, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:

@@ -279,3 +279,27 @@ def test_the_trace_command_reports_a_missing_directory() -> None:
     done = cli("merge", "/nonexistent/trace-dir")
     assert done.returncode == 1
     assert done.stderr.strip() == "python -m llm_datadist_ffi trace merge: /nonexistent/trace-dir is not a directory"
+
+
+def test_a_finalizer_that_runs_while_a_call_is_written_neither_deadlocks_nor_gets_its_own_event(
+        tmp_path: Path) -> None:
+    # The garbage collector may run a cache's __del__ (a traced call) at any allocation,
+    # also while the trace of the call that just ended is encoded; that once deadlocked.
+    # Here the "finalizer" runs exactly there, every time.
+    directory = tmp_path / "trace"
+    program = textwrap.dedent("""
+        from llm_datadist_ffi import _trace, native
+        encode = _trace._Recorder._line
+        def line(event):
+            if event.get("name") == "LlmDataDist.__init__" and event["args"]["cluster_id"] == 5:
+                native.LlmDataDist(7, 1).close()         # what a finalizer would do at this point
+            return encode(event)
+        _trace._Recorder._line = staticmethod(line)
+        native.LlmDataDist(5, 1).close()
+    """)
+    done = subprocess.run([sys.executable, "-c", program], env={**os.environ, _trace.TRACE_ENV: str(directory)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    events = [e for e in trace.merge(directory)["traceEvents"] if e["ph"] == "X"]
+    assert [(e["name"], e["args"].get("cluster_id")) for e in events] == [("LlmDataDist.__init__", 5),
+                                                                        ("LlmDataDist.close", None)]
