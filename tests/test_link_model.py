@@ -207,3 +207,68 @@ def test_an_engine_paces_at_most_64_clusters(engines: Engines) -> None:
     with pytest.raises(LLMException) as caught:
         mock_control.set_link_pace(engine, 64, 1000, 0)
     assert caught.value.status_code == S.LLM_PARAM_INVALID
+
+
+# ---- the per-thread bytes record of local copies ----------------------------------------------
+
+def pool_engine(engines: Engines) -> native.LlmDataDist:
+    return engines(1, options={native.OPTION_MOCK_NATIVE_POOL: "1",
+                               native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 1048576, "page_shift": 12}'})
+
+
+def test_native_local_copies_record_the_bytes_they_move(engines: Engines) -> None:
+    engine = pool_engine(engines)
+    src, dst = source(5, 3, (6, 64)), [np.zeros((6, 64), np.uint8) for _ in range(3)]
+    sid, did = register(engine, src), register(engine, dst)
+    before = mock_control.bytes_moved()
+    engine.copy_kv_cache(Cache(sid), Cache(did), 1, 2, offset=8, size=40)     # 40 bytes of 3 tensors
+    assert mock_control.bytes_moved() - before == 3 * 40
+    before = mock_control.bytes_moved()
+    engine.copy_kv_blocks(Cache(sid), Cache(did), [0, 1, 4], [[3, 4, 0], [5, 1, 2]])   # 6 blocks of 3 tensors
+    assert mock_control.bytes_moved() - before == 6 * 64 * 3
+    assert all((d[[3, 4, 0, 5, 1, 2]] == s[[0, 1, 4, 0, 1, 4]]).all() for d, s in zip(dst, src))
+
+
+def test_the_bytes_record_belongs_to_the_calling_thread(engines: Engines) -> None:
+    d = Decoder(engines, {})
+    totals: List[int] = []
+
+    def pull_in_a_thread() -> None:
+        start = mock_control.bytes_moved()
+        d.pull_batch(batch=2)
+        totals.append(mock_control.bytes_moved() - start)
+
+    before = mock_control.bytes_moved()
+    thread = threading.Thread(target=pull_in_a_thread)
+    thread.start()
+    thread.join()
+    assert totals == [2000] and mock_control.bytes_moved() == before
+
+
+def test_the_vendor_api_local_copies_record_the_bytes_they_move() -> None:
+    from llm_datadist_ffi.vendor import Cache as VCache
+    from llm_datadist_ffi.vendor import CacheDesc as VDesc
+    from llm_datadist_ffi.vendor import DataType, LLMDataDist, LLMRole, Placement
+
+    pool = '{"memory_size": 1048576, "page_shift": 12}'
+    dist = LLMDataDist(LLMRole.DECODER, 2)
+    dist.init({"llm.EnableCacheManager": "1", "llm.EnableRemoteCacheAccessible": "1", "ge.exec.deviceId": "0",
+               "llm.MemPoolConfig": pool})
+    try:
+        cm = dist.cache_manager
+        blocks = cm.allocate_blocks_cache(VDesc(2, [8, 64], DataType.DT_UINT8))
+        before = mock_control.bytes_moved()
+        cm.copy_blocks(blocks, {0: [5, 6], 1: [7]})                        # 3 blocks of 2 tensors
+        assert mock_control.bytes_moved() - before == 3 * 64 * 2
+        batches = [cm.allocate_cache(VDesc(2, [4, 32], DataType.DT_UINT8)) for _ in range(2)]
+        before = mock_control.bytes_moved()
+        cm.copy_cache(batches[1], batches[0], 1, 2)                        # one batch of 2 tensors
+        assert mock_control.bytes_moved() - before == 32 * 2
+        host_memory = [np.arange(512, dtype=np.uint8) for _ in range(2)]
+        host = VCache.create_cpu_cache(VDesc(2, [8, 64], DataType.DT_UINT8, Placement.HOST),
+                                       [a.ctypes.data for a in host_memory])
+        before = mock_control.bytes_moved()
+        cm.swap_blocks(host, blocks, {0: 1, 1: 2, 5: 3})                   # 3 blocks of 2 tensors
+        assert mock_control.bytes_moved() - before == 3 * 64 * 2
+    finally:
+        dist.finalize()
