@@ -20,6 +20,11 @@ from llm_datadist_ffi import LLMException
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import mock_control, native
 from llm_datadist_ffi.native import Cache, CacheIndex, KvCacheExtParam
+from llm_datadist_ffi.vendor import Cache as VCache
+from llm_datadist_ffi.vendor import CacheDesc as VDesc
+from llm_datadist_ffi.vendor import DataType, LLMDataDist, LLMRole, Placement
+
+import vendor_support as vs
 
 pytestmark = pytest.mark.mock_only(reason="the link model is part of the mock's control interface")
 
@@ -246,10 +251,6 @@ def test_the_bytes_record_belongs_to_the_calling_thread(engines: Engines) -> Non
 
 
 def test_the_vendor_api_local_copies_record_the_bytes_they_move() -> None:
-    from llm_datadist_ffi.vendor import Cache as VCache
-    from llm_datadist_ffi.vendor import CacheDesc as VDesc
-    from llm_datadist_ffi.vendor import DataType, LLMDataDist, LLMRole, Placement
-
     pool = '{"memory_size": 1048576, "page_shift": 12}'
     dist = LLMDataDist(LLMRole.DECODER, 2)
     dist.init({"llm.EnableCacheManager": "1", "llm.EnableRemoteCacheAccessible": "1", "ge.exec.deviceId": "0",
@@ -272,3 +273,37 @@ def test_the_vendor_api_local_copies_record_the_bytes_they_move() -> None:
         assert mock_control.bytes_moved() - before == 3 * 64 * 2
     finally:
         dist.finalize()
+
+
+# ---- the vendor-compatible API ------------------------------------------------------------------
+
+def test_the_vendor_api_reads_the_options_and_takes_set_link_pace() -> None:
+    port = vs.free_port()
+    with vs.Peer() as prompt, vs.Peer() as decoder:
+        prompt.run(f"dist = LLMDataDist(LLMRole.PROMPT, 1)\ndist.init(support.v2_options({port}))\n"
+                   "k = fill(3, (4, 256))\n"
+                   "cache = dist.cache_manager.register_blocks_cache(CacheDesc(1, [4, 256], DataType.DT_UINT8), "
+                   "[k.ctypes.data], BlocksCacheKey(1, 0))")
+        # the engine's latency alone is past the 300 ms wait time; the link's own pace wins
+        decoder.run("from llm_datadist_ffi import mock_control\n"
+                    "dist = LLMDataDist(LLMRole.DECODER, 2)\n"
+                    f"dist.init(support.v2_options(**{{'llm.SyncKvCacheWaitTime': '300', '{LATENCY}': '2000000'}}))\n"
+                    "k = fill(-1, (4, 256))\n"
+                    "cache = dist.cache_manager.register_blocks_cache(CacheDesc(1, [4, 256], DataType.DT_UINT8), "
+                    "[k.ctypes.data])\n"
+                    f"assert dist.link_clusters([support.cluster_info(1, {port})], 5000)[0] == 0\n"
+                    "mock_control.set_link_pace(dist, 1, 0, 0)\n"
+                    "dist.cache_manager.pull_blocks(BlocksCacheKey(1, 0), cache, [2], [0])")
+        assert decoder.bytes_of("k[0]") == vs.fill(3, (4, 256))[2].tobytes()
+        decoder.run("mock_control.set_link_pace(dist, 1, 0, 2000000)")
+        refused = decoder.error("dist.cache_manager.pull_blocks(BlocksCacheKey(1, 0), cache, [3], [1])")
+        assert refused.status == S.LLM_TIMEOUT and "link model needs 2000000 us for 256 bytes" in refused.message
+        assert decoder.bytes_of("k[1]") == bytes(256)
+
+
+def test_the_v1_generation_refuses_a_malformed_link_option() -> None:
+    dist = LLMDataDist(LLMRole.DECODER, 2)
+    with pytest.raises(LLMException) as caught:
+        dist.init(vs.v1_options(**{BANDWIDTH: "1e9"}))
+    assert caught.value.status_code == S.LLM_PARAM_INVALID and BANDWIDTH in str(caught.value)
+    dist.finalize()
