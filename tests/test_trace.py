@@ -303,3 +303,13 @@ def test_a_finalizer_that_runs_while_a_call_is_written_neither_deadlocks_nor_get
     events = [e for e in trace.merge(directory)["traceEvents"] if e["ph"] == "X"]
     assert [(e["name"], e["args"].get("cluster_id")) for e in events] == [("LlmDataDist.__init__", 5),
                                                                         ("LlmDataDist.close", None)]
+
+
+def test_each_test_gets_a_trace_directory_of_its_own_under_the_root(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    nodeid = "tests/test_x.py::test_pull[v2-2]"
+    assert trace.directory_for(nodeid, tmp_path) == tmp_path / "tests_test_x.py_test_pull_v2-2"
+    monkeypatch.setenv(_trace.TRACE_ENV, str(tmp_path / "root"))
+    assert trace.directory_for(nodeid) == tmp_path / "root" / "tests_test_x.py_test_pull_v2-2"
+    monkeypatch.delenv(_trace.TRACE_ENV)
+    assert trace.directory_for(nodeid) is None

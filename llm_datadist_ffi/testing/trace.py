@@ -30,7 +30,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 from .._trace import TRACE_ENV
 
 __all__ = ["TRACE_ENV", "read_events", "merge", "write_merged", "MethodStats", "stats", "summary",
-           "attach_to_report", "main"]
+           "directory_for", "attach_to_report", "main"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 _FILE = re.compile(r"trace-\d+-\d+\.json$")
@@ -154,15 +154,31 @@ def summary(source: PathLike) -> str:
         for row in rows)
 
 
+def directory_for(nodeid: str, root: Optional[PathLike] = None) -> Optional[Path]:
+    """The trace directory of one test: a subdirectory of ``root`` (default: the
+    ``LLM_DATADIST_FFI_TRACE`` of this process's environment) named after the test id, or
+    None when there is no root. A plugin gives it to the test's processes as their
+    ``LLM_DATADIST_FFI_TRACE``, so that each test's trace holds only its own calls."""
+    base = root if root is not None else os.environ.get(TRACE_ENV)
+    if not base:
+        return None
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", nodeid).strip("_")[:150] or "test"
+    return Path(base) / name
+
+
 def attach_to_report(item: Any, report: Any, directory: PathLike) -> Optional[Path]:
     """Attach the trace of a failing test to its pytest report.
 
     For the pytest plugin's ``pytest_runtest_makereport`` hook wrapper: call it with the
     test item, the report of the phase that failed and the ``LLM_DATADIST_FFI_TRACE``
     directory the test's processes wrote to (one directory per test keeps the timeline
-    to that test). When ``report.failed`` and the directory holds trace files, it merges
-    them into ``DIR/merged.json`` and adds two sections to the report, shown under the
-    failure: "llm_datadist_ffi trace" with the merged file's path (open it in Perfetto or
+    to that test: :func:`directory_for` names it; the plugin passes it to the processes
+    it starts in their environment, and its hook wrapper ends with
+    ``attach_to_report(item, report, directory_for(item.nodeid))`` when that is not None).
+
+    When ``report.failed`` and the directory holds trace files, it merges them into
+    ``DIR/merged.json`` and adds two sections to the report, shown under the failure:
+    "llm_datadist_ffi trace" with the merged file's path (open it in Perfetto or
     ``chrome://tracing``) and "llm_datadist_ffi trace summary" with :func:`summary`. It
     also records the path as the user property ``llm_datadist_ffi_trace`` (it appears in
     JUnit XML). Returns the merged file's path, or None when nothing was attached.
