@@ -73,6 +73,18 @@ def drop_connections(engine: LlmDataDist) -> None:
         _capi.check(fn(handle), "mock.drop_connections")
 
 
+LINK_PATHS = {0: "none", 1: "same-process", 2: "process_vm", 3: "socket"}
+
+
+def link_path(engine: LlmDataDist, cluster_id: int) -> str:
+    """How ``engine``'s link to ``cluster_id`` moves bytes: ``"none"`` (no such link),
+    ``"same-process"``, ``"process_vm"`` (a peer the kernel identified, docs/security.md
+    §2.2) or ``"socket"`` (any other peer)."""
+    fn = _capi.mock_function("lldd_mock_link_path")
+    with engine._held() as handle:
+        return LINK_PATHS[int(fn(handle, cluster_id))]
+
+
 def live_allocations() -> int:
     """Live mock-ACL allocations in this process (user and pool memory)."""
     return int(_capi.mock_function("lldd_mock_live_allocations")())

@@ -1016,6 +1016,27 @@ MOCK_EXPORT lldd_status lldd_mock_drop_connections(lldd_engine *e)
     return LLM_SUCCESS;
 }
 
+MOCK_EXPORT uint32_t lldd_mock_link_path(lldd_engine *e, uint64_t cluster_id)
+{
+    if (e == NULL || engine_enter(e, "lldd_mock_link_path") != LLM_SUCCESS)
+        return LLDD_MOCK_PATH_NONE;
+    uint32_t path = LLDD_MOCK_PATH_NONE;
+    pthread_mutex_lock(&e->mu);
+    for (int list = 0; list < 2 && path == LLDD_MOCK_PATH_NONE; list++) {
+        for (mlink *l = list == 0 ? e->links : e->served; l != NULL; l = l->next) {
+            if (l->ready && !l->removed && !l->orphan && l->peer_cluster == cluster_id) {
+                path = l->same_process        ? LLDD_MOCK_PATH_SAME_PROCESS
+                       : atomic_load(&l->vm_ok) ? LLDD_MOCK_PATH_PROCESS_VM
+                                                : LLDD_MOCK_PATH_SOCKET;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    engine_leave(e);
+    return path;
+}
+
 MOCK_EXPORT uint64_t lldd_mock_live_engines(void)
 {
     pthread_mutex_lock(&g_reg_mu);

@@ -443,7 +443,7 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
     if (stale != NULL) {
         /* The client no longer has this link (§10.4): it force-unlinked, finalized or
          * died, so its connections are closed. A live link is never replaced: whoever
-         * else claims its cluster id is refused (GUARD PR-43, docs/security.md §2.4). */
+         * else claims its cluster id is refused (GUARD E-25, docs/security.md §2.4). */
         int gone = 0;
         for (int64_t until = tp_deadline(STALE_LINK_WAIT_MS);;) {
             gone = atomic_load(&stale->peer_gone) || tp_peer_closed(stale->srv_fd);
@@ -457,7 +457,7 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
         } else {
             link_unref(stale);
             snprintf(text, sizeof text, "cluster %llu has a live link to this listener already; a second link under "
-                     "that cluster id is refused until the first is unlinked or its process ends (GUARD PR-43)",
+                     "that cluster id is refused until the first is unlinked or its process ends (GUARD E-25)",
                      (unsigned long long)client);
             reply_status(fd, MSG_REVERSE_REPLY, LLM_ALREADY_LINK, NULL, text, 0);
             return;

@@ -166,6 +166,12 @@ int tp_listen(const tp_addr *addr, int *fd_out)
         return errno;
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    /* exactly the address given: "[::]" is every IPv6 address, not IPv4's as well */
+    if (addr->family == AF_INET6 && setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0) {
+        int err = errno;
+        close(fd);
+        return err;
+    }
     if (bind(fd, (struct sockaddr *)&ss, len) != 0 || listen(fd, 128) != 0) {
         int err = errno;
         close(fd);

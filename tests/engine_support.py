@@ -229,6 +229,12 @@ class Peer:
         sys.stdout.flush()
         os._exit(0)
 
+    def op_link_path(self, cluster: int) -> str:
+        return mock_control.link_path(self.eng(), cluster)
+
+    def op_pid(self) -> int:
+        return os.getpid()
+
     def op_live(self) -> list[int]:
         return [mock_control.live_engines(), mock_control.live_allocations()]
 

@@ -24,6 +24,17 @@ lldd_status lldd_mock_set_serve_delay(lldd_engine *engine, uint32_t delay_ms);
  * died; its link entries stay (peers and this engine then see a dead link). */
 lldd_status lldd_mock_drop_connections(lldd_engine *engine);
 
+/* How this engine's link to cluster_id moves bytes (docs/security.md §2.2): none
+ * (no such link), same process, process_vm (a peer the kernel identified), or its
+ * sockets (any other peer). */
+enum {
+    LLDD_MOCK_PATH_NONE = 0,
+    LLDD_MOCK_PATH_SAME_PROCESS = 1,
+    LLDD_MOCK_PATH_PROCESS_VM = 2,
+    LLDD_MOCK_PATH_SOCKET = 3
+};
+uint32_t lldd_mock_link_path(lldd_engine *engine, uint64_t cluster_id);
+
 /* Accounting for leak tests: live mock-ACL allocations and live engines. */
 uint64_t lldd_mock_live_allocations(void);
 uint64_t lldd_mock_live_engines(void);
