@@ -27,6 +27,7 @@ import functools
 import inspect
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -47,13 +48,15 @@ _FIELDS = (
     "src_layer_range", "dst_layer_range", "tensor_num_per_layer", "cache_key", "cache_desc", "size",
 )
 _LIST_ITEMS = 16
+_SECRET = re.compile(r"secret|password|token", re.IGNORECASE)
 
 
 def describe(value: Any, name: str = "", depth: int = 0) -> Any:
     """The JSON shape of one argument: numbers and ids as they are, sequences of numbers
     (block lists, addresses) as their count (a shape and an inclusive layer pair as they
-    are), ranges as [start, stop), objects as their
-    type and the fields of ``_FIELDS`` they have. Nothing named like an address gets in."""
+    are), ranges as [start, stop), option maps as they are but for secrets, objects as
+    their type and the fields of ``_FIELDS`` they have. Nothing named like an address
+    gets in."""
     if "addr" in name or "buffer" in name:
         return {"count": len(value)} if isinstance(value, (list, tuple)) else "(address)"
     if value is None or isinstance(value, (bool, float)):
@@ -73,7 +76,8 @@ def describe(value: Any, name: str = "", depth: int = 0) -> Any:
         return {"count": shape[0]} if len(shape) == 1 else {"array": shape}
     if isinstance(value, dict):
         if all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-            return dict(value)                                     # an option map
+            # an option map; a shared secret (llm_datadist_ffi.mock.LinkSecret) stays out
+            return {k: "(secret)" if _SECRET.search(k) else v for k, v in value.items()}
         return {"count": len(value)}
     if isinstance(value, (list, tuple)):
         if all(isinstance(item, int) and not isinstance(item, enum.Enum) for item in value):

@@ -313,3 +313,9 @@ def test_each_test_gets_a_trace_directory_of_its_own_under_the_root(tmp_path: Pa
     assert trace.directory_for(nodeid) == tmp_path / "root" / "tests_test_x.py_test_pull_v2-2"
     monkeypatch.delenv(_trace.TRACE_ENV)
     assert trace.directory_for(nodeid) is None
+
+
+def test_option_maps_are_traced_without_their_secrets() -> None:
+    options = {"llm.ListenIpInfo": "127.0.0.1:26000", "llm_datadist_ffi.mock.LinkSecret": "hunter2"}
+    assert _trace.describe(options, "options") == {"llm.ListenIpInfo": "127.0.0.1:26000",
+                                                   "llm_datadist_ffi.mock.LinkSecret": "(secret)"}
