@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "json.h"
@@ -196,6 +197,28 @@ void engine_leave(engine *e)
  * listener
  * ------------------------------------------------------------------------------------------ */
 
+int engine_cv_wait_ms(engine *e, int64_t ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+}
+
+/* Connection threads still running (a finished one waits for the next reap). mu held. */
+static size_t conns_running_locked(engine *e)
+{
+    size_t n = 0;
+    for (eng_thread *t = e->conns; t != NULL; t = t->next)
+        n += !atomic_load(&t->done);
+    return n;
+}
+
 void engine_adopt_conn(engine *e, int fd)
 {
     tp_tune(fd);
@@ -206,6 +229,14 @@ void engine_adopt_conn(engine *e, int fd)
     }
     t->fd = fd;
     pthread_mutex_lock(&e->mu);
+    if (conns_running_locked(e) >= BOUND_HANDSHAKES) {
+        /* BOUND_HANDSHAKES: a flood of connections that never finish a handshake
+         * costs no more than that many threads */
+        pthread_mutex_unlock(&e->mu);
+        close(fd);
+        free(t);
+        return;
+    }
     t->next = e->conns;
     e->conns = t;
     if (thread_start(e, t, conn_thread_main, t) != 0) {
@@ -235,6 +266,7 @@ static void *listener_main(void *arg)
             if (fd >= 0)
                 engine_adopt_conn(e, fd);
         }
+        links_reap(e);
         if (r <= 0 || !(p[0].revents & POLLIN))
             continue;
         int fd = accept4(e->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);

@@ -8,7 +8,8 @@
  *              PROCESSING_LINK); held across its per-cluster work
  *   listen_mu  the listener of one engine (Initialize, SetRole, Finalize)
  *   link->xfer_mu  serializes the transfers over one link; dropping a link takes it
- *              (the v1 resolver only try-reads link->busy, never waits on it)
+ *              (the v1 resolver only try-reads link->busy, never waits on it); a
+ *              link's sockets are closed only with it and e->mu held (reaping)
  *   e->mu      state, active-call count, cache table, key table, link table,
  *              communicator list, pending handshakes, thread list. Held only for
  *              short bookkeeping, never across I/O or a wait other than
@@ -21,8 +22,9 @@
  * Life of a cache: the table owns it; a transfer or copy that uses it holds a pin
  * (c->pins, under the owner's mu). Removal (deallocate, unregister, finalize, the
  * release of its last key) takes the cache out of the table first, so no new pin
- * can be taken, unbinds its keys, then waits on e->cv until the pins are gone, and
- * only then frees memory. A pull that releases a key unpins its source before the
+ * can be taken, unbinds its keys, then waits on e->cv until the pins are gone (a
+ * peer's pin for at most the wait time, then its link is cut), and only then frees
+ * memory. A pull that releases a key unpins its source before the
  * release, so that the release may free it.
  */
 #ifndef LLDD_MOCK_ENGINE_H
@@ -38,6 +40,39 @@
 #include "transport.h"
 
 enum { ENGINE_UNINIT = 0, ENGINE_READY = 1, ENGINE_FINALIZING = 2 };
+
+/* Bounds on what a peer, or anyone who can reach the listener, can make an engine
+ * hold or wait for (docs/security.md §3). Each is a fixed property of the mock.
+ *   BOUND_HANDSHAKES     accepted connections whose thread has not become a link's
+ *                        server thread (handshakes, disconnects in progress); a
+ *                        connection beyond it is closed at once, before any read
+ *   BOUND_FIRST_MSG_MS   how long such a connection may take to send its first message
+ *   BOUND_REVERSE_MS     the server's wait for REVERSE after it answered a HELLO:
+ *                        min(the client's own timeout, this) + BOUND_REVERSE_SLACK_MS;
+ *                        the wait also ends when the client closes its connection
+ *   BOUND_LINKS          links an engine serves at once (links and served-only sides
+ *                        with a live connection, plus handshakes past HELLO); a HELLO
+ *                        beyond it is refused with LLM_LINK_FAILED
+ *   BOUND_GONE_RECORDS   records of links whose peer is gone, kept (without sockets or
+ *                        thread) so that transfers over them report PR-31's TIMEOUT;
+ *                        beyond it the oldest record is dropped
+ *   BOUND_PINS_PER_LINK  caches one connection may hold pinned at once (a transfer
+ *                        holds at most two); a request beyond it closes the connection
+ *   BOUND_SERVE_IDLE_MS  a link's server thread: the longest wait for one piece of a
+ *                        request's body or for the peer to take a piece of an answer
+ * Sizes a peer sends are bounded by what they describe: a region list by
+ * WIRE_MAX_REGIONS (transport.h), a release's tensor list by the tensor count of the
+ * cache it names, every other body by its fixed size. */
+enum {
+    BOUND_HANDSHAKES = 64,
+    BOUND_FIRST_MSG_MS = 10000,
+    BOUND_REVERSE_MS = 30000,
+    BOUND_REVERSE_SLACK_MS = 1000,
+    BOUND_LINKS = 256,
+    BOUND_GONE_RECORDS = 1024,
+    BOUND_PINS_PER_LINK = 64,
+    BOUND_SERVE_IDLE_MS = 60000
+};
 
 /* Cache kinds (docs/reference/semantics.md §2.2). The native layer creates MIX caches only; CACHE and
  * BLOCKS exist for the Python v2 layer; a v1 blocks cache is MIX. */
@@ -123,6 +158,12 @@ typedef struct mpool {
     size_t free_count, free_cap;
 } mpool;
 
+/* The caches one link's server thread holds pinned for its peer (mu). */
+typedef struct pin_list {
+    struct mcache **items;
+    size_t count, cap;
+} pin_list;
+
 /* A thread the engine started; joined by whoever owns the record. */
 typedef struct eng_thread {
     struct eng_thread *next;
@@ -152,9 +193,12 @@ typedef struct mlink {
     atomic_int poisoned;         /* a transfer returned TIMEOUT (PR-35) */
     atomic_int dropped;          /* lldd_mock_drop_connections */
     atomic_int stopping;         /* interrupts the server thread's serve delay */
-    int req_fd;                  /* our requests, the peer answers */
-    int srv_fd;                  /* the peer's requests, our server thread answers */
-    eng_thread *server;
+    atomic_int cut;              /* its connections were cut: a removal could not wait for its pins */
+    int req_fd;                  /* our requests, the peer answers; -1 once reaped. Closed only */
+    int srv_fd;                  /* with xfer_mu and e->mu held; the peer's requests, our server thread answers */
+    eng_thread *server;          /* NULL once reaped (xfer_mu and e->mu to clear) */
+    int reaped;                  /* e->mu: the peer is gone, sockets closed, thread joined (a record only) */
+    pin_list pins;               /* e->mu: what the server thread holds pinned for the peer */
     pid_t peer_pid;              /* the kernel-vouched peer process (peer_id.h), 0 if unknown */
     int peer_pidfd;              /* holds that process: a transfer checks it is still alive */
     uint64_t peer_serial;
@@ -319,6 +363,15 @@ void links_teardown(engine *e);
 void *conn_thread_main(void *arg);
 /* Wakes and ends handshakes in progress (finalize). */
 void pending_abort_all(engine *e);
+/* Frees what links to gone peers hold: their sockets and server thread (a record stays
+ * for PR-31) and served-only sides entirely; keeps at most BOUND_GONE_RECORDS records.
+ * Called by the listener thread on every tick. */
+void links_reap(engine *e);
+/* Cuts the connections of every link whose server thread holds c pinned (their server
+ * threads then end and unpin it). mu held. Returns how many links it cut. */
+size_t links_cut_pinning_locked(engine *e, const struct mcache *c);
+/* Waits on e->cv for at most ms milliseconds (mu held); ETIMEDOUT when the time ran out. */
+int engine_cv_wait_ms(engine *e, int64_t ms);
 
 /* ---- engine_serve.c ---- */
 /* The server loop of a link: answers the peer's requests on l->srv_fd. */

@@ -214,6 +214,27 @@ int table_insert_locked(engine *e, mcache *c)
     return 0;
 }
 
+/* Waits until nobody holds c pinned (mu held). Peers hold pins through their links'
+ * server threads; a peer that keeps one past llm.SyncKvCacheWaitTime (stopped, or
+ * silent on purpose) has the connections of its link cut, which ends the thread
+ * and its pins; its later transfers over that link fail as with a gone peer (PR-31).
+ * What is left are this engine's own transfers and those of engines in this process,
+ * each bounded by its own wait time (docs/security.md §3.2). */
+static void pins_wait_locked(engine *e, mcache *c)
+{
+    int64_t deadline = tp_deadline(e->sync_timeout_ms);
+    while (c->pins > 0) {
+        int64_t left = deadline - tp_now_ms();
+        if (left <= 0)
+            break;
+        engine_cv_wait_ms(e, left);
+    }
+    if (c->pins > 0)
+        links_cut_pinning_locked(e, c);
+    while (c->pins > 0)
+        pthread_cond_wait(&e->cv, &e->mu);
+}
+
 /* Takes a cache out of the table, unbinds its keys and waits until nobody uses it.
  * mu held. */
 void table_remove_locked(engine *e, mcache *c)
@@ -228,8 +249,7 @@ void table_remove_locked(engine *e, mcache *c)
     while (c->keys != NULL)
         key_unbind_locked(e, c->keys);
     c->removed = 1;
-    while (c->pins > 0)
-        pthread_cond_wait(&e->cv, &e->mu);
+    pins_wait_locked(e, c);
     if (c->pool != NULL)
         for (uint32_t t = 0; t < c->w.num_tensors; t++)
             pool_give(c->pool, c->page_first[t], c->pages_per_tensor);

@@ -237,15 +237,19 @@ static lldd_status src_resolve_q(xlink *x, const char *fn, const resolve_req *q,
         reply_text text;
         if (h.payload_len != sizeof text || tp_recv_all(l->req_fd, &text, sizeof text, deadline) != TP_OK)
             return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
-        text.text[sizeof text.text - 1] = '\0';
+        tp_sanitize_text(text.text, sizeof text.text);
         mock_set_error("%s: %s", fn, text.text);
+        /* the codes a holder's lookup gives (ext_resolve_locked); anything else is a
+         * broken peer */
+        if (h.status != LLM_KV_CACHE_NOT_EXIST && h.status != LLM_LINK_BUSY && h.status != LLM_PARAM_INVALID)
+            return link_timeout(x, fn, "the peer answered a lookup with status 0x%08X", (unsigned)h.status);
         return h.status;
     }
     if (h.payload_len < sizeof s->r)
         return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
     r = tp_recv_all(l->req_fd, &s->r, sizeof s->r, deadline);
     uint64_t addr_bytes = (uint64_t)s->r.w.num_tensors * sizeof(uint64_t);
-    if (r == TP_OK && h.payload_len - sizeof s->r != addr_bytes)
+    if (r == TP_OK && (s->r.w.num_tensors > WIRE_MAX_TENSORS || h.payload_len - sizeof s->r != addr_bytes))
         r = TP_CLOSED;
     if (r == TP_OK) {
         s->pc.owned_addrs = malloc(addr_bytes ? (size_t)addr_bytes : 1);
@@ -1028,7 +1032,8 @@ static lldd_status peer_pin_addr(xlink *x, const char *fn, uint64_t addr, uint64
         return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
     r = tp_recv_all(l->req_fd, &pc->w, sizeof pc->w, deadline);
     uint64_t addr_bytes = (uint64_t)pc->w.num_tensors * sizeof(uint64_t);
-    if (r == TP_OK && (h.payload_len - sizeof pc->w != addr_bytes || h.a >= pc->w.num_tensors))
+    if (r == TP_OK && (pc->w.num_tensors > WIRE_MAX_TENSORS || h.payload_len - sizeof pc->w != addr_bytes ||
+                       h.a >= pc->w.num_tensors))
         r = TP_CLOSED;
     if (r == TP_OK) {
         pc->owned_addrs = malloc(addr_bytes ? (size_t)addr_bytes : 1);

@@ -13,6 +13,9 @@
  *      asking on c1. Both sides have the link before LinkLlmClusters returns.
  * Each side runs one server thread per link (engine_serve.c) that answers the
  * peer's requests; EOF on that connection means the peer's side is gone (PR-31).
+ * The listener thread then reaps the link (links_reap): it joins the thread and
+ * closes both sockets, keeping a record that answers as PR-31 says. What peers can
+ * make an engine hold is capped (engine.h, BOUND_*).
  *
  * A non-forced unlink opens a fresh connection and sends DISCONNECT; the peer drops
  * its side and answers. Dropping a side takes the link's transfer lock (waits for
@@ -32,8 +35,9 @@
 
 enum {
     LINK_WORKERS = 16,
-    FIRST_MESSAGE_WAIT_MS = 10000,
+    FIRST_MESSAGE_WAIT_MS = BOUND_FIRST_MSG_MS,
     MSG_LEN = 256,
+    REVERSE_POLL_MS = 100,
     STALE_LINK_WAIT_MS = 1000,   /* how long a relink waits to see the old link's connection closed */
     IDENTIFY_WAIT_MS = 2000      /* the identity channel's exchange */
 };
@@ -165,6 +169,122 @@ static void served_reap(engine *e)
     }
 }
 
+/* Reaps one link whose server thread saw its peer go: joins the thread, closes both
+ * sockets and keeps the record, so that transfers over it still report the peer's
+ * absence (PR-31) until a relink replaces it, an unlink or finalize drops it. A
+ * transfer holding the link is not waited for: the next reap takes it. */
+static int link_reap_one(engine *e, mlink *l)
+{
+    if (pthread_mutex_trylock(&l->xfer_mu) != 0)
+        return 0;
+    eng_thread *t = NULL;
+    pthread_mutex_lock(&e->mu);
+    int take = l->ready && !l->removed && !l->reaped && atomic_load(&l->peer_gone);
+    if (take) {
+        t = l->server;
+        l->server = NULL;
+        l->reaped = 1;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (take) {
+        /* the thread may still shut its socket down and unpin: sockets close after it */
+        thread_join_free(t);
+        pthread_mutex_lock(&e->mu);
+        tp_close(&l->req_fd);
+        tp_close(&l->srv_fd);
+        atomic_store(&l->vm_ok, 0);
+        tp_close(&l->peer_pidfd);
+        pthread_mutex_unlock(&e->mu);
+    }
+    pthread_mutex_unlock(&l->xfer_mu);
+    return 1;
+}
+
+/* Drops the oldest records of gone links past BOUND_GONE_RECORDS (the table is
+ * newest first). */
+static void gone_records_trim(engine *e)
+{
+    for (;;) {
+        mlink *oldest = NULL;
+        size_t records = 0;
+        pthread_mutex_lock(&e->mu);
+        for (mlink *l = e->links; l != NULL; l = l->next) {
+            if (l->reaped && !l->removed) {
+                records++;
+                oldest = l;
+            }
+        }
+        if (records <= BOUND_GONE_RECORDS)
+            oldest = NULL;
+        if (oldest != NULL)
+            link_ref(oldest);
+        pthread_mutex_unlock(&e->mu);
+        if (oldest == NULL)
+            return;
+        link_drop(e, oldest);
+        link_unref(oldest);
+    }
+}
+
+enum { REAP_BATCH = 16 };
+
+void links_reap(engine *e)
+{
+    served_reap(e);
+    /* batches of links, until none is left or one was busy (the next tick takes it) */
+    for (int more = 1; more;) {
+        mlink *batch[REAP_BATCH];
+        size_t n = 0;
+        pthread_mutex_lock(&e->mu);
+        for (mlink *l = e->links; l != NULL && n < REAP_BATCH; l = l->next) {
+            if (l->ready && !l->removed && !l->reaped && atomic_load(&l->peer_gone)) {
+                link_ref(l);
+                batch[n++] = l;
+            }
+        }
+        pthread_mutex_unlock(&e->mu);
+        more = n == REAP_BATCH;
+        for (size_t i = 0; i < n; i++) {
+            more &= link_reap_one(e, batch[i]);
+            link_unref(batch[i]);
+        }
+    }
+    gone_records_trim(e);
+}
+
+size_t links_cut_pinning_locked(engine *e, const mcache *c)
+{
+    size_t cut = 0;
+    for (int list = 0; list < 2; list++) {
+        for (mlink *l = list == 0 ? e->links : e->served; l != NULL; l = l->next) {
+            int holds = 0;
+            for (size_t i = 0; i < l->pins.count && !holds; i++)
+                holds = l->pins.items[i] == c;
+            if (!holds)
+                continue;
+            atomic_store(&l->cut, 1);
+            atomic_store(&l->stopping, 1);   /* also ends a serve delay the thread sleeps in */
+            tp_shutdown(l->srv_fd);
+            tp_shutdown(l->req_fd);
+            cut++;
+        }
+    }
+    return cut;
+}
+
+/* Links that hold a live connection and a server thread, and handshakes past HELLO:
+ * what BOUND_LINKS counts. mu held. */
+static size_t links_serving_locked(engine *e)
+{
+    size_t n = 0;
+    for (int list = 0; list < 2; list++)
+        for (mlink *l = list == 0 ? e->links : e->served; l != NULL; l = l->next)
+            n += !l->reaped && !l->removed && !atomic_load(&l->peer_gone);
+    for (pending_link *p = e->pending; p != NULL; p = p->next)
+        n += p->state == 0;
+    return n;
+}
+
 /* What a link may do with the process the kernel named as its peer (peer_id.h): the
  * same-process path for this very process, process_vm for another process of the
  * same user (or any user with llm_datadist_ffi.mock.ProcessVmAnyUser), held by a
@@ -228,14 +348,6 @@ static int serve_only_side(const engine *e, const hello_body *peer, const peer_c
     return cred == NULL ? self : self && cred->known && cred->pid == getpid();
 }
 
-/* A peer's text in our messages: printable ASCII only (it is untrusted). */
-static void sanitize_text(char *t, size_t len)
-{
-    for (size_t i = 0; i < len && t[i] != '\0'; i++)
-        if ((unsigned char)t[i] < 0x20 || (unsigned char)t[i] > 0x7e)
-            t[i] = '?';
-}
-
 /* A refusal carries the status and a text only: no hello body, so nothing about
  * this engine (its cluster id included) reaches a peer it refused. */
 static void reply_status(int fd, uint16_t type, lldd_status status, const hello_body *hello, const char *text,
@@ -271,6 +383,19 @@ static void serve_delay(engine *e)
     uint32_t d = atomic_load(&e->serve_delay_ms);
     if (d > 0)
         tp_sleep_ms(d, &e->stopping);
+}
+
+/* 1 once l's peer side is gone (its connection closed), waiting up to ms for the close
+ * to arrive; the caller holds a reference to l. */
+static int link_gone_within(engine *e, mlink *l, int64_t ms)
+{
+    for (int64_t until = tp_deadline(ms);;) {
+        if (atomic_load(&l->peer_gone) || tp_peer_closed(l->srv_fd))
+            return 1;
+        if (tp_now_ms() >= until || atomic_load(&e->stopping))
+            return 0;
+        tp_sleep_ms(10, &e->stopping);
+    }
 }
 
 /* HELLO on c1. On success the thread waits for REVERSE, then serves the link. */
@@ -351,22 +476,21 @@ static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h)
     if (p == NULL)
         return;
 
-    /* wait for REVERSE: a little longer than the client will */
-    int64_t deadline = tp_deadline((int64_t)peer.timeout_ms + 1000);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    int64_t wait_ms = deadline - tp_now_ms();
-    ts.tv_sec += wait_ms / 1000;
-    ts.tv_nsec += (wait_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    /* wait for REVERSE: a little longer than the client will, but the client's
+     * timeout is only its word: never longer than BOUND_REVERSE_MS, and not after
+     * the client closed c1 */
+    uint32_t wait_ms = peer.timeout_ms < BOUND_REVERSE_MS ? peer.timeout_ms : BOUND_REVERSE_MS;
+    int64_t deadline = tp_deadline((int64_t)wait_ms + BOUND_REVERSE_SLACK_MS);
     mlink *l = NULL;
     pthread_mutex_lock(&e->mu);
-    while (p->state == 0 && e->state == ENGINE_READY)
-        if (pthread_cond_timedwait(&e->cv, &e->mu, &ts) == ETIMEDOUT)
+    while (p->state == 0 && e->state == ENGINE_READY) {
+        int64_t left = deadline - tp_now_ms();
+        if (left <= 0)
             break;
+        engine_cv_wait_ms(e, left < REVERSE_POLL_MS ? left : REVERSE_POLL_MS);
+        if (p->state == 0 && tp_peer_closed(fd)) /* a poll that does not block */
+            break;
+    }
     if (p->state == 1)
         l = p->link;
     else
@@ -388,11 +512,8 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
 {
     char text[MSG_LEN];
     text[0] = '\0';
-    uint8_t proof[PROOF_LEN];
-    memset(proof, 0, sizeof proof);
-    if (h->payload_len != 0 && h->payload_len != sizeof proof)
-        return;
-    if (h->payload_len != 0 && tp_recv_all(fd, proof, sizeof proof, tp_deadline(FIRST_MESSAGE_WAIT_MS)) != TP_OK)
+    reverse_body body;
+    if (h->payload_len != sizeof body || tp_recv_all(fd, &body, sizeof body, tp_deadline(FIRST_MESSAGE_WAIT_MS)) != TP_OK)
         return;
     serve_delay(e);
     uint64_t token = h->a, client = h->b;
@@ -410,7 +531,7 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
     if (p != NULL && e->secret_len > 0) {
         uint8_t want[PROOF_LEN];
         secret_proof(e->secret, e->secret_len, "lldd-client", p->nonce, p->peer.nonce, token, want);
-        proven = h->payload_len == sizeof proof && bytes_equal_ct(want, proof, sizeof want);
+        proven = bytes_equal_ct(want, body.proof, sizeof want);
     }
     if (p == NULL || e->state != ENGINE_READY) {
         st = LLM_LINK_FAILED;
@@ -441,17 +562,12 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
         return;
     }
     if (stale != NULL) {
-        /* The client no longer has this link (§10.4): it force-unlinked, finalized or
-         * died, so its connections are closed. A live link is never replaced: whoever
+        /* The client replaces its own link (it names that link's token: PR-28 keying),
+         * or no longer has it (§10.4: it force-unlinked, finalized or died, so its
+         * connections are closed). A live link is never replaced by anyone else: whoever
          * else claims its cluster id is refused (GUARD E-25, docs/security.md §2.4). */
-        int gone = 0;
-        for (int64_t until = tp_deadline(STALE_LINK_WAIT_MS);;) {
-            gone = atomic_load(&stale->peer_gone) || tp_peer_closed(stale->srv_fd);
-            if (gone || tp_now_ms() >= until)
-                break;
-            tp_sleep_ms(10, &e->stopping);
-        }
-        if (gone) {
+        if ((body.replaces != 0 && body.replaces == stale->token) ||
+            link_gone_within(e, stale, STALE_LINK_WAIT_MS)) {
             link_drop(e, stale);
             link_unref(stale);
         } else {
@@ -516,21 +632,41 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
         link_unref(l);
 }
 
-/* DISCONNECT on a fresh connection: drop our side of the link to the client. Only a
- * request carrying the link's token drops it (the token is random and travels only on
- * the link's own connections): anyone else is answered like a client with no link,
- * and nothing changes. */
+/* DISCONNECT on a fresh connection: drop our side of the link to the client. The sender
+ * must show it is that client: we send a fresh nonce, it answers with a proof for each
+ * link token it holds (token_proof), and only a proof of the token of a live link
+ * between it and us (either direction: the vendor drops the link keyed by its id)
+ * counts — or the link is dead anyway (its connection closed: its peer finalized and a
+ * new engine under that id asks, which the vendor honours). Anyone else is answered as
+ * if it held no link, and nothing changes (E-25). The proofs show no token to us. */
 static void on_disconnect(engine *e, int fd, const msg_hdr *h)
 {
     char text[MSG_LEN];
     text[0] = '\0';
-    uint64_t token = 0;
-    if (h->payload_len != sizeof token ||
-        tp_recv_all(fd, &token, sizeof token, tp_deadline(FIRST_MESSAGE_WAIT_MS)) != TP_OK)
+    if (h->payload_len != 0)
         return;
+    uint8_t nonce[NONCE_LEN];
+    if (rand_bytes(nonce, sizeof nonce) != 0)
+        return;
+    msg_hdr m;
+    msg_init(&m, MSG_DISCONNECT_CHALLENGE);
+    m.payload_len = sizeof nonce;
+    int64_t deadline = tp_deadline(FIRST_MESSAGE_WAIT_MS);
+    if (msg_send(fd, &m, nonce, sizeof nonce, deadline) != TP_OK || msg_recv_hdr(fd, &m, deadline) != TP_OK ||
+        m.type != MSG_DISCONNECT_PROOF || m.count > DISCONNECT_MAX_PROOFS ||
+        m.payload_len != (uint64_t)m.count * PROOF_LEN)
+        return;
+    uint8_t *proofs = m.count > 0 ? malloc((size_t)m.payload_len) : NULL;
+    if (m.count > 0 && (proofs == NULL || tp_recv_all(fd, proofs, (size_t)m.payload_len, deadline) != TP_OK)) {
+        free(proofs);
+        return;
+    }
     serve_delay(e);
     lldd_status st = LLM_SUCCESS;
     mlink *l = NULL;
+    enum { MAX_CANDIDATES = 8 };
+    uint64_t tokens[MAX_CANDIDATES];
+    size_t ntok = 0;
     pthread_mutex_lock(&e->mu);
     if (e->state != ENGINE_READY) {
         st = LLM_UNLINK_FAILED;
@@ -542,17 +678,28 @@ static void on_disconnect(engine *e, int fd, const msg_hdr *h)
                  "(PR-28)", (unsigned long long)h->b);
     } else {
         l = link_find_locked(e, h->a);
-        if (l != NULL && l->ready && token != 0 && l->token == token) {
+        if (l != NULL && l->ready)
             link_ref(l);
-        } else {
+        else
             l = NULL;
-        }
+        for (int list = 0; list < 2 && l != NULL; list++)
+            for (mlink *o = list == 0 ? e->links : e->served; o != NULL && ntok < MAX_CANDIDATES; o = o->next)
+                if (o->ready && !o->removed && o->peer_cluster == h->a)
+                    tokens[ntok++] = o->token;
     }
     pthread_mutex_unlock(&e->mu);
-    if (l != NULL) {
-        link_drop(e, l);
-        link_unref(l);
+    int owner = 0;
+    for (size_t i = 0; i < ntok && !owner; i++) {
+        uint8_t want[PROOF_LEN];
+        token_proof(tokens[i], nonce, want);
+        for (uint32_t k = 0; k < m.count && !owner; k++)
+            owner = bytes_equal_ct(want, proofs + (size_t)k * PROOF_LEN, PROOF_LEN);
     }
+    free(proofs);
+    if (l != NULL && (owner || link_gone_within(e, l, STALE_LINK_WAIT_MS)))
+        link_drop(e, l);
+    if (l != NULL)
+        link_unref(l);
     /* a success names our cluster id (the client's PR-28 lint needs it; a HELLO tells
      * it to anyone too); a refusal names nothing */
     reply_status(fd, MSG_DISCONNECT_REPLY, st, NULL, text, e->cluster_id);
@@ -582,6 +729,26 @@ static void on_identify(engine *e, int fd)
     idch_answer(fd, status);
 }
 
+/* BOUND_LINKS: a HELLO that would make one more link than the engine serves is
+ * refused with the vendor's code for a failed link; the body is read first, so that
+ * the refusal is not lost to a reset. Returns 1 when it refused. */
+static int links_full(engine *e, int fd, const msg_hdr *h)
+{
+    pthread_mutex_lock(&e->mu);
+    size_t serving = links_serving_locked(e);
+    pthread_mutex_unlock(&e->mu);
+    if (serving < BOUND_LINKS)
+        return 0;
+    if (h->payload_len <= sizeof(hello_body) &&
+        tp_discard(fd, h->payload_len, tp_deadline(FIRST_MESSAGE_WAIT_MS)) == TP_OK) {
+        char text[MSG_LEN];
+        snprintf(text, sizeof text, "cluster %llu serves %u links, the most it takes (docs/security.md §3); "
+                 "unlink a cluster first", (unsigned long long)e->cluster_id, (unsigned)BOUND_LINKS);
+        reply_status(fd, MSG_HELLO_REPLY, LLM_LINK_FAILED, NULL, text, 0);
+    }
+    return 1;
+}
+
 void *conn_thread_main(void *arg)
 {
     eng_thread *self = arg;
@@ -593,6 +760,8 @@ void *conn_thread_main(void *arg)
     } else if (msg_recv_hdr(fd, &h, tp_deadline(FIRST_MESSAGE_WAIT_MS)) == TP_OK) {
         switch (h.type) {
         case MSG_HELLO:
+            if (h.a == HELLO_LINK && links_full(e, fd, &h))
+                break;
             on_hello(e, self, fd, &h);
             break;
         case MSG_REVERSE:
@@ -669,8 +838,7 @@ static lldd_status recv_reply(int fd, uint16_t type, int64_t deadline, hello_bod
         snprintf(msg, MSG_LEN, "the peer closed the connection during the %s", what);
         return unlink ? LLM_UNLINK_FAILED : LLM_LINK_FAILED;
     }
-    body.text.text[sizeof body.text.text - 1] = '\0';
-    sanitize_text(body.text.text, sizeof body.text.text);
+    tp_sanitize_text(body.text.text, sizeof body.text.text);
     if (hello != NULL)
         *hello = body.hello;
     if (hdr_a != NULL)
@@ -879,12 +1047,20 @@ static lldd_status link_one(cluster_job *job)
     msg_init(&h, MSG_REVERSE);
     h.a = token;
     h.b = e->cluster_id;
-    uint8_t rproof[PROOF_LEN];
-    if (e->secret_len > 0) {
-        secret_proof(e->secret, e->secret_len, "lldd-client", peer.nonce, mine.nonce, token, rproof);
-        h.payload_len = sizeof rproof;
+    reverse_body rbody;
+    memset(&rbody, 0, sizeof rbody);
+    if (e->secret_len > 0)
+        secret_proof(e->secret, e->secret_len, "lldd-client", peer.nonce, mine.nonce, token, rbody.proof);
+    if (!e->hixl) {
+        /* the link to that listener this one will replace (the listener's id keys it) */
+        pthread_mutex_lock(&e->mu);
+        for (mlink *o = e->links; o != NULL; o = o->next)
+            if (o != l && o->peer_cluster == peer.cluster_id && !o->orphan && o->ready && !o->removed)
+                rbody.replaces = o->token;
+        pthread_mutex_unlock(&e->mu);
     }
-    r = msg_send(c2, &h, e->secret_len > 0 ? rproof : NULL, (size_t)h.payload_len, deadline);
+    h.payload_len = sizeof rbody;
+    r = msg_send(c2, &h, &rbody, sizeof rbody, deadline);
     if (r != TP_OK) {
         st = r == TP_TIMEOUT ? LLM_TIMEOUT : LLM_LINK_FAILED;
         snprintf(msg, MSG_LEN, "sending the handshake to %s:%u failed", ip, (unsigned)port);
@@ -989,28 +1165,49 @@ static lldd_status unlink_one(cluster_job *job)
         int r = tp_connect(ip, port, deadline, &fd, &err);
         if (r != TP_OK)
             return connect_status(r, err, 1, msg, ip, port);
-        /* the token of our link to that address (or, failing that, to that cluster id)
-         * proves the request is the link's own (on_disconnect) */
-        uint64_t token = 0;
-        pthread_mutex_lock(&e->mu);
-        mlink *mine = link_find_addr_locked(e, ip, port);
-        if (mine == NULL || !mine->ready)
-            mine = link_find_locked(e, peer_id);
-        if (mine != NULL && mine->ready)
-            token = mine->token;
-        pthread_mutex_unlock(&e->mu);
         msg_hdr h;
         msg_init(&h, MSG_DISCONNECT);
         h.a = e->cluster_id;
         h.b = peer_id;
         h.count = mock_strict() ? DISCONNECT_STRICT_IDS : 0;
-        h.payload_len = sizeof token;
-        r = msg_send(fd, &h, &token, sizeof token, deadline);
+        r = msg_send(fd, &h, NULL, 0, deadline);
+        /* the listener's challenge, answered with a proof of every link token we hold
+         * (which of them joins us to it we cannot always tell: on_disconnect) */
+        uint8_t nonce[NONCE_LEN];
+        if (r == TP_OK)
+            r = msg_recv_hdr(fd, &h, deadline);
+        if (r == TP_OK && (h.type != MSG_DISCONNECT_CHALLENGE || h.payload_len != sizeof nonce))
+            r = TP_CLOSED;
+        if (r == TP_OK)
+            r = tp_recv_all(fd, nonce, sizeof nonce, deadline);
+        if (r == TP_OK) {
+            uint64_t *tokens = malloc(DISCONNECT_MAX_PROOFS * sizeof *tokens);
+            uint8_t *proofs = malloc((size_t)DISCONNECT_MAX_PROOFS * PROOF_LEN);
+            uint32_t n = 0;
+            if (tokens != NULL && proofs != NULL) {
+                pthread_mutex_lock(&e->mu);
+                for (int list = 0; list < 2; list++)
+                    for (mlink *o = list == 0 ? e->links : e->served; o != NULL && n < DISCONNECT_MAX_PROOFS;
+                         o = o->next)
+                        if (o->ready && !o->removed)
+                            tokens[n++] = o->token;
+                pthread_mutex_unlock(&e->mu);
+                for (uint32_t i = 0; i < n; i++)
+                    token_proof(tokens[i], nonce, proofs + (size_t)i * PROOF_LEN);
+            }
+            msg_init(&h, MSG_DISCONNECT_PROOF);
+            h.count = n;
+            h.payload_len = (uint64_t)n * PROOF_LEN;
+            r = msg_send(fd, &h, proofs, (size_t)h.payload_len, deadline);
+            free(tokens);
+            free(proofs);
+        }
         lldd_status st;
         uint64_t server_id = peer_id;
         if (r != TP_OK) {
             st = r == TP_TIMEOUT ? LLM_TIMEOUT : LLM_UNLINK_FAILED;
-            snprintf(msg, MSG_LEN, "sending the disconnect to %s:%u failed", ip, (unsigned)port);
+            snprintf(msg, MSG_LEN, r == TP_TIMEOUT ? "the peer did not answer the disconnect in time"
+                                                   : "the peer closed the connection during the disconnect");
         } else {
             st = recv_reply(fd, MSG_DISCONNECT_REPLY, deadline, NULL, msg, 1, "disconnect", &server_id);
         }

@@ -12,7 +12,8 @@
  * remote-accessible cache or an engine in server-assisted mode, WRITE a
  * remote-accessible cache. UNPIN releases the pin; a closed connection releases
  * every pin it holds, so a peer that dies or gives up never keeps our caches from
- * being freed.
+ * being freed, and a removal that cannot wait for a
+ * pin any longer closes the connection that holds it (engine_cache.c).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,12 +21,7 @@
 
 #include "engine.h"
 
-enum { SERVE_IDLE_MS = 60000 };
-
-typedef struct pin_list {
-    mcache **items;
-    size_t count, cap;
-} pin_list;
+enum { SERVE_IDLE_MS = BOUND_SERVE_IDLE_MS };
 
 static mcache *pins_find(pin_list *p, int64_t id, size_t *index)
 {
@@ -38,8 +34,12 @@ static mcache *pins_find(pin_list *p, int64_t id, size_t *index)
     return NULL;
 }
 
+/* Room for one more pin; -1 (the request fails and the connection closes) past
+ * BOUND_PINS_PER_LINK, which no transfer of a well-behaved peer comes near. */
 static int pins_reserve(pin_list *p)
 {
+    if (p->count >= BOUND_PINS_PER_LINK)
+        return -1;
     if (p->count < p->cap)
         return 0;
     size_t cap = p->cap ? p->cap * 2 : 8;
@@ -274,8 +274,18 @@ static int serve_release(engine *e, int fd, const msg_hdr *h, pin_list *pins)
     release_req q;
     if (h->payload_len < sizeof q || tp_recv_all(fd, &q, sizeof q, tp_deadline(SERVE_IDLE_MS)) != TP_OK)
         return -1;
-    if (q.count > (h->payload_len - sizeof q) / sizeof(uint64_t) || h->payload_len - sizeof q != q.count * 8 ||
-        q.count > UINT32_MAX)
+    /* the tensor list names tensors of the cache this connection pinned: never more
+     * than it has, so the peer cannot make us allocate more than that */
+    size_t i, times = 0;
+    mcache *held = pins_find(pins, q.cache_id, &i);
+    uint64_t most = held != NULL ? held->w.num_tensors : 0;
+    if (q.count > most || h->payload_len - sizeof q != q.count * sizeof(uint64_t))
+        return -1;
+    /* A pull releases the one pin its lookup took. A release that may free the cache
+     * while this thread holds it pinned once more would wait for this thread itself. */
+    for (size_t k = 0; k < pins->count; k++)
+        times += pins->items[k] == held;
+    if (times > 1)
         return -1;
     uint64_t *tensors = q.count > 0 ? malloc((size_t)q.count * sizeof *tensors) : NULL;
     if (q.count > 0 && (tensors == NULL || tp_recv_all(fd, tensors, (size_t)q.count * sizeof *tensors,
@@ -283,7 +293,6 @@ static int serve_release(engine *e, int fd, const msg_hdr *h, pin_list *pins)
         free(tensors);
         return -1;
     }
-    size_t i;
     mcache *gone = NULL;
     pthread_mutex_lock(&e->mu);
     mcache *c = pins_find(pins, q.cache_id, &i);
@@ -323,7 +332,9 @@ void link_serve(mlink *l)
 {
     engine *e = l->e;
     int fd = l->srv_fd;
-    pin_list pins = {NULL, 0, 0};
+    /* the pins live in the link, where a removal that cannot wait for them finds
+     * whose connection to cut (links_cut_pinning_locked) */
+    pin_list *pins = &l->pins;
     struct iovec *iov_mem = malloc((WIRE_MAX_REGIONS + 1) * sizeof *iov_mem);
     struct iovec *iov = iov_mem != NULL ? iov_mem + 1 : NULL;
     wire_region *wr = malloc(WIRE_MAX_REGIONS * sizeof *wr);
@@ -340,26 +351,26 @@ void link_serve(mlink *l)
         int rc;
         switch (h.type) {
         case MSG_PIN:
-            rc = h.payload_len == 0 ? serve_pin(e, l, fd, &h, &pins) : -1;
+            rc = h.payload_len == 0 ? serve_pin(e, l, fd, &h, pins) : -1;
             break;
         case MSG_UNPIN:
-            serve_unpin(e, &h, &pins);
+            serve_unpin(e, &h, pins);
             rc = 0;
             break;
         case MSG_READ:
-            rc = serve_read(e, fd, &h, &pins, iov, wr);
+            rc = serve_read(e, fd, &h, pins, iov, wr);
             break;
         case MSG_WRITE:
-            rc = serve_write(e, fd, &h, &pins, iov, wr);
+            rc = serve_write(e, fd, &h, pins, iov, wr);
             break;
         case MSG_RESOLVE:
-            rc = serve_resolve(e, l, fd, &h, &pins);
+            rc = serve_resolve(e, l, fd, &h, pins);
             break;
         case MSG_RELEASE:
-            rc = serve_release(e, fd, &h, &pins);
+            rc = serve_release(e, fd, &h, pins);
             break;
         case MSG_PIN_ADDR:
-            rc = serve_pin_addr(e, l, fd, &h, &pins);
+            rc = serve_pin_addr(e, l, fd, &h, pins);
             break;
         default:
             rc = -1;
@@ -373,10 +384,11 @@ void link_serve(mlink *l)
     atomic_store(&l->peer_gone, 1);
     tp_shutdown(fd);
     pthread_mutex_lock(&e->mu);
-    for (size_t i = 0; i < pins.count; i++)
-        cache_unpin_locked(e, pins.items[i]);
+    for (size_t i = 0; i < pins->count; i++)
+        cache_unpin_locked(e, pins->items[i]);
+    free(pins->items);
+    memset(pins, 0, sizeof *pins);
     pthread_mutex_unlock(&e->mu);
-    free(pins.items);
     free(iov_mem);
     free(wr);
     link_unref(l);

@@ -194,6 +194,9 @@ lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *
                        (unsigned long long)cluster);
         return LLM_TIMEOUT;
     }
+    if (atomic_load(&l->cut))
+        return link_timeout(x, fn, "this engine cut the link: the peer held a cache being removed pinned for "
+                            "longer than llm.SyncKvCacheWaitTime (docs/security.md §3.2)");
     if (atomic_load(&l->dropped) || atomic_load(&l->peer_gone) || tp_peer_closed(l->req_fd))
         return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
     if (l->same_process) {
@@ -303,7 +306,7 @@ lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc)
         return link_timeout(x, fn, "the peer answered a lookup with status 0x%08X", (unsigned)h.status);
     r = tp_recv_all(l->req_fd, &pc->w, sizeof pc->w, deadline);
     uint64_t addr_bytes = (uint64_t)pc->w.num_tensors * sizeof(uint64_t);
-    if (r == TP_OK && h.payload_len - sizeof pc->w != addr_bytes)
+    if (r == TP_OK && (pc->w.num_tensors > WIRE_MAX_TENSORS || h.payload_len - sizeof pc->w != addr_bytes))
         r = TP_CLOSED;
     if (r == TP_OK) {
         pc->owned_addrs = malloc(addr_bytes ? (size_t)addr_bytes : 1);

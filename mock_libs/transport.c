@@ -404,6 +404,16 @@ int msg_send(int fd, const msg_hdr *h, const void *body, size_t body_len, int64_
     return tp_sendv(fd, iov, body_len > 0 ? 2 : 1, deadline, 0);
 }
 
+void tp_sanitize_text(char *text, size_t len)
+{
+    if (len == 0)
+        return;
+    text[len - 1] = '\0';
+    for (size_t i = 0; i < len && text[i] != '\0'; i++)
+        if ((unsigned char)text[i] < 0x20 || (unsigned char)text[i] > 0x7e)
+            text[i] = '?';
+}
+
 int msg_recv_hdr(int fd, msg_hdr *h, int64_t deadline)
 {
     int r = tp_recv_all(fd, h, sizeof *h, deadline);

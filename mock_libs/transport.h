@@ -82,12 +82,11 @@ void tp_sleep_ms(uint32_t ms, const atomic_int *stop);
 enum msg_type {
     MSG_HELLO = 1,          /* a = HELLO_*, b = communicator key; body hello_body -> REPLY */
     MSG_HELLO_REPLY,        /* status; body hello_body + reply_text                          */
-    MSG_REVERSE,            /* a = token, b = client cluster id; body: the secret's proof
-                               (PROOF_LEN bytes) when one is in use   -> MSG_REVERSE_REPLY */
+    MSG_REVERSE,            /* a = token, b = client cluster id; body reverse_body
+                                                                      -> MSG_REVERSE_REPLY */
     MSG_REVERSE_REPLY,      /* status; body reply_text                                       */
     MSG_DISCONNECT,         /* a = client cluster id, b = expected server cluster id,
-                               count = DISCONNECT_STRICT_IDS or 0; body: the link's token
-                               (8 bytes): only the link's own ends know it                  */
+                               count = DISCONNECT_STRICT_IDS or 0 -> MSG_DISCONNECT_CHALLENGE */
     MSG_DISCONNECT_REPLY,   /* status; a = server cluster id; body reply_text               */
     MSG_PIN,                /* a = cache id, b = table watermark (0: take it now)           */
     MSG_PIN_REPLY,          /* status; a = watermark; body cache_wire + addrs, or reply_text */
@@ -103,8 +102,13 @@ enum msg_type {
     MSG_PIN_ADDR,           /* a = address, b = length: the cache tensor holding the range   */
     MSG_PIN_ADDR_REPLY,     /* status; a = tensor; body cache_wire + addrs, or reply_text    */
     MSG_IDENTIFY,           /* identity channel (peer_id.h): body id_request                 */
-    MSG_IDENTIFY_REPLY      /* status 0: the claim is accepted                               */
+    MSG_IDENTIFY_REPLY,     /* status 0: the claim is accepted                               */
+    MSG_DISCONNECT_CHALLENGE, /* body: a fresh nonce (16 bytes)                 -> PROOF      */
+    MSG_DISCONNECT_PROOF    /* count proofs of 32 bytes: one per link token the client holds,
+                               HMAC-SHA-256(token, "lldd-disconnect" nonce) -> MSG_DISCONNECT_REPLY */
 };
+
+enum { DISCONNECT_MAX_PROOFS = 4096 };
 
 /* MSG_HELLO flags (msg_hdr.a). A client that already holds a link to the peer still
  * connects and greets it (a refused or silent peer must be reported as such), but
@@ -150,6 +154,13 @@ typedef struct hello_body {
     char id_channel[40];           /* reply: the listener's identity channel ("" = none) */
 } hello_body;
 
+/* The body of REVERSE. */
+typedef struct reverse_body {
+    uint64_t replaces;             /* the token of the client's own link this one replaces (PR-28
+                                      keying), 0 if none: proves the replacement is the owner's */
+    uint8_t proof[32];             /* the shared secret's proof, zeros when none is in use */
+} reverse_body;
+
 typedef struct reply_text {
     char text[240];
 } reply_text;
@@ -163,6 +174,14 @@ typedef struct wire_region {
 } wire_region;
 
 enum { WIRE_MAX_REGIONS = 1024 };
+
+/* The most tensors a peer's cache description may name (a reply naming more is a broken
+ * connection: nothing is allocated for it). */
+enum { WIRE_MAX_TENSORS = 1 << 16 };
+
+/* A peer's text before it enters our messages: printable ASCII only, NUL-terminated
+ * within len. */
+void tp_sanitize_text(char *text, size_t len);
 
 void msg_init(msg_hdr *h, uint16_t type);
 /* Sends a header and an optional body in one go. */

@@ -33,6 +33,7 @@ from llm_datadist_ffi import LLMException
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import native
 from llm_datadist_ffi.native import CachePlacement, GeDataType as G, LlmRole
+from llm_datadist_ffi.testing import strategies as lst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from oracle import Ext, Outcome, tensor_layout  # noqa: E402
@@ -267,18 +268,24 @@ def cross() -> Iterator[CrossHarness]:
 
 # ---- strategies -----------------------------------------------------------------------------------
 
-shapes = st.tuples(st.integers(1, 8), st.sampled_from([4, 8, 16]))
-data_types = st.sampled_from([G.DT_UINT8, G.DT_FLOAT16, G.DT_INT4])
+# small caches of a few types, sub-byte included (the public strategy bounds their bytes)
+cache_descs = lst.cache_descs("native", num_tensors=st.sampled_from([1, 2, 4]), max_rank=2, max_bytes=1024,
+                              data_types=[G.DT_UINT8, G.DT_FLOAT16, G.DT_INT4])
+Spec = tuple[int, int, tuple[int, ...]]
+
+
+def spec_of(desc: native.CacheDesc) -> Spec:
+    return desc.num_tensors, int(desc.data_type), tuple(desc.shape)
 
 
 @st.composite
-def cache_pairs(draw: st.DrawFn) -> tuple[tuple[int, int, tuple[int, int]], tuple[int, int, tuple[int, int]]]:
+def cache_pairs(draw: st.DrawFn) -> tuple[Spec, Spec]:
     """(num_tensors, data type, shape) of A's and of B's cache: mostly the same tensor
     count and stride (shape[0] may differ), sometimes unrelated."""
-    local = (draw(st.sampled_from([1, 2, 4])), int(draw(data_types)), draw(shapes))
+    local = spec_of(draw(cache_descs))
     if draw(st.integers(0, 3)):
-        return local, (local[0], local[1], (draw(st.integers(1, 8)), local[2][1]))
-    return local, (draw(st.sampled_from([1, 2, 4])), int(draw(data_types)), draw(shapes))
+        return local, (local[0], local[1], (draw(st.integers(1, 8)), *local[2][1:]))
+    return local, spec_of(draw(cache_descs))
 
 
 def index(count: int) -> st.SearchStrategy[int]:
@@ -302,13 +309,9 @@ def ext_params(draw: st.DrawFn, n_src: int, n_dst: int, n_local: int) -> Optiona
                                                                       draw(st.integers(-2, 3))), n)
 
 
-@st.composite
-def block_lists(draw: st.DrawFn, nb_src: int, nb_dst: int) -> tuple[list[int], list[int]]:
-    dst = draw(st.permutations(list(range(nb_dst + draw(st.sampled_from([0, 0, 0, 1]))))))
-    dst = dst[:draw(st.integers(1, len(dst)))]
-    src = draw(st.lists(st.integers(0, nb_src - 1 + draw(st.sampled_from([0, 0, 0, 1]))),
-                        min_size=len(dst), max_size=len(dst)))
-    return src, dst
+def block_lists(nb_src: int, nb_dst: int) -> st.SearchStrategy[tuple[list[int], list[int]]]:
+    """Valid block tables and the malformed ones (§7.2, §7.3)."""
+    return lst.block_pairs(nb_src, nb_dst, validity="any", containers=["list"])
 
 
 @settings(max_examples=max(20, settings.default.max_examples))

@@ -41,6 +41,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from llm_datadist_ffi import LLMStatusCode as S
+from llm_datadist_ffi.testing import strategies as lst
 from llm_datadist_ffi.vendor import (
     BlocksCacheKey, CacheDesc, CacheKey, CacheKeyByIdAndIndex, DataType, LayerSynchronizer, LLMDataDist, LLMRole,
     TransferConfig,
@@ -313,10 +314,13 @@ def pull_call(world: World, data: Any, focus: str, sources: List[int], dsts: Lis
         top_d = local.batches if local is not None else 4
         count = data.draw(st.integers(1, 4 if focus == "blocks" else top_d))
         src_top = max([c.batches for c in prompt.caches.values() if c.blocks] or [4])
-        extra = 1 if focus == "blocks" else 0
-        src_blocks = data.draw(st.lists(st.integers(0, src_top - 1 + extra), min_size=count, max_size=count))
-        dst_blocks = data.draw(st.lists(st.integers(0, top_d - 1 + extra), min_size=count, max_size=count,
-                                        unique=focus != "blocks"))
+        if focus == "blocks":          # indexes up to one past each cache, destinations may repeat
+            src_blocks = data.draw(st.lists(st.integers(0, src_top), min_size=count, max_size=count))
+            dst_blocks = data.draw(st.lists(st.integers(0, top_d), min_size=count, max_size=count))
+        else:
+            src_blocks = data.draw(lst.block_lists(src_top, min_size=count, max_size=count, unique=False,
+                                                   containers=["list"]))
+            dst_blocks = data.draw(lst.block_lists(top_d, min_size=count, max_size=count, containers=["list"]))
         return ("blocks", key, dst, src_blocks, dst_blocks, kwargs)
     bound = [k for k in KEY_POOL if identity(k) in prompt.bindings]
     choices: List[Any] = [ById(P_ID, c, data.draw(st.integers(0, 3))) for c in sources] + bound

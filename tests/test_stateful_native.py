@@ -35,6 +35,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initial
     run_state_machine_as_test
 
 from llm_datadist_ffi.native import CachePlacement, GeDataType as G, LlmRole
+from llm_datadist_ffi.testing import strategies as lst
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from oracle import CacheModel, Ext  # noqa: E402
@@ -131,11 +132,11 @@ class NativeEngines(RuleBasedStateMachine):
 
     @staticmethod
     def blocks(data: Any, nb_src: int, nb_dst: int) -> tuple[list[int], list[int]]:
-        """Mostly valid pairs (distinct destinations); sometimes empty or one past a cache."""
-        flawed = data.draw(st.integers(0, 9), "flawed") == 0
-        k = data.draw(st.integers(0 if flawed else 1, max(nb_dst, 1)), "k")
-        dst = data.draw(st.permutations(list(range(nb_dst + flawed))), "dst")[:k]
-        src = data.draw(st.lists(st.integers(0, nb_src - 1 + flawed), min_size=len(dst), max_size=len(dst)), "src")
+        """Mostly valid pairs (distinct destinations); sometimes a malformed table (empty,
+        lengths that differ, an index past a cache)."""
+        flawed = data.draw(st.integers(0, 9), "flawed") == 0 or not (nb_src and nb_dst)
+        table = lst.block_pairs(nb_src, nb_dst, validity="invalid" if flawed else "valid", containers=["list"])
+        src, dst = data.draw(table, "blocks")
         return src, dst
 
     # -- life cycle --

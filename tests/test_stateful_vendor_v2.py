@@ -26,6 +26,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initialize, invariant, precondition, rule,
                                  run_state_machine_as_test)
 
+from llm_datadist_ffi.testing import strategies as lst
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vendor_v2_peer_support as v2s  # noqa: E402
 from oracle import vendor_v2 as oracle  # noqa: E402
@@ -205,11 +207,10 @@ class V2Machine(RuleBasedStateMachine):
             if ranges else {}
         self.pair.pull("cache", name, dst, batch_index=batch % 4, size=size, **kw)
 
-    @rule(src=peer_cache, by_id=st.booleans(), dst=local_blocks, blocks=st.permutations(range(4)),
-          count=st.integers(1, 3), data=st.data())
-    def pull_cache_to_blocks(self, src: Tuple[int, int], by_id: bool, dst: int, blocks: List[int], count: int,
-                             data: Any) -> None:
-        self.pair.pull("blocks", self.source(src, by_id, 0, data), dst, dst_blocks=blocks[:count])
+    @rule(src=peer_cache, by_id=st.booleans(), dst=local_blocks,
+          blocks=lst.block_lists(4, max_size=3, containers=["list"]), data=st.data())
+    def pull_cache_to_blocks(self, src: Tuple[int, int], by_id: bool, dst: int, blocks: List[int], data: Any) -> None:
+        self.pair.pull("blocks", self.source(src, by_id, 0, data), dst, dst_blocks=blocks)
 
     @rule(dst=local_blocks, model_id=st.sampled_from([0, 0, 1]),
           pairs=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 3)), min_size=1, max_size=3,

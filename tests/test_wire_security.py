@@ -203,15 +203,15 @@ def test_a_stranger_can_neither_drop_a_live_link_nor_take_its_cluster_id(engines
     dst_arrays = [np.zeros((1, 64), np.uint8)]
     dst = sup.register(decoder, dst_arrays, dtype=native.DataType.DT_UINT8)
     assert decoder.link_llm_clusters([sup.cluster(1, prompt.listen_port)])[0] == S.LLM_SUCCESS
-    # a DISCONNECT without the link's token: answered, nothing dropped
-    reply = wire.disconnect(prompt.listen_port, cluster_id=2, expected=1, token=0x1234)
+    # a DISCONNECT without a proof of the link's token: answered, nothing dropped
+    reply = wire.disconnect(prompt.listen_port, cluster_id=2, expected=1, tokens=(0x1234, 0x5678))
     assert reply.status == S.LLM_SUCCESS
     assert mock_control.link_path(prompt, 2) == "same-process"
     # the stranger claims the Decoder's cluster id: refused while the Decoder's link lives
     peer = wire.RawLink(prompt.listen_port, cluster_id=2, expected=1)
     try:
         assert peer.hello().reply.status == S.LLM_SUCCESS
-        reverse = peer.reverse()
+        reverse = peer.reverse(replaces=0x5EC0DE)                    # a guessed token
         assert reverse.status == S.LLM_ALREADY_LINK and "GUARD E-25" in reverse.text
     finally:
         peer.close()

@@ -24,13 +24,15 @@ TEXT_LEN = 240
 # tensor_size, stride
 CACHE_WIRE = struct.Struct("=qIIIIIIQQQQ")
 REGION = struct.Struct("=IIQQ")      # tensor, reserved, offset, len
+REVERSE = struct.Struct("=Q32s")     # the token of the client's link this one replaces, the secret's proof
 # token, then two endpoints (family, port, addr[16]) of c1: the client's end, the listener's end
 ENDPOINT = struct.Struct("=HH16s")
 ID_REQUEST = struct.Struct("=Q20s20s")
 
 (MSG_HELLO, MSG_HELLO_REPLY, MSG_REVERSE, MSG_REVERSE_REPLY, MSG_DISCONNECT, MSG_DISCONNECT_REPLY, MSG_PIN,
  MSG_PIN_REPLY, MSG_UNPIN, MSG_READ, MSG_READ_REPLY, MSG_WRITE, MSG_WRITE_REPLY, MSG_RESOLVE, MSG_RESOLVE_REPLY,
- MSG_RELEASE, MSG_RELEASE_REPLY, MSG_PIN_ADDR, MSG_PIN_ADDR_REPLY, MSG_IDENTIFY, MSG_IDENTIFY_REPLY) = range(1, 22)
+ MSG_RELEASE, MSG_RELEASE_REPLY, MSG_PIN_ADDR, MSG_PIN_ADDR_REPLY, MSG_IDENTIFY, MSG_IDENTIFY_REPLY,
+ MSG_DISCONNECT_CHALLENGE, MSG_DISCONNECT_PROOF) = range(1, 24)
 HELLO_LINK = 0
 MODE_DIRECT = 1
 
@@ -122,9 +124,10 @@ class RawLink:
         assert reply.kind == MSG_HELLO_REPLY and len(reply.body) == HELLO.size + TEXT_LEN
         return Hello(reply, HELLO.unpack_from(reply.body))
 
-    def reverse(self, proof: bytes = b"") -> Reply:
+    def reverse(self, proof: bytes = bytes(32), replaces: int = 0) -> Reply:
         self.c2 = socket.create_connection((self.host, self.port), timeout=self.timeout)
-        self.c2.sendall(header(MSG_REVERSE, a=self.token, b=self.cluster_id, payload_len=len(proof)) + proof)
+        body = REVERSE.pack(replaces, proof)
+        self.c2.sendall(header(MSG_REVERSE, a=self.token, b=self.cluster_id, payload_len=len(body)) + body)
         return recv_reply(self.c2)
 
     def link(self) -> Hello:
@@ -162,11 +165,21 @@ class RawLink:
         self.c1 = self.c2 = None
 
 
-def disconnect(port: int, *, cluster_id: int, expected: int, token: int, host: str = "127.0.0.1") -> Reply:
-    """DISCONNECT on a fresh connection, as a non-forced unlink sends it."""
+def token_proof(token: int, nonce: bytes) -> bytes:
+    """A DISCONNECT's proof of a link token for the listener's challenge (Python's hmac)."""
+    return hmac.new(struct.pack("<Q", token), b"lldd-disconnect" + nonce, hashlib.sha256).digest()
+
+
+def disconnect(port: int, *, cluster_id: int, expected: int, tokens: tuple[int, ...] = (),
+               host: str = "127.0.0.1") -> Reply:
+    """DISCONNECT on a fresh connection, as a non-forced unlink sends it: the request, the
+    listener's challenge, proofs of ``tokens``, the reply."""
     with socket.create_connection((host, port), timeout=5) as s:
-        body = struct.pack("=Q", token)
-        s.sendall(header(MSG_DISCONNECT, a=cluster_id, b=expected, payload_len=len(body)) + body)
+        s.sendall(header(MSG_DISCONNECT, a=cluster_id, b=expected))
+        challenge = recv_reply(s)
+        assert challenge.kind == MSG_DISCONNECT_CHALLENGE and len(challenge.body) == 16
+        proofs = b"".join(token_proof(t, challenge.body) for t in tokens)
+        s.sendall(header(MSG_DISCONNECT_PROOF, count=len(tokens), payload_len=len(proofs)) + proofs)
         return recv_reply(s)
 
 
@@ -182,3 +195,74 @@ def identify(channel: str, token: int, c1: socket.socket) -> int:
         body = ID_REQUEST.pack(token, endpoint(c1.getsockname()), endpoint(c1.getpeername()))
         u.sendall(header(MSG_IDENTIFY, payload_len=len(body)) + body)
         return recv_reply(u).status
+
+
+# ---- socket-level helpers (tests of the bounds: docs/security.md §3) ----------------------
+
+RELEASE = struct.Struct("=qQIIQQQ")       # cache id, slot, key ns, all, key id, key model, count
+REPLY_TEXT = TEXT_LEN
+
+
+def connect(port: int, timeout: float = 5.0) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=timeout)
+
+
+def send_hdr(s: socket.socket, kind: int, a: int = 0, b: int = 0, count: int = 0, payload: bytes = b"",
+             payload_len: int | None = None) -> None:
+    """A header (payload_len defaults to the payload's length) and the payload."""
+    length = len(payload) if payload_len is None else payload_len
+    s.sendall(header(kind, count=count, a=a, b=b, payload_len=length) + payload)
+
+
+def recv_hdr(s: socket.socket) -> tuple[int, int, int, int, int]:
+    """(type, status, a, b, payload_len) of the next header; the payload stays unread."""
+    magic, kind, version, status, _, a, b, length = HDR.unpack(recv_exact(s, HDR.size))
+    assert (magic, version) == (MAGIC, VERSION)
+    return kind, status, a, b, length
+
+
+def closed_by_peer(s: socket.socket, within: float) -> bool:
+    """Whether the engine closes (or resets) the connection within ``within`` seconds;
+    anything it sends meanwhile is read and dropped."""
+    s.settimeout(within)
+    try:
+        while s.recv(65536):
+            pass
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except TimeoutError:
+        return False
+    return True
+
+
+def hello(s: socket.socket, cluster_id: int, expected: int, token: int, timeout_ms: int = 1000) -> tuple[int, str]:
+    """Sends a HELLO asking for a link; (status, refusal text) of the reply."""
+    body = hello_body(cluster_id=cluster_id, expected=expected, token=token, timeout_ms=timeout_ms)
+    send_hdr(s, MSG_HELLO, payload=body)
+    kind, status, _, _, length = recv_hdr(s)
+    assert kind == MSG_HELLO_REPLY
+    text = recv_exact(s, length)[-REPLY_TEXT:]
+    return status, text.split(b"\0", 1)[0].decode()
+
+
+def raw_link(port: int, cluster_id: int, expected: int, token: int) -> tuple[socket.socket, socket.socket]:
+    """A whole handshake as a client that is not an engine: (c1, c2). The engine then
+    answers requests sent on c1 and would ask its own on c2."""
+    c1 = connect(port)
+    status, text = hello(c1, cluster_id, expected, token)
+    assert status == 0, text
+    c2 = connect(port)
+    send_hdr(c2, MSG_REVERSE, a=token, b=cluster_id, payload=REVERSE.pack(0, bytes(32)))
+    kind, status, _, _, length = recv_hdr(c2)
+    recv_exact(c2, length)
+    assert (kind, status) == (MSG_REVERSE_REPLY, 0)
+    return c1, c2
+
+
+def pin(c1: socket.socket, cache_id: int) -> int:
+    """PIN a cache over a raw link; the status of the reply (its body is dropped)."""
+    send_hdr(c1, MSG_PIN, a=cache_id)
+    kind, status, _, _, length = recv_hdr(c1)
+    assert kind == MSG_PIN_REPLY
+    recv_exact(c1, length)
+    return status
