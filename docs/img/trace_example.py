@@ -1,4 +1,4 @@
-"""The run behind docs/img/trace-example.png: a small connector-style pull that fails.
+"""The run behind docs/img/trace-link-model.png: a small connector-style pull that fails.
 
     python docs/img/trace_example.py [OUT.png]
 
@@ -75,7 +75,7 @@ def decoder(port):
 
 
 def main():
-    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name("trace-example.png")
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name("trace-link-model.png")
     directory = tempfile.mkdtemp(prefix="trace-example-")
     env = {**os.environ, "LLM_DATADIST_FFI_TRACE": directory}
     import socket
