@@ -26,6 +26,7 @@ import enum
 import functools
 import inspect
 import json
+import logging
 import os
 import re
 import sys
@@ -138,6 +139,7 @@ class _Recorder:
         self.local = threading.local()
         self._bytes: Optional[Callable[[], int]] = None
         self._bytes_known = False
+        self.broken = False                    # writing failed once: the trace stops there
 
     def depth(self) -> int:
         """How many traced calls this thread is inside."""
@@ -177,24 +179,40 @@ class _Recorder:
         self.lock = threading.RLock()
         self.fd = None
 
+    def _stop(self, exc: OSError) -> None:
+        # a trace must never fail the call it records: say so once, then record nothing
+        self.broken = True
+        logging.getLogger(__name__).warning("cannot write the call trace to %s (%s); tracing stops in process %d",
+                                            self.directory, exc, os.getpid())
+
     def write(self, event: Dict[str, Any]) -> None:
         pid, tid = os.getpid(), event["tid"]
         event["pid"] = pid
         line = self._line(event)
         with self.lock:
-            fd = self._open_locked()
-            lines = b""
-            if tid not in self.threads:
-                self.threads.add(tid)
-                lines += self._line({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                                     "args": {"name": threading.current_thread().name}})
-            os.write(fd, lines + line)
+            if self.broken:
+                return
+            try:
+                fd = self._open_locked()
+                lines = b""
+                if tid not in self.threads:
+                    self.threads.add(tid)
+                    lines += self._line({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                                         "args": {"name": threading.current_thread().name}})
+                os.write(fd, lines + line)
+            except OSError as exc:
+                self._stop(exc)
 
     def name_process(self, label: str) -> None:
         with self.lock:
-            fd = self._open_locked()
-            os.write(fd, self._line({"ph": "M", "name": "process_name", "pid": self.pid, "tid": 0,
-                                     "args": {"name": f"{label} (pid {self.pid})"}}))
+            if self.broken:
+                return
+            try:
+                fd = self._open_locked()
+                os.write(fd, self._line({"ph": "M", "name": "process_name", "pid": self.pid, "tid": 0,
+                                         "args": {"name": f"{label} (pid {self.pid})"}}))
+            except OSError as exc:
+                self._stop(exc)
 
 
 _recorder: Optional[_Recorder] = _Recorder(DIRECTORY) if DIRECTORY else None

@@ -319,3 +319,21 @@ def test_option_maps_are_traced_without_their_secrets() -> None:
     options = {"llm.ListenIpInfo": "127.0.0.1:26000", "llm_datadist_ffi.mock.LinkSecret": "hunter2"}
     assert _trace.describe(options, "options") == {"llm.ListenIpInfo": "127.0.0.1:26000",
                                                    "llm_datadist_ffi.mock.LinkSecret": "(secret)"}
+
+
+def test_a_trace_that_cannot_be_written_fails_no_call_and_says_so_once(tmp_path: Path) -> None:
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    program = textwrap.dedent("""
+        import logging
+        logging.basicConfig(level=logging.WARNING)
+        from llm_datadist_ffi import native
+        for cluster_id in (5, 6):
+            native.LlmDataDist(cluster_id, 1).close()
+        print("calls done")
+    """)
+    done = subprocess.run([sys.executable, "-c", program], env={**os.environ, _trace.TRACE_ENV: str(blocked)},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout == "calls done\n", done.stderr
+    warnings = [line for line in done.stderr.splitlines() if "cannot write the call trace" in line]
+    assert len(warnings) == 1 and str(blocked) in warnings[0]
