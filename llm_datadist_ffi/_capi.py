@@ -392,6 +392,15 @@ def lldd_ext_remap_registered_memory(engine: CData, addrs: CData, sizes: CData, 
     check(_ext_function("lldd_ext_remap_registered_memory")(engine, addrs, sizes, num), tag)
 
 
+def bytes_moved_counter() -> Any:
+    """The mock's per-thread running total of bytes moved (``lldd_mock_bytes_moved``), as
+    a function of no arguments, or None on a backend without it (the call traces leave
+    the bytes out then)."""
+    if not lldd_capabilities() & const("LLDD_CAP_MOCK_CONTROL") or not hasattr(lldd_lib, "lldd_mock_bytes_moved"):
+        return None
+    return lldd_lib.lldd_mock_bytes_moved
+
+
 # The mock's lint record (include/lldd/mock.h); other backends have no lints.
 _HAS_LINT_RECORD = bool(lldd_capabilities() & const("LLDD_CAP_MOCK_CONTROL")) and \
     hasattr(lldd_lib, "lldd_mock_lint_count") and hasattr(lldd_lib, "lldd_mock_link_reason_count")

@@ -36,6 +36,10 @@ int mock_strict(void);
 void mock_link_reasons_begin(size_t count);
 void mock_link_reason_set(size_t index, const char *text);
 
+/* ---- errors.c: the calling thread's running total of bytes moved (lldd_mock_bytes_moved) ----
+ * Every transfer and local copy adds what it moved, once the bytes are in place. */
+void mock_bytes_moved_add(uint64_t bytes);
+
 /* ---- faults.c: fault injection (lldd_mock_inject_fault) ----
  * Every exported function of the fault table calls this with its own name before
  * anything else (the ACL functions through FAULT_CHECK in acl_mock.c, the engine's
