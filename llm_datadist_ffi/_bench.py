@@ -40,8 +40,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from . import _bench_report
-from ._bench_measure import RawProcessVm, Tensors, best_interleaved, blocks_hold, pattern, per_call, read_remote, \
-    start_library
+from ._bench_measure import RawProcessVm, Tensors, best_interleaved, blocks_hold, pattern, per_call, per_call_pair, \
+    read_remote, start_library
 from ._cli import MEMCPY_CHUNK, CommandError, check_fits, describe_exit, description, int_in, run_interruptibly, \
     spawn
 
@@ -329,8 +329,8 @@ class Suite:
                  block_bytes: int, raw: Callable[..., Optional[RawProcessVm]]) -> None:
         one = np.zeros(1, dtype=np.uint64)
         calls = self.args.calls
-        whole = per_call(lambda: self.engine.pull_kv_blocks(source, target, one, one), calls)
-        c_only = per_call(_c_pull(self.engine, source, target, one), calls)
+        whole, c_only = per_call_pair(lambda: self.engine.pull_kv_blocks(source, target, one, one),
+                                      _c_pull(self.engine, source, target, one), calls)
         src_block, dst_block = np.ones(block_bytes, dtype=np.uint8), np.zeros(block_bytes, dtype=np.uint8)
         memcpy = per_call(lambda: np.copyto(dst_block, src_block), calls)
         floor = raw(one, one, False)
@@ -364,11 +364,11 @@ class Suite:
                     if not blocks_hold(local.views, blocks, model[:, blocks.astype(np.intp)]):
                         raise CommandError(f"a pull of {count} listed blocks moved wrong bytes", status=1)
                     calls = max(1, 2000 // count)
-                    c_only = per_call(_c_pull(self.engine, source, target, blocks), calls, batches=3)
                     for form, value in (("list", blocks.tolist()), ("numpy", blocks)):
                         def pull(value: Any = value) -> None:
                             self.engine.pull_kv_blocks(source, target, value, value)
-                        whole = per_call(pull, calls, batches=3)
+                        whole, c_only = per_call_pair(pull, _c_pull(self.engine, source, target, blocks), calls,
+                                                      batches=3)
                         self.results.block_lists.append({
                             "blocks": count, "form": form, "us_per_call": whole * 1e6, "us_c_call": c_only * 1e6,
                             "us_python_per_block": (whole - c_only) * 1e6 / count,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -185,3 +185,19 @@ def per_call(call: Callable[[], None], calls: int, batches: int = 5) -> float:
             call()
         best = min(best, (time.perf_counter() - start) / calls)
     return best
+
+
+def per_call_pair(first: Callable[[], None], second: Callable[[], None], calls: int,
+                  batches: int = 7) -> Tuple[float, float]:
+    """Seconds per call of ``first`` and of ``second``, their batches alternating so that
+    a change of the machine's load hits both (their difference is the figure wanted)."""
+    first()
+    second()
+    best = [float("inf"), float("inf")]
+    for _ in range(batches):
+        for which, call in enumerate((first, second)):
+            start = time.perf_counter()
+            for _ in range(calls):
+                call()
+            best[which] = min(best[which], (time.perf_counter() - start) / calls)
+    return best[0], best[1]

@@ -17,6 +17,8 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 PLOT_EXTRA = "pip install llm_datadist_ffi[plot]"
+#: A Python part below zero: the machine's load changed between the two timings.
+NOISE = "the C call alone measured slower than the whole method: the machine's load moved; run on a quiet machine"
 KIB = 1024
 
 
@@ -96,9 +98,10 @@ def goals(transfers: List[Dict[str, Any]], per_call: List[Dict[str, Any]], block
         result.append(_goal("2. one-block pull through the native API", "<= 10 us per call",
                             f"{fastest['us_per_call']:.1f} us ({fastest['path']}, {fastest['memory']} memory)",
                             fastest["us_per_call"] <= 10))
+        python = fastest["us_python"]
         result.append(_goal("2. ... of which in Python", "<= 5 us",
-                            f"{fastest['us_python']:.1f} us (C call alone: {fastest['us_c_call']:.1f} us)",
-                            fastest["us_python"] <= 5))
+                            f"{python:.1f} us (C call alone: {fastest['us_c_call']:.1f} us)",
+                            None if python < 0 else python <= 5, NOISE if python < 0 else ""))
         vm = [r for r in per_call if r["path"] == "process_vm"]
         sock = [r for r in per_call if r["path"] == "socket"]
         if vm and sock:
@@ -117,11 +120,13 @@ def goals(transfers: List[Dict[str, Any]], per_call: List[Dict[str, Any]], block
         rows = [r for r in block_lists if r["blocks"] == longest]
         worst = max(rows, key=lambda r: r["us_python_per_block"])
         c_part = max(r["us_c_per_block"] for r in rows)
+        python = min(r["us_python_per_block"] for r in rows)
         result.append(_goal("3. block-list handling per block (Python lists and numpy arrays)",
                             "<= 0.2 us per block up to the request limit",
                             f"{worst['us_python_per_block']:.3f} us in Python (worst: {worst['form']}, {longest} "
                             f"blocks); C, with the 64 B copies: {c_part:.3f} us",
-                            worst["us_python_per_block"] <= 0.2,
+                            None if python < 0 else worst["us_python_per_block"] <= 0.2,
+                            NOISE if python < 0 else
                             "the C part includes moving each block's bytes; the figure judged is Python's"))
 
     most = max((r["threads"] for r in transfers if r["path"] != "in-process"), default=0)

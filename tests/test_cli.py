@@ -265,6 +265,23 @@ def test_the_thread_goal_applies_from_four_cores() -> None:
     assert (goal["status"], goal["note"]) == ("not measured", "this machine has 2 cores; the target applies from 4")
 
 
+def test_a_python_part_below_zero_is_noise_not_a_met_goal() -> None:
+    calls = [{"path": "process_vm", "memory": "user", "us_per_call": 40.0, "us_c_call": 45.0, "us_python": -5.0}]
+    goal = [g for g in _bench_report.goals([], calls, [], cores=2) if g["goal"] == "2. ... of which in Python"][0]
+    assert (goal["measured"], goal["status"]) == ("-5.0 us (C call alone: 45.0 us)", "not measured")
+    assert goal["note"].startswith("the C call alone measured slower than the whole method")
+
+
+def test_the_whole_call_and_the_c_call_are_timed_in_alternating_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    events: List[str] = []
+    clock = iter(range(100))
+    monkeypatch.setattr(_bench_measure.time, "perf_counter", lambda: float(next(clock)))
+    whole, c_only = _bench_measure.per_call_pair(lambda: events.append("whole"), lambda: events.append("c"), 2,
+                                                 batches=2)
+    assert events == ["whole", "c"] + ["whole", "whole", "c", "c"] * 2
+    assert (whole, c_only) == (0.5, 0.5)           # every batch: one clock tick over 2 calls
+
+
 def test_bench_times_the_floors_right_after_each_repetition_of_a_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
     events: List[Any] = []
     monkeypatch.setattr(_bench_measure, "memcpy_seconds", lambda nbytes: events.append(("memcpy", nbytes)) or 0.5)
