@@ -68,7 +68,7 @@ def goals(transfers: List[Dict[str, Any]], per_call: List[Dict[str, Any]], block
                             ">= 0.95x memcpy, every block size >= 16 KiB, contiguous and scattered",
                             f"{worst['x_memcpy']:.2f}x (worst: {_where(worst)})", worst["x_memcpy"] >= 0.95))
     else:
-        library = [r for r in single if r["memory"] == "library" and r["path"] not in ("in-process",)
+        library = [r for r in single if r["memory"] == "library" and r["path"] == "process_vm"
                    and r["block_bytes"] >= 16 * KIB]
         note = "no link of this run offered a shared mapping"
         if library:
@@ -129,14 +129,20 @@ def goals(transfers: List[Dict[str, Any]], per_call: List[Dict[str, Any]], block
                             NOISE if python < 0 else
                             "the C part includes moving each block's bytes; the figure judged is Python's"))
 
-    most = max((r["threads"] for r in transfers if r["path"] != "in-process"), default=0)
-    parallel = [r for r in transfers if r["threads"] == most and most > 1 and r["path"] != "in-process"]
+    identified = [r for r in transfers if r["path"] in ("process_vm", "shared")]
+    most = max((r["threads"] for r in identified), default=0)
+    parallel = [r for r in identified if r["threads"] == most and most > 1]
     if parallel:
-        best = max(parallel, key=lambda r: r["x_memcpy"])
-        figure = f"{best['x_memcpy']:.2f}x with {most} threads on {cores} cores (best: {_where(best)})"
+        # against the best memcpy of the run: the machine's load only ever lowers a floor,
+        # and a floor caught low would flatter the threads
+        memcpy = max(r["memcpy_gb_per_s"] for r in transfers)
+        best = max(parallel, key=lambda r: r["gb_per_s"])
+        ratio = best["gb_per_s"] / memcpy
+        figure = (f"{ratio:.2f}x: {best['gb_per_s']:.2f} GB/s with {most} threads on {cores} cores ({_where(best)}) "
+                  f"against the run's best memcpy, {memcpy:.2f} GB/s")
         if cores >= 4:
             result.append(_goal("4. threads pulling disjoint blocks over one link",
-                                ">= 1.5x the single-thread memcpy rate (>= 4 cores)", figure, best["x_memcpy"] >= 1.5))
+                                ">= 1.5x the single-thread memcpy rate (>= 4 cores)", figure, ratio >= 1.5))
         else:
             result.append(_goal("4. threads pulling disjoint blocks over one link",
                                 ">= 1.5x the single-thread memcpy rate (>= 4 cores)", figure, None,
@@ -144,7 +150,7 @@ def goals(transfers: List[Dict[str, Any]], per_call: List[Dict[str, Any]], block
     else:
         result.append(_goal("4. threads pulling disjoint blocks over one link",
                             ">= 1.5x the single-thread memcpy rate (>= 4 cores)", None, None,
-                            "needs --threads 2 or more and a cross-process path"))
+                            "needs --threads 2 or more and the process_vm or shared path"))
     result.append(_goal("5. the benchmark suite", "every goal's figure as a ratio in one run",
                         f"{len(transfers)} transfer rows, every one's bytes checked", True))
     return result
