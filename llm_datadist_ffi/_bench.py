@@ -100,6 +100,15 @@ def names_list(allowed: Sequence[str]) -> Callable[[str], List[str]]:
     return parse
 
 
+def thread_counts(most: int) -> List[int]:
+    """1, 2, 4, ... up to ``most``, and ``most`` itself: every count on a small machine,
+    a handful on a large one."""
+    counts = [1]
+    while counts[-1] * 2 < most:
+        counts.append(counts[-1] * 2)
+    return counts + [most] if most > 1 else counts
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -158,7 +167,7 @@ class Suite:
         self.results = Results()
         self.rng = np.random.default_rng(20261201)
         self.push_base = 20
-        self._pools: List[ThreadPoolExecutor] = []     # the thread rows' workers, shut down at the end
+        self._pool: Optional[ThreadPoolExecutor] = None     # the thread rows' workers, shut down at the end
 
     # -- one block size --
     def block_size(self, block_bytes: int) -> None:
@@ -281,7 +290,7 @@ class Suite:
                 nbytes = int(order.size) * block_bytes * args.tensors
                 row = {"path": path, "memory": kind, "shape": shape, "block_bytes": block_bytes, "bytes": nbytes}
                 if "pull" in args.ops:
-                    for threads in range(1, (args.threads if shape == "scattered" else 1) + 1):
+                    for threads in thread_counts(args.threads) if shape == "scattered" else [1]:
                         pull = self._pull(source, target, order, threads)
                         for view in local[kind].views:
                             view.fill(0)
@@ -316,13 +325,19 @@ class Suite:
         if threads == 1:
             return lambda: self.engine.pull_kv_blocks(source, target, order, order)
         parts = np.array_split(order, threads)
-        pool = ThreadPoolExecutor(threads)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.args.threads, thread_name_prefix="bench")
+        pool = self._pool
 
         def pull() -> None:
             for future in [pool.submit(self.engine.pull_kv_blocks, source, target, part, part) for part in parts]:
                 future.result()
-        self._pools.append(pool)
         return pull
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
 
     # -- the cost of one call --
     def one_call(self, peer: Peer, path: str, kind: str, source: Any, target: Any, local: Tensors,
@@ -446,9 +461,7 @@ def _run(args: argparse.Namespace) -> Dict[str, Any]:
                 suite.block_size(block_bytes)
             suite.block_lists()
         finally:
-            for pool in suite._pools:
-                pool.shutdown()
-            suite._pools.clear()
+            suite.close()
     results = suite.results
     for path in PATHS + ("shared",):
         if path not in results.paths:
@@ -472,8 +485,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--memory", type=names_list(MEMORY_KINDS), default=list(MEMORY_KINDS),
                         help="memory kinds, comma-separated: user (registered numpy arrays), library (acl.malloc)")
     parser.add_argument("--ops", type=names_list(OPS), default=list(OPS), help="pull, push or both")
-    parser.add_argument("--threads", type=int_in(1, 64), default=max(1, os.cpu_count() or 1),
-                        help="threads pulling disjoint blocks over one link: rows for 1..N (default: the cores)")
+    parser.add_argument("--threads", type=int_in(1, 64), default=min(64, max(1, os.cpu_count() or 1)),
+                        help="N threads pulling disjoint blocks over one link: rows for 1, 2, 4, ... and N "
+                        "(default: the cores, at most 64)")
     parser.add_argument("--repeat", type=int_in(1, 10**6), default=5, help="repetitions per row (best is kept)")
     parser.add_argument("--calls", type=int_in(1, 10**6), default=200, help="calls per batch of the per-call rows")
     parser.add_argument("--list-blocks", type=int_in(1, LIST_LIMIT), default=LIST_LIMIT,

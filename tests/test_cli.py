@@ -237,6 +237,12 @@ def test_byte_counts_take_binary_suffixes(text: str, expected: int) -> None:
     assert _bench.byte_size(1, 2**40)(text) == expected
 
 
+@pytest.mark.parametrize("most, counts", [(1, [1]), (2, [1, 2]), (3, [1, 2, 3]), (8, [1, 2, 4, 8]),
+                                          (12, [1, 2, 4, 8, 12])])
+def test_thread_rows_double_up_to_the_count_asked_for(most: int, counts: List[int]) -> None:
+    assert _bench.thread_counts(most) == counts
+
+
 def test_block_sizes_are_sorted_and_distinct() -> None:
     assert _bench.sizes_list("1M,4K,4096,16K") == [4096, 16384, 2**20]
 
