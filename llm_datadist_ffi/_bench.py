@@ -162,6 +162,10 @@ class Results:
 
 
 class Suite:
+    """The rows of one run: for each block size, the local caches of each memory kind
+    and one source per path (an engine in this process, a peer process, a peer process
+    linked for the socket), each measured by :meth:`measure`; then the block lists."""
+
     def __init__(self, args: argparse.Namespace, engine: Any) -> None:
         self.args, self.engine = args, engine
         self.results = Results()
@@ -464,9 +468,14 @@ def _run(args: argparse.Namespace) -> Dict[str, Any]:
             suite.close()
     results = suite.results
     for path in PATHS + ("shared",):
-        if path not in results.paths:
-            results.paths[path] = "not selected (--paths)" if path in PATHS else \
-                "not available: no link of this run reported it (the backend has no shared mapping)"
+        if path in results.paths:
+            continue
+        if path == "shared":
+            results.paths[path] = "not available: no link of this run reported it (the backend has no shared mapping)"
+        elif path in args.paths:
+            results.paths[path] = "selected, but no link of this run took it (see the rows' paths)"
+        else:
+            results.paths[path] = "not selected (--paths)"
     return _bench_report.assemble(args, results.transfers, results.per_call, results.block_lists, results.paths,
                                   time.time() - started)
 

@@ -208,6 +208,20 @@ def test_a_transfer_that_moves_wrong_bytes_makes_the_bench_fail(op: str, monkeyp
     assert out == ""
 
 
+def test_rows_carry_the_path_the_link_reports_and_a_selected_path_no_link_took_is_named(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from llm_datadist_ffi import mock_control
+
+    monkeypatch.setattr(mock_control, "link_path", lambda engine, cluster_id: "socket")
+    assert _small_bench_in_this_process("--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {row["path"] for row in report["transfers"]} == {"socket"}
+    assert report["paths"] == {
+        "socket": "measured", "in-process": "selected, but no link of this run took it (see the rows' paths)",
+        "process_vm": "not selected (--paths)",
+        "shared": "not available: no link of this run reported it (the backend has no shared mapping)"}
+
+
 def test_plot_without_matplotlib_names_the_extra_before_measuring(monkeypatch: pytest.MonkeyPatch,
                                                                   capsys: pytest.CaptureFixture[str],
                                                                   tmp_path: Path) -> None:
