@@ -488,15 +488,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bytes", type=byte_size(1, 2**40), default="32M",
                         help="bytes per transfer, all tensors together (at least 2 blocks per tensor)")
     parser.add_argument("--tensors", type=int_in(2, 4096), default=2, help="K and V tensors, even, 2..4096")
-    parser.add_argument("--paths", type=names_list(PATHS), default=list(PATHS),
-                        help=f"paths to measure, comma-separated, of {','.join(PATHS)} (the shared mapping is "
-                        "measured wherever a link reports it)")
-    parser.add_argument("--memory", type=names_list(MEMORY_KINDS), default=list(MEMORY_KINDS),
+    parser.add_argument("--paths", type=names_list(PATHS), default=",".join(PATHS),
+                        help="paths to measure, comma-separated (the shared mapping is measured wherever a link "
+                        "reports it)")
+    parser.add_argument("--memory", type=names_list(MEMORY_KINDS), default=",".join(MEMORY_KINDS),
                         help="memory kinds, comma-separated: user (registered numpy arrays), library (acl.malloc)")
-    parser.add_argument("--ops", type=names_list(OPS), default=list(OPS), help="pull, push or both")
+    parser.add_argument("--ops", type=names_list(OPS), default=",".join(OPS), help="pull, push or both")
     parser.add_argument("--threads", type=int_in(1, 64), default=min(64, max(1, os.cpu_count() or 1)),
                         help="N threads pulling disjoint blocks over one link: rows for 1, 2, 4, ... and N "
-                        "(default: the cores, at most 64)")
+                        "(N defaults to the core count, at most 64)")
     parser.add_argument("--repeat", type=int_in(1, 10**6), default=5, help="repetitions per row (best is kept)")
     parser.add_argument("--calls", type=int_in(1, 10**6), default=200, help="calls per batch of the per-call rows")
     parser.add_argument("--list-blocks", type=int_in(1, LIST_LIMIT), default=LIST_LIMIT,
