@@ -1,0 +1,115 @@
+"""Recording the seeds: legitimate client engines talk to the target through the
+recording proxy, one session per client process.
+
+The target (cluster 1) holds TARGET_CACHES; each client (cluster 2) registers two
+caches of the same shape, links, moves bytes both ways, asks for a cache that does
+not exist and unlinks, on the process_vm_readv path (PIN and UNPIN only) and on the
+socket path (READ and WRITE too); one client links twice (the second handshake only
+checks the identity) and one leaves without unlinking.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .case import Case
+from .engines import EngineError, EngineProcess
+from .proxy import RecordingProxy
+
+TARGET_ID, CLIENT_ID = 1, 2
+SHAPE = [8, 32]
+TENSORS = 4
+# (seed of the bytes, -1 for zeros) of the target's caches 1, 2, 3
+TARGET_CACHES = (1, -1, 3)
+NOT_A_CACHE = 9
+
+
+@dataclass(frozen=True)
+class Session:
+    name: str
+    env: dict[str, str]
+    run: Callable[[EngineProcess, int], None]
+
+
+def _link(client: EngineProcess, port: int) -> None:
+    status = client.call("link", clusters=[[TARGET_ID, port]], timeout=3000)
+    if status != [0, 0]:
+        raise RuntimeError(f"the recorded client could not link: {status}")
+
+
+def _unlink(client: EngineProcess, port: int) -> None:
+    status = client.call("unlink", clusters=[[TARGET_ID, port]], timeout=3000)
+    if status != [0, 0]:
+        raise RuntimeError(f"the recorded client could not unlink: {status}")
+
+
+def _transfers(client: EngineProcess, port: int) -> None:
+    _link(client, port)
+    client.call("pull_cache", cluster=TARGET_ID, src=1, dst=1, src_batch=3, batch=0)
+    client.call("pull_blocks", cluster=TARGET_ID, src=3, dst=1, src_blocks=[0, 5], dst_blocks=[1, 2])
+    client.call("push_cache", cluster=TARGET_ID, src=2, dst=2, src_batch=1, dst_batch=4)
+    client.call("push_blocks", cluster=TARGET_ID, src=2, dst=2, src_blocks=[6, 7], dst_blocks=[0, 1])
+    try:
+        client.call("pull_cache", cluster=TARGET_ID, src=NOT_A_CACHE, dst=1)
+    except EngineError:
+        pass                                    # refused, as it should be: the refusal is what is recorded
+    else:
+        raise RuntimeError(f"a pull of cache {NOT_A_CACHE}, which the target does not have, succeeded")
+    _unlink(client, port)
+
+
+def _check_only(client: EngineProcess, port: int) -> None:
+    _link(client, port)
+    again = client.call("link", clusters=[[TARGET_ID, port]], timeout=3000)
+    if again[0] == 0:
+        raise RuntimeError("a second link to the same cluster succeeded")
+    _unlink(client, port)
+
+
+def _abandon(client: EngineProcess, port: int) -> None:
+    _link(client, port)
+    client.call("pull_blocks", cluster=TARGET_ID, src=1, dst=1, src_blocks=[2], dst_blocks=[2])
+    client.call("finalize")
+
+
+SESSIONS = (
+    Session("transfers-process-vm", {}, _transfers),
+    Session("transfers-socket", {"LLDD_MOCK_NO_PROCESS_VM": "1"}, _transfers),
+    Session("link-twice", {}, _check_only),
+    Session("link-and-leave", {"LLDD_MOCK_NO_PROCESS_VM": "1"}, _abandon),
+)
+
+
+def start_target(port: int) -> EngineProcess:
+    """The fuzz target: cluster 1, listening on 127.0.0.1:port, with TARGET_CACHES."""
+    target = EngineProcess("the target")
+    target.call("init", cluster_id=TARGET_ID, role=1,
+                options={"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{port}"})
+    for number, seed in enumerate(TARGET_CACHES, 1):
+        got = target.call("register", num_tensors=TENSORS, shape=SHAPE, seed=seed)
+        if got != number:
+            raise RuntimeError(f"the target registered cache {got}, not {number}")
+    return target
+
+
+def record(target_port: int) -> list[Case]:
+    """Every session of SESSIONS, recorded against the target at target_port."""
+    proxy = RecordingProxy(target_port)
+    cases = []
+    try:
+        for session in SESSIONS:
+            client = EngineProcess(f"the client of {session.name}", session.env)
+            try:
+                client.call("init", cluster_id=CLIENT_ID, role=2, options={"llm.DeviceId": "0"})
+                client.call("register", num_tensors=TENSORS, shape=SHAPE, seed=-1)
+                client.call("register", num_tensors=TENSORS, shape=SHAPE, seed=2)
+                session.run(client, proxy.port)
+            finally:
+                code = client.close()
+                client.discard()
+            if code != 0:
+                raise RuntimeError(f"the client of {session.name} exited with {code}")
+            cases.append(proxy.take(session.name))
+    finally:
+        proxy.close()
+    return cases
