@@ -71,10 +71,29 @@ def save(path: Path, payload: dict[str, Any]) -> None:
     path.write_text(json.dumps(payload, indent=1) + "\n")
 
 
-def load_cases(path: Path) -> list[Case]:
-    """The cases of a corpus file: a recorded session (one case) or a reproducer
-    (``{"cases": [...]}``, replayed in order)."""
+@dataclass
+class Round:
+    """Cases sent at the same time, next to `idle` connections that send nothing."""
+    cases: list[Case]
+    idle: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"idle": self.idle, "cases": [c.to_json() for c in self.cases]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Round:
+        return cls([Case.from_json(c) for c in d["cases"]], int(d.get("idle", 0)))
+
+
+def load_rounds(path: Path) -> list[Round]:
+    """What a corpus file holds: a recorded session (one case) or a reproducer
+    (``{"rounds": [...]}``, replayed one round after the other)."""
     d = json.loads(path.read_text())
-    if "cases" in d:
-        return [Case.from_json(c) for c in d["cases"]]
-    return [Case.from_json(d)]
+    if "rounds" in d:
+        return [Round.from_json(r) for r in d["rounds"]]
+    return [Round([Case.from_json(d)])]
+
+
+def load_cases(path: Path) -> list[Case]:
+    """Every case of a corpus file, in order."""
+    return [c for r in load_rounds(path) for c in r.cases]

@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from . import record
-from .case import Case, load_cases, save
-from .engines import EngineProcess
+from .case import Case, Round, load_cases, load_rounds, save
+from .engines import BROKEN, EngineProcess
 from .mutate import Mutator
 from .replay import run_case
 
@@ -32,7 +32,7 @@ CORPUS = Path(__file__).resolve().parent / "corpus"
 SESSIONS_DIR, REPRODUCERS_DIR = "sessions", "reproducers"
 FD_SLACK, THREAD_SLACK = 4, 2     # "near the baseline": a link or two whose client left (kept by design)
 LANES = 3                         # cases sent side by side in an ordinary iteration (most time is waiting)
-RECENT = 64                       # cases kept for a reproducer
+RECENT = 16                       # rounds kept for a reproducer
 CHECK_EVERY = 25                  # iterations between two reads of the target's stderr
 CHECK_ID, CHECK_SEED = 50, 77     # the final check's client cluster and the bytes it pulls
 
@@ -84,7 +84,7 @@ class Fuzzer:
         self.rng = random.Random(seed)
         self.port = free_port()
         self.target = record.start_target(self.port)
-        self.recent: deque[Case] = deque(maxlen=RECENT)
+        self.recent: deque[Round] = deque(maxlen=RECENT)
         self.result = Result(seed)
 
     # ---- the parts of a run ----
@@ -102,8 +102,8 @@ class Fuzzer:
     def replay_reproducers(self) -> bool:
         """Every reproducer of the corpus, first: a failure found once is tried again."""
         for path in sorted((self.corpus / REPRODUCERS_DIR).glob("*.json")):
-            for case in load_cases(path):
-                self._send(case)
+            for r in load_rounds(path):
+                self._round(r)
             if not self._healthy(f"replaying {path.name}"):
                 return False
         return True
@@ -116,10 +116,10 @@ class Fuzzer:
             n = self.result.iterations
             if self.rng.random() < 0.08:
                 # many connections at once, some of them silent
-                self._burst([mutator.case(n * 100 + k) for k in range(self.rng.randint(8, 32))],
-                            self.rng.randint(0, 16))
+                self._round(Round([mutator.case(n * 100 + k) for k in range(self.rng.randint(8, 32))],
+                                  self.rng.randint(0, 16)))
             else:
-                self._burst([mutator.case(n * 100 + k) for k in range(LANES)], 0)
+                self._round(Round([mutator.case(n * 100 + k) for k in range(LANES)]))
             if not self.target.alive() or (n % CHECK_EVERY == 0 and self.target.broken()):
                 return self._healthy(f"iteration {n}")
         return self._healthy("the end of the budget")
@@ -174,34 +174,31 @@ class Fuzzer:
             elif code != 0:
                 self._fail(f"the target exited with {code}")
         if not self.result.ok:
-            self.result.notes.append("the target's stderr (last 4000 characters):\n" + self.target.stderr()[-4000:])
+            text = self.target.stderr()
+            found = BROKEN.search(text)
+            start = max(0, found.start() - 200) if found is not None else max(0, len(text) - 4000)
+            self.result.notes.append(f"the target's stderr (from character {start}):\n{text[start:start + 8000]}")
         self.target.discard()
         return self.result
 
     # ---- helpers ----
 
-    def _send(self, case: Case) -> None:
-        self.recent.append(case)
-        self.result.cases += 1
-        run_case(case, self.port)
+    def _round(self, r: Round) -> None:
+        """The round's cases at once, next to its idle connections."""
+        self.recent.append(r)
+        self.result.cases += len(r.cases)
+        run_round(r, self.port)
 
-    def _burst(self, cases: list[Case], idle: int) -> None:
-        """Cases at once, next to `idle` connections that send nothing."""
-        self.recent.extend(cases)
-        self.result.cases += len(cases)
-        quiet = []
-        for _ in range(idle):
-            try:
-                quiet.append(socket.create_connection(("127.0.0.1", self.port), timeout=1))
-            except OSError:
-                break                              # the backlog is full: what the burst is about
-        threads = [threading.Thread(target=run_case, args=(c, self.port)) for c in cases]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        for s in quiet:
-            s.close()
+    def _fail(self, what: str) -> bool:
+        self.result.failure = what
+        if self.recent:
+            symptom = what.split(":")[0].split("(")[0].strip().replace(" ", "-")
+            path = self.corpus / REPRODUCERS_DIR / f"seed{self.seed}-{self.result.iterations}-{symptom}.json"
+            save(path, {"seed": self.seed, "found": what,
+                        "replay": f"python -m tests.wire_fuzz --replay {path.name}",
+                        "rounds": [r.to_json() for r in self.recent]})
+            self.result.reproducer = path
+        return False
 
     def _healthy(self, when: str) -> bool:
         if not self.target.alive():
@@ -211,16 +208,26 @@ class Fuzzer:
             return self._fail(f"report on the target's stderr ({when}): {report}")
         return True
 
-    def _fail(self, what: str) -> bool:
-        self.result.failure = what
-        if self.recent:
-            name = f"seed{self.seed}-{self.result.iterations}-{what.split(':')[0].split('(')[0].strip().replace(' ', '-')}"
-            path = self.corpus / REPRODUCERS_DIR / f"{name}.json"
-            save(path, {"seed": self.seed, "found": what,
-                        "replay": f"python -m tests.wire_fuzz --replay {path.name}",
-                        "cases": [c.to_json() for c in self.recent]})
-            self.result.reproducer = path
-        return False
+
+def run_round(r: Round, port: int) -> None:
+    quiet = []
+    try:
+        for _ in range(r.idle):
+            try:
+                quiet.append(socket.create_connection(("127.0.0.1", port), timeout=1))
+            except OSError:
+                break                              # the backlog is full: what the round is about
+        if len(r.cases) == 1:
+            run_case(r.cases[0], port)
+            return
+        threads = [threading.Thread(target=run_case, args=(c, port)) for c in r.cases]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for s in quiet:
+            s.close()
 
 
 def _seeded_bytes(num_tensors: int, shape: list[int], seed: int) -> bytes:
@@ -257,8 +264,8 @@ def replay(path: Path, corpus: Path = CORPUS, settle: float = 15, log: Callable[
     try:
         time.sleep(0.5)
         fuzzer.result.baseline = fuzzer.target.counts()
-        for case in load_cases(path):
-            run_case(case, fuzzer.port)
+        for r in load_rounds(path):
+            run_round(r, fuzzer.port)
         fuzzer.recent.clear()                     # a replay writes no new reproducer
         (fuzzer._healthy(f"replaying {path.name}") and fuzzer.settle(settle) and fuzzer.legit_pull()
          and fuzzer._healthy("the final check"))

@@ -28,7 +28,7 @@ def _put(data: bytearray, offset: int, width: int, value: int) -> None:
     struct.pack_into("<" + FORMATS[width], data, offset, value)
 
 
-def _get(data: bytes, offset: int, width: int) -> int:
+def _get(data: bytes | bytearray, offset: int, width: int) -> int:
     return int(struct.unpack_from("<" + FORMATS[width], data, offset)[0])
 
 

@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 
 from .case import Case, Step
-from .wire import split_messages
+from .wire import Header, split_messages
 
 
 @dataclass
@@ -19,6 +19,7 @@ class _Conn:
     index: int
     sent: list[tuple[float, bytes]] = field(default_factory=list)   # client -> server chunks
     answered: list[float] = field(default_factory=list)             # times of server -> client chunks
+    received: bytearray = field(default_factory=bytearray)           # server -> client bytes
     client_done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -32,6 +33,8 @@ class RecordingProxy:
         self._threads: list[threading.Thread] = []
         self._sockets: list[socket.socket] = []
         self._stop = False
+        # the headers each connection of the last taken session received, for the tests
+        self.answers: dict[int, list[Header]] = {}
         self._acceptor = threading.Thread(target=self._accept, name="proxy-accept", daemon=True)
         self._acceptor.start()
 
@@ -85,6 +88,7 @@ class RecordingProxy:
                             conn.sent.append((now, data))
                         else:
                             conn.answered.append(now)
+                            conn.received += data
                     try:
                         dst.sendall(data)
                     except OSError:
@@ -104,6 +108,8 @@ class RecordingProxy:
             if not conn.client_done.wait(timeout=10):
                 raise TimeoutError(f"connection {conn.index} of {name!r} is still open after the session")
         timed: list[tuple[float, int, bytes, bool]] = []
+        self.answers = {number: [Header.parse(m) for m in split_messages(bytes(conn.received))[0]]
+                        for number, conn in enumerate(conns)}
         for number, conn in enumerate(conns):
             stream = b"".join(chunk for _, chunk in conn.sent)
             messages, rest = split_messages(stream)

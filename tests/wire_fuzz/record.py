@@ -9,12 +9,13 @@ checks the identity) and one leaves without unlinking.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .case import Case
 from .engines import EngineError, EngineProcess
 from .proxy import RecordingProxy
+from .wire import Header
 
 TARGET_ID, CLIENT_ID = 1, 2
 SHAPE = [8, 32]
@@ -92,12 +93,15 @@ def start_target(port: int) -> EngineProcess:
     return target
 
 
-def record(target_port: int) -> list[Case]:
-    """Every session of SESSIONS, recorded against the target at target_port."""
+def record(target_port: int, answers: list[dict[int, list[Header]]] | None = None,
+           sessions: Sequence[Session] = SESSIONS) -> list[Case]:
+    """The sessions (all of SESSIONS by default), recorded against the target at
+    target_port; the headers the target answered on each connection go to `answers`
+    when given."""
     proxy = RecordingProxy(target_port)
     cases = []
     try:
-        for session in SESSIONS:
+        for session in sessions:
             client = EngineProcess(f"the client of {session.name}", session.env)
             try:
                 client.call("init", cluster_id=CLIENT_ID, role=2, options={"llm.DeviceId": "0"})
@@ -110,6 +114,8 @@ def record(target_port: int) -> list[Case]:
             if code != 0:
                 raise RuntimeError(f"the client of {session.name} exited with {code}")
             cases.append(proxy.take(session.name))
+            if answers is not None:
+                answers.append(proxy.answers)
     finally:
         proxy.close()
     return cases
