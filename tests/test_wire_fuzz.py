@@ -25,7 +25,7 @@ from wire_fuzz.wire import FIELDS, HEADER_SIZE, Header, split_messages
 
 pytestmark = pytest.mark.mock_only(reason="fuzzes the mock engine's own wire protocol")
 
-NATIVE_CLIENT_MESSAGES = {"HELLO", "REVERSE", "PIN", "UNPIN", "READ", "WRITE", "DISCONNECT"}
+CLIENT_MESSAGES = {"HELLO", "REVERSE", "PIN", "UNPIN", "READ", "WRITE", "RESOLVE", "DISCONNECT"}
 
 
 @pytest.fixture
@@ -50,13 +50,13 @@ def answered(headers: list[Header]) -> list[tuple[str, int]]:
     return [(h.type_name(), h.status) for h in headers]
 
 
-def test_a_recording_holds_every_message_of_a_native_client_and_replays_to_the_same_answers(
+def test_a_recording_holds_every_message_a_client_sends_and_replays_to_the_same_answers(
         target: tuple[EngineProcess, int]) -> None:
     _, port = target
     answers: list[dict[int, list[Header]]] = []
     cases = record.record(port, answers)
     assert [c.name for c in cases] == [s.name for s in record.SESSIONS]
-    assert set().union(*(c.types() for c in cases)) >= NATIVE_CLIENT_MESSAGES
+    assert set().union(*(c.types() for c in cases)) >= CLIENT_MESSAGES
     by_name = {c.name: c for c in cases}
     assert "READ" not in by_name["transfers-process-vm"].types()          # that client moves the bytes itself
     assert {"READ", "WRITE"} <= set(by_name["transfers-socket"].types())

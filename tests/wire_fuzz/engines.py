@@ -19,7 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any
 
-PEER_PROGRAM = Path(__file__).resolve().parent.parent / "engine_support.py"
+TESTS = Path(__file__).resolve().parent.parent
+PEER_PROGRAM = TESTS / "engine_support.py"           # the native API
+VENDOR_PROGRAM = TESTS / "vendor_peer.py"            # the vendor-compatible API
 
 # What a sanitizer or the interpreter writes when the process is broken; any of
 # these on the target's stderr fails the run.
@@ -42,11 +44,16 @@ def _package_path() -> str:
 
 
 class EngineProcess:
+    """An engine of the native API: ``call(op, **args)`` runs one command of the peer
+    program and returns its result."""
+
+    program: list[str] = [str(PEER_PROGRAM)]
+
     def __init__(self, name: str, env: dict[str, str] | None = None) -> None:
         self.name = name
         path = os.pathsep.join(p for p in (_package_path(), os.environ.get("PYTHONPATH", "")) if p)
         self._stderr: IO[bytes] = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen([sys.executable, str(PEER_PROGRAM)], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, *self.program], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._stderr, text=True,
                                      cwd=tempfile.gettempdir(),
                                      env={**os.environ, "PYTHONPATH": path, **(env or {})})
@@ -102,3 +109,22 @@ class EngineProcess:
 
     def discard(self) -> None:
         self._stderr.close()
+
+
+class VendorProcess(EngineProcess):
+    """A process of the vendor-compatible API (tests/vendor_peer.py): ``run(code,
+    value)`` executes statements there and returns the value of an expression."""
+
+    program = [str(VENDOR_PROGRAM), str(TESTS)]
+
+    def run(self, code: str, value: str | None = None) -> Any:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(json.dumps({"code": code, "value": value}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.name} ended (exit code {self.proc.wait()}):\n{self.stderr()}")
+        reply: dict[str, Any] = json.loads(line)
+        if not reply["ok"]:
+            raise EngineError(code, int(reply["status"] or 0), str(reply["message"]))
+        return reply["value"]

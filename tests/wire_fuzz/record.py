@@ -5,7 +5,8 @@ The target (cluster 1) holds TARGET_CACHES; each client (cluster 2) registers tw
 caches of the same shape, links, moves bytes both ways, asks for a cache that does
 not exist and unlinks, on the process_vm_readv path (PIN and UNPIN only) and on the
 socket path (READ and WRITE too); one client links twice (the second handshake only
-checks the identity) and one leaves without unlinking.
+checks the identity) and one leaves without unlinking; a client of the
+vendor-compatible API names the target's caches by id (RESOLVE).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from .case import Case
-from .engines import EngineError, EngineProcess
+from .engines import EngineError, EngineProcess, VendorProcess
 from .proxy import RecordingProxy
 from .wire import Header
 
@@ -29,7 +30,8 @@ NOT_A_CACHE = 9
 class Session:
     name: str
     env: dict[str, str]
-    run: Callable[[EngineProcess, int], None]
+    run: Callable[[EngineProcess, int], None]    # the client's steps after its set-up, given the port
+    vendor: bool = False                         # a client of the vendor-compatible API
 
 
 def _link(client: EngineProcess, port: int) -> None:
@@ -73,11 +75,41 @@ def _abandon(client: EngineProcess, port: int) -> None:
     client.call("finalize")
 
 
+def _vendor_transfers(client: EngineProcess, port: int) -> None:
+    """The cache manager of the vendor-compatible API in direct mode (the target's
+    mode): sources and destinations named by cache id, resolved by the target."""
+    assert isinstance(client, VendorProcess)
+    client.run(f"""
+config = LLMConfig()
+config.device_id = 0
+config.enable_cache_manager = True
+config.enable_remote_cache_accessible = True
+config.sync_kv_timeout = 3000
+engine = LLMDataDist(LLMRole.DECODER, {CLIENT_ID})
+engine.init(config.generate_options())
+tensors = [np.zeros({SHAPE}, np.uint8) for _ in range({TENSORS})]
+cache = engine.cache_manager.register_cache(CacheDesc({TENSORS}, {SHAPE}, DataType.DT_UINT8),
+                                            [t.ctypes.data for t in tensors])
+target = LLMClusterInfo()
+target.remote_cluster_id = {TARGET_ID}
+target.append_local_ip_info("127.0.0.1", 0)
+target.append_remote_ip_info("127.0.0.1", {port})
+""")
+    linked = client.run("status, _ = engine.link_clusters([target], timeout=3000)", "int(status)")
+    if linked != 0:
+        raise RuntimeError(f"the recorded vendor client could not link: {linked}")
+    client.run(f"engine.cache_manager.pull_cache(CacheKeyByIdAndIndex({TARGET_ID}, 1, 3), cache, 0)")
+    client.run(f"engine.cache_manager.push_cache(CacheKeyByIdAndIndex({TARGET_ID}, 2, 4), cache, 1)")
+    client.run("engine.unlink_clusters([target], timeout=3000)")
+    client.run("engine.finalize()")
+
+
 SESSIONS = (
     Session("transfers-process-vm", {}, _transfers),
     Session("transfers-socket", {"LLDD_MOCK_NO_PROCESS_VM": "1"}, _transfers),
     Session("link-twice", {}, _check_only),
     Session("link-and-leave", {"LLDD_MOCK_NO_PROCESS_VM": "1"}, _abandon),
+    Session("vendor-transfers-socket", {"LLDD_MOCK_NO_PROCESS_VM": "1"}, _vendor_transfers, vendor=True),
 )
 
 
@@ -102,11 +134,13 @@ def record(target_port: int, answers: list[dict[int, list[Header]]] | None = Non
     cases = []
     try:
         for session in sessions:
-            client = EngineProcess(f"the client of {session.name}", session.env)
+            kind = VendorProcess if session.vendor else EngineProcess
+            client = kind(f"the client of {session.name}", session.env)
             try:
-                client.call("init", cluster_id=CLIENT_ID, role=2, options={"llm.DeviceId": "0"})
-                client.call("register", num_tensors=TENSORS, shape=SHAPE, seed=-1)
-                client.call("register", num_tensors=TENSORS, shape=SHAPE, seed=2)
+                if not session.vendor:
+                    client.call("init", cluster_id=CLIENT_ID, role=2, options={"llm.DeviceId": "0"})
+                    client.call("register", num_tensors=TENSORS, shape=SHAPE, seed=-1)
+                    client.call("register", num_tensors=TENSORS, shape=SHAPE, seed=2)
                 session.run(client, proxy.port)
             finally:
                 code = client.close()
