@@ -45,6 +45,7 @@ class Mutator:
             ("duplicate", self.duplicate), ("drop", self.drop), ("swap", self.swap),
             ("other connection", self.other_connection), ("pipeline", self.pipeline),
             ("append bytes", self.append_bytes), ("slow", self.slow), ("ending", self.ending),
+            ("stop early", self.stop_early),
         ]
 
     def case(self, number: int) -> Case:
@@ -61,8 +62,15 @@ class Mutator:
         return Case(f"{number}: {seed.name} + {', '.join(names)}", steps)
 
     def _pick(self, steps: list[Step], min_len: int = 0) -> int | None:
-        fit = [i for i, s in enumerate(steps) if len(s.data) >= min_len]
-        return self.rng.choice(fit) if fit else None
+        """A step at least `min_len` long: a message type first, then a step of that
+        type, so that the one HELLO of a session is picked as often as its many PINs."""
+        by_type: dict[bytes, list[int]] = {}
+        for i, s in enumerate(steps):
+            if len(s.data) >= min_len:
+                by_type.setdefault(s.data[4:6], []).append(i)
+        if not by_type:
+            return None
+        return self.rng.choice(by_type[self.rng.choice(sorted(by_type))])
 
     def header_field(self, steps: list[Step]) -> None:
         i = self._pick(steps, HEADER_SIZE)
@@ -181,3 +189,8 @@ class Mutator:
         i = self._pick(steps)
         if i is not None:
             steps[i] = steps[i].but(after=self.rng.choice(AFTER[1:]))
+
+    def stop_early(self, steps: list[Step]) -> None:
+        """A client that goes away in the middle of its session."""
+        if len(steps) > 1:
+            del steps[self.rng.randrange(1, len(steps)):]
