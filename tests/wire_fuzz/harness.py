@@ -103,8 +103,10 @@ class Fuzzer:
         """Every reproducer of the corpus, first: a failure found once is tried again."""
         for path in sorted((self.corpus / REPRODUCERS_DIR).glob("*.json")):
             for r in load_rounds(path):
-                self._round(r)
+                self.result.cases += len(r.cases)
+                run_round(r, self.port)
             if not self._healthy(f"replaying {path.name}"):
+                self.result.reproducer = path       # the failing input is that file: no new one
                 return False
         return True
 
