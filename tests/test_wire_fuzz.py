@@ -21,7 +21,7 @@ from wire_fuzz.harness import run_round
 from wire_fuzz.case import Case, Round, load_cases, load_rounds
 from wire_fuzz.mutate import EDGES, Mutator
 from wire_fuzz.replay import run_case
-from wire_fuzz.wire import FIELDS, HEADER_SIZE, Header, split_messages
+from wire_fuzz.wire import FIELDS, HEADER_SIZE, Header, describe, field_bytes, split_messages
 
 pytestmark = pytest.mark.mock_only(reason="fuzzes the mock engine's own wire protocol")
 
@@ -60,7 +60,7 @@ def test_a_recording_holds_every_message_a_client_sends_and_replays_to_the_same_
     by_name = {c.name: c for c in cases}
     assert "READ" not in by_name["transfers-process-vm"].types()          # that client moves the bytes itself
     assert {"READ", "WRITE"} <= set(by_name["transfers-socket"].types())
-    hellos = [Header.parse(s.data) for s in by_name["link-twice"].steps if s.data[4] == 1]
+    hellos = [h for h in map(Header.parse, (s.data for s in by_name["link-twice"].steps)) if h.type_name() == "HELLO"]
     assert [h.a for h in hellos] == [0, 1]                                # HELLO_LINK, then HELLO_CHECK_ONLY
     # the recorded conversation, replayed: the target answers as it answered the real client
     for case, heard in zip(cases, answers):
@@ -130,7 +130,8 @@ def test_the_mutator_slows_closes_resets_splices_and_truncates() -> None:
     assert any(len(s.data) < HEADER_SIZE for s in steps)                              # cut inside a header
     assert any(split_messages(s.data)[1] for s in steps if len(s.data) >= HEADER_SIZE)  # cut inside a body
     def tokens(case: Case) -> set[bytes]:
-        return {s.data[16:24] for s in case.steps if s.data[4:6] == b"\x03\x00"}      # REVERSE: a = token
+        # REVERSE names its handshake in field a (a token the client drew)
+        return {field_bytes(s.data, "a") for s in case.steps if describe(s.data).startswith("REVERSE ")}
 
     recorded = set().union(*(tokens(c) for c in seeds()))
     assert any(len(tokens(c) & recorded) > 1 for c in made)                            # sessions spliced

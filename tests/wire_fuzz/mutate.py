@@ -11,7 +11,7 @@ import struct
 from collections.abc import Callable, Sequence
 
 from .case import AFTER, Case, Step
-from .wire import FIELDS, HEADER_SIZE, TYPE_NAMES
+from .wire import FIELD, FIELDS, HEADER_SIZE, TYPE_NAMES, field_bytes
 
 EDGES = (0, 1, 2**31, 2**32 - 1, 2**63, 2**64 - 1)
 FORMATS = {1: "B", 2: "H", 4: "I", 8: "Q"}
@@ -67,7 +67,7 @@ class Mutator:
         by_type: dict[bytes, list[int]] = {}
         for i, s in enumerate(steps):
             if len(s.data) >= min_len:
-                by_type.setdefault(s.data[4:6], []).append(i)
+                by_type.setdefault(field_bytes(s.data, "type"), []).append(i)
         if not by_type:
             return None
         return self.rng.choice(by_type[self.rng.choice(sorted(by_type))])
@@ -91,9 +91,10 @@ class Mutator:
         if i is None:
             return
         data = bytearray(steps[i].data)
+        offset, width = FIELD["payload_len"]
         real = len(data) - HEADER_SIZE
-        value = self.rng.choice([real + self.rng.choice((-8, -1, 1, 8, 4096)), _edge(self.rng, 8)])
-        _put(data, 32, 8, value % 2**64)
+        value = self.rng.choice([real + self.rng.choice((-8, -1, 1, 8, 4096)), _edge(self.rng, width)])
+        _put(data, offset, width, value % 2**(8 * width))
         steps[i] = steps[i].but(data=bytes(data))
 
     def body_word(self, steps: list[Step]) -> None:
