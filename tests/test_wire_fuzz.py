@@ -81,7 +81,7 @@ def test_one_handshake_sent_sixteen_times_at_once_leaves_the_target_alive_and_cl
     assert session.types()[:2] == ["HELLO", "REVERSE"]
     handshake = Case("HELLO, then REVERSE", session.steps[:2])
     for _ in range(8):
-        run_round(Round([handshake] * 16), port)
+        run_round(Round([handshake], copies=16), port)
     assert engine.alive() and engine.broken() is None
 
 

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     if result.ok:
         print("wire fuzz: passed")
         return 0
-    print(f"wire fuzz: FAILED (seed {result.seed}): {result.failure}")
+    print(f"wire fuzz: FAILED ({'replay' if args.replay is not None else f'seed {result.seed}'}): {result.failure}")
     if result.reproducer is not None:
         print(f"wire fuzz: the cases in flight are in {result.reproducer}")
     return 1

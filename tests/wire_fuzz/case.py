@@ -73,16 +73,25 @@ def save(path: Path, payload: dict[str, Any]) -> None:
 
 @dataclass
 class Round:
-    """Cases sent at the same time, next to `idle` connections that send nothing."""
+    """Cases sent at the same time, each `copies` times, next to `idle` connections
+    that send nothing."""
     cases: list[Case]
     idle: int = 0
+    copies: int = 1
 
     def to_json(self) -> dict[str, Any]:
-        return {"idle": self.idle, "cases": [c.to_json() for c in self.cases]}
+        out: dict[str, Any] = {"idle": self.idle, "cases": [c.to_json() for c in self.cases]}
+        if self.copies != 1:
+            out["copies"] = self.copies
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Round:
-        return cls([Case.from_json(c) for c in d["cases"]], int(d.get("idle", 0)))
+        return cls([Case.from_json(c) for c in d["cases"]], int(d.get("idle", 0)), int(d.get("copies", 1)))
+
+    def sent(self) -> list[Case]:
+        """Every case of the round, copies included."""
+        return [c for c in self.cases for _ in range(self.copies)]
 
 
 def load_rounds(path: Path) -> list[Round]:

@@ -103,7 +103,7 @@ class Fuzzer:
         """Every reproducer of the corpus, first: a failure found once is tried again."""
         for path in sorted((self.corpus / REPRODUCERS_DIR).glob("*.json")):
             for r in load_rounds(path):
-                self.result.cases += len(r.cases)
+                self.result.cases += len(r.sent())
                 run_round(r, self.port)
             if not self._healthy(f"replaying {path.name}"):
                 self.result.reproducer = path       # the failing input is that file: no new one
@@ -188,7 +188,7 @@ class Fuzzer:
     def _round(self, r: Round) -> None:
         """The round's cases at once, next to its idle connections."""
         self.recent.append(r)
-        self.result.cases += len(r.cases)
+        self.result.cases += len(r.sent())
         run_round(r, self.port)
 
     def _fail(self, what: str) -> bool:
@@ -219,10 +219,11 @@ def run_round(r: Round, port: int) -> None:
                 quiet.append(socket.create_connection(("127.0.0.1", port), timeout=1))
             except OSError:
                 break                              # the backlog is full: what the round is about
-        if len(r.cases) == 1:
-            run_case(r.cases[0], port)
+        cases = r.sent()
+        if len(cases) == 1:
+            run_case(cases[0], port)
             return
-        threads = [threading.Thread(target=run_case, args=(c, port)) for c in r.cases]
+        threads = [threading.Thread(target=run_case, args=(c, port)) for c in cases]
         for t in threads:
             t.start()
         for t in threads:
