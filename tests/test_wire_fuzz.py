@@ -40,10 +40,13 @@ def corpus(tmp_path: Path) -> Path:
 def target() -> Iterator[tuple[EngineProcess, int]]:
     port = harness.free_port()
     engine = record.start_target(port)
-    yield engine, port
-    assert engine.close() == 0
-    assert engine.broken() is None
-    engine.discard()
+    try:
+        yield engine, port
+    finally:
+        code = engine.close()
+        report = engine.broken()
+        engine.discard()
+    assert (code, report) == (0, None)
 
 
 def answered(headers: list[Header]) -> list[tuple[str, int]]:

@@ -116,12 +116,17 @@ SESSIONS = (
 def start_target(port: int) -> EngineProcess:
     """The fuzz target: cluster 1, listening on 127.0.0.1:port, with TARGET_CACHES."""
     target = EngineProcess("the target")
-    target.call("init", cluster_id=TARGET_ID, role=1,
-                options={"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{port}"})
-    for number, seed in enumerate(TARGET_CACHES, 1):
-        got = target.call("register", num_tensors=TENSORS, shape=SHAPE, seed=seed)
-        if got != number:
-            raise RuntimeError(f"the target registered cache {got}, not {number}")
+    try:
+        target.call("init", cluster_id=TARGET_ID, role=1,
+                    options={"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{port}"})
+        for number, seed in enumerate(TARGET_CACHES, 1):
+            got = target.call("register", num_tensors=TENSORS, shape=SHAPE, seed=seed)
+            if got != number:
+                raise RuntimeError(f"the target registered cache {got}, not {number}")
+    except BaseException:
+        target.close()
+        target.discard()
+        raise
     return target
 
 
