@@ -31,7 +31,7 @@ from .replay import run_case
 CORPUS = Path(__file__).resolve().parent / "corpus"
 SESSIONS_DIR, REPRODUCERS_DIR = "sessions", "reproducers"
 FD_SLACK, THREAD_SLACK = 4, 2     # "near the baseline": a link or two whose client left (kept by design)
-LANES = 4                         # cases sent side by side in an ordinary iteration (most time is waiting)
+LANES = 8                         # cases sent side by side in an ordinary iteration (most time is waiting)
 RECENT = 16                       # rounds kept for a reproducer
 CHECK_EVERY = 25                  # iterations between two reads of the target's stderr
 CHECK_ID, CHECK_SEED = 50, 77     # the final check's client cluster and the bytes it pulls
