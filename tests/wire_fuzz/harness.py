@@ -118,8 +118,8 @@ class Fuzzer:
             n = self.result.iterations
             if self.rng.random() < 0.08:
                 # many connections at once, some of them silent
-                self._round(Round([mutator.case(n * 100 + k) for k in range(self.rng.randint(8, 32))],
-                                  self.rng.randint(0, 16)))
+                self._round(Round([mutator.case(n * 100 + k) for k in range(self.rng.randint(16, 48))],
+                                  self.rng.randint(0, 32)))
             else:
                 self._round(Round([mutator.case(n * 100 + k) for k in range(LANES)]))
             if not self.target.alive() or (n % CHECK_EVERY == 0 and self.target.broken()):
