@@ -175,6 +175,17 @@ def test_a_run_fails_when_threads_and_descriptors_do_not_come_back(corpus: Path)
         fuzzer.finish()
 
 
+def test_growth_is_blamed_on_the_round_after_which_the_counts_stayed_up() -> None:
+    base = (6, 3)
+    # a thread held from round 3 on (rounds count from 0); rounds 1 and 4 also show threads that were ending
+    samples = [(7, 3), (9, 5), (6, 3), (7, 4), (9, 6), (6, 4), (6, 4)]
+    assert harness.blame(samples, base, after=(6, 4)) == 3
+    assert harness.blame(samples, base, after=(6, 3)) is None             # it ended before the check
+    # descriptors: up to FD_SLACK more is no growth
+    fds = [(6 + harness.FD_SLACK, 3), (7 + harness.FD_SLACK, 3), (7 + harness.FD_SLACK, 3)]
+    assert harness.blame(fds, base, after=(7 + harness.FD_SLACK, 3)) == 1
+
+
 @pytest.mark.slow
 def test_a_short_fuzz_run_leaves_the_target_alive_flat_and_serving_exact_bytes(capsys: pytest.CaptureFixture[str]) -> None:
     seconds = float(os.environ.get("LLDD_FUZZ_SECONDS", "20"))

@@ -15,8 +15,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--corpus", type=Path, default=harness.CORPUS, help="the corpus directory")
     parser.add_argument("--no-record", action="store_true",
                         help="mutate the committed sessions only (the run then depends on the seed and the corpus)")
-    parser.add_argument("--settle", type=float, default=15,
-                        help="how long the target may take to come back near its baseline (default 15 s)")
+    parser.add_argument("--settle", type=float, default=harness.SETTLE,
+                        help=f"how long the target may take to come back to its baseline (default {harness.SETTLE:g} s)")
     parser.add_argument("--record-only", action="store_true",
                         help="record the sessions anew into the corpus and exit")
     parser.add_argument("--replay", type=Path, default=None,

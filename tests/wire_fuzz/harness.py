@@ -30,9 +30,15 @@ from .replay import run_case
 
 CORPUS = Path(__file__).resolve().parent / "corpus"
 SESSIONS_DIR, REPRODUCERS_DIR = "sessions", "reproducers"
-FD_SLACK, THREAD_SLACK = 4, 2     # "near the baseline": a link or two whose client left (kept by design)
+# After the traffic every thread must end; descriptors may stay for two links whose
+# client left without unlinking (the engine keeps a link until it is replaced, unlinked
+# or finalized). SETTLE is longer than any wait the engine should hold for a client
+# whose connections are closed (the longest: a handshake's wait for its REVERSE).
+FD_SLACK, THREAD_SLACK = 4, 0
+SETTLE = 35.0
 LANES = 8                         # cases sent side by side in an ordinary iteration (most time is waiting)
 RECENT = 16                       # rounds kept for a reproducer
+HISTORY = 5000                    # rounds remembered to find the one after which resources stayed up
 CHECK_EVERY = 25                  # iterations between two reads of the target's stderr
 CHECK_ID, CHECK_SEED = 50, 77     # the final check's client cluster and the bytes it pulls
 
@@ -85,6 +91,8 @@ class Fuzzer:
         self.port = free_port()
         self.target = record.start_target(self.port)
         self.recent: deque[Round] = deque(maxlen=RECENT)
+        # every round of the mutation phase with (descriptors, threads) right after it
+        self.history: deque[tuple[Round, tuple[int, int]]] = deque(maxlen=HISTORY)
         self.result = Result(seed)
 
     # ---- the parts of a run ----
@@ -124,6 +132,7 @@ class Fuzzer:
                 self._round(Round([mutator.case(n * 100 + k) for k in range(LANES)]))
             if not self.target.alive() or (n % CHECK_EVERY == 0 and self.target.broken()):
                 return self._healthy(f"iteration {n}")
+            self.history.append((self.recent[-1], self.target.counts()))
         return self._healthy("the end of the budget")
 
     def settle(self, seconds: float) -> bool:
@@ -137,6 +146,7 @@ class Fuzzer:
             if fds <= base_fds + FD_SLACK and threads <= base_threads + THREAD_SLACK:
                 return True
             if time.monotonic() > give_up:
+                self._blame_growth()
                 return self._fail(f"unbounded growth: {fds} descriptors and {threads} threads {seconds:g} s after "
                                   f"the traffic, against {base_fds} and {base_threads} before it")
             time.sleep(0.25)
@@ -191,6 +201,15 @@ class Fuzzer:
         self.result.cases += len(r.sent())
         run_round(r, self.port)
 
+    def _blame_growth(self) -> None:
+        """Keeps, as the reproducer, the rounds up to the one that `blame` names."""
+        blamed = blame([counts for _, counts in self.history], self.result.baseline, self.result.after)
+        if blamed is not None:
+            self.recent = deque((r for r, _ in list(self.history)[max(0, blamed - RECENT + 1):blamed + 1]),
+                                maxlen=RECENT)
+            self.result.notes.append(f"the counts stayed up from round {blamed + 1} of the "
+                                     f"{len(self.history)} remembered on")
+
     def _fail(self, what: str) -> bool:
         self.result.failure = what
         if self.recent:
@@ -209,6 +228,21 @@ class Fuzzer:
         if report is not None:
             return self._fail(f"report on the target's stderr ({when}): {report}")
         return True
+
+
+def blame(samples: list[tuple[int, int]], baseline: tuple[int, int], after: tuple[int, int]) -> int | None:
+    """The first round after which (descriptors, threads) never came back within the
+    slack of the baseline, given the counts right after every round and at the end:
+    a held thread raises every later sample, while the samples right after a round
+    also count threads that are about to end, so the floor of the later samples tells."""
+    floor_fds, floor_threads = after
+    blamed = None
+    for i in range(len(samples) - 1, -1, -1):
+        floor_fds, floor_threads = min(floor_fds, samples[i][0]), min(floor_threads, samples[i][1])
+        if floor_fds <= baseline[0] + FD_SLACK and floor_threads <= baseline[1] + THREAD_SLACK:
+            break
+        blamed = i
+    return blamed
 
 
 def run_round(r: Round, port: int) -> None:
@@ -240,7 +274,7 @@ def _seeded_bytes(num_tensors: int, shape: list[int], seed: int) -> bytes:
     return b"".join(rng.integers(0, 256, size=size, dtype=np.uint8).tobytes() for _ in range(num_tensors))
 
 
-def run(seconds: float, seed: int, corpus: Path = CORPUS, fresh: bool = True, settle: float = 15,
+def run(seconds: float, seed: int, corpus: Path = CORPUS, fresh: bool = True, settle: float = SETTLE,
         log: Callable[[str], None] = print) -> Result:
     """One fuzz run (see the module's docstring)."""
     log(f"wire fuzz: seed {seed}, {seconds:g} s budget")
@@ -260,7 +294,7 @@ def run(seconds: float, seed: int, corpus: Path = CORPUS, fresh: bool = True, se
     return result
 
 
-def replay(path: Path, corpus: Path = CORPUS, settle: float = 15, log: Callable[[str], None] = print) -> Result:
+def replay(path: Path, corpus: Path = CORPUS, settle: float = SETTLE, log: Callable[[str], None] = print) -> Result:
     """Replays one reproducer (or session) against a fresh target, with the checks of
     a run."""
     fuzzer = Fuzzer(0, corpus, log)
