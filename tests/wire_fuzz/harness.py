@@ -38,7 +38,6 @@ FD_SLACK, THREAD_SLACK = 4, 0
 SETTLE = 35.0
 LANES = 8                         # cases sent side by side in an ordinary iteration (most time is waiting)
 RECENT = 16                       # rounds kept for a reproducer
-HISTORY = 5000                    # rounds remembered to find the one after which resources stayed up
 CHECK_EVERY = 25                  # iterations between two reads of the target's stderr
 CHECK_ID, CHECK_SEED = 50, 77     # the final check's client cluster and the bytes it pulls
 
@@ -91,8 +90,10 @@ class Fuzzer:
         self.port = free_port()
         self.target = record.start_target(self.port)
         self.recent: deque[Round] = deque(maxlen=RECENT)
-        # every round of the mutation phase with (descriptors, threads) right after it
-        self.history: deque[tuple[Round, tuple[int, int]]] = deque(maxlen=HISTORY)
+        # the last case that used each local port: a connection the target still holds
+        # after the traffic names the case that opened it
+        self.port_users: dict[int, Case] = {}
+        self._ports_lock = threading.Lock()
         self.result = Result(seed)
 
     # ---- the parts of a run ----
@@ -132,7 +133,6 @@ class Fuzzer:
                 self._round(Round([mutator.case(n * 100 + k) for k in range(LANES)]))
             if not self.target.alive() or (n % CHECK_EVERY == 0 and self.target.broken()):
                 return self._healthy(f"iteration {n}")
-            self.history.append((self.recent[-1], self.target.counts()))
         return self._healthy("the end of the budget")
 
     def settle(self, seconds: float) -> bool:
@@ -146,7 +146,7 @@ class Fuzzer:
             if fds <= base_fds + FD_SLACK and threads <= base_threads + THREAD_SLACK:
                 return True
             if time.monotonic() > give_up:
-                self._blame_growth()
+                self._blame_held_connections()
                 return self._fail(f"unbounded growth: {fds} descriptors and {threads} threads {seconds:g} s after "
                                   f"the traffic, against {base_fds} and {base_threads} before it")
             time.sleep(0.25)
@@ -199,16 +199,21 @@ class Fuzzer:
         """The round's cases at once, next to its idle connections."""
         self.recent.append(r)
         self.result.cases += len(r.sent())
-        run_round(r, self.port)
+        run_round(r, self.port, self._opened)
 
-    def _blame_growth(self) -> None:
-        """Keeps, as the reproducer, the rounds up to the one that `blame` names."""
-        blamed = blame([counts for _, counts in self.history], self.result.baseline, self.result.after)
-        if blamed is not None:
-            self.recent = deque((r for r, _ in list(self.history)[max(0, blamed - RECENT + 1):blamed + 1]),
-                                maxlen=RECENT)
-            self.result.notes.append(f"the counts stayed up from round {blamed + 1} of the "
-                                     f"{len(self.history)} remembered on")
+    def _blame_held_connections(self) -> None:
+        """Keeps, as the reproducer, the cases whose connections the target still holds,
+        one case a round (a held thread nearly always holds its connection too)."""
+        ports = held_peer_ports(self.target.pid, self.port)
+        with self._ports_lock:
+            cases = list({id(c): c for c in (self.port_users.get(p) for p in sorted(ports)) if c is not None}.values())
+        self.result.notes.append(f"the target still holds {len(ports)} connections, opened by {len(cases)} cases")
+        if cases:
+            self.recent = deque((Round([c]) for c in cases[-RECENT:]), maxlen=RECENT)
+
+    def _opened(self, port: int, case: Case) -> None:
+        with self._ports_lock:
+            self.port_users[port] = case
 
     def _fail(self, what: str) -> bool:
         self.result.failure = what
@@ -230,22 +235,31 @@ class Fuzzer:
         return True
 
 
-def blame(samples: list[tuple[int, int]], baseline: tuple[int, int], after: tuple[int, int]) -> int | None:
-    """The first round after which (descriptors, threads) never came back within the
-    slack of the baseline, given the counts right after every round and at the end:
-    a held thread raises every later sample, while the samples right after a round
-    also count threads that are about to end, so the floor of the later samples tells."""
-    floor_fds, floor_threads = after
-    blamed = None
-    for i in range(len(samples) - 1, -1, -1):
-        floor_fds, floor_threads = min(floor_fds, samples[i][0]), min(floor_threads, samples[i][1])
-        if floor_fds <= baseline[0] + FD_SLACK and floor_threads <= baseline[1] + THREAD_SLACK:
-            break
-        blamed = i
-    return blamed
+def held_peer_ports(pid: int, port: int) -> set[int]:
+    """The remote ports of the connections to `port` that process `pid` holds open
+    (its descriptors' socket inodes, looked up in /proc/net/tcp and tcp6)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:
+            continue                               # closed meanwhile
+        if link.startswith("socket:["):
+            inodes.add(int(link[8:-1]))
+    peers = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)                                # the column names
+            for line in f:
+                cols = line.split()
+                local, remote, inode = cols[1], cols[2], int(cols[9])
+                remote_port = int(remote.rsplit(":", 1)[1], 16)
+                if inode in inodes and int(local.rsplit(":", 1)[1], 16) == port and remote_port != 0:
+                    peers.add(remote_port)
+    return peers
 
 
-def run_round(r: Round, port: int) -> None:
+def run_round(r: Round, port: int, opened: Callable[[int, Case], None] | None = None) -> None:
     quiet = []
     try:
         for _ in range(r.idle):
@@ -254,10 +268,14 @@ def run_round(r: Round, port: int) -> None:
             except OSError:
                 break                              # the backlog is full: what the round is about
         cases = r.sent()
+
+        def one(case: Case) -> None:
+            run_case(case, port, opened=None if opened is None else lambda p: opened(p, case))
+
         if len(cases) == 1:
-            run_case(cases[0], port)
+            one(cases[0])
             return
-        threads = [threading.Thread(target=run_case, args=(c, port)) for c in cases]
+        threads = [threading.Thread(target=one, args=(c,)) for c in cases]
         for t in threads:
             t.start()
         for t in threads:

@@ -11,6 +11,7 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Callable
 
 from .case import Case, Step
 from .wire import HEADER_SIZE, Header, split_messages
@@ -67,8 +68,10 @@ def _end(sock: socket.socket, how: str) -> None:
         sock.close()
 
 
-def run_case(case: Case, port: int, answer_wait: float = 0.15) -> dict[int, list[Header]]:
-    """Replays `case` against 127.0.0.1:port; the headers each connection received."""
+def run_case(case: Case, port: int, answer_wait: float = 0.15,
+             opened: Callable[[int], None] | None = None) -> dict[int, list[Header]]:
+    """Replays `case` against 127.0.0.1:port; the headers each connection received.
+    `opened` is told the local port of every connection the case opens."""
     socks: dict[int, socket.socket] = {}
     buffers: dict[int, bytearray] = {}
     dead: set[int] = set()
@@ -87,6 +90,8 @@ def run_case(case: Case, port: int, answer_wait: float = 0.15) -> dict[int, list
                     dead.add(step.conn)
                     continue
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if opened is not None:
+                    opened(int(sock.getsockname()[1]))
                 sock.settimeout(SEND_TIMEOUT)
                 socks[step.conn] = sock
                 buffers[step.conn] = bytearray()
