@@ -94,6 +94,7 @@ class Fuzzer:
         # after the traffic names the case that opened it
         self.port_users: dict[int, Case] = {}
         self._ports_lock = threading.Lock()
+        self.committed: dict[int, Path] = {}       # id of a case of a committed reproducer -> its file
         self.result = Result(seed)
 
     # ---- the parts of a run ----
@@ -112,8 +113,9 @@ class Fuzzer:
         """Every reproducer of the corpus, first: a failure found once is tried again."""
         for path in sorted((self.corpus / REPRODUCERS_DIR).glob("*.json")):
             for r in load_rounds(path):
+                self.committed.update((id(c), path) for c in r.cases)
                 self.result.cases += len(r.sent())
-                run_round(r, self.port)
+                run_round(r, self.port, self._opened)
             if not self._healthy(f"replaying {path.name}"):
                 self.result.reproducer = path       # the failing input is that file: no new one
                 return False
@@ -208,7 +210,13 @@ class Fuzzer:
         with self._ports_lock:
             cases = list({id(c): c for c in (self.port_users.get(p) for p in sorted(ports)) if c is not None}.values())
         self.result.notes.append(f"the target still holds {len(ports)} connections, opened by {len(cases)} cases")
-        if cases:
+        origins = {self.committed.get(id(c)) for c in cases}
+        if cases and None not in origins:
+            # all of them come from committed reproducers: those files are the input
+            self.result.notes.append("they were sent by " + ", ".join(sorted(p.name for p in origins if p)))
+            self.recent.clear()
+            self.result.reproducer = min(p for p in origins if p)
+        elif cases:
             self.recent = deque((Round([c]) for c in cases[-RECENT:]), maxlen=RECENT)
 
     def _opened(self, port: int, case: Case) -> None:
