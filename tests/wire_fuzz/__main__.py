@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"wire fuzz: FAILED ({'replay' if args.replay is not None else f'seed {result.seed}'}): {result.failure}")
     if result.reproducer is not None:
-        print(f"wire fuzz: the cases in flight are in {result.reproducer}")
+        print(f"wire fuzz: the input is in {result.reproducer}")
     return 1
 
 if __name__ == "__main__":
