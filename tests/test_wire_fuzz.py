@@ -61,7 +61,9 @@ def test_a_recording_holds_every_message_a_client_sends_and_replays_to_the_same_
     assert [c.name for c in cases] == [s.name for s in record.SESSIONS]
     assert set().union(*(c.types() for c in cases)) >= CLIENT_MESSAGES
     by_name = {c.name: c for c in cases}
-    assert "READ" not in by_name["transfers-process-vm"].types()          # that client moves the bytes itself
+    # through the recording proxy no client can prove its identity (its first connection's
+    # endpoints are the proxy's, docs/security.md §2.2): every one moves bytes over the sockets
+    assert "READ" in by_name["transfers-process-vm"].types()
     assert {"READ", "WRITE"} <= set(by_name["transfers-socket"].types())
     hellos = [h for h in map(Header.parse, (s.data for s in by_name["link-twice"].steps)) if h.type_name() == "HELLO"]
     assert [h.a for h in hellos] == [0, 1]                                # HELLO_LINK, then HELLO_CHECK_ONLY
