@@ -533,6 +533,7 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
     mlink *stale = NULL;
     hello_body peer;
     peer_cred cred;
+    uint8_t our_nonce[NONCE_LEN];
     int serve_only = 0;
     served_reap(e);
     pthread_mutex_lock(&e->mu);
@@ -557,6 +558,7 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
     } else {
         peer = p->peer;
         cred = p->cred;
+        memcpy(our_nonce, p->nonce, sizeof our_nonce);
         serve_only = serve_only_side(e, &peer, &cred);
         stale = serve_only ? NULL : link_find_locked(e, client);
         if (stale != NULL && !stale->ready) {
@@ -578,8 +580,12 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
          * or no longer has it (§10.4: it force-unlinked, finalized or died, so its
          * connections are closed). A live link is never replaced by anyone else: whoever
          * else claims its cluster id is refused (GUARD E-25, docs/security.md §2.4). */
-        if ((body.replaces != 0 && body.replaces == stale->token) ||
-            link_gone_within(e, stale, STALE_LINK_WAIT_MS)) {
+        uint8_t want[PROOF_LEN];
+        token_proof(stale->token, "lldd-replace", our_nonce, want);
+        int own = 0;
+        for (int i = 0; i < REVERSE_REPLACES; i++)
+            own |= bytes_equal_ct(want, body.replaces[i], PROOF_LEN);
+        if (own || link_gone_within(e, stale, STALE_LINK_WAIT_MS)) {
             link_drop(e, stale);
             link_unref(stale);
         } else {
@@ -703,7 +709,7 @@ static void on_disconnect(engine *e, int fd, const msg_hdr *h)
     int owner = 0;
     for (size_t i = 0; i < ntok && !owner; i++) {
         uint8_t want[PROOF_LEN];
-        token_proof(tokens[i], nonce, want);
+        token_proof(tokens[i], "lldd-disconnect", nonce, want);
         for (uint32_t k = 0; k < m.count && !owner; k++)
             owner = bytes_equal_ct(want, proofs + (size_t)k * PROOF_LEN, PROOF_LEN);
     }
@@ -1064,12 +1070,20 @@ static lldd_status link_one(cluster_job *job)
     if (e->secret_len > 0)
         secret_proof(e->secret, e->secret_len, "lldd-client", peer.nonce, mine.nonce, token, rbody.proof);
     if (!e->hixl) {
-        /* the link to that listener this one will replace (the listener's id keys it) */
+        /* our other links that the listener's side may be (keyed by its id, or to this
+         * address and still being made by another job of this call): it may replace one
+         * of them with this link (PR-28 keying). Proofs over its nonce, not the tokens: a
+         * listener that is not that link's peer learns nothing it could use elsewhere. */
+        uint64_t tokens[REVERSE_REPLACES];
+        int n = 0;
         pthread_mutex_lock(&e->mu);
-        for (mlink *o = e->links; o != NULL; o = o->next)
-            if (o != l && o->peer_cluster == peer.cluster_id && !o->orphan && o->ready && !o->removed)
-                rbody.replaces = o->token;
+        for (mlink *o = e->links; o != NULL && n < REVERSE_REPLACES; o = o->next)
+            if (o != l && !o->orphan && !o->removed &&
+                (o->peer_cluster == peer.cluster_id || (o->peer_port == port && strcmp(o->peer_ip, ip) == 0)))
+                tokens[n++] = o->token;
         pthread_mutex_unlock(&e->mu);
+        for (int i = 0; i < n; i++)
+            token_proof(tokens[i], "lldd-replace", peer.nonce, rbody.replaces[i]);
     }
     h.payload_len = sizeof rbody;
     r = msg_send(c2, &h, &rbody, sizeof rbody, deadline);
@@ -1205,7 +1219,7 @@ static lldd_status unlink_one(cluster_job *job)
                             tokens[n++] = o->token;
                 pthread_mutex_unlock(&e->mu);
                 for (uint32_t i = 0; i < n; i++)
-                    token_proof(tokens[i], nonce, proofs + (size_t)i * PROOF_LEN);
+                    token_proof(tokens[i], "lldd-disconnect", nonce, proofs + (size_t)i * PROOF_LEN);
             }
             msg_init(&h, MSG_DISCONNECT_PROOF);
             h.count = n;

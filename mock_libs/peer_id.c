@@ -41,14 +41,13 @@ void secret_proof(const uint8_t *secret, size_t secret_len, const char *label, c
     hmac_sha256(secret, secret_len, parts, lens, 4, out);
 }
 
-void token_proof(uint64_t token, const uint8_t nonce[NONCE_LEN], uint8_t out[PROOF_LEN])
+void token_proof(uint64_t token, const char *label, const uint8_t nonce[NONCE_LEN], uint8_t out[PROOF_LEN])
 {
     uint8_t key[8];
     for (int i = 0; i < 8; i++)
         key[i] = (uint8_t)(token >> (8 * i));
-    static const char label[] = "lldd-disconnect";
     const void *parts[2] = {label, nonce};
-    const size_t lens[2] = {sizeof label - 1, NONCE_LEN};
+    const size_t lens[2] = {strlen(label), NONCE_LEN};
     hmac_sha256(key, sizeof key, parts, lens, 2, out);
 }
 

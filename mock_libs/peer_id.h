@@ -52,10 +52,11 @@ int rand_bytes(void *buf, size_t n);
 void secret_proof(const uint8_t *secret, size_t secret_len, const char *label, const uint8_t a[NONCE_LEN],
                   const uint8_t b[NONCE_LEN], uint64_t token, uint8_t out[PROOF_LEN]);
 
-/* The proof that a DISCONNECT's sender holds a link's token, for a challenge nonce:
- * HMAC-SHA-256 keyed by the token's 8 little-endian bytes over "lldd-disconnect" and
- * the nonce. It proves the token without showing it to the listener asked. */
-void token_proof(uint64_t token, const uint8_t nonce[NONCE_LEN], uint8_t out[PROOF_LEN]);
+/* The proof that a DISCONNECT's (label "lldd-disconnect") or a REVERSE's ("lldd-replace")
+ * sender holds a link's token, for a nonce of the listener: HMAC-SHA-256 keyed by the
+ * token's 8 little-endian bytes over the label and the nonce. It proves the token
+ * without showing it to the listener asked (which may not be that link's peer). */
+void token_proof(uint64_t token, const char *label, const uint8_t nonce[NONCE_LEN], uint8_t out[PROOF_LEN]);
 
 /* A TCP endpoint as both ends see it (getsockname on one side, getpeername on the other). */
 typedef struct tp_endpoint {

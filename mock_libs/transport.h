@@ -154,9 +154,13 @@ typedef struct hello_body {
 } hello_body;
 
 /* The body of REVERSE. */
+enum { REVERSE_REPLACES = 4 };
+
 typedef struct reverse_body {
-    uint64_t replaces;             /* the token of the client's own link this one replaces (PR-28
-                                      keying), 0 if none: proves the replacement is the owner's */
+    uint8_t replaces[4][32];       /* proofs (token_proof, "lldd-replace", over the listener's HELLO
+                                      nonce) of the client's other links the listener's side may be:
+                                      a live link with one of those tokens may be replaced (PR-28
+                                      keying, concurrent jobs of one call); zeros = none */
     uint8_t proof[32];             /* the shared secret's proof, zeros when none is in use */
 } reverse_body;
 

@@ -80,6 +80,7 @@ def engines() -> Iterator[Callable[..., native.LlmDataDist]]:
     the test then fails if more engines or mock-ACL allocations are alive than before it.
     """
     made: list[native.LlmDataDist] = []
+    gc.collect()              # what earlier tests dropped unclosed is not this test's leak
     before = _live_mock_objects()
 
     def make(cluster_id: int, role: native.LlmRole = native.LlmRole.PROMPT,

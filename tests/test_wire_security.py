@@ -42,8 +42,8 @@ def engines() -> Iterator[Any]:
             opts[native.OPTION_LISTEN_IP_INFO] = f"127.0.0.1:{port}"
             engine.listen_port = port  # type: ignore[attr-defined]
         opts.setdefault(native.OPTION_DEVICE_ID, "0")
+        made.append(engine)                  # closed also when initialize refuses
         engine.initialize(opts)
-        made.append(engine)
         return engine
 
     yield make
@@ -211,7 +211,7 @@ def test_a_stranger_can_neither_drop_a_live_link_nor_take_its_cluster_id(engines
     peer = wire.RawLink(prompt.listen_port, cluster_id=2, expected=1)
     try:
         assert peer.hello().reply.status == S.LLM_SUCCESS
-        reverse = peer.reverse(replaces=0x5EC0DE)                    # a guessed token
+        reverse = peer.reverse(replaces=wire.token_proof(0x5EC0DE, bytes(16)) * 4)   # guessed proofs
         assert reverse.status == S.LLM_ALREADY_LINK and "GUARD E-25" in reverse.text
     finally:
         peer.close()

@@ -24,7 +24,7 @@ TEXT_LEN = 240
 # tensor_size, stride
 CACHE_WIRE = struct.Struct("=qIIIIIIQQQQ")
 REGION = struct.Struct("=IIQQ")      # tensor, reserved, offset, len
-REVERSE = struct.Struct("=Q32s")     # the token of the client's link this one replaces, the secret's proof
+REVERSE = struct.Struct("=128s32s")  # proofs of the client's links this one may replace, the secret's proof
 # token, then two endpoints (family, port, addr[16]) of c1: the client's end, the listener's end
 ENDPOINT = struct.Struct("=HH16s")
 ID_REQUEST = struct.Struct("=Q20s20s")
@@ -124,7 +124,7 @@ class RawLink:
         assert reply.kind == MSG_HELLO_REPLY and len(reply.body) == HELLO.size + TEXT_LEN
         return Hello(reply, HELLO.unpack_from(reply.body))
 
-    def reverse(self, proof: bytes = bytes(32), replaces: int = 0) -> Reply:
+    def reverse(self, proof: bytes = bytes(32), replaces: bytes = bytes(128)) -> Reply:
         self.c2 = socket.create_connection((self.host, self.port), timeout=self.timeout)
         body = REVERSE.pack(replaces, proof)
         self.c2.sendall(header(MSG_REVERSE, a=self.token, b=self.cluster_id, payload_len=len(body)) + body)
@@ -252,7 +252,7 @@ def raw_link(port: int, cluster_id: int, expected: int, token: int) -> tuple[soc
     status, text = hello(c1, cluster_id, expected, token)
     assert status == 0, text
     c2 = connect(port)
-    send_hdr(c2, MSG_REVERSE, a=token, b=cluster_id, payload=REVERSE.pack(0, bytes(32)))
+    send_hdr(c2, MSG_REVERSE, a=token, b=cluster_id, payload=REVERSE.pack(bytes(128), bytes(32)))
     kind, status, _, _, length = recv_hdr(c2)
     recv_exact(c2, length)
     assert (kind, status) == (MSG_REVERSE_REPLY, 0)
