@@ -48,6 +48,7 @@
  * own mutex, because aclInit reads a file.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -405,13 +406,15 @@ static int arena_grow_locked(size_t need)
     if (g_arena_off || n >= ARENA_MAX_CHUNKS || need > SIZE_MAX / 2)
         return -1;
     size_t size = round_up(need > ARENA_CHUNK_BYTES ? need : ARENA_CHUNK_BYTES, page_bytes());
-    int fd = memfd_create("lldd-mock-arena", MFD_CLOEXEC);
+    int fd = memfd_create("lldd-mock-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (fd < 0) {
         g_arena_off = 1;
         return -1;
     }
     void *mem = MAP_FAILED;
-    if (ftruncate(fd, (off_t)size) == 0)
+    /* sealed at its size: a peer that maps it can rely on every page being there */
+    if (ftruncate(fd, (off_t)size) == 0 &&
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
         mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (mem == MAP_FAILED) {
         close(fd);

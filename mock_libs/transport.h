@@ -104,8 +104,10 @@ enum msg_type {
     MSG_IDENTIFY,           /* identity channel (peer_id.h): body id_request                 */
     MSG_IDENTIFY_REPLY,     /* status 0: the claim is accepted                               */
     MSG_DISCONNECT_CHALLENGE, /* body: a fresh nonce (16 bytes)                 -> PROOF      */
-    MSG_DISCONNECT_PROOF    /* count proofs of 32 bytes: one per link token the client holds,
+    MSG_DISCONNECT_PROOF,   /* count proofs of 32 bytes: one per link token the client holds,
                                HMAC-SHA-256(token, "lldd-disconnect" nonce) -> MSG_DISCONNECT_REPLY */
+    MSG_MAP,                /* identity channel (peer_id.h): body map_request                */
+    MSG_MAP_REPLY           /* status; count map_desc, the chunks' memfds as SCM_RIGHTS      */
 };
 
 enum { DISCONNECT_MAX_PROOFS = 4096 };
