@@ -32,7 +32,9 @@ ID_REQUEST = struct.Struct("=Q20s20s")
 (MSG_HELLO, MSG_HELLO_REPLY, MSG_REVERSE, MSG_REVERSE_REPLY, MSG_DISCONNECT, MSG_DISCONNECT_REPLY, MSG_PIN,
  MSG_PIN_REPLY, MSG_UNPIN, MSG_READ, MSG_READ_REPLY, MSG_WRITE, MSG_WRITE_REPLY, MSG_RESOLVE, MSG_RESOLVE_REPLY,
  MSG_RELEASE, MSG_RELEASE_REPLY, MSG_PIN_ADDR, MSG_PIN_ADDR_REPLY, MSG_IDENTIFY, MSG_IDENTIFY_REPLY,
- MSG_DISCONNECT_CHALLENGE, MSG_DISCONNECT_PROOF) = range(1, 24)
+ MSG_DISCONNECT_CHALLENGE, MSG_DISCONNECT_PROOF, MSG_MAP, MSG_MAP_REPLY) = range(1, 26)
+MAP_REQUEST = struct.Struct("=QQ")   # the link's token, the first chunk asked for
+MAP_DESC = struct.Struct("=QQ")      # a chunk's base in its process, its size
 HELLO_LINK = 0
 MODE_DIRECT = 1
 
@@ -195,6 +197,22 @@ def identify(channel: str, token: int, c1: socket.socket) -> int:
         body = ID_REQUEST.pack(token, endpoint(c1.getsockname()), endpoint(c1.getpeername()))
         u.sendall(header(MSG_IDENTIFY, payload_len=len(body)) + body)
         return recv_reply(u).status
+
+
+def map_chunks(channel: str, token: int, first: int = 0) -> tuple[int, list[tuple[int, int]], list[int]]:
+    """MAP on a listener's identity channel (docs/security.md §2.7): the reply's status,
+    the chunks it describes (base, size) and the file descriptors that came with it
+    (the caller closes them)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as u:
+        u.settimeout(5)
+        u.connect("\0" + channel)
+        body = MAP_REQUEST.pack(token, first)
+        u.sendall(header(MSG_MAP, payload_len=len(body)) + body)
+        head, fds, _flags, _addr = socket.recv_fds(u, HDR.size, 64)
+        _magic, kind, _version, status, count, _a, _b, payload_len = HDR.unpack(head)
+        assert kind == MSG_MAP_REPLY and payload_len == count * MAP_DESC.size
+        body = recv_exact(u, payload_len)
+        return status, [MAP_DESC.unpack_from(body, i * MAP_DESC.size) for i in range(count)], fds
 
 
 # ---- socket-level helpers (tests of the bounds: docs/security.md §3) ----------------------
