@@ -14,6 +14,11 @@ a baseline measured once, before or after, would move the ratios with it). Rows:
   socket fall-back of the mock);
 - ``push_kv_blocks`` in the same two settings.
 
+``--memory library`` puts every cache in memory of the ACL runtime
+(``acl.shared_array``) instead of numpy arrays: across processes the mock then copies
+between mappings of each other's library memory (docs/security.md §2.7). Each row
+names the path its transfers took (``mock_control.last_transfer_path``).
+
 This is a benchmark, not a test: it asserts nothing about speed. It does check that
 the bytes arrived, so a fast wrong answer cannot pass for a result. ``--json`` prints
 the rows as JSON. Sizes that do not fit in the available memory are refused before
@@ -43,14 +48,22 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _tensors(count: int, blocks: int, block_bytes: int, fill: int) -> list[np.ndarray]:
-    return [np.full((blocks, block_bytes), (fill + i) % 251, dtype=np.uint8) for i in range(count)]
+def _tensors(count: int, blocks: int, block_bytes: int, fill: int, memory: str = "user") -> list[np.ndarray]:
+    if memory == "user":
+        return [np.full((blocks, block_bytes), (fill + i) % 251, dtype=np.uint8) for i in range(count)]
+    from . import acl
+
+    acl.set_device(0)
+    tensors = [acl.shared_array((blocks, block_bytes)) for _ in range(count)]
+    for i, tensor in enumerate(tensors):
+        tensor.fill((fill + i) % 251)
+    return tensors
 
 
 def _serve(args: argparse.Namespace) -> int:
     from . import native
 
-    tensors = _tensors(args.tensors, args.blocks, args.block_bytes, fill=7)
+    tensors = _tensors(args.tensors, args.blocks, args.block_bytes, fill=7, memory=args.memory)
     with native.LlmDataDist(SRC_CLUSTER, native.LlmRole.PROMPT) as engine:
         engine.initialize({native.OPTION_DEVICE_ID: "0",
                            native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{args.port}"})
@@ -92,7 +105,7 @@ def _link(engine: Any, port: int) -> Any:
 
 
 def _run(args: argparse.Namespace) -> List[Dict[str, Any]]:
-    from . import native
+    from . import mock_control, native
 
     check_fits(_memory_needed(args), f"a bench of {args.tensors} tensors x {args.blocks} blocks x "
                f"{args.block_bytes} B (three copies: local, in-process source, source process)",
@@ -117,7 +130,8 @@ def _run(args: argparse.Namespace) -> List[Dict[str, Any]]:
             got = local[0][blocks.astype(np.intp)]
             if not (got == expect).all():
                 raise CommandError(f"pull_kv_blocks ({where}, {shape}) moved wrong bytes", status=1)
-            rows.append(_row("pull_kv_blocks", where, shape, nbytes, seconds, baseline))
+            rows.append(_row("pull_kv_blocks", where, shape, nbytes, seconds, baseline,
+                             mock_control.last_transfer_path(engine, SRC_CLUSTER)))
 
             def push() -> None:
                 engine.push_kv_blocks(native.Cache(local_id, cache_desc=None),
@@ -125,10 +139,11 @@ def _run(args: argparse.Namespace) -> List[Dict[str, Any]]:
                                       native.KvCacheExtParam((0, last_layer), (0, last_layer)))
 
             seconds, baseline = _best_interleaved(push, nbytes, args.repeat)
-            rows.append(_row("push_kv_blocks", where, shape, nbytes, seconds, baseline))
+            rows.append(_row("push_kv_blocks", where, shape, nbytes, seconds, baseline,
+                             mock_control.last_transfer_path(engine, SRC_CLUSTER)))
 
     desc = native.CacheDesc(args.tensors, native.DataType.DT_UINT8, [args.blocks, args.block_bytes])
-    local = _tensors(args.tensors, args.blocks, args.block_bytes, fill=0)
+    local = _tensors(args.tensors, args.blocks, args.block_bytes, fill=0, memory=args.memory)
     with native.LlmDataDist(DST_CLUSTER, native.LlmRole.DECODER) as dst_engine:
         dst_engine.initialize({native.OPTION_DEVICE_ID: "1"})
         local_id = dst_engine.register_kv_cache(desc, [t.ctypes.data for t in local])
@@ -137,7 +152,7 @@ def _run(args: argparse.Namespace) -> List[Dict[str, Any]]:
         port = _free_port()
         with native.LlmDataDist(SRC_CLUSTER, native.LlmRole.PROMPT) as src_engine:
             src_engine.initialize({native.OPTION_DEVICE_ID: "0", native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{port}"})
-            remote = _tensors(args.tensors, args.blocks, args.block_bytes, fill=7)
+            remote = _tensors(args.tensors, args.blocks, args.block_bytes, fill=7, memory=args.memory)
             remote_id = src_engine.register_kv_cache(desc, [t.ctypes.data for t in remote])
             cluster = _link(dst_engine, port)
             measure("in-process", dst_engine, remote_id, local_id, local, expect=7)
@@ -147,7 +162,7 @@ def _run(args: argparse.Namespace) -> List[Dict[str, Any]]:
         # 2. the source engine in another process
         port = _free_port()
         child = spawn(["llm_datadist_ffi._bench", "--serve", "--port", str(port), "--tensors", str(args.tensors),
-                       "--blocks", str(args.blocks), "--block-bytes", str(args.block_bytes)])
+                       "--blocks", str(args.blocks), "--block-bytes", str(args.block_bytes), "--memory", args.memory])
         assert child.stdin is not None and child.stdout is not None
         try:
             line = child.stdout.readline().split()
@@ -165,9 +180,10 @@ def _run(args: argparse.Namespace) -> List[Dict[str, Any]]:
     return rows
 
 
-def _row(call: str, where: str, shape: str, nbytes: int, seconds: float, baseline: float) -> Dict[str, Any]:
+def _row(call: str, where: str, shape: str, nbytes: int, seconds: float, baseline: float,
+         path: str) -> Dict[str, Any]:
     seconds, baseline = max(seconds, 1e-9), max(baseline, 1e-9)     # below the clock's resolution
-    return {"transfer": f"{call} {where}, {shape}", "bytes": nbytes, "seconds": seconds,
+    return {"transfer": f"{call} {where}, {shape}", "path": path, "bytes": nbytes, "seconds": seconds,
             "gb_per_s": nbytes / seconds / 1e9, "memcpy_seconds": baseline,
             "memcpy_gb_per_s": nbytes / baseline / 1e9, "x_memcpy": baseline / seconds}
 
@@ -175,14 +191,14 @@ def _row(call: str, where: str, shape: str, nbytes: int, seconds: float, baselin
 def _report(args: argparse.Namespace, rows: List[Dict[str, Any]]) -> None:
     if args.json:
         print(json.dumps({"tensors": args.tensors, "blocks": args.blocks, "block_bytes": args.block_bytes,
-                          "repeat": args.repeat, "rows": rows}, indent=2))
+                          "repeat": args.repeat, "memory": args.memory, "rows": rows}, indent=2))
         return
-    print(f"{args.tensors} tensors x {args.blocks} blocks x {args.block_bytes} B; best of {args.repeat}, each "
-          "transfer followed by a memcpy of the same bytes")
-    print(f"{'transfer':<42} {'bytes':>11} {'ms':>9} {'GB/s':>7} {'memcpy GB/s':>11} {'x memcpy':>9}")
+    print(f"{args.tensors} tensors x {args.blocks} blocks x {args.block_bytes} B of {args.memory} memory; best of "
+          f"{args.repeat}, each transfer followed by a memcpy of the same bytes")
+    print(f"{'transfer':<42} {'path':<12} {'bytes':>11} {'ms':>9} {'GB/s':>7} {'memcpy GB/s':>11} {'x memcpy':>9}")
     for row in rows:
-        print(f"{row['transfer']:<42} {row['bytes']:>11} {row['seconds'] * 1e3:>9.3f} {row['gb_per_s']:>7.2f} "
-              f"{row['memcpy_gb_per_s']:>11.2f} {row['x_memcpy']:>9.2f}")
+        print(f"{row['transfer']:<42} {row['path']:<12} {row['bytes']:>11} {row['seconds'] * 1e3:>9.3f} "
+              f"{row['gb_per_s']:>7.2f} {row['memcpy_gb_per_s']:>11.2f} {row['x_memcpy']:>9.2f}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -192,6 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--blocks", type=int_in(1, 2**31), default=512, help="blocks per tensor, >= 1")
     parser.add_argument("--block-bytes", type=int_in(1, 2**31), default=16384, help="bytes per block, >= 1")
     parser.add_argument("--repeat", type=int_in(1, 10**6), default=5, help="repetitions per row (best is kept)")
+    parser.add_argument("--memory", choices=("user", "library"), default="user",
+                        help="caches in numpy arrays (user) or in the ACL runtime's memory (library: acl.shared_array)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int_in(0, 65535), default=0, help=argparse.SUPPRESS)
