@@ -970,8 +970,9 @@ def shared_tensor(shape: Union[int, tuple[int, ...], list[int]], dtype: Any = No
         ImportError: torch is not installed.
         TypeError, ValueError, AclError: see :func:`shared_array`.
     """
-    import torch   # an optional dependency
+    import importlib
 
+    torch: Any = importlib.import_module("torch")   # an optional dependency, untyped here
     kind = torch.uint8 if dtype is None else dtype
     numpy_kind = torch.empty(0, dtype=kind).numpy().dtype
     return torch.from_numpy(shared_array(shape, numpy_kind))

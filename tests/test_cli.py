@@ -131,6 +131,16 @@ def test_bench_json_has_one_row_per_transfer_with_its_own_baseline() -> None:
         assert row["gb_per_s"] == pytest.approx(row["bytes"] / row["seconds"] / 1e9)
 
 
+@pytest.mark.parametrize(("memory", "cross_process_path"), [("user", "process_vm"), ("library", "shared")])
+def test_bench_rows_name_the_path_their_memory_took(memory: str, cross_process_path: str) -> None:
+    result = run("bench", "--tensors", "2", "--blocks", "4", "--block-bytes", "256", "--repeat", "1",
+                 "--memory", memory, "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["memory"] == memory
+    assert [row["path"] for row in report["rows"]] == ["same-process"] * 4 + [cross_process_path] * 4
+
+
 def test_bench_times_a_memcpy_right_after_each_repetition_of_a_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
     events: List[Any] = []
     monkeypatch.setattr(_bench, "memcpy_seconds", lambda nbytes: events.append(("memcpy", nbytes)) or 0.5)

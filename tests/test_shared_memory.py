@@ -9,6 +9,7 @@ bytes, so the expected bytes come from the same generator, not from the code und
 """
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import signal
@@ -325,3 +326,22 @@ def test_a_shared_tensor_views_a_shared_array() -> None:
     acl.set_device(0)
     tensor = acl.shared_tensor((2, 3), torch.int16)
     assert tuple(tensor.shape) == (2, 3) and tensor.dtype == torch.int16 and not tensor.any()
+
+
+def test_space_of_forgotten_frees_is_reused_and_live_allocations_never_overlap() -> None:
+    acl.set_device(0)
+    rng = np.random.default_rng(1)
+    sizes = [int(n) for n in rng.integers(1, 70000, size=5000)]       # more frees than the 4096 remembered
+    first = [acl.malloc_host(n) for n in sizes]
+    for address in first:
+        acl.free_host(address)
+    live = sorted((acl.malloc_host(n), n) for n in sizes + sizes)
+    try:
+        assert set(first) & {address for address, _ in live}            # forgotten space came back
+        assert all(a + n <= b for (a, n), (b, _) in zip(live, live[1:]))
+        for i, (address, n) in enumerate(live):
+            ctypes.memset(address, i % 251, n)
+        assert all(ctypes.string_at(address, n) == bytes([i % 251]) * n for i, (address, n) in enumerate(live))
+    finally:
+        for address, _ in live:
+            acl.free_host(address)
