@@ -738,8 +738,9 @@ static void on_identify(engine *e, int fd, const id_request *rq, const peer_cred
 
 /* MAP on the identity channel (docs/security.md §2.7): the descriptors and memfds of
  * this process's arena chunks, only to the process the kernel identified as the peer of
- * the link whose token the request names, and only if that process is of our user,
- * another process, and the link may use process_vm at all. */
+ * the link whose token the request names, only if that process is of our user, another
+ * process, the link may use process_vm at all, and the process proves it can read our
+ * memory with process_vm_readv (the kernel's own access check, which e.g. Yama narrows). */
 static void on_map(engine *e, int fd, const map_request *req, const peer_cred *cred)
 {
     int ok = 0;
@@ -752,6 +753,8 @@ static void on_map(engine *e, int fd, const map_request *req, const peer_cred *c
                      l->addr_ok && l->peer_pid == cred->pid;
         pthread_mutex_unlock(&e->mu);
     }
+    if (ok)
+        ok = idch_map_challenge(fd, tp_deadline(IDENTIFY_WAIT_MS));
     mock_arena_chunk chunks[MAP_BATCH];
     map_desc descs[MAP_BATCH];
     int fds[MAP_BATCH];

@@ -118,14 +118,12 @@ int link_map_refresh(mlink *l)
         map_desc descs[MAP_BATCH];
         int fds[MAP_BATCH];
         size_t n = 0;
-        peer_cred server;
-        if (idch_map(l->peer_id_channel, &req, tp_deadline(MAP_WAIT_MS), &server, descs, fds, &n) != 0) {
+        if (idch_map(l->peer_id_channel, l->peer_pid, &req, tp_deadline(MAP_WAIT_MS), descs, fds, &n) != 0) {
             l->map_refused = 1;
             return added;
         }
-        /* only the process the link holds may hand us memory to write into: after the
-         * peer's exit its channel's name is free for anyone to bind */
-        if (!server.known || server.pid != l->peer_pid || !pidfd_alive(l->peer_pidfd)) {
+        /* the pid the reply came from is still the process the link holds */
+        if (!pidfd_alive(l->peer_pidfd)) {
             for (size_t i = 0; i < n; i++)
                 close(fds[i]);
             l->map_refused = 1;

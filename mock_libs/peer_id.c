@@ -4,10 +4,12 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -186,6 +188,26 @@ int idch_read_msg(int fd, int64_t deadline, peer_cred *cred, uint16_t *type, id_
     return -1;
 }
 
+int idch_map_challenge(int fd, int64_t deadline)
+{
+    /* on the heap, like any of our data: the client must be able to read that */
+    uint8_t *nonce = malloc(MAP_NONCE_LEN);
+    uint8_t proof[MAP_NONCE_LEN];
+    if (nonce == NULL || rand_bytes(nonce, MAP_NONCE_LEN) != 0) {
+        free(nonce);
+        return 0;
+    }
+    msg_hdr h;
+    msg_init(&h, MSG_MAP_CHALLENGE);
+    h.a = (uint64_t)(uintptr_t)nonce;
+    h.b = MAP_NONCE_LEN;
+    int ok = msg_send(fd, &h, NULL, 0, deadline) == TP_OK && msg_recv_hdr(fd, &h, deadline) == TP_OK &&
+             h.type == MSG_MAP_PROOF && h.payload_len == MAP_NONCE_LEN &&
+             tp_recv_all(fd, proof, sizeof proof, deadline) == TP_OK && bytes_equal_ct(proof, nonce, MAP_NONCE_LEN);
+    free(nonce);
+    return ok;
+}
+
 void idch_answer_map(int fd, uint32_t status, const map_desc *descs, const int *fds, size_t n)
 {
     msg_hdr h;
@@ -228,11 +250,26 @@ static void close_fds(int *fds, size_t n)
         close(fds[i]);
 }
 
-int idch_map(const char *name, const map_request *req, int64_t deadline, peer_cred *server, map_desc *descs,
-             int *fds, size_t *n)
+/* Client: answers the listener's challenge with the nonce read out of its memory. */
+static int map_prove(int fd, pid_t pid, int64_t deadline)
+{
+    msg_hdr h;
+    uint8_t nonce[MAP_NONCE_LEN];
+    if (msg_recv_hdr(fd, &h, deadline) != TP_OK || h.type != MSG_MAP_CHALLENGE || h.b != MAP_NONCE_LEN ||
+        h.payload_len != 0)
+        return -1;
+    struct iovec local = {nonce, sizeof nonce}, remote = {(void *)(uintptr_t)h.a, sizeof nonce};
+    if (process_vm_readv(pid, &local, 1, &remote, 1, 0) != (ssize_t)sizeof nonce)
+        return -1;
+    msg_init(&h, MSG_MAP_PROOF);
+    h.payload_len = sizeof nonce;
+    return msg_send(fd, &h, nonce, sizeof nonce, deadline) == TP_OK ? 0 : -1;
+}
+
+int idch_map(const char *name, pid_t pid, const map_request *req, int64_t deadline, map_desc *descs, int *fds,
+             size_t *n)
 {
     *n = 0;
-    memset(server, 0, sizeof *server);
     if (name == NULL || name[0] == '\0' || memchr(name, '\0', ID_NAME_LEN) == NULL)
         return -1;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -243,8 +280,12 @@ int idch_map(const char *name, const map_request *req, int64_t deadline, peer_cr
     msg_hdr h;
     msg_init(&h, MSG_MAP);
     h.payload_len = sizeof *req;
+    peer_cred server;
+    /* only the process the link holds may hand us memory to write into: after the
+     * peer's exit its channel's name is free for anyone to bind */
     if (connect(fd, (struct sockaddr *)&sa, len) != 0 || fcntl(fd, F_SETFL, O_NONBLOCK) != 0 ||
-        cred_of(fd, server) != 0 || msg_send(fd, &h, req, sizeof *req, deadline) != TP_OK) {
+        cred_of(fd, &server) != 0 || server.pid != pid || msg_send(fd, &h, req, sizeof *req, deadline) != TP_OK ||
+        map_prove(fd, pid, deadline) != 0) {
         close(fd);
         return -1;
     }

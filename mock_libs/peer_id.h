@@ -93,10 +93,12 @@ void idch_answer(int fd, uint32_t status);
 
 /* ---- shared library memory (docs/security.md §2.7) ----
  * A client that holds a link to an identified peer of the same user asks the peer's
- * identity channel with MAP {the link's token, from}: the peer answers with the
- * descriptors of its arena chunks from, from + 1, ... (at most MAP_BATCH) and their
- * memfds, sealed against shrinking, attached as SCM_RIGHTS. */
-enum { MAP_BATCH = 64 };
+ * identity channel with MAP {the link's token, from}. The peer challenges it to read a
+ * fresh nonce out of the peer's memory with process_vm_readv (so a mapping goes only to
+ * a process the kernel already lets read and write the peer's memory) and, given the
+ * nonce back, answers with the descriptors of its arena chunks from, from + 1, ... (at
+ * most MAP_BATCH) and their memfds, sealed against shrinking, attached as SCM_RIGHTS. */
+enum { MAP_BATCH = 64, MAP_NONCE_LEN = 32 };
 
 typedef struct map_request {
     uint64_t token;
@@ -112,13 +114,15 @@ typedef struct map_desc {
  * process's credentials. *type is MSG_IDENTIFY (ident filled) or MSG_MAP (map
  * filled). 0 or -1. */
 int idch_read_msg(int fd, int64_t deadline, peer_cred *cred, uint16_t *type, id_request *ident, map_request *map);
+/* Server: 1 if the client reads back, from this process's memory, a fresh nonce. */
+int idch_map_challenge(int fd, int64_t deadline);
 /* Server: answers MAP with n chunk descriptors and their fds (status 0), or a refusal. */
 void idch_answer_map(int fd, uint32_t status, const map_desc *descs, const int *fds, size_t n);
-/* Client: asks the identity channel `name` for chunks. On 0, *server names the process
- * that answered, *n descriptors and fds (the caller's to close) were received. -1 on a
+/* Client: asks the identity channel `name`, which must be served by process `pid`, for
+ * chunks. On 0, *n descriptors and fds (the caller's to close) were received. -1 on a
  * refusal or a broken exchange (nothing to close). */
-int idch_map(const char *name, const map_request *req, int64_t deadline, peer_cred *server, map_desc *descs,
-             int *fds, size_t *n);
+int idch_map(const char *name, pid_t pid, const map_request *req, int64_t deadline, map_desc *descs, int *fds,
+             size_t *n);
 
 /* A pidfd for pid, or -1 where the kernel has none (then no process_vm path). */
 int pidfd_hold(pid_t pid);

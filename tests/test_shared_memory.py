@@ -228,21 +228,22 @@ RAW_PEER = textwrap.dedent("""
     sys.path.insert(0, sys.argv[1])
     import wire_support as wire
     port, identify, token_xor = int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4])
+    proof = bytes(32) if sys.argv[5] == "forge" else None
     peer = wire.RawLink(port, cluster_id=66, expected=1)
     hello = peer.hello()
     if identify:
         assert wire.identify(hello.id_channel, peer.token, peer.c1) == 0
     assert peer.reverse().status == 0
-    status, chunks, fds = wire.map_chunks(hello.id_channel, peer.token ^ token_xor)
+    status, chunks, fds = wire.map_chunks(hello.id_channel, peer.token ^ token_xor, proof=proof)
     sizes = [os.fstat(fd).st_size for fd in fds]
     print(json.dumps({"status": status, "chunks": chunks, "sizes": sizes}), flush=True)
     sys.stdin.readline()
 """)
 
 
-def raw_peer_map(port: int, identify: bool, token_xor: int = 0) -> dict[str, Any]:
+def raw_peer_map(port: int, identify: bool, token_xor: int = 0, forge: bool = False) -> dict[str, Any]:
     child = subprocess.Popen([sys.executable, "-c", RAW_PEER, str(Path(__file__).parent), str(port),
-                              "1" if identify else "0", str(token_xor)],
+                              "1" if identify else "0", str(token_xor), "forge" if forge else "read"],
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
@@ -281,6 +282,11 @@ def test_a_peer_nobody_identified_gets_no_mapping(listener: Any) -> None:
 
 def test_an_identified_peer_naming_another_token_gets_no_mapping(listener: Any) -> None:
     reply = raw_peer_map(listener.listen_port, identify=True, token_xor=1)
+    assert (reply["status"], reply["chunks"], reply["sizes"]) == (1, [], [])
+
+
+def test_an_identified_peer_that_does_not_read_the_listeners_nonce_gets_no_mapping(listener: Any) -> None:
+    reply = raw_peer_map(listener.listen_port, identify=True, forge=True)
     assert (reply["status"], reply["chunks"], reply["sizes"]) == (1, [], [])
 
 
