@@ -26,10 +26,10 @@
  *
  * Freed allocations stay in the tree, marked not live, so that a later copy into
  * one is reported as a use after free rather than as "unknown memory". Their memory
- * is held back from the C allocator while the record exists: otherwise the C
- * allocator could hand the same addresses to a numpy array or a Python bytes object,
- * and a legitimate copy from it would be reported as a use after free; and a copy
- * into a large freed buffer would fault on unmapped memory instead of being
+ * is held back from the arena (and, for heap allocations, from the C allocator) while
+ * the record exists: otherwise the same addresses could go to another allocation (or
+ * a numpy array), and a legitimate copy from it would be reported as a use after free;
+ * and a copy into a large freed buffer would fault on unmapped memory instead of being
  * reported. Held memory keeps its addresses but gives its whole pages back to the
  * system (madvise), so it costs address space rather than memory. It is bounded
  * (FREED_MAX_RECORDS records, FREED_MAX_BYTES bytes, oldest released first); under
