@@ -608,7 +608,9 @@ static int move_shared(mlink *l, const plan *p, int pull)
     region_iter it;
     region r;
     region_iter_init(&it, p);
-    int stream = HAVE_STREAM_COPY && plan_bytes(p) >= STREAM_MIN_TOTAL;
+#if HAVE_STREAM_COPY
+    int stream = plan_bytes(p) >= STREAM_MIN_TOTAL;
+#endif
     while (region_next(&it, &r)) {
         char *s = src_ptr(p, &r), *d = dst_ptr(p, &r);
         if (pull)
