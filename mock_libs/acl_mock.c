@@ -399,9 +399,35 @@ static size_t extent_take(arena_chunk *c, size_t need)
     return SIZE_MAX;
 }
 
+/* In a child of fork(): the parent's chunks become private copies (copy on write), as
+ * heap memory is, so the child cannot write into its parent's memory; and they are
+ * never handed to a peer of the child (their memfds are the parent's). Chunks the child
+ * makes itself are shared as usual. */
+static void arena_after_fork_child(void)
+{
+    size_t n = atomic_load(&g_chunk_count);
+    for (size_t i = 0; i < n; i++) {
+        arena_chunk *c = &g_chunks[i];
+        if (c->fd < 0)
+            continue;
+        /* same addresses, same bytes; if this fails the chunk stays shared with the parent,
+         * which is what every chunk was before this handler existed */
+        (void)mmap((void *)c->base, c->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, c->fd, 0);
+        close(c->fd);
+        c->fd = -1;
+    }
+}
+
+static void arena_register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, arena_after_fork_child);
+}
+
 /* A new chunk of at least `need` bytes; its index, or -1. Lock held exclusively. */
 static int arena_grow_locked(size_t need)
 {
+    static pthread_once_t fork_handler = PTHREAD_ONCE_INIT;
+    pthread_once(&fork_handler, arena_register_fork_handler);
     size_t n = atomic_load(&g_chunk_count);
     if (g_arena_off || n >= ARENA_MAX_CHUNKS || need > SIZE_MAX / 2)
         return -1;
@@ -480,14 +506,18 @@ static void arena_free_locked(int chunk, uintptr_t base, size_t size)
     (void)extent_give(c, base - ARENA_LEAD - c->base, arena_need(size));
 }
 
-size_t mock_arena_chunks(size_t from, mock_arena_chunk *out, size_t max)
+size_t mock_arena_chunks(size_t from, mock_arena_chunk *out, size_t max, size_t *next)
 {
-    size_t n = atomic_load(&g_chunk_count), k = 0;
-    for (size_t i = from; i < n && k < max; i++, k++) {
+    size_t n = atomic_load(&g_chunk_count), k = 0, i = from;
+    for (; i < n && k < max; i++) {
+        if (g_chunks[i].fd < 0)
+            continue; /* a parent's chunk in a child of fork() */
         out[k].base = g_chunks[i].base;
         out[k].size = g_chunks[i].size;
         out[k].fd = g_chunks[i].fd;
+        k++;
     }
+    *next = i;
     return k;
 }
 

@@ -758,15 +758,15 @@ static void on_map(engine *e, int fd, const map_request *req, const peer_cred *c
     mock_arena_chunk chunks[MAP_BATCH];
     map_desc descs[MAP_BATCH];
     int fds[MAP_BATCH];
-    size_t n = 0;
+    size_t n = 0, next = 0;
     if (ok && req->from < SIZE_MAX)
-        n = mock_arena_chunks((size_t)req->from, chunks, MAP_BATCH);
+        n = mock_arena_chunks((size_t)req->from, chunks, MAP_BATCH, &next);
     for (size_t i = 0; i < n; i++) {
         descs[i].base = chunks[i].base;
         descs[i].size = chunks[i].size;
         fds[i] = chunks[i].fd;
     }
-    idch_answer_map(fd, ok ? 0 : 1, descs, fds, n);
+    idch_answer_map(fd, ok ? 0 : 1, descs, fds, n, next);
 }
 
 /* The first message of an identity-channel connection: IDENTIFY or MAP. */

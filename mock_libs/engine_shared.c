@@ -118,7 +118,8 @@ int link_map_refresh(mlink *l)
         map_desc descs[MAP_BATCH];
         int fds[MAP_BATCH];
         size_t n = 0;
-        if (idch_map(l->peer_id_channel, l->peer_pid, &req, tp_deadline(MAP_WAIT_MS), descs, fds, &n) != 0) {
+        uint64_t next = 0;
+        if (idch_map(l->peer_id_channel, l->peer_pid, &req, tp_deadline(MAP_WAIT_MS), descs, fds, &n, &next) != 0) {
             l->map_refused = 1;
             return added;
         }
@@ -131,7 +132,7 @@ int link_map_refresh(mlink *l)
         }
         for (size_t i = 0; i < n; i++)
             added |= map_one(l, &descs[i], fds[i]);
-        l->map_from += n;
+        l->map_from = next;
         if (n < MAP_BATCH)
             return added;
     }

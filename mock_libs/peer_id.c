@@ -208,11 +208,12 @@ int idch_map_challenge(int fd, int64_t deadline)
     return ok;
 }
 
-void idch_answer_map(int fd, uint32_t status, const map_desc *descs, const int *fds, size_t n)
+void idch_answer_map(int fd, uint32_t status, const map_desc *descs, const int *fds, size_t n, uint64_t next)
 {
     msg_hdr h;
     msg_init(&h, MSG_MAP_REPLY);
     h.status = status;
+    h.a = status == 0 ? next : 0;
     if (status != 0 || n > MAP_BATCH)
         n = 0;
     h.count = (uint32_t)n;
@@ -267,9 +268,10 @@ static int map_prove(int fd, pid_t pid, int64_t deadline)
 }
 
 int idch_map(const char *name, pid_t pid, const map_request *req, int64_t deadline, map_desc *descs, int *fds,
-             size_t *n)
+             size_t *n, uint64_t *next)
 {
     *n = 0;
+    *next = req->from;
     if (name == NULL || name[0] == '\0' || memchr(name, '\0', ID_NAME_LEN) == NULL)
         return -1;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -326,7 +328,7 @@ int idch_map(const char *name, pid_t pid, const map_request *req, int64_t deadli
     }
     int ok = got == (ssize_t)sizeof h && !(m.msg_flags & MSG_CTRUNC) && h.magic == PROTO_MAGIC &&
              h.version == PROTO_VERSION && h.type == MSG_MAP_REPLY && h.status == 0 && h.count <= MAP_BATCH &&
-             h.count == nfds && h.payload_len == (uint64_t)h.count * sizeof *descs;
+             h.count == nfds && h.payload_len == (uint64_t)h.count * sizeof *descs && h.a >= req->from;
     if (ok && h.count > 0)
         ok = tp_recv_all(fd, descs, h.count * sizeof *descs, deadline) == TP_OK;
     close(fd);
@@ -335,6 +337,7 @@ int idch_map(const char *name, pid_t pid, const map_request *req, int64_t deadli
         return -1;
     }
     *n = nfds;
+    *next = h.a;
     return 0;
 }
 

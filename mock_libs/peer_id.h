@@ -116,13 +116,15 @@ typedef struct map_desc {
 int idch_read_msg(int fd, int64_t deadline, peer_cred *cred, uint16_t *type, id_request *ident, map_request *map);
 /* Server: 1 if the client reads back, from this process's memory, a fresh nonce. */
 int idch_map_challenge(int fd, int64_t deadline);
-/* Server: answers MAP with n chunk descriptors and their fds (status 0), or a refusal. */
-void idch_answer_map(int fd, uint32_t status, const map_desc *descs, const int *fds, size_t n);
+/* Server: answers MAP with n chunk descriptors and their fds and the chunk number to ask
+ * from next (status 0), or a refusal. */
+void idch_answer_map(int fd, uint32_t status, const map_desc *descs, const int *fds, size_t n, uint64_t next);
 /* Client: asks the identity channel `name`, which must be served by process `pid`, for
- * chunks. On 0, *n descriptors and fds (the caller's to close) were received. -1 on a
- * refusal or a broken exchange (nothing to close). */
+ * chunks. On 0, *n descriptors and fds (the caller's to close) were received and *next
+ * is the chunk number to ask from next time. -1 on a refusal or a broken exchange
+ * (nothing to close). */
 int idch_map(const char *name, pid_t pid, const map_request *req, int64_t deadline, map_desc *descs, int *fds,
-             size_t *n);
+             size_t *n, uint64_t *next);
 
 /* A pidfd for pid, or -1 where the kernel has none (then no process_vm path). */
 int pidfd_hold(pid_t pid);

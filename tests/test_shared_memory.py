@@ -351,3 +351,19 @@ def test_space_of_forgotten_frees_is_reused_and_live_allocations_never_overlap()
     finally:
         for address, _ in live:
             acl.free_host(address)
+
+
+def test_a_child_of_fork_writes_its_own_copy_of_library_memory_not_its_parents() -> None:
+    acl.set_device(0)
+    array = acl.shared_array(3 * 4096)
+    array[...] = 1
+    pid = os.fork()
+    if pid == 0:                                              # the child: never returns into pytest
+        code = 1
+        try:
+            array[...] = 2
+            code = 0 if (array == 2).all() else 1
+        finally:
+            os._exit(code)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    assert (array == 1).all()
