@@ -299,6 +299,9 @@ class Suite:
                         for view in local[kind].views:
                             view.fill(0)
                         pull()
+                        path = self._taken(path)
+                        self.results.paths.setdefault(path, "measured")
+                        row["path"] = path
                         if not blocks_hold(local[kind].views, order, model[:, order.astype(np.intp)]):
                             raise CommandError(f"a pull ({path}, {kind} memory, {shape}, {block_bytes} B blocks, "
                                                f"{threads} threads) moved wrong bytes", status=1)
@@ -313,6 +316,9 @@ class Suite:
                         self.engine.push_kv_blocks(native.Cache(local_ids[kind], cache_desc=None),
                                                    source, order, order, ext)
                     push()
+                    path = self._taken(path)
+                    self.results.paths.setdefault(path, "measured")
+                    row["path"] = path
                     model[:, order.astype(np.intp)] = sent[:, order.astype(np.intp)]
                     arrived = peer.views[kind] if peer.pid is None else \
                         read_remote(peer.pid, peer.addresses[kind], blocks, block_bytes)
@@ -324,6 +330,14 @@ class Suite:
                     self.results.transfers.append(_transfer_row(dict(row, op="push", threads=1), best))
             if block_bytes == args.sizes[0]:
                 self.one_call(peer, path, kind, source, target, local[kind], block_bytes, raw)
+
+    def _taken(self, reported: str) -> str:
+        """The path the link's last transfer took (the mock reports "shared" per transfer:
+        library memory on both sides), else what the link reported."""
+        from . import mock_control
+
+        taken = mock_control.last_transfer_path(self.engine, SRC_CLUSTER)
+        return {"same-process": "in-process", "none": reported}.get(taken, taken)
 
     def _pull(self, source: Any, target: Any, order: "np.ndarray[Any, Any]", threads: int) -> Callable[[], None]:
         if threads == 1:

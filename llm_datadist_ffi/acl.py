@@ -44,6 +44,7 @@ __all__ = [
     "set_device", "reset_device", "reset_device_force", "get_device", "get_device_count",
     "synchronize_device", "malloc", "malloc_host", "free", "free_host", "memcpy", "memcpy_async",
     "memset", "get_mem_info", "create_stream", "destroy_stream", "synchronize_stream",
+    "shared_array", "shared_tensor",
     "get_version", "get_soc_name", "has_get_version", "has_get_soc_name",
     # thin tier
     "aclInit", "aclFinalize", "aclFinalizeReference", "aclGetRecentErrMsg",
@@ -890,3 +891,88 @@ class DeviceBuffer:
             target = ffi.from_buffer(array, require_writable=True)
             aclrtMemcpy(_address(target), array.nbytes, base + start, array.nbytes, ACL_MEMCPY_DEVICE_TO_HOST)
         return array
+
+
+# ---- arrays in library memory -----------------------------------------------------------------
+
+def _free_host_abandoned(address: int) -> None:
+    # Runs from the garbage collector or at exit when the last array over the memory
+    # went, where an exception has nowhere to go; a failure means the memory was freed
+    # through another path, which the library reported in this thread's error message.
+    try:
+        aclrtFreeHost(address)
+    except AclError:
+        pass
+
+
+class _HostMemory:
+    """One ``aclrtMallocHost`` allocation, exposed to numpy by ``__array_interface__``.
+
+    numpy keeps the object an array was made from as the array's ``base`` (and every
+    view keeps its array), so the allocation lives exactly as long as some array over
+    it does; then the finalizer frees it.
+    """
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype[Any]) -> None:
+        nbytes = dtype.itemsize
+        for extent in shape:
+            nbytes *= extent
+        self.nbytes = nbytes
+        # aclrtMallocHost refuses 0 bytes; an empty array still gets an address of its own
+        self.ptr = aclrtMallocHost(max(nbytes, 1))
+        self._finalizer = weakref.finalize(self, _free_host_abandoned, self.ptr)
+        self.__array_interface__ = {"shape": shape, "typestr": dtype.str, "data": (self.ptr, False),
+                                    "version": 3}
+
+
+def _shape(shape: Union[int, tuple[int, ...], list[int]]) -> tuple[int, ...]:
+    dims = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    for extent in dims:
+        if not isinstance(extent, (int, np.integer)) or isinstance(extent, bool):
+            raise TypeError(f"shape must be integers, got {extent!r}")
+        if extent < 0:
+            raise ValueError(f"shape must not be negative, got {dims}")
+    return tuple(int(extent) for extent in dims)
+
+
+def shared_array(shape: Union[int, tuple[int, ...], list[int]], dtype: npt.DTypeLike = np.uint8) -> npt.NDArray[Any]:
+    """A zero-filled numpy array in host memory of the ACL runtime (``aclrtMallocHost``).
+
+    On the mock backend this memory is shared library memory (docs/security.md §2.7):
+    registered as a KV cache on both ends of a link between two processes of the same
+    user, transfers copy straight between the processes' mappings instead of going
+    through ``process_vm``. The array (and every view of it) keeps the allocation
+    alive, and so does a registration that was given the array itself rather than its
+    address; the memory is freed when the last of them goes. Like ``aclrtMallocHost``
+    it needs a current device in the calling thread (:func:`set_device`).
+
+    Raises:
+        TypeError, ValueError: ``shape`` is not a sequence of non-negative integers or
+            ``dtype`` is not a numpy data type with a fixed size.
+        AclError: see :func:`aclrtMallocHost`.
+    """
+    dims = _shape(shape)
+    kind = np.dtype(dtype)
+    if kind.itemsize == 0 or kind.hasobject:
+        raise ValueError(f"dtype must have a fixed size and hold no Python objects, got {kind}")
+    array = np.asarray(_HostMemory(dims, kind))
+    array.fill(0)   # memory the runtime reuses may hold an earlier allocation's bytes
+    return array
+
+
+def shared_tensor(shape: Union[int, tuple[int, ...], list[int]], dtype: Any = None) -> Any:
+    """A torch tensor over :func:`shared_array` memory (torch is imported only here).
+
+    ``dtype`` is a torch dtype (default ``torch.uint8``). The tensor keeps the memory
+    alive through the numpy array it was made from.
+
+    Raises:
+        ImportError: torch is not installed.
+        TypeError, ValueError, AclError: see :func:`shared_array`.
+    """
+    import importlib
+
+    torch: Any = importlib.import_module("torch")   # an optional dependency, untyped here
+    kind = torch.uint8 if dtype is None else dtype
+    numpy_kind = torch.empty(0, dtype=kind).numpy().dtype
+    return torch.from_numpy(shared_array(shape, numpy_kind))

@@ -73,7 +73,7 @@ def drop_connections(engine: LlmDataDist) -> None:
         _capi.check(fn(handle), "mock.drop_connections")
 
 
-LINK_PATHS = {0: "none", 1: "same-process", 2: "process_vm", 3: "socket"}
+LINK_PATHS = {0: "none", 1: "same-process", 2: "process_vm", 3: "socket", 4: "shared"}
 
 
 def link_path(engine: LlmDataDist, cluster_id: int) -> str:
@@ -81,6 +81,16 @@ def link_path(engine: LlmDataDist, cluster_id: int) -> str:
     ``"same-process"``, ``"process_vm"`` (a peer the kernel identified, docs/security.md
     §2.2) or ``"socket"`` (any other peer)."""
     fn = _capi.mock_function("lldd_mock_link_path")
+    with engine._held() as handle:
+        return LINK_PATHS[int(fn(handle, cluster_id))]
+
+
+def last_transfer_path(engine: LlmDataDist, cluster_id: int) -> str:
+    """How the last transfer over ``engine``'s link to ``cluster_id`` that moved bytes
+    moved them: ``"none"`` (no such link, or no transfer yet), ``"same-process"``,
+    ``"shared"`` (copies between this process's mappings of the peer's library memory,
+    docs/security.md §2.7), ``"process_vm"`` or ``"socket"``."""
+    fn = _capi.mock_function("lldd_mock_last_transfer_path")
     with engine._held() as handle:
         return LINK_PATHS[int(fn(handle, cluster_id))]
 

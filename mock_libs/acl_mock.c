@@ -5,8 +5,18 @@
  * node of one AVL tree keyed by its base address, so that the engine can ask
  * "which allocation holds this address?" in O(log n) on every registration and
  * every copy can check its ranges (A-5). Each allocation is exactly the requested
- * size (A-4) and comes from the C allocator, so that AddressSanitizer sees any
- * access past its end.
+ * size (A-4).
+ *
+ * The memory comes from shared arenas: memfd-backed chunks mapped read-write and
+ * shared, grown one chunk at a time and never unmapped while the process lives, so
+ * that a linked peer of the same user can map a chunk once and copy straight into or
+ * out of it (docs/security.md §2.7; the engine hands out the chunks' descriptors with
+ * mock_arena_chunks). Inside a chunk, space is handed out first fit from a sorted list
+ * of free extents and comes back when an allocation's record is forgotten. Under
+ * AddressSanitizer everything in a chunk that is not a live allocation is poisoned,
+ * so that access past an allocation's end is reported as it is for heap memory.
+ * Where the kernel has no memfd, or the arena has reached its bound, allocations
+ * come from the C allocator as before (they are then not shared).
  *
  * Each allocation is followed by a guard zone of GUARD_BYTES that belongs to
  * the mock: a copy that starts at or just past the end of an allocation (the
@@ -16,10 +26,10 @@
  *
  * Freed allocations stay in the tree, marked not live, so that a later copy into
  * one is reported as a use after free rather than as "unknown memory". Their memory
- * is held back from the C allocator while the record exists: otherwise the C
- * allocator could hand the same addresses to a numpy array or a Python bytes object,
- * and a legitimate copy from it would be reported as a use after free; and a copy
- * into a large freed buffer would fault on unmapped memory instead of being
+ * is held back from the arena (and, for heap allocations, from the C allocator) while
+ * the record exists: otherwise the same addresses could go to another allocation (or
+ * a numpy array), and a legitimate copy from it would be reported as a use after free;
+ * and a copy into a large freed buffer would fault on unmapped memory instead of being
  * reported. Held memory keeps its addresses but gives its whole pages back to the
  * system (madvise), so it costs address space rather than memory. It is bounded
  * (FREED_MAX_RECORDS records, FREED_MAX_BYTES bytes, oldest released first); under
@@ -38,6 +48,7 @@
  * own mutex, because aclInit reads a file.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -102,6 +113,7 @@ typedef struct alloc_node {
     int live;
     int kind;                        /* MOCK_MEM_DEVICE or MOCK_MEM_HOST */
     int32_t device;
+    int chunk;                       /* index of its arena chunk; -1: from the C allocator */
     int height;                      /* AVL height, 1 for a leaf */
     struct alloc_node *left, *right;
     struct alloc_node *newer;        /* freed records, oldest first */
@@ -292,6 +304,223 @@ static alloc_node *tree_next_above(uintptr_t addr)
     return next;
 }
 
+/* ---------------------------------------------------------------- shared arenas */
+
+enum {
+    ARENA_MAX_CHUNKS = 256,           /* memfds held; beyond, allocations come from the heap */
+};
+#define ARENA_CHUNK_BYTES ((size_t)64 << 20)   /* the usual size of a chunk */
+
+typedef struct arena_extent {
+    size_t off, len;
+} arena_extent;
+
+typedef struct arena_chunk {
+    int fd;
+    uintptr_t base;
+    size_t size;
+    arena_extent *free;              /* sorted by offset, never adjacent (coalesced) */
+    size_t free_count, free_cap;
+} arena_chunk;
+
+static arena_chunk g_chunks[ARENA_MAX_CHUNKS];
+static atomic_size_t g_chunk_count;  /* chunks only grow; a reader sees whole entries */
+static int g_arena_off;              /* memfd_create failed once: heap from then on */
+
+static size_t round_up(size_t n, size_t to)
+{
+    return n % to == 0 ? n : n + (to - n % to);
+}
+
+static size_t page_bytes(void)
+{
+    long p = sysconf(_SC_PAGESIZE);
+    return p > 0 ? (size_t)p : 4096;
+}
+
+/* Inserts [off, off + len) into a chunk's free list, merging neighbours. 0 or -1. */
+static int extent_give(arena_chunk *c, size_t off, size_t len)
+{
+    size_t lo = 0, hi = c->free_count;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (c->free[mid].off < off)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    int merge_prev = lo > 0 && c->free[lo - 1].off + c->free[lo - 1].len == off;
+    int merge_next = lo < c->free_count && off + len == c->free[lo].off;
+    if (merge_prev && merge_next) {
+        c->free[lo - 1].len += len + c->free[lo].len;
+        memmove(&c->free[lo], &c->free[lo + 1], (c->free_count - lo - 1) * sizeof *c->free);
+        c->free_count--;
+        return 0;
+    }
+    if (merge_prev) {
+        c->free[lo - 1].len += len;
+        return 0;
+    }
+    if (merge_next) {
+        c->free[lo].off = off;
+        c->free[lo].len += len;
+        return 0;
+    }
+    if (c->free_count == c->free_cap) {
+        size_t cap = c->free_cap ? c->free_cap * 2 : 16;
+        arena_extent *bigger = realloc(c->free, cap * sizeof *bigger);
+        if (bigger == NULL)
+            return -1;
+        c->free = bigger;
+        c->free_cap = cap;
+    }
+    memmove(&c->free[lo + 1], &c->free[lo], (c->free_count - lo) * sizeof *c->free);
+    c->free[lo].off = off;
+    c->free[lo].len = len;
+    c->free_count++;
+    return 0;
+}
+
+/* First fit in one chunk: the offset of `need` bytes, or SIZE_MAX. */
+static size_t extent_take(arena_chunk *c, size_t need)
+{
+    for (size_t i = 0; i < c->free_count; i++) {
+        if (c->free[i].len < need)
+            continue;
+        size_t off = c->free[i].off;
+        c->free[i].off += need;
+        c->free[i].len -= need;
+        if (c->free[i].len == 0) {
+            memmove(&c->free[i], &c->free[i + 1], (c->free_count - i - 1) * sizeof *c->free);
+            c->free_count--;
+        }
+        return off;
+    }
+    return SIZE_MAX;
+}
+
+/* In a child of fork(): the parent's chunks become private copies (copy on write), as
+ * heap memory is, so the child cannot write into its parent's memory; and they are
+ * never handed to a peer of the child (their memfds are the parent's). Chunks the child
+ * makes itself are shared as usual. */
+static void arena_after_fork_child(void)
+{
+    size_t n = atomic_load(&g_chunk_count);
+    for (size_t i = 0; i < n; i++) {
+        arena_chunk *c = &g_chunks[i];
+        if (c->fd < 0)
+            continue;
+        /* same addresses, same bytes; if this fails the chunk stays shared with the parent,
+         * which is what every chunk was before this handler existed */
+        (void)mmap((void *)c->base, c->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, c->fd, 0);
+        close(c->fd);
+        c->fd = -1;
+    }
+}
+
+static void arena_register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, arena_after_fork_child);
+}
+
+/* A new chunk of at least `need` bytes; its index, or -1. Lock held exclusively. */
+static int arena_grow_locked(size_t need)
+{
+    static pthread_once_t fork_handler = PTHREAD_ONCE_INIT;
+    pthread_once(&fork_handler, arena_register_fork_handler);
+    size_t n = atomic_load(&g_chunk_count);
+    if (g_arena_off || n >= ARENA_MAX_CHUNKS || need > SIZE_MAX / 2)
+        return -1;
+    size_t size = round_up(need > ARENA_CHUNK_BYTES ? need : ARENA_CHUNK_BYTES, page_bytes());
+    int fd = memfd_create("lldd-mock-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) {
+        g_arena_off = 1;
+        return -1;
+    }
+    void *mem = MAP_FAILED;
+    /* sealed at its size: a peer that maps it can rely on every page being there */
+    if (ftruncate(fd, (off_t)size) == 0 &&
+        fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0)
+        mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (mem == MAP_FAILED) {
+        close(fd);
+        return -1;
+    }
+    arena_chunk *c = &g_chunks[n];
+    memset(c, 0, sizeof *c);
+    c->fd = fd;
+    c->base = (uintptr_t)mem;
+    c->size = size;
+    if (extent_give(c, 0, size) != 0) {
+        munmap(mem, size);
+        close(fd);
+        return -1;
+    }
+    MOCK_POISON(mem, size);
+    atomic_store(&g_chunk_count, n + 1);
+    return (int)n;
+}
+
+/* The arena's share of an allocation of `size` bytes: a lead of ARENA_LEAD bytes that
+ * belongs to no allocation (where the C allocator keeps its header: a range that starts
+ * just before an allocation runs into it rather than past the end of the one below),
+ * the allocation and its guard zone. */
+enum { ARENA_LEAD = ALLOC_ALIGNMENT };
+static size_t arena_need(size_t size)
+{
+    return ARENA_LEAD + round_up(size + GUARD_BYTES, ALLOC_ALIGNMENT);
+}
+
+/* Memory for an allocation from the arena; NULL (and *chunk -1) if it has none. Lock
+ * held exclusively. */
+static void *arena_alloc_locked(size_t size, int *chunk)
+{
+    *chunk = -1;
+    if (size > SIZE_MAX / 2)
+        return NULL;
+    size_t need = arena_need(size);
+    size_t n = atomic_load(&g_chunk_count);
+    for (size_t i = 0; i < n; i++) {
+        size_t off = extent_take(&g_chunks[i], need);
+        if (off != SIZE_MAX) {
+            *chunk = (int)i;
+            return (void *)(g_chunks[i].base + off + ARENA_LEAD);
+        }
+    }
+    int k = arena_grow_locked(need);
+    if (k < 0)
+        return NULL;
+    size_t off = extent_take(&g_chunks[k], need);
+    if (off == SIZE_MAX)
+        return NULL;
+    *chunk = k;
+    return (void *)(g_chunks[k].base + off + ARENA_LEAD);
+}
+
+/* Gives an allocation's space back to its chunk. Lock held exclusively. */
+static void arena_free_locked(int chunk, uintptr_t base, size_t size)
+{
+    arena_chunk *c = &g_chunks[chunk];
+    MOCK_POISON((void *)(base - ARENA_LEAD), arena_need(size));
+    /* if the list cannot grow, the space stays unused: a leak of address space only */
+    (void)extent_give(c, base - ARENA_LEAD - c->base, arena_need(size));
+}
+
+size_t mock_arena_chunks(size_t from, mock_arena_chunk *out, size_t max, size_t *next)
+{
+    size_t n = atomic_load(&g_chunk_count), k = 0, i = from;
+    for (; i < n && k < max; i++) {
+        if (g_chunks[i].fd < 0)
+            continue; /* a parent's chunk in a child of fork() */
+        out[k].base = g_chunks[i].base;
+        out[k].size = g_chunks[i].size;
+        out[k].fd = g_chunks[i].fd;
+        k++;
+    }
+    *next = i;
+    return k;
+}
+
 /* ---------------------------------------------------------------- devices */
 
 /* The calling thread's current device, or -1. Lock held (shared suffices). */
@@ -355,14 +584,21 @@ static aclError track_allocation(const char *fn, int kind, int32_t device, size_
     }
     alloc_node *node = calloc(1, sizeof *node);
     void *mem = NULL;
-    if (node == NULL || size > SIZE_MAX - GUARD_BYTES ||
-        posix_memalign(&mem, ALLOC_ALIGNMENT, size + GUARD_BYTES) != 0) {
+    int chunk = -1;
+    if (node != NULL && size <= SIZE_MAX - 2 * (size_t)ALLOC_ALIGNMENT - GUARD_BYTES) {
+        mem = arena_alloc_locked(size, &chunk);
+        if (mem == NULL && posix_memalign(&mem, ALLOC_ALIGNMENT, size + GUARD_BYTES) != 0)
+            mem = NULL;
+    }
+    if (mem == NULL) {
         free(node);
         mock_set_error("%s: the host cannot provide %zu bytes for the mock allocation", fn, size);
         rc = ACL_ERROR_RT_MEMORY_ALLOCATION;
         goto done;
     }
+    MOCK_UNPOISON(mem, size);
     MOCK_POISON((char *)mem + size, GUARD_BYTES);
+    node->chunk = chunk;
     node->base = (uintptr_t)mem;
     node->size = size;
     node->live = 1;
@@ -383,14 +619,18 @@ static void drop_record_locked(alloc_node *node)
 {
     g_root = tree_remove(g_root, node->base);
     void *mem = (void *)node->base;
-    MOCK_UNPOISON(mem, node->size + GUARD_BYTES);
-    free(mem);
+    if (node->chunk >= 0) {
+        arena_free_locked(node->chunk, node->base, node->size);
+    } else {
+        MOCK_UNPOISON(mem, node->size + GUARD_BYTES);
+        free(mem);
+    }
     free(node);
 }
 
 /* Gives the whole pages inside [base, base + size) back to the system; the addresses
  * stay ours and read as zeros if touched. */
-static void release_pages(uintptr_t base, size_t size)
+static void release_pages(uintptr_t base, size_t size, int shared)
 {
     long page_size = sysconf(_SC_PAGESIZE);
     if (page_size <= 0)
@@ -399,7 +639,9 @@ static void release_pages(uintptr_t base, size_t size)
     uintptr_t first = base + (page - base % page) % page;
     uintptr_t end = (base + size) - (base + size) % page;
     if (end > first)
-        (void)madvise((void *)first, end - first, MADV_DONTNEED);   /* advice: failure is harmless */
+        /* arena pages belong to a memfd: only MADV_REMOVE gives them back (and to a
+         * peer's mapping as well); advice: failure is harmless */
+        (void)madvise((void *)first, end - first, shared ? MADV_REMOVE : MADV_DONTNEED);
 }
 
 /* Keeps a just-freed allocation as a record (see the top of this file). Lock held. */
@@ -409,7 +651,7 @@ static void hold_freed_locked(alloc_node *node)
         drop_record_locked(node);
         return;
     }
-    release_pages(node->base, node->size);
+    release_pages(node->base, node->size, node->chunk >= 0);
     MOCK_POISON((void *)node->base, node->size + GUARD_BYTES);
     node->newer = NULL;
     if (g_freed_newest != NULL)

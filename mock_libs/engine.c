@@ -1069,6 +1069,27 @@ MOCK_EXPORT uint32_t lldd_mock_link_path(lldd_engine *e, uint64_t cluster_id)
     return path;
 }
 
+MOCK_EXPORT uint32_t lldd_mock_last_transfer_path(lldd_engine *e, uint64_t cluster_id)
+{
+    if (e == NULL || engine_enter(e, "lldd_mock_last_transfer_path") != LLM_SUCCESS)
+        return LLDD_MOCK_PATH_NONE;
+    uint32_t path = LLDD_MOCK_PATH_NONE;
+    int found = 0;
+    pthread_mutex_lock(&e->mu);
+    for (int list = 0; list < 2 && !found; list++) {
+        for (mlink *l = list == 0 ? e->links : e->served; l != NULL; l = l->next) {
+            if (l->ready && !l->removed && !l->orphan && l->peer_cluster == cluster_id) {
+                path = atomic_load(&l->last_path);
+                found = 1;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    engine_leave(e);
+    return path;
+}
+
 MOCK_EXPORT uint64_t lldd_mock_live_engines(void)
 {
     pthread_mutex_lock(&g_reg_mu);

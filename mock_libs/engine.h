@@ -220,6 +220,14 @@ typedef struct mlink {
                                     engine (a HIXL listener's side; the listening half of a link to itself) */
     int orphan;                  /* e->mu: HIXL: replaced under its cluster id by a link to another
                                     address; reachable by that address only (for ALREADY_LINK) */
+    /* shared library memory (engine_shared.c, docs/security.md §2.7); xfer_mu */
+    char peer_id_channel[ID_NAME_LEN]; /* client side: the listener's identity channel ("" = none) */
+    struct shared_map *maps;     /* the peer's arena chunks mapped here, sorted by their base there */
+    size_t map_count, map_cap;
+    uint64_t map_from;           /* the peer's chunks asked for so far */
+    int64_t map_asked_ms;        /* when MAP was last asked (misses ask again at most every MAP_RETRY_MS) */
+    int map_refused;             /* the peer refused MAP: never asked again on this link */
+    atomic_uint last_path;       /* LLDD_MOCK_PATH_* of the last transfer that moved bytes */
     char peer_ip[64];            /* client side: the address linked to (HIXL keys connections by it) */
     uint16_t peer_port;
     pthread_mutex_t xfer_mu;
@@ -604,6 +612,20 @@ void link_note_table_copy(mlink *l, int64_t id_mark, uint64_t bind_mark);
 lldd_status pr32_check_local(const char *fn, const mlink *l, const cache_wire *lw);
 lldd_status pr32_check_peer(const char *fn, const mlink *l, const cache_wire *rw, uint64_t cluster_id);
 lldd_status move_bytes(xlink *x, const char *fn, const plan *p, int pull, int64_t peer_cache_id);
+
+/* engine_shared.c: the peer's arena chunks mapped in this process (docs/security.md §2.7).
+ * All under the link's xfer_mu. */
+typedef struct shared_map {
+    uintptr_t remote;            /* the chunk's base in the peer */
+    size_t size;
+    char *local;                 /* where it is mapped here */
+} shared_map;
+/* Where [addr, addr + len) of the peer is mapped here, or NULL. */
+char *link_shared_ptr(mlink *l, uintptr_t addr, uint64_t len);
+/* Asks the peer for its arena chunks not mapped yet, at most every MAP_RETRY_MS; 1 if
+ * a new one was mapped. */
+int link_map_refresh(mlink *l);
+void link_unmap_all(mlink *l);
 lldd_status check_blocks(const char *fn, const char *name, const uint64_t *blk, size_t n, uint64_t limit,
                          const char *whose);
 /* A repeated value: for destination blocks (lint = 1) the PR-5 lint, else a refusal. */

@@ -85,6 +85,7 @@ void link_unref(mlink *l)
     tp_close(&l->req_fd);
     tp_close(&l->srv_fd);
     tp_close(&l->peer_pidfd);
+    link_unmap_all(l);
     pthread_mutex_destroy(&l->xfer_mu);
     free(l);
 }
@@ -127,6 +128,7 @@ void link_drop(engine *e, mlink *l)
     pthread_mutex_unlock(&e->mu);
     /* transfers in flight hold xfer_mu; later ones see `removed` */
     pthread_mutex_lock(&l->xfer_mu);
+    link_unmap_all(l);
     pthread_mutex_unlock(&l->xfer_mu);
     atomic_store(&l->stopping, 1);
     tp_shutdown(l->req_fd);
@@ -195,6 +197,7 @@ static int link_reap_one(engine *e, mlink *l)
         atomic_store(&l->vm_ok, 0);
         tp_close(&l->peer_pidfd);
         pthread_mutex_unlock(&e->mu);
+        link_unmap_all(l);
     }
     pthread_mutex_unlock(&l->xfer_mu);
     return 1;
@@ -285,6 +288,13 @@ static size_t links_serving_locked(engine *e)
     return n;
 }
 
+/* LLDD_MOCK_NO_PROCESS_VM=1: links move bytes over their sockets only. */
+static int process_vm_disabled(void)
+{
+    const char *off = getenv("LLDD_MOCK_NO_PROCESS_VM");
+    return off != NULL && off[0] != '\0' && strcmp(off, "0") != 0;
+}
+
 /* What a link may do with the process the kernel named as its peer (peer_id.h): the
  * same-process path for this very process, process_vm for another process of the
  * same user (or any user with llm_datadist_ffi.mock.ProcessVmAnyUser), held by a
@@ -296,8 +306,7 @@ static void link_set_peer(engine *e, mlink *l, const peer_cred *cred, uint64_t s
     l->peer_pid = cred->known ? cred->pid : 0;
     int vm = cred->known && !l->same_process && (e->vm_any_user || cred->uid == geteuid());
     l->addr_ok = vm;
-    const char *off = getenv("LLDD_MOCK_NO_PROCESS_VM");
-    if (off != NULL && off[0] != '\0' && strcmp(off, "0") != 0)
+    if (process_vm_disabled())
         vm = 0;
     if (vm) {
         l->peer_pidfd = pidfd_hold(cred->pid);
@@ -726,12 +735,10 @@ static void on_disconnect(engine *e, int fd, const msg_hdr *h)
 /* IDENTIFY on the identity channel (peer_id.h): the kernel names the connecting
  * process; a pending handshake with the claimed token whose c1 has the claimed
  * endpoints takes that process as its peer. One claim per handshake. */
-static void on_identify(engine *e, int fd)
+static void on_identify(engine *e, int fd, const id_request *rq, const peer_cred *cr)
 {
-    id_request req;
-    peer_cred cred;
-    if (idch_read(fd, tp_deadline(IDENTIFY_WAIT_MS), &req, &cred) != 0)
-        return;
+    id_request req = *rq;
+    peer_cred cred = *cr;
     uint32_t status = 1;
     pthread_mutex_lock(&e->mu);
     for (pending_link *p = e->pending; p != NULL; p = p->next) {
@@ -745,6 +752,54 @@ static void on_identify(engine *e, int fd)
     }
     pthread_mutex_unlock(&e->mu);
     idch_answer(fd, status);
+}
+
+/* MAP on the identity channel (docs/security.md §2.7): the descriptors and memfds of
+ * this process's arena chunks, only to the process the kernel identified as the peer of
+ * the link whose token the request names, only if that process is of our user, another
+ * process, the link may use process_vm at all, and the process proves it can read our
+ * memory with process_vm_readv (the kernel's own access check, which e.g. Yama narrows). */
+static void on_map(engine *e, int fd, const map_request *req, const peer_cred *cred)
+{
+    int ok = 0;
+    if (cred->known && cred->pid != getpid() && cred->uid == geteuid() && req->token != 0 &&
+        !process_vm_disabled()) {
+        pthread_mutex_lock(&e->mu);
+        for (int list = 0; list < 2 && !ok; list++)
+            for (mlink *l = list == 0 ? e->links : e->served; l != NULL && !ok; l = l->next)
+                ok = l->token == req->token && l->ready && !l->removed && !l->reaped && !atomic_load(&l->peer_gone) &&
+                     l->addr_ok && l->peer_pid == cred->pid;
+        pthread_mutex_unlock(&e->mu);
+    }
+    if (ok)
+        ok = idch_map_challenge(fd, tp_deadline(IDENTIFY_WAIT_MS));
+    mock_arena_chunk chunks[MAP_BATCH];
+    map_desc descs[MAP_BATCH];
+    int fds[MAP_BATCH];
+    size_t n = 0, next = 0;
+    if (ok && req->from < SIZE_MAX)
+        n = mock_arena_chunks((size_t)req->from, chunks, MAP_BATCH, &next);
+    for (size_t i = 0; i < n; i++) {
+        descs[i].base = chunks[i].base;
+        descs[i].size = chunks[i].size;
+        fds[i] = chunks[i].fd;
+    }
+    idch_answer_map(fd, ok ? 0 : 1, descs, fds, n, next);
+}
+
+/* The first message of an identity-channel connection: IDENTIFY or MAP. */
+static void on_identity_channel(engine *e, int fd)
+{
+    id_request ident;
+    map_request map;
+    peer_cred cred;
+    uint16_t type = 0;
+    if (idch_read_msg(fd, tp_deadline(IDENTIFY_WAIT_MS), &cred, &type, &ident, &map) != 0)
+        return;
+    if (type == MSG_IDENTIFY)
+        on_identify(e, fd, &ident, &cred);
+    else
+        on_map(e, fd, &map, &cred);
 }
 
 /* BOUND_LINKS: a HELLO that would make one more link than the engine serves is
@@ -774,7 +829,7 @@ void *conn_thread_main(void *arg)
     int fd = self->fd;
     msg_hdr h;
     if (idch_is_unix(fd)) {
-        on_identify(e, fd);
+        on_identity_channel(e, fd);
     } else if (msg_recv_hdr(fd, &h, tp_deadline(FIRST_MESSAGE_WAIT_MS)) == TP_OK) {
         switch (h.type) {
         case MSG_HELLO:
@@ -1106,6 +1161,7 @@ static lldd_status link_one(cluster_job *job)
     l->srv_fd = c2;
     c1 = c2 = -1;
     link_set_peer(e, l, &cred, peer.serial);
+    snprintf(l->peer_id_channel, sizeof l->peer_id_channel, "%s", peer.id_channel);
     l->own_next_at_link = mine.next_cache_id;
     l->comm_key = job->comm_key;
     atomic_store(&l->comm_pending, job->comm_key != 0);

@@ -7,6 +7,8 @@
  * §9.7. With everything pinned, the plan (tensor pairs x runs, docs/reference/semantics.md §8) is
  * walked region by region without copying the block lists:
  *   same process      memmove between the two engines' memory;
+ *   shared memory     memcpy between mappings: both sides in library memory, the peer's
+ *                     arena chunks mapped here (engine_shared.c);
  *   another process   process_vm_readv/writev, up to IOV_MAX regions per call;
  *   neither allowed   READ/WRITE requests on the link's socket (engine_serve.c).
  * Every check finishes before the first byte moves, so a failed check changes
@@ -556,6 +558,81 @@ static int move_vm(pid_t pid, int pidfd, const plan *p, int pull, struct iovec *
     }
 }
 
+/* Where a region's peer side lies in this process's mappings of the peer's arena
+ * (NULL: not mapped), and whether its own side lies in live library memory of this
+ * process (`own` caches the last allocation found, so a list of blocks asks once). */
+typedef struct own_range {
+    uintptr_t lo, hi;
+} own_range;
+
+static int own_library_memory(own_range *own, uintptr_t addr, uint64_t len)
+{
+    if (!(addr >= own->lo && addr < own->hi && len <= own->hi - addr)) {
+        mock_alloc_info a;
+        if (!mock_acl_lookup(addr, &a) || !a.live || addr - a.base >= a.size || len > a.size - (addr - a.base))
+            return 0;
+        own->lo = a.base;
+        own->hi = a.base + a.size;
+    }
+    return 1;
+}
+
+/* 1 if every region's peer side lies in a mapped chunk of the peer and its own side in
+ * live library memory. */
+static int shared_covers(mlink *l, const plan *p, int pull)
+{
+    region_iter it;
+    region r;
+    own_range own = {0, 0};
+    region_iter_init(&it, p);
+    while (region_next(&it, &r)) {
+        uintptr_t s = (uintptr_t)src_ptr(p, &r), d = (uintptr_t)dst_ptr(p, &r);
+        if (link_shared_ptr(l, pull ? s : d, r.len) == NULL || !own_library_memory(&own, pull ? d : s, r.len))
+            return 0;
+    }
+    return 1;
+}
+
+/* The shared path (docs/security.md §2.7): both sides in library memory, the peer's
+ * mapped here: copies between the mappings. 1 moved, 0 not applicable (nothing moved),
+ * -ESRCH the peer process is gone (checked before and after, as for process_vm: its
+ * memory outlives it in our mapping, and a dead peer must fail the transfer). */
+static int move_shared(mlink *l, const plan *p, int pull)
+{
+    if (l->peer_id_channel[0] == '\0')
+        return 0;
+    if (!shared_covers(l, p, pull) && !(link_map_refresh(l) && shared_covers(l, p, pull)))
+        return 0;
+    if (!pidfd_alive(l->peer_pidfd))
+        return -ESRCH;
+    region_iter it;
+    region r;
+    region_iter_init(&it, p);
+#if HAVE_STREAM_COPY
+    int stream = plan_bytes(p) >= STREAM_MIN_TOTAL;
+#endif
+    while (region_next(&it, &r)) {
+        char *s = src_ptr(p, &r), *d = dst_ptr(p, &r);
+        if (pull)
+            s = link_shared_ptr(l, (uintptr_t)s, r.len);
+        else
+            d = link_shared_ptr(l, (uintptr_t)d, r.len);
+        size_t n = (size_t)r.len;
+#if HAVE_STREAM_COPY
+        if (stream && n >= STREAM_MIN_REGION) {
+            stream_copy(d, s, n);
+            continue;
+        }
+#endif
+        memcpy(d, s, n);
+    }
+#if HAVE_STREAM_COPY
+    if (stream)
+        _mm_sfence();
+#endif
+    return pidfd_alive(l->peer_pidfd) ? 1 : -ESRCH;
+}
+
 /* The socket path: READ (pull) or WRITE (push) requests of up to WIRE_MAX_REGIONS
  * ranges of the pinned peer cache. */
 static lldd_status move_socket(xlink *x, const char *fn, const plan *p, int pull, int64_t peer_cache_id,
@@ -622,7 +699,17 @@ static lldd_status move_now(xlink *x, const char *fn, const plan *p, int pull, i
     mlink *l = x->l;
     if (l->same_process) {
         move_local(p);
+        atomic_store(&l->last_path, LLDD_MOCK_PATH_SAME_PROCESS);
         return LLM_SUCCESS;
+    }
+    if (atomic_load(&l->vm_ok)) {
+        int rc = move_shared(l, p, pull);
+        if (rc == -ESRCH)
+            return link_timeout(x, fn, "the peer process is gone (PR-31)");
+        if (rc == 1) {
+            atomic_store(&l->last_path, LLDD_MOCK_PATH_SHARED);
+            return LLM_SUCCESS;
+        }
     }
     struct iovec *liov = malloc((WIRE_MAX_REGIONS + 2) * sizeof *liov);
     struct iovec *riov = malloc(VM_BATCH * sizeof *riov);
@@ -635,8 +722,10 @@ static lldd_status move_now(xlink *x, const char *fn, const plan *p, int pull, i
     }
     if (atomic_load(&l->vm_ok)) {
         int rc = move_vm(l->peer_pid, l->peer_pidfd, p, pull, liov, riov);
-        if (rc == 0)
+        if (rc == 0) {
+            atomic_store(&l->last_path, LLDD_MOCK_PATH_PROCESS_VM);
             goto out;
+        }
         if (rc == -ESRCH) {
             st = link_timeout(x, fn, "the peer process is gone (PR-31)");
             goto out;
@@ -650,6 +739,8 @@ static lldd_status move_now(xlink *x, const char *fn, const plan *p, int pull, i
         atomic_store(&l->vm_ok, 0); /* not allowed after all: move the bytes over the socket */
     }
     st = move_socket(x, fn, p, pull, peer_cache_id, liov, wr);
+    if (st == LLM_SUCCESS)
+        atomic_store(&l->last_path, LLDD_MOCK_PATH_SOCKET);
 out:
     free(liov);
     free(riov);

@@ -70,4 +70,16 @@ aclError mock_acl_alloc_device(int32_t device, size_t size, void **out);
 aclError mock_acl_free_device(void *ptr);
 uint64_t mock_acl_live_count(void);
 
+/* ---- acl_mock.c: the shared arenas (docs/security.md §2.7) ----
+ * Chunks are numbered from 0 in the order they were made and live as long as the
+ * process; mock_arena_chunks copies the descriptors of the shareable chunks among from,
+ * from + 1, ... (at most max), returns how many it copied and sets *next to the number
+ * to continue from. The fds stay the arena's. */
+typedef struct mock_arena_chunk {
+    uintptr_t base;
+    size_t size;
+    int fd;
+} mock_arena_chunk;
+size_t mock_arena_chunks(size_t from, mock_arena_chunk *out, size_t max, size_t *next);
+
 #endif /* LLDD_MOCK_INTERNAL_H */

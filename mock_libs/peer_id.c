@@ -4,10 +4,12 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -172,14 +174,170 @@ int idch_prove(const char *name, uint64_t token, int c1_fd, int64_t deadline, pe
     return 0;
 }
 
-int idch_read(int fd, int64_t deadline, id_request *req, peer_cred *cred)
+int idch_read_msg(int fd, int64_t deadline, peer_cred *cred, uint16_t *type, id_request *ident, map_request *map)
 {
     msg_hdr h;
-    if (cred_of(fd, cred) != 0)
+    if (cred_of(fd, cred) != 0 || msg_recv_hdr(fd, &h, deadline) != TP_OK)
         return -1;
-    if (msg_recv_hdr(fd, &h, deadline) != TP_OK || h.type != MSG_IDENTIFY || h.payload_len != sizeof *req)
+    *type = h.type;
+    if (h.type == MSG_IDENTIFY && h.payload_len == sizeof *ident)
+        return tp_recv_all(fd, ident, sizeof *ident, deadline) == TP_OK ? 0 : -1;
+    if (h.type == MSG_MAP && h.payload_len == sizeof *map)
+        return tp_recv_all(fd, map, sizeof *map, deadline) == TP_OK ? 0 : -1;
+    return -1;
+}
+
+int idch_map_challenge(int fd, int64_t deadline)
+{
+    /* on the heap, like any of our data: the client must be able to read that */
+    uint8_t *nonce = malloc(MAP_NONCE_LEN);
+    uint8_t proof[MAP_NONCE_LEN];
+    if (nonce == NULL || rand_bytes(nonce, MAP_NONCE_LEN) != 0) {
+        free(nonce);
+        return 0;
+    }
+    msg_hdr h;
+    msg_init(&h, MSG_MAP_CHALLENGE);
+    h.a = (uint64_t)(uintptr_t)nonce;
+    h.b = MAP_NONCE_LEN;
+    int ok = msg_send(fd, &h, NULL, 0, deadline) == TP_OK && msg_recv_hdr(fd, &h, deadline) == TP_OK &&
+             h.type == MSG_MAP_PROOF && h.payload_len == MAP_NONCE_LEN &&
+             tp_recv_all(fd, proof, sizeof proof, deadline) == TP_OK && bytes_equal_ct(proof, nonce, MAP_NONCE_LEN);
+    free(nonce);
+    return ok;
+}
+
+void idch_answer_map(int fd, uint32_t status, const map_desc *descs, const int *fds, size_t n, uint64_t next)
+{
+    msg_hdr h;
+    msg_init(&h, MSG_MAP_REPLY);
+    h.status = status;
+    h.a = status == 0 ? next : 0;
+    if (status != 0 || n > MAP_BATCH)
+        n = 0;
+    h.count = (uint32_t)n;
+    h.payload_len = n * sizeof *descs;
+    struct iovec iov[2] = {{&h, sizeof h}, {(void *)(uintptr_t)descs, n * sizeof *descs}};
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(MAP_BATCH * sizeof(int))];
+    } ctl;
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    memset(&ctl, 0, sizeof ctl);
+    m.msg_iov = iov;
+    m.msg_iovlen = n > 0 ? 2 : 1;
+    if (n > 0) {
+        m.msg_control = ctl.buf;
+        m.msg_controllen = CMSG_SPACE(n * sizeof(int));
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(n * sizeof(int));
+        memcpy(CMSG_DATA(c), fds, n * sizeof(int));
+    }
+    /* a reply of at most a few KiB into a fresh Unix socket's buffer: one call sends it
+     * whole, or the client sees a short reply and gives up */
+    ssize_t sent;
+    do {
+        sent = sendmsg(fd, &m, MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+}
+
+static void close_fds(int *fds, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        close(fds[i]);
+}
+
+/* Client: answers the listener's challenge with the nonce read out of its memory. */
+static int map_prove(int fd, pid_t pid, int64_t deadline)
+{
+    msg_hdr h;
+    uint8_t nonce[MAP_NONCE_LEN];
+    if (msg_recv_hdr(fd, &h, deadline) != TP_OK || h.type != MSG_MAP_CHALLENGE || h.b != MAP_NONCE_LEN ||
+        h.payload_len != 0)
         return -1;
-    return tp_recv_all(fd, req, sizeof *req, deadline) == TP_OK ? 0 : -1;
+    struct iovec local = {nonce, sizeof nonce}, remote = {(void *)(uintptr_t)h.a, sizeof nonce};
+    if (process_vm_readv(pid, &local, 1, &remote, 1, 0) != (ssize_t)sizeof nonce)
+        return -1;
+    msg_init(&h, MSG_MAP_PROOF);
+    h.payload_len = sizeof nonce;
+    return msg_send(fd, &h, nonce, sizeof nonce, deadline) == TP_OK ? 0 : -1;
+}
+
+int idch_map(const char *name, pid_t pid, const map_request *req, int64_t deadline, map_desc *descs, int *fds,
+             size_t *n, uint64_t *next)
+{
+    *n = 0;
+    *next = req->from;
+    if (name == NULL || name[0] == '\0' || memchr(name, '\0', ID_NAME_LEN) == NULL)
+        return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_un sa;
+    socklen_t len = abstract_addr(name, &sa);
+    msg_hdr h;
+    msg_init(&h, MSG_MAP);
+    h.payload_len = sizeof *req;
+    peer_cred server;
+    /* only the process the link holds may hand us memory to write into: after the
+     * peer's exit its channel's name is free for anyone to bind */
+    if (connect(fd, (struct sockaddr *)&sa, len) != 0 || fcntl(fd, F_SETFL, O_NONBLOCK) != 0 ||
+        cred_of(fd, &server) != 0 || server.pid != pid || msg_send(fd, &h, req, sizeof *req, deadline) != TP_OK ||
+        map_prove(fd, pid, deadline) != 0) {
+        close(fd);
+        return -1;
+    }
+    struct pollfd p = {fd, POLLIN, 0};
+    int64_t left = deadline - tp_now_ms();
+    if (left <= 0 || poll(&p, 1, (int)(left > 60000 ? 60000 : left)) != 1) {
+        close(fd);
+        return -1;
+    }
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(MAP_BATCH * sizeof(int))];
+    } ctl;
+    struct iovec iov = {&h, sizeof h};
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl.buf;
+    m.msg_controllen = sizeof ctl.buf;
+    ssize_t got;
+    do {
+        got = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
+    } while (got < 0 && errno == EINTR);
+    size_t nfds = 0;
+    for (struct cmsghdr *c = got > 0 ? CMSG_FIRSTHDR(&m) : NULL; c != NULL; c = CMSG_NXTHDR(&m, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int f;
+            memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof f);
+            if (nfds < MAP_BATCH)
+                fds[nfds++] = f;
+            else
+                close(f);
+        }
+    }
+    int ok = got == (ssize_t)sizeof h && !(m.msg_flags & MSG_CTRUNC) && h.magic == PROTO_MAGIC &&
+             h.version == PROTO_VERSION && h.type == MSG_MAP_REPLY && h.status == 0 && h.count <= MAP_BATCH &&
+             h.count == nfds && h.payload_len == (uint64_t)h.count * sizeof *descs && h.a >= req->from;
+    if (ok && h.count > 0)
+        ok = tp_recv_all(fd, descs, h.count * sizeof *descs, deadline) == TP_OK;
+    close(fd);
+    if (!ok) {
+        close_fds(fds, nfds);
+        return -1;
+    }
+    *n = nfds;
+    *next = h.a;
+    return 0;
 }
 
 int idch_endpoints_match(int c1_fd, const id_request *req)

@@ -87,12 +87,45 @@ int idch_is_unix(int fd);
 /* Client: proves the link `token` on c1_fd to the listener's identity channel `name`
  * and learns the listener's process. 0 and *out filled, or -1 (out->known = 0). */
 int idch_prove(const char *name, uint64_t token, int c1_fd, int64_t deadline, peer_cred *out);
-/* Server: reads an IDENTIFY and the connecting process's credentials. 0 or -1. */
-int idch_read(int fd, int64_t deadline, id_request *req, peer_cred *cred);
 /* Server: 1 if c1_fd's endpoints are the ones the client named. */
 int idch_endpoints_match(int c1_fd, const id_request *req);
 /* Server: answers an IDENTIFY (status 0: accepted). */
 void idch_answer(int fd, uint32_t status);
+
+/* ---- shared library memory (docs/security.md §2.7) ----
+ * A client that holds a link to an identified peer of the same user asks the peer's
+ * identity channel with MAP {the link's token, from}. The peer challenges it to read a
+ * fresh nonce out of the peer's memory with process_vm_readv (so a mapping goes only to
+ * a process the kernel already lets read and write the peer's memory) and, given the
+ * nonce back, answers with the descriptors of its arena chunks from, from + 1, ... (at
+ * most MAP_BATCH) and their memfds, sealed against shrinking, attached as SCM_RIGHTS. */
+enum { MAP_BATCH = 64, MAP_NONCE_LEN = 32 };
+
+typedef struct map_request {
+    uint64_t token;
+    uint64_t from;
+} map_request;
+
+typedef struct map_desc {
+    uint64_t base;               /* where the chunk lies in the peer */
+    uint64_t size;
+} map_desc;
+
+/* Server: the first message of an identity-channel connection and the connecting
+ * process's credentials. *type is MSG_IDENTIFY (ident filled) or MSG_MAP (map
+ * filled). 0 or -1. */
+int idch_read_msg(int fd, int64_t deadline, peer_cred *cred, uint16_t *type, id_request *ident, map_request *map);
+/* Server: 1 if the client reads back, from this process's memory, a fresh nonce. */
+int idch_map_challenge(int fd, int64_t deadline);
+/* Server: answers MAP with n chunk descriptors and their fds and the chunk number to ask
+ * from next (status 0), or a refusal. */
+void idch_answer_map(int fd, uint32_t status, const map_desc *descs, const int *fds, size_t n, uint64_t next);
+/* Client: asks the identity channel `name`, which must be served by process `pid`, for
+ * chunks. On 0, *n descriptors and fds (the caller's to close) were received and *next
+ * is the chunk number to ask from next time. -1 on a refusal or a broken exchange
+ * (nothing to close). */
+int idch_map(const char *name, pid_t pid, const map_request *req, int64_t deadline, map_desc *descs, int *fds,
+             size_t *n, uint64_t *next);
 
 /* A pidfd for pid, or -1 where the kernel has none (then no process_vm path). */
 int pidfd_hold(pid_t pid);

@@ -103,8 +103,12 @@ enum msg_type {
     MSG_IDENTIFY,           /* identity channel (peer_id.h): body id_request                 */
     MSG_IDENTIFY_REPLY,     /* status 0: the claim is accepted                               */
     MSG_DISCONNECT_CHALLENGE, /* body: a fresh nonce (16 bytes)                 -> PROOF      */
-    MSG_DISCONNECT_PROOF    /* count proofs of 32 bytes: one per link token the client holds,
+    MSG_DISCONNECT_PROOF,   /* count proofs of 32 bytes: one per link token the client holds,
                                HMAC-SHA-256(token, "lldd-disconnect" nonce) -> MSG_DISCONNECT_REPLY */
+    MSG_MAP,                /* identity channel (peer_id.h): body map_request -> CHALLENGE   */
+    MSG_MAP_REPLY,          /* status; count map_desc, the chunks' memfds as SCM_RIGHTS      */
+    MSG_MAP_CHALLENGE,      /* a = address, b = length of a fresh nonce in the listener       */
+    MSG_MAP_PROOF           /* body: the nonce, read with process_vm_readv -> MSG_MAP_REPLY  */
 };
 
 enum { DISCONNECT_MAX_PROOFS = 4096 };

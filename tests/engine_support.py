@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import base64
+import ctypes
 import json
 import os
 import subprocess
@@ -21,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from llm_datadist_ffi import LLMException, mock_control, native
+from llm_datadist_ffi import LLMException, acl, mock_control, native
 
 
 def fill(num_tensors: int, shape: list[int], seed: int) -> list[np.ndarray]:
@@ -54,6 +55,29 @@ def register(engine: native.LlmDataDist, arrays: list[np.ndarray], dtype: int = 
     """Registers C-contiguous arrays of one shape as the tensors of one cache."""
     return engine.register_kv_cache(desc(len(arrays), list(arrays[0].shape), dtype, placement),
                                     [a.ctypes.data for a in arrays])
+
+
+ARENA_NAME = "/memfd:lldd-mock-arena"
+
+
+def foreign_arena_bytes() -> int:
+    """Bytes of this process's address space mapped from another process's arena chunks:
+    mappings of a mock arena memfd (by name in /proc/self/maps) that is none of the
+    memfds this process holds open for its own chunks (compared by inode)."""
+    own = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith(ARENA_NAME):
+                own.add(os.stat(f"/proc/self/fd/{fd}").st_ino)
+        except OSError:
+            continue                       # the fd of the listing itself, gone meanwhile
+    total = 0
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        if len(fields) == 6 and fields[5].startswith(ARENA_NAME) and int(fields[4]) not in own:
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            total += end - start
+    return total
 
 
 def random_arrays(num_tensors: int, shape: tuple[int, ...], seed: int) -> list[np.ndarray]:
@@ -180,6 +204,40 @@ class Peer:
                                                 [a.ctypes.data for a in arrays])
         self.arrays[cache_id] = arrays
         return cache_id
+
+    def op_register_shared(self, num_tensors: int, shape: list[int], seed: int) -> int:
+        """A cache over library memory (acl.shared_array) holding ``fill``'s bytes."""
+        acl.set_device(0)
+        arrays = []
+        for values in fill(num_tensors, shape, seed):
+            array = acl.shared_array(values.shape)
+            array[...] = values
+            arrays.append(array)
+        cache_id = self.eng().register_kv_cache(native.CacheDesc(num_tensors, native.DataType.DT_UINT8, shape),
+                                                [a.ctypes.data for a in arrays])
+        self.arrays[cache_id] = arrays
+        return cache_id
+
+    def op_allocate(self, num_tensors: int, shape: list[int], seed: int) -> int:
+        """A cache from allocate_cache (a pool or the device) holding ``fill``'s bytes."""
+        cache = self.eng().allocate_cache(native.CacheDesc(num_tensors, native.DataType.DT_UINT8, shape))
+        views = []
+        for address, values in zip(cache.tensor_addrs, fill(num_tensors, shape, seed)):
+            view = np.ctypeslib.as_array((ctypes.c_uint8 * values.size).from_address(address))
+            view[...] = values
+            views.append(view)
+        self.arrays[cache.cache_id] = views
+        return int(cache.cache_id)
+
+    def op_deallocate(self, cache_id: int) -> None:
+        self.eng().deallocate_cache(cache_id)
+        del self.arrays[cache_id]
+
+    def op_last_path(self, cluster: int) -> str:
+        return mock_control.last_transfer_path(self.eng(), cluster)
+
+    def op_foreign_arena_bytes(self) -> int:
+        return foreign_arena_bytes()
 
     def op_unregister(self, cache_id: int) -> None:
         self.eng().unregister_kv_cache(cache_id)

@@ -40,7 +40,7 @@ def test_fragments_declare_the_expected_number_of_functions() -> None:
     assert len(declared_functions("lldd/api.h")) == 21
     assert len(declared_functions("lldd/ext.h")) == 18
     assert len(declared_functions("acl/api.h")) == 24
-    assert len(declared_functions("lldd/mock.h")) == 17      # lint record, link reasons and paths, link model, bytes
+    assert len(declared_functions("lldd/mock.h")) == 18      # lint record, link reasons, paths (link, last transfer), link model, bytes
 
 
 @pytest.mark.parametrize("fragment", ["lldd/api.h", "lldd/ext.h", "lldd/mock.h", "acl/api.h"])
@@ -104,9 +104,9 @@ def test_constants_are_found() -> None:
     names = _integer_constants()
     assert "LLM_PARAM_INVALID" in names and "ACL_ERROR_RT_DEVICE_MEM_ERROR" in names
     # lldd: 30 statuses + ABI version + 3 roles + 2 placements + 6 capabilities + 3 key kinds
-    # + 2 cache kinds + 3 register-memory states; the mock's 4 link paths;
+    # + 2 cache kinds + 3 register-memory states; the mock's 5 transfer paths;
     # ACL: 8 memcpy kinds + 11 policies + 18 memory attributes + 25 general + 18 runtime codes.
-    assert len(names) == 50 + 4 + 80
+    assert len(names) == 50 + 5 + 80
 
 
 def test_struct_sizes_agree_between_cffi_and_c(c_layout: dict[str, int]) -> None:

@@ -32,7 +32,10 @@ ID_REQUEST = struct.Struct("=Q20s20s")
 (MSG_HELLO, MSG_HELLO_REPLY, MSG_REVERSE, MSG_REVERSE_REPLY, MSG_DISCONNECT, MSG_DISCONNECT_REPLY, MSG_PIN,
  MSG_PIN_REPLY, MSG_UNPIN, MSG_READ, MSG_READ_REPLY, MSG_WRITE, MSG_WRITE_REPLY, MSG_RESOLVE, MSG_RESOLVE_REPLY,
  MSG_RELEASE, MSG_RELEASE_REPLY, MSG_PIN_ADDR, MSG_PIN_ADDR_REPLY, MSG_IDENTIFY, MSG_IDENTIFY_REPLY,
- MSG_DISCONNECT_CHALLENGE, MSG_DISCONNECT_PROOF) = range(1, 24)
+ MSG_DISCONNECT_CHALLENGE, MSG_DISCONNECT_PROOF, MSG_MAP, MSG_MAP_REPLY, MSG_MAP_CHALLENGE,
+ MSG_MAP_PROOF) = range(1, 28)
+MAP_REQUEST = struct.Struct("=QQ")   # the link's token, the first chunk asked for
+MAP_DESC = struct.Struct("=QQ")      # a chunk's base in its process, its size
 HELLO_LINK = 0
 MODE_DIRECT = 1
 
@@ -195,6 +198,48 @@ def identify(channel: str, token: int, c1: socket.socket) -> int:
         body = ID_REQUEST.pack(token, endpoint(c1.getsockname()), endpoint(c1.getpeername()))
         u.sendall(header(MSG_IDENTIFY, payload_len=len(body)) + body)
         return recv_reply(u).status
+
+
+def read_memory(pid: int, address: int, length: int) -> bytes:
+    """``length`` bytes at ``address`` in process ``pid`` (process_vm_readv)."""
+    import ctypes
+
+    class IoVec(ctypes.Structure):
+        _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    out = ctypes.create_string_buffer(length)
+    local, remote = IoVec(ctypes.addressof(out), length), IoVec(address, length)
+    got = libc.process_vm_readv(pid, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    if got != length:
+        raise OSError(ctypes.get_errno(), f"process_vm_readv of process {pid} failed")
+    return out.raw
+
+
+def map_chunks(channel: str, token: int, first: int = 0,
+               proof: bytes | None = None) -> tuple[int, list[tuple[int, int]], list[int]]:
+    """MAP on a listener's identity channel (docs/security.md §2.7), answering its
+    challenge with the nonce read out of the listener's memory, or with ``proof`` when
+    given: the final reply's status, the chunks it describes (base, size) and the file
+    descriptors that came with it (the caller closes them)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as u:
+        u.settimeout(5)
+        u.connect("\0" + channel)
+        body = MAP_REQUEST.pack(token, first)
+        u.sendall(header(MSG_MAP, payload_len=len(body)) + body)
+        _magic, kind, _version, status, _count, a, b, payload_len = HDR.unpack(recv_exact(u, HDR.size))
+        if kind == MSG_MAP_REPLY:                   # refused before any challenge
+            assert payload_len == 0
+            return status, [], []
+        assert kind == MSG_MAP_CHALLENGE and payload_len == 0
+        pid = struct.unpack("=iII", u.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+        nonce = read_memory(pid, a, b) if proof is None else proof
+        u.sendall(header(MSG_MAP_PROOF, payload_len=len(nonce)) + nonce)
+        head, fds, _flags, _addr = socket.recv_fds(u, HDR.size, 64)
+        _magic, kind, _version, status, count, _a, _b, payload_len = HDR.unpack(head)
+        assert kind == MSG_MAP_REPLY and payload_len == count * MAP_DESC.size
+        body = recv_exact(u, payload_len)
+        return status, [MAP_DESC.unpack_from(body, i * MAP_DESC.size) for i in range(count)], fds
 
 
 # ---- socket-level helpers (tests of the bounds: docs/security.md §3) ----------------------

@@ -31,9 +31,14 @@ enum {
     LLDD_MOCK_PATH_NONE = 0,
     LLDD_MOCK_PATH_SAME_PROCESS = 1,
     LLDD_MOCK_PATH_PROCESS_VM = 2,
-    LLDD_MOCK_PATH_SOCKET = 3
+    LLDD_MOCK_PATH_SOCKET = 3,
+    LLDD_MOCK_PATH_SHARED = 4
 };
 uint32_t lldd_mock_link_path(lldd_engine *engine, uint64_t cluster_id);
+/* How the last transfer over this engine's link to cluster_id that moved bytes moved
+ * them: same process, shared (copies between this process's mappings of the peer's
+ * library memory, docs/security.md §2.7), process_vm or socket; none before the first. */
+uint32_t lldd_mock_last_transfer_path(lldd_engine *engine, uint64_t cluster_id);
 
 /* Accounting for leak tests: live mock-ACL allocations and live engines. */
 uint64_t lldd_mock_live_allocations(void);
