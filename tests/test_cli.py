@@ -208,11 +208,12 @@ def test_a_transfer_that_moves_wrong_bytes_makes_the_bench_fail(op: str, monkeyp
     assert out == ""
 
 
-def test_rows_carry_the_path_the_link_reports_and_a_selected_path_no_link_took_is_named(
+def test_rows_carry_the_path_the_mock_reports_and_a_selected_path_no_link_took_is_named(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from llm_datadist_ffi import mock_control
 
     monkeypatch.setattr(mock_control, "link_path", lambda engine, cluster_id: "socket")
+    monkeypatch.setattr(mock_control, "last_transfer_path", lambda engine, cluster_id: "socket")
     assert _small_bench_in_this_process("--json") == 0
     report = json.loads(capsys.readouterr().out)
     assert {row["path"] for row in report["transfers"]} == {"socket"}

@@ -55,9 +55,9 @@ def test_the_link_path_names_cover_the_header_paths() -> None:
     paths = _capi.constants("LLDD_MOCK_PATH_")
     assert mock_control.LINK_PATHS == {
         paths["NONE"]: "none", paths["SAME_PROCESS"]: "same-process",
-        paths["PROCESS_VM"]: "process_vm", paths["SOCKET"]: "socket",
+        paths["PROCESS_VM"]: "process_vm", paths["SOCKET"]: "socket", paths["SHARED"]: "shared",
     }
-    assert len(paths) == 4
+    assert len(paths) == 5
 
 
 # The mock's element sizes: one row per ge::DataType value, "/* 27 DT_BF16 */ 16,".
