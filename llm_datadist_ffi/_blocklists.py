@@ -1,0 +1,75 @@
+"""Fast paths for the block lists of both Python tiers.
+
+A block list of n entries is checked and converted on every transfer, so its cost must
+stay linear with a small constant up to the largest request (docs/reference/semantics.md
+§15: about 65,000 blocks in one direct-mode pull). A loop in Python costs about a
+microsecond per entry; the helpers here do the common case in C-level passes (``map``,
+``min``, numpy) and answer ``None`` when a list is anything but plain: the caller then
+takes its element-by-element path, which is the one that words the errors. So the fast
+path never decides an error, and every error stays exactly what the slow path says.
+
+This module imports only numpy.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+__all__ = ["plain_ints", "plain_u64", "smallest_repeat"]
+
+_PLAIN = frozenset((int, bool))
+
+# A bincount over the span of the values costs 8 bytes per possible value; beyond this
+# many possible values per entry a sort is cheaper in memory (block tables are dense,
+# so the sort is for lists of scattered, huge indexes only).
+_COUNT_SPAN_PER_ENTRY = 4
+_COUNT_SPAN_FLOOR = 1 << 16
+
+
+def plain_ints(values: Sequence[Any]) -> bool:
+    """Whether every element of the list or tuple ``values`` is exactly an ``int`` or a
+    ``bool`` (subclasses such as ``IntEnum`` and numpy scalars are not plain: the
+    callers' own loops decide about those)."""
+    return set(map(type, values)) <= _PLAIN
+
+
+def plain_u64(values: Sequence[Any]) -> Optional["np.ndarray[Any, Any]"]:
+    """The list or tuple ``values`` as a C-contiguous ``uint64`` array when every element
+    is a plain ``int`` or ``bool`` within uint64; otherwise None.
+
+    ``min`` comes first: numpy 1.x turns a negative Python int into a large uint64 (with
+    a DeprecationWarning) where numpy 2 raises, and the caller must see the same answer
+    under both.
+    """
+    if not values:
+        return np.empty(0, dtype=np.uint64)
+    if not plain_ints(values) or min(values) < 0:
+        return None
+    try:
+        return np.array(values, dtype=np.uint64)
+    except OverflowError:   # an element above 2**64 - 1
+        return None
+
+
+def smallest_repeat(blocks: "np.ndarray[Any, Any]") -> Optional[int]:
+    """The smallest value that occurs more than once in the one-dimensional integer
+    array ``blocks`` (non-negative values), or None.
+
+    Block tables are dense, so the values are counted over their span (linear); a list
+    whose span is far larger than its length is sorted instead.
+    """
+    count = int(blocks.size)
+    if count < 2:
+        return None
+    low = int(blocks.min())
+    span = int(blocks.max()) - low + 1
+    if span <= _COUNT_SPAN_PER_ENTRY * count + _COUNT_SPAN_FLOOR:
+        offsets = blocks - blocks.dtype.type(low)   # the dtype's own scalar keeps uint64 under numpy 1.x
+        counts = np.bincount(offsets.astype(np.intp, copy=False), minlength=span)
+        repeated = np.flatnonzero(counts > 1)
+        return low + int(repeated[0]) if repeated.size else None
+    ordered = np.sort(blocks)
+    equal = ordered[1:] == ordered[:-1]
+    return int(ordered[1:][equal][0]) if equal.any() else None
+
