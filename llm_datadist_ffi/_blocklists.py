@@ -19,6 +19,7 @@ import numpy as np
 __all__ = ["plain_ints", "plain_u64", "smallest_repeat"]
 
 _PLAIN = frozenset((int, bool))
+_WRAPS_NEGATIVE_INTS = int(np.__version__.split(".")[0]) < 2
 
 # A bincount over the span of the values costs 8 bytes per possible value; beyond this
 # many possible values per entry a sort is cheaper in memory (block tables are dense,
@@ -38,13 +39,13 @@ def plain_u64(values: Sequence[Any]) -> Optional["np.ndarray[Any, Any]"]:
     """The list or tuple ``values`` as a C-contiguous ``uint64`` array when every element
     is a plain ``int`` or ``bool`` within uint64; otherwise None.
 
-    ``min`` comes first: numpy 1.x turns a negative Python int into a large uint64 (with
-    a DeprecationWarning) where numpy 2 raises, and the caller must see the same answer
-    under both.
+    Under numpy 1.x a pass of ``min`` comes first: it turns a negative Python int into a
+    large uint64 (with a DeprecationWarning) where numpy 2 raises ``OverflowError``, and
+    the caller must see the same answer under both.
     """
     if not values:
         return np.empty(0, dtype=np.uint64)
-    if not plain_ints(values) or min(values) < 0:
+    if not plain_ints(values) or (_WRAPS_NEGATIVE_INTS and min(values) < 0):
         return None
     try:
         return np.array(values, dtype=np.uint64)

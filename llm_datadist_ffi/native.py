@@ -142,17 +142,15 @@ def _blocks(value: Any, name: str) -> tuple[Any, int, "np.ndarray[Any, Any]"]:
         fast = plain_u64(value)
         if fast is not None:
             return _block_pointer(fast)
+        # not plain: numpy integers, int subclasses, or something to refuse
         for i, item in enumerate(value):
             if not isinstance(item, (int, np.integer)):
                 raise TypeError(f"{name}[{i}] must be an int, not {type(item).__name__}")
-        try:
-            array = np.array(value, dtype=np.uint64) if value else np.empty(0, dtype=np.uint64)
-        except OverflowError:
-            bad = next(int(v) for v in value if not _U64[0] <= int(v) <= _U64[1])
-            raise ValueError(f"{name} holds {bad}; block indexes are uint64") from None
-        if value and any(int(v) < 0 for v in value):
-            bad = next(int(v) for v in value if int(v) < 0)
+        # checked before converting: numpy may wrap a negative numpy integer silently
+        bad = next((int(v) for v in value if not _U64[0] <= int(v) <= _U64[1]), None)
+        if bad is not None:
             raise ValueError(f"{name} holds {bad}; block indexes are uint64")
+        array = np.array(value, dtype=np.uint64)
     else:
         raise TypeError(f"{name} must be a list, tuple or 1-D integer numpy array, not {type(value).__name__}")
     return _block_pointer(array)
