@@ -26,11 +26,15 @@ _U64_CODE = "Q"
 if array.array(_U64_CODE).itemsize != 8:
     raise ImportError(f"llm_datadist_ffi: array typecode {_U64_CODE!r} is not 8 bytes on this platform")
 
-# A bincount over the span of the values costs 8 bytes per possible value; beyond this
-# many possible values per entry a sort is cheaper in memory (block tables are dense,
-# so the sort is for lists of scattered, huge indexes only).
-_COUNT_SPAN_PER_ENTRY = 4
-_COUNT_SPAN_FLOOR = 1 << 16
+# Counting the values costs about 1 ns per entry plus 8 bytes to zero per value up to the
+# largest; a sort costs 25-35 ns per entry. While the largest value is below this many
+# per entry counting wins in time and stays within 128 bytes of scratch per entry; block
+# tables index one cache, so the sort is for lists of scattered, huge indexes.
+_COUNT_SPAN_PER_ENTRY = 16
+_COUNT_SPAN_FLOOR = 4096
+# Each numpy call costs about a microsecond however short the array; short lists (most
+# transfers) are cheaper in plain Python.
+_SHORT = 64
 
 
 def plain_ints(values: Sequence[Any]) -> bool:
@@ -64,20 +68,26 @@ def smallest_repeat(blocks: "np.ndarray[Any, Any]") -> Optional[int]:
     """The smallest value that occurs more than once in the one-dimensional integer
     array ``blocks`` (non-negative values), or None.
 
-    Block tables are dense, so the values are counted over their span (linear); a list
-    whose span is far larger than its length is sorted instead.
+    An ascending list has none; other block tables are dense, so their values are
+    counted (linear); a list whose largest value is far larger than its length, or a
+    short one, is sorted instead.
     """
     count = int(blocks.size)
     if count < 2:
         return None
-    low = int(blocks.min())
-    span = int(blocks.max()) - low + 1
-    if span <= _COUNT_SPAN_PER_ENTRY * count + _COUNT_SPAN_FLOOR:
-        offsets = blocks - blocks.dtype.type(low)   # the dtype's own scalar keeps uint64 under numpy 1.x
-        counts = np.bincount(offsets.astype(np.intp, copy=False), minlength=span)
-        repeated = np.flatnonzero(counts > 1)
-        return low + int(repeated[0]) if repeated.size else None
-    ordered = np.sort(blocks)
+    if count <= _SHORT:
+        values = sorted(blocks.tolist())
+        return next((b for a, b in zip(values, values[1:]) if a == b), None)
+    if (blocks[1:] > blocks[:-1]).all():   # ascending, as most block tables are
+        return None
+    high = int(blocks.max())
+    if high < _COUNT_SPAN_PER_ENTRY * count + _COUNT_SPAN_FLOOR:
+        # below 2**63 here, so a uint64 array reads the same as int64, which bincount takes
+        counts = np.bincount(blocks.view(np.int64) if blocks.dtype == np.uint64 else blocks.astype(np.intp, copy=False))
+        repeated = counts > 1
+        first = int(repeated.argmax())
+        return first if repeated[first] else None
+    ordered = np.sort(blocks, kind="stable")
     equal = ordered[1:] == ordered[:-1]
     return int(ordered[1:][equal][0]) if equal.any() else None
 

@@ -275,9 +275,29 @@ def _oracle_repeat(values: list[int]) -> Optional[int]:
     return min(repeated) if repeated else None
 
 
-@given(st.lists(st.one_of(st.integers(0, 50), st.integers(0, U64_MAX)), max_size=40),
+# dense tables of small or larger indexes, scattered huge indexes, and huge ones that repeat
+BLOCK_VALUES = st.sampled_from([st.integers(0, 50), st.integers(0, 5000), st.integers(0, U64_MAX),
+                                st.integers(0, 40).map(lambda k: 2**63 + k * 2**40)])
+
+
+@given(BLOCK_VALUES.flatmap(lambda values: st.lists(values, max_size=300)), st.booleans(),
        st.sampled_from([np.uint64, np.int64]))
-def test_smallest_repeat_finds_the_smallest_value_listed_twice(values: list[int], dtype: Any) -> None:
+def test_smallest_repeat_finds_the_smallest_value_listed_twice(values: list[int], ascending: bool, dtype: Any) -> None:
     if dtype is np.int64:
         values = [v % 2**63 for v in values]
+    if ascending:
+        values = sorted(values)
     assert smallest_repeat(np.array(values, dtype=dtype)) == _oracle_repeat(values)
+
+
+@pytest.mark.parametrize("label,values,expected", [
+    ("short", [9, 4, 9, 4], 4),
+    ("ascending, long", list(range(1000)), None),
+    ("ascending with a repeat", [*range(500), 499, *range(500, 600)], 499),
+    ("dense, long", [*range(999, -1, -1), 700, 3], 3),
+    ("dense without repeats", list(range(999, -1, -1)), None),
+    ("huge and scattered", [2**64 - 1 - 7 * k for k in range(200)] + [2**64 - 1, 2**64 - 8, 2**63], 2**64 - 8),
+    ("huge without repeats", [2**64 - 1 - 7 * k for k in range(200)], None),
+])
+def test_smallest_repeat_of_every_kind_of_table(label: str, values: list[int], expected: Optional[int]) -> None:
+    assert smallest_repeat(np.array(values, dtype=np.uint64)) == expected
