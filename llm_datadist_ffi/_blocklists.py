@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["plain_ints", "plain_u64", "smallest_repeat"]
+__all__ = ["SHORT_LIST", "plain_ints", "plain_u64", "smallest_repeat"]
 
 _PLAIN = frozenset((int, bool))
 # The array typecode of a uint64: 'Q' is unsigned long long, 8 bytes wherever numpy and
@@ -34,13 +34,20 @@ _COUNT_SPAN_PER_ENTRY = 16
 _COUNT_SPAN_FLOOR = 4096
 # Each numpy call costs about a microsecond however short the array; short lists (most
 # transfers) are cheaper in plain Python.
-_SHORT = 64
+SHORT_LIST = 64
+# ... and below this length a loop beats building a set of the element types
+_TINY_LIST = 4
 
 
 def plain_ints(values: Sequence[Any]) -> bool:
     """Whether every element of the list or tuple ``values`` is exactly an ``int`` or a
     ``bool`` (subclasses such as ``IntEnum`` and numpy scalars are not plain: the
     callers' own loops decide about those)."""
+    if len(values) <= _TINY_LIST:
+        for value in values:
+            if type(value) is not int and type(value) is not bool:
+                return False
+        return True
     return set(map(type, values)) <= _PLAIN
 
 
@@ -48,18 +55,21 @@ def plain_u64(values: Sequence[Any]) -> Optional["np.ndarray[Any, Any]"]:
     """The list or tuple ``values`` as a C-contiguous ``uint64`` array when every element
     is a plain ``int`` or ``bool`` within uint64; otherwise None.
 
-    ``array.array`` packs the values in one C loop that refuses anything outside the
-    C type (numpy's own conversion is three times slower per element, and numpy 1.x
-    would wrap a negative int instead of refusing it); numpy then uses that buffer as
-    it is.
+    A long list is packed by ``array.array`` in one C loop that refuses anything outside
+    the C type (numpy's own conversion is three times slower per element), and numpy
+    then uses that buffer as it is.
     """
     if not values:
         return np.empty(0, dtype=np.uint64)
     if not plain_ints(values):
         return None
     try:
+        if len(values) <= SHORT_LIST:
+            # numpy's fixed cost is the smaller one here; ``min`` first, as numpy 1.x
+            # wraps a negative int where numpy 2 raises
+            return np.array(values, dtype=np.uint64) if min(values) >= 0 else None
         packed = array.array(_U64_CODE, values)
-    except OverflowError:   # an element below 0 or above 2**64 - 1
+    except OverflowError:   # an element above 2**64 - 1 (or, from array, below 0)
         return None
     return np.frombuffer(packed, dtype=np.uint64)
 
@@ -75,7 +85,7 @@ def smallest_repeat(blocks: "np.ndarray[Any, Any]") -> Optional[int]:
     count = int(blocks.size)
     if count < 2:
         return None
-    if count <= _SHORT:
+    if count <= SHORT_LIST:
         values = sorted(blocks.tolist())
         return next((b for a, b in zip(values, values[1:]) if a == b), None)
     if (blocks[1:] > blocks[:-1]).all():   # ascending, as most block tables are

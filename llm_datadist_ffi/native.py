@@ -367,7 +367,7 @@ def _check_ext_param(ext: KvCacheExtParam, tag: str) -> None:
 
 def _check_distinct(blocks: "np.ndarray[Any, Any]", name: str, tag: str) -> None:
     """PR-5 (lint): a destination block listed twice; the last write wins on the device."""
-    repeated = smallest_repeat(blocks)
+    repeated = smallest_repeat(blocks) if blocks.size > 1 else None
     if repeated is not None:
         lint.lint("PR-5", f"[{tag}] {name} contains block {repeated} more than once")
 

@@ -243,7 +243,7 @@ class BlockArray:
 
     def duplicate(self) -> Optional[int]:
         """The smallest value that occurs more than once, or None."""
-        return smallest_repeat(self.array)
+        return smallest_repeat(self.array) if self.count > 1 else None
 
     def tolist(self) -> List[int]:
         return [int(v) for v in self.array]
