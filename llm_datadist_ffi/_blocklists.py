@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["SHORT_LIST", "plain_ints", "plain_u64", "smallest_repeat"]
+__all__ = ["plain_ints", "plain_u64", "smallest_repeat"]
 
 _PLAIN = frozenset((int, bool))
 # The array typecode of a uint64: 'Q' is unsigned long long, 8 bytes wherever numpy and
@@ -34,7 +34,7 @@ _COUNT_SPAN_PER_ENTRY = 16
 _COUNT_SPAN_FLOOR = 4096
 # Each numpy call costs about a microsecond however short the array; short lists (most
 # transfers) are cheaper in plain Python.
-SHORT_LIST = 64
+_SHORT_LIST = 64
 # ... and below this length a loop beats building a set of the element types
 _TINY_LIST = 4
 
@@ -64,7 +64,7 @@ def plain_u64(values: Sequence[Any]) -> Optional["np.ndarray[Any, Any]"]:
     if not plain_ints(values):
         return None
     try:
-        if len(values) <= SHORT_LIST:
+        if len(values) <= _SHORT_LIST:
             # numpy's fixed cost is the smaller one here; ``min`` first, as numpy 1.x
             # wraps a negative int where numpy 2 raises
             return np.array(values, dtype=np.uint64) if min(values) >= 0 else None
@@ -85,7 +85,7 @@ def smallest_repeat(blocks: "np.ndarray[Any, Any]") -> Optional[int]:
     count = int(blocks.size)
     if count < 2:
         return None
-    if count <= SHORT_LIST:
+    if count <= _SHORT_LIST:
         values = sorted(blocks.tolist())
         return next((b for a, b in zip(values, values[1:]) if a == b), None)
     if (blocks[1:] > blocks[:-1]).all():   # ascending, as most block tables are

@@ -142,7 +142,7 @@ def _blocks(value: Any, name: str) -> tuple[Any, int, "np.ndarray[Any, Any]"]:
         fast = plain_u64(value)
         if fast is not None:
             return _block_pointer(fast)
-        # not plain: numpy integers, int subclasses, or something to refuse
+        # numpy integers, int subclasses, a value outside uint64, or something to refuse
         for i, item in enumerate(value):
             if not isinstance(item, (int, np.integer)):
                 raise TypeError(f"{name}[{i}] must be an int, not {type(item).__name__}")
