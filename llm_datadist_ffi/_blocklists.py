@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["plain_ints", "plain_u64", "smallest_repeat"]
+__all__ = ["ints_to_u64", "plain_ints", "plain_u64", "smallest_repeat"]
 
 _PLAIN = frozenset((int, bool))
 # The array typecode of a uint64: 'Q' is unsigned long long, 8 bytes wherever numpy and
@@ -53,23 +53,36 @@ def plain_ints(values: Sequence[Any]) -> bool:
 
 def plain_u64(values: Sequence[Any]) -> Optional["np.ndarray[Any, Any]"]:
     """The list or tuple ``values`` as a C-contiguous ``uint64`` array when every element
-    is a plain ``int`` or ``bool`` within uint64; otherwise None.
-
-    A long list is packed by ``array.array`` in one C loop that refuses anything outside
-    the C type (numpy's own conversion is three times slower per element), and numpy
-    then uses that buffer as it is.
-    """
+    is a plain ``int`` or ``bool`` within uint64; otherwise None."""
     if not values:
         return np.empty(0, dtype=np.uint64)
     if not plain_ints(values):
         return None
+    if len(values) > _SHORT_LIST:
+        return _packed(values)
+    # numpy's fixed cost is the smaller one here; ``min`` first, as numpy 1.x wraps a
+    # negative int where numpy 2 raises
     try:
-        if len(values) <= _SHORT_LIST:
-            # numpy's fixed cost is the smaller one here; ``min`` first, as numpy 1.x
-            # wraps a negative int where numpy 2 raises
-            return np.array(values, dtype=np.uint64) if min(values) >= 0 else None
+        return np.array(values, dtype=np.uint64) if min(values) >= 0 else None
+    except OverflowError:   # above 2**64 - 1
+        return None
+
+
+def ints_to_u64(values: Sequence[Any]) -> Optional["np.ndarray[Any, Any]"]:
+    """As ``plain_u64`` for a list or tuple whose elements passed an ``int`` type check
+    already: a long one is not looked at again before it is packed. ``array.array``
+    refuses anything but an integer (Python's or numpy's) within uint64, so the answer is
+    None for a value outside uint64 or a non-integer whatever the check said."""
+    return _packed(values) if len(values) > _SHORT_LIST else plain_u64(values)
+
+
+def _packed(values: Sequence[Any]) -> Optional["np.ndarray[Any, Any]"]:
+    """``values`` packed by ``array.array`` in one C loop (numpy's own conversion is three
+    times slower per element) and used by numpy as it is; None for an element outside
+    uint64 or one that is not an integer."""
+    try:
         packed = array.array(_U64_CODE, values)
-    except OverflowError:   # an element above 2**64 - 1 (or, from array, below 0)
+    except (OverflowError, TypeError):
         return None
     return np.frombuffer(packed, dtype=np.uint64)
 

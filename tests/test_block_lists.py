@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llm_datadist_ffi import LLMException, LLMStatusCode, lint, native
-from llm_datadist_ffi._blocklists import plain_u64, smallest_repeat
+from llm_datadist_ffi._blocklists import ints_to_u64, plain_u64, smallest_repeat
 from llm_datadist_ffi._vendor_checks import UINT64, check_int_items
 from llm_datadist_ffi.native import Cache, CacheIndex
 
@@ -124,6 +124,11 @@ NATIVE_REJECTIONS: list[tuple[str, Any, type, str]] = [
     ("a 2-D array", np.zeros((1, 2), np.uint64), TypeError,
      "dst_blocks must be one-dimensional, got an array of shape (1, 2)"),
     ("a set", {0, 1}, TypeError, "dst_blocks must be a list, tuple or 1-D integer numpy array, not set"),
+    # long lists take the packed path first
+    ("a float in a long list", [*range(100), 2.0], TypeError, "dst_blocks[100] must be an int, not float"),
+    ("a negative int in a long list", [*range(100), -1], ValueError, "dst_blocks holds -1; block indexes are uint64"),
+    ("an int past uint64 in a long tuple", (*range(100), 2**64, -1), ValueError,
+     "dst_blocks holds 18446744073709551616; block indexes are uint64"),
 ]
 
 
@@ -212,6 +217,10 @@ V2_REJECTIONS: list[tuple[str, Any, str]] = [
     ("a negative numpy element", np.array([0, -3, -7], dtype=np.int16), "dst_blocks holds -7; block indexes are uint64 (>= 0)"),
     ("a float array", np.array([0.0, 1.0]), "dst_blocks must be list | tuple of int or a one-dimensional integer numpy "
      "array, not a numpy array of shape (2,) and dtype float64"),
+    ("a float in a long list", [*range(100), 2.0], "dst_blocks[100] must be int, not float"),
+    ("a negative int in a long list", [*range(100), -1], f"dst_blocks[100] is -1; block indexes are uint64 in [0, {U64_MAX}]"),
+    ("an int past uint64 in a long tuple", (*range(100), 2**64, -1),
+     f"dst_blocks[100] is {2**64}; block indexes are uint64 in [0, {U64_MAX}]"),
 ]
 
 
@@ -240,6 +249,7 @@ def test_a_repeated_v2_destination_block_warns_with_the_smallest_repeated_block(
     ([0, None, -1], TypeError, "dst_block_indices[1] must be an int (uint64), not None"),
     ([2**64, 1.5], ValueError, f"dst_block_indices[0] is {2**64}, outside the uint64 range [0, {U64_MAX}]"),
     ([1, Block.TWO, -4], ValueError, f"dst_block_indices[2] is -4, outside the uint64 range [0, {U64_MAX}]"),
+    ([*range(100), 2**64], ValueError, f"dst_block_indices[100] is {2**64}, outside the uint64 range [0, {U64_MAX}]"),
 ])
 def test_index_lists_fail_on_their_first_bad_element(values: Any, exc_type: type, message: str) -> None:
     with pytest.raises(exc_type, match=f"^{re.escape(message)}$"):
@@ -257,7 +267,7 @@ ELEMENTS = st.one_of(st.integers(-3, 40), st.integers(-2**70, 2**70), st.boolean
                      st.just(2**64), st.sampled_from([1.0, None, Block.TWO, np.int64(4)]))
 
 
-@given(st.lists(ELEMENTS, max_size=12))
+@given(st.lists(ELEMENTS, max_size=200))
 def test_plain_u64_converts_exactly_the_plain_in_range_lists(values: list[Any]) -> None:
     plain = all(type(v) in (int, bool) for v in values)
     in_range = plain and all(0 <= v <= U64_MAX for v in values)
@@ -266,6 +276,18 @@ def test_plain_u64_converts_exactly_the_plain_in_range_lists(values: list[Any]) 
         assert got is None
         return
     assert got is not None and got.dtype == np.uint64 and got.flags.c_contiguous
+    assert [int(v) for v in got] == [int(v) for v in values]
+
+
+@given(st.lists(ELEMENTS, max_size=200))
+def test_ints_to_u64_converts_every_list_of_ints_in_range_and_nothing_else(values: list[Any]) -> None:
+    ints = all(isinstance(v, (int, np.integer)) for v in values)
+    in_range = ints and all(0 <= v <= U64_MAX for v in values)
+    got = ints_to_u64(values)
+    if got is None:
+        assert not (in_range and all(type(v) in (int, bool) for v in values))
+        return
+    assert in_range and got.dtype == np.uint64 and got.flags.c_contiguous
     assert [int(v) for v in got] == [int(v) for v in values]
 
 

@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 import numpy as np
 
 from .. import _capi
-from .._blocklists import plain_ints, plain_u64, smallest_repeat
+from .._blocklists import ints_to_u64, plain_ints, smallest_repeat
 from .._capi import const, ffi
 from .._vendor_checks import UINT64, none_error, param_invalid, type_name
 from ..status import LLMException, LLMStatusCode, exception_for
@@ -276,7 +276,7 @@ def block_list(value: Any, name: str) -> BlockArray:
             raise TypeError(f"{name} holds {int(value.min())}; block indexes are uint64 (>= 0)")
         return BlockArray(np.ascontiguousarray(value, dtype=np.uint64))
     items = list(value)
-    fast = plain_u64(items)
+    fast = ints_to_u64(items)
     if fast is not None:
         return BlockArray(fast)
     for index, item in enumerate(items):
