@@ -1,4 +1,4 @@
-"""Command line: ``python -m llm_datadist_ffi {info,errors,demo,bench}``.
+"""Command line: ``python -m llm_datadist_ffi {info,errors,demo,bench,docs,trace}``.
 
 - ``info``: the live backend, every library loaded and its path, ABI version,
   capabilities, and the ACL runtime's version.
@@ -7,6 +7,9 @@
   and verify every byte (non-zero exit on any mismatch).
 - ``bench``: transfer throughput as a ratio of memcpy bandwidth measured in the
   same run.
+- ``trace merge DIR [-o FILE]``, ``trace summary DIR``: the call traces written with
+  ``LLM_DATADIST_FFI_TRACE=DIR`` as one Chrome trace, or calls, bytes, GB/s and errors
+  per method (``llm_datadist_ffi.testing.trace``).
 - ``docs PAGE``: a generated reference page (``native-api``: the native API from its
   docstrings, committed as docs/reference/native-api.md).
 
@@ -78,9 +81,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                    add_help=False)
     sub.add_parser("bench", help="throughput against memcpy (see `bench --help`)", add_help=False)
     sub.add_parser("docs", help="print a generated reference page (see `docs --help`)", add_help=False)
+    sub.add_parser("trace", help="merge or summarise call traces (see `trace --help`)", add_help=False)
     try:
-        if argv and argv[0] in ("errors", "demo", "bench", "docs"):
+        if argv and argv[0] in ("errors", "demo", "bench", "docs", "trace"):
             command, rest = argv[0], argv[1:]
+            if command == "trace":
+                from .testing.trace import main as trace_main
+                return trace_main(rest)
             if command == "docs":
                 from ._docgen import main as docs_main
                 return docs_main(rest)

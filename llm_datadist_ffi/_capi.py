@@ -21,7 +21,13 @@ from .status import LLMException, LLMStatusCode, exception_for, map_status
 
 CData = Any
 
-__all__ = ["ffi", "const", "check", "last_error", "error"]
+__all__ = ["ffi", "const", "constants", "check", "last_error", "error"]
+
+
+def constants(prefix: str) -> dict[str, int]:
+    """The integer constants of the header fragments whose names start with ``prefix``,
+    keyed by the rest of the name: ``constants("LLDD_ROLE_")["PROMPT"] == 1``."""
+    return {name[len(prefix):]: int(getattr(lldd_lib, name)) for name in dir(lldd_lib) if name.startswith(prefix)}
 
 
 def last_error() -> str:
@@ -262,12 +268,6 @@ def mock_function(name: str) -> Any:
 # ascend shim over the public C++ class) answers LLM_FEATURE_NOT_ENABLED itself; a
 # library whose cdef does not declare them yet gets the same code from here.
 
-def has_ext() -> bool:
-    """Whether the loaded backend has the extension functions (``LLDD_CAP_EXT_KEYS``)."""
-    return hasattr(lldd_lib, "lldd_ext_initialize") and bool(
-        lldd_capabilities() & const("LLDD_CAP_EXT_KEYS"))
-
-
 def _ext_function(name: str) -> Any:
     try:
         return getattr(lldd_lib, name)
@@ -390,6 +390,15 @@ def lldd_ext_query_register_mem_status(engine: CData, comm_id: int, tag: str) ->
 
 def lldd_ext_remap_registered_memory(engine: CData, addrs: CData, sizes: CData, num: int, tag: str) -> None:
     check(_ext_function("lldd_ext_remap_registered_memory")(engine, addrs, sizes, num), tag)
+
+
+def bytes_moved_counter() -> Any:
+    """The mock's per-thread running total of bytes moved (``lldd_mock_bytes_moved``), as
+    a function of no arguments, or None on a backend without it (the call traces leave
+    the bytes out then)."""
+    if not lldd_capabilities() & const("LLDD_CAP_MOCK_CONTROL") or not hasattr(lldd_lib, "lldd_mock_bytes_moved"):
+        return None
+    return lldd_lib.lldd_mock_bytes_moved
 
 
 # The mock's lint record (include/lldd/mock.h); other backends have no lints.

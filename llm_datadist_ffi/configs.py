@@ -26,7 +26,7 @@ from enum import IntEnum
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from ._vendor_checks import (
-    INT32, UINT16, UINT32, UINT64, check_int, check_type, int_to_ip, ip_to_int, none_error,
+    INT32, UINT16, UINT32, UINT64, check_int, check_type, ip_to_int, none_error,
     raise_param_invalid, type_name,
 )
 
@@ -147,29 +147,6 @@ def _ip_info(ip: Union[str, int], port: int, side: str) -> IpInfo:
     check_type(ip, (str, int), f"{side} ip")
     checked_port = check_int(port, f"{side} port", UINT16)
     return (trans_str_ip(ip), checked_port)
-
-
-def cluster_ip_infos(info: LLMClusterInfo, side: str) -> List[Tuple[str, int]]:
-    """One side's IP list as the C ABI takes it: ``(dotted IPv4 text, port)`` entries.
-
-    For the engine-facing layer. The vendor stores a ``None`` ip and fails in its
-    native conversion with ``TypeError``; per the project rule on ``None`` this raises
-    that before any native call, naming the entry. An int ip outside uint32 fails the
-    same conversion in the vendor (``TypeError``).
-
-    Raises:
-        TypeError: an entry's ip is ``None`` or does not fit uint32.
-    """
-    entries = info.local_ip_info_list if side == "local" else info.remote_ip_info_list
-    out: List[Tuple[str, int]] = []
-    for index, (ip, port) in enumerate(entries):
-        name = f"{side}_ip_info_list[{index}] ip"
-        if ip is None:
-            raise none_error(name, "an IPv4 address")
-        if not UINT32[1] <= ip <= UINT32[2]:
-            raise TypeError(f"{name} is {ip}, which does not fit the uint32 the core takes")
-        out.append((int_to_ip(int(ip)), int(port)))
-    return out
 
 
 # ---------------------------------------------------------------------------

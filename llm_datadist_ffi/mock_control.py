@@ -8,15 +8,18 @@ ascend shim), so tests that need it say so with the ``mock_only`` marker.
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Union
+from typing import TYPE_CHECKING, Iterator, Union
 
 from . import _capi
 from .native import LlmDataDist
 from .status import LLMStatusCode
 
+if TYPE_CHECKING:
+    from .v2.llm_datadist import LLMDataDist
+
 __all__ = [
     "set_device_count", "set_device_capacity", "inject_fault", "clear_faults", "fault",
-    "set_serve_delay", "drop_connections", "live_allocations", "live_engines",
+    "set_serve_delay", "drop_connections", "live_allocations", "live_engines", "set_link_pace", "bytes_moved",
 ]
 
 
@@ -90,3 +93,35 @@ def live_allocations() -> int:
 def live_engines() -> int:
     """Engines created and not yet destroyed in this process."""
     return int(_capi.mock_function("lldd_mock_live_engines")())
+
+
+def set_link_pace(engine: Union[LlmDataDist, "LLMDataDist"], cluster_id: int, bytes_per_second: int,
+                  latency_us: int = 0) -> None:
+    """Pace the transfers ``engine`` starts over its link to ``cluster_id``: each takes at
+    least ``latency_us`` + bytes / ``bytes_per_second`` (0: no bandwidth limit), and one
+    that would take longer than the engine's ``llm.SyncKvCacheWaitTime`` moves nothing and
+    raises ``LLM_TIMEOUT`` when the wait time is over. Overrides the engine's options
+    ``llm_datadist_ffi.mock.LinkBandwidth`` and ``llm_datadist_ffi.mock.LinkLatencyUs`` for
+    this cluster, for the engine's life. ``engine`` is a native ``LlmDataDist`` or the
+    vendor-compatible ``LLMDataDist`` (its live engine).
+
+    Raises:
+        LLMException: ``LLM_PARAM_INVALID`` for a latency above one hour or a 65th cluster;
+            ``LLM_FAILED`` for a vendor-compatible ``LLMDataDist`` that is not initialised.
+    """
+    fn = _capi.mock_function("lldd_mock_set_link_pace")
+    tag = "mock.set_link_pace"
+    if isinstance(engine, LlmDataDist):
+        with engine._held() as handle:
+            _capi.check(fn(handle, cluster_id, bytes_per_second, latency_us), tag)
+        return
+    from .v2 import _native
+
+    handle = _native.engine_for(tag, LLMStatusCode.LLM_FAILED)
+    _capi.check(fn(handle, cluster_id, bytes_per_second, latency_us), tag)
+
+
+def bytes_moved() -> int:
+    """The bytes this thread's transfers and copies have moved so far (a running total):
+    the difference across a call is what that call moved."""
+    return int(_capi.mock_function("lldd_mock_bytes_moved")())

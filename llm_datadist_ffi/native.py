@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Tuple, 
 import numpy as np
 
 from . import _buffers, _capi, lint
+from ._trace import traced
 from ._capi import ffi
 from ._blocklists import plain_u64, smallest_repeat
 from .data_type import ELEMENT_BITS, DataType, GeDataType, data_type_value
@@ -48,7 +49,8 @@ __all__ = [
     "OPTION_LISTEN_IP_INFO", "OPTION_DEVICE_ID", "OPTION_SYNC_CACHE_WAIT_TIME", "OPTION_BUF_POOL_CFG",
     "OPTION_ENABLE_SET_ROLE", "OPTION_LOCAL_COMM_RES", "OPTION_TRANSFER_BACKEND",
     "OPTION_GLOBAL_RESOURCE_CONFIG", "OPTION_MEM_POOL_CONFIG", "OPTION_HOST_MEM_POOL_CONFIG",
-    "OPTION_MOCK_NATIVE_POOL", "DEFAULT_TENSOR_NUM_PER_LAYER", "capabilities",
+    "OPTION_MOCK_NATIVE_POOL", "OPTION_MOCK_LINK_BANDWIDTH", "OPTION_MOCK_LINK_LATENCY_US",
+    "DEFAULT_TENSOR_NUM_PER_LAYER", "capabilities",
 ]
 
 # Option keys of the C++ header (docs/reference/cpp-api.md §3.3), and the two pool keys the engine reads.
@@ -68,12 +70,16 @@ OPTION_HOST_MEM_POOL_CONFIG = "llm.HostMemPoolConfig"
 # copy_kv_blocks work with the memory pools; without it they answer
 # LLM_FEATURE_NOT_ENABLED, as the vendor's class always does.
 OPTION_MOCK_NATIVE_POOL = "llm_datadist_ffi.mock.NativePool"
+# Mock only, the link model: every transfer this engine starts takes at least
+# latency + bytes / bandwidth (docs/user-guide.md, "The link model").
+OPTION_MOCK_LINK_BANDWIDTH = "llm_datadist_ffi.mock.LinkBandwidth"      # bytes per second, "0" = unlimited
+OPTION_MOCK_LINK_LATENCY_US = "llm_datadist_ffi.mock.LinkLatencyUs"     # microseconds
 #: The option keys the C++ class reads (lint OPT-1 names the closest for a misspelt key).
 OPTION_NAMES = (OPTION_LISTEN_IP_INFO, OPTION_DEVICE_ID, OPTION_SYNC_CACHE_WAIT_TIME, OPTION_BUF_POOL_CFG,
                 OPTION_ENABLE_SET_ROLE, OPTION_LOCAL_COMM_RES, OPTION_TRANSFER_BACKEND,
                 OPTION_GLOBAL_RESOURCE_CONFIG, OPTION_MEM_POOL_CONFIG, OPTION_HOST_MEM_POOL_CONFIG,
                 "llm.LinkTotalTime", "llm.LinkRetryCount", "llm.RdmaTrafficClass", "llm.RdmaServiceLevel",
-                "ge.exec.deviceId", OPTION_MOCK_NATIVE_POOL)
+                "ge.exec.deviceId", OPTION_MOCK_NATIVE_POOL, OPTION_MOCK_LINK_BANDWIDTH, OPTION_MOCK_LINK_LATENCY_US)
 
 DEFAULT_TENSOR_NUM_PER_LAYER = 2
 
@@ -404,6 +410,7 @@ def _holds_engine(method: _Method) -> _Method:
     return cast(_Method, call)
 
 
+@traced
 class LlmDataDist:
     """``llm_datadist::LlmDataDist(cluster_id, role)``.
 
@@ -855,8 +862,10 @@ class LlmDataDist:
 
 
 def capabilities() -> dict[str, bool]:
-    """The live backend's capability flags by name (``LLDD_CAP_*`` without the prefix)."""
+    """The live backend's capability flags by name (``LLDD_CAP_*`` without the prefix,
+    in lower case), in the order of their bits."""
     bits = _capi.lldd_capabilities()
-    names = ("REGISTER", "ALLOCATE", "COPY", "CROSS_PROCESS", "MOCK_CONTROL", "EXT_KEYS")
-    return {name.lower(): bool(bits & _capi.const("LLDD_CAP_" + name)) for name in names}
+    # Read from the header, so that a new flag needs no edit here.
+    flags = sorted(_capi.constants("LLDD_CAP_").items(), key=lambda item: item[1])
+    return {name.lower(): bool(bits & flag) for name, flag in flags}
 

@@ -464,6 +464,24 @@ lldd_status engine_parse_native_pool(const char *fn, const lldd_option *o, size_
     return LLM_SUCCESS;
 }
 
+lldd_status engine_parse_link_pace(const char *fn, const lldd_option *o, size_t n, engine_cfg *c)
+{
+    static const char *const keys[2] = {"llm_datadist_ffi.mock.LinkBandwidth", "llm_datadist_ffi.mock.LinkLatencyUs"};
+    /* an hour of latency is far past any wait time; the bound keeps the sums in range */
+    static const uint64_t limits[2] = {UINT64_MAX, 3600000000ull};
+    uint64_t *outs[2] = {&c->pace_bw, &c->pace_lat_us};
+    for (int i = 0; i < 2; i++) {
+        const char *v = engine_opt_get(o, n, keys[i]);
+        *outs[i] = 0;
+        if (v != NULL && engine_parse_digits(v, limits[i], outs[i]) != 0) {
+            mock_set_error("%s: option %s \"%s\" must be a decimal integer in [0, %llu] (%s)", fn, keys[i], v,
+                           (unsigned long long)limits[i], i == 0 ? "bytes per second, 0 = unlimited" : "microseconds");
+            return LLM_PARAM_INVALID;
+        }
+    }
+    return LLM_SUCCESS;
+}
+
 lldd_status engine_parse_pool_cfg(const char *fn, const char *key, const char *text, pool_cfg *out)
 {
     memset(out, 0, sizeof *out);
@@ -596,6 +614,8 @@ static lldd_status parse_init_options(engine *e, const char *fn, const lldd_opti
 
     if ((st = engine_parse_native_pool(fn, opts, n, &c->native_pool)) != LLM_SUCCESS)
         return st;
+    if ((st = engine_parse_link_pace(fn, opts, n, c)) != LLM_SUCCESS)
+        return st;
     if ((st = engine_parse_link_security(fn, opts, n, c)) != LLM_SUCCESS)
         return st;
 
@@ -661,6 +681,8 @@ lldd_status engine_start(engine *e, const engine_cfg *c, const char *fn)
     e->v1_unlimited = c->v1_unlimited;
     e->native_pool = c->native_pool;
     e->link_total_ms = c->link_total_ms;
+    e->pace_bw = c->pace_bw;
+    e->pace_lat_us = c->pace_lat_us;
     memcpy(e->secret, c->secret, c->secret_len);
     e->secret_len = c->secret_len;
     e->vm_any_user = c->vm_any_user;
@@ -970,6 +992,35 @@ MOCK_EXPORT lldd_status lldd_mock_set_serve_delay(lldd_engine *e, uint32_t delay
     }
     atomic_store(&e->serve_delay_ms, delay_ms);
     return LLM_SUCCESS;
+}
+
+MOCK_EXPORT lldd_status lldd_mock_set_link_pace(lldd_engine *e, uint64_t cluster_id, uint64_t bytes_per_second,
+                                                uint64_t latency_us)
+{
+    static const char fn[] = "lldd_mock_set_link_pace";
+    if (e == NULL) {
+        mock_set_error("%s: engine must not be NULL", fn);
+        return LLM_PARAM_INVALID;
+    }
+    if (latency_us > 3600000000ull) {
+        mock_set_error("%s: latency_us %llu is more than an hour", fn, (unsigned long long)latency_us);
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = LLM_SUCCESS;
+    pthread_mutex_lock(&e->mu);
+    uint32_t i = 0;
+    while (i < e->pace_count && e->paces[i].cluster != cluster_id)
+        i++;
+    if (i == LINK_PACE_SLOTS) {
+        mock_set_error("%s: this engine already paces %u clusters, the most it keeps", fn, (unsigned)i);
+        st = LLM_PARAM_INVALID;
+    } else {
+        e->paces[i] = (link_pace){cluster_id, bytes_per_second, latency_us};
+        if (i == e->pace_count)
+            e->pace_count++;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return st;
 }
 
 MOCK_EXPORT lldd_status lldd_mock_drop_connections(lldd_engine *e)

@@ -173,6 +173,14 @@ typedef struct eng_thread {
     struct lldd_engine *e;
 } eng_thread;
 
+/* One link's pace (the link model, include/lldd/mock.h). */
+enum { LINK_PACE_SLOTS = 64 };
+typedef struct link_pace {
+    uint64_t cluster;
+    uint64_t bw;                 /* bytes per second, 0 = unlimited */
+    uint64_t lat_us;
+} link_pace;
+
 typedef struct mlink {
     struct mlink *next;
     struct lldd_engine *e;
@@ -294,6 +302,12 @@ struct lldd_engine {
     uint64_t next_comm_id;
 
     atomic_uint serve_delay_ms;
+
+    /* the link model (lldd_mock_set_link_pace): the options' pace of every link, and
+     * per-cluster overrides (mu) that last for the engine's life */
+    uint64_t pace_bw, pace_lat_us;
+    link_pace paces[LINK_PACE_SLOTS];
+    uint32_t pace_count;
 };
 
 typedef struct lldd_engine engine;
@@ -509,10 +523,16 @@ typedef struct engine_cfg {
     int v1_unlimited;
     int native_pool;
     uint32_t link_total_ms;
+    uint64_t pace_bw, pace_lat_us;
     uint8_t secret[SECRET_MAX];
     size_t secret_len;
     int vm_any_user;
 } engine_cfg;
+
+/* The link model's options (mock only): llm_datadist_ffi.mock.LinkBandwidth, bytes per
+ * second (0 or absent: unlimited), and llm_datadist_ffi.mock.LinkLatencyUs, microseconds
+ * up to one hour (absent: 0); anything else is PARAM_INVALID. */
+lldd_status engine_parse_link_pace(const char *fn, const lldd_option *o, size_t n, engine_cfg *c);
 
 /* llm_datadist_ffi.mock.LinkSecret (or LLM_DATADIST_FFI_LINK_SECRET) and
  * llm_datadist_ffi.mock.ProcessVmAnyUser (docs/security.md §2). */

@@ -766,6 +766,7 @@ lldd_status cache_copy(engine *e, const char *fn, int64_t src_id, int64_t dst_id
     }
     for (uint32_t t = 0; t < sw->num_tensors; t++)
         memmove((char *)(uintptr_t)d->addrs[t] + doff, (const char *)(uintptr_t)s->addrs[t] + soff, (size_t)len);
+    mock_bytes_moved_add(len * sw->num_tensors);
 out:
     if (s != NULL)
         cache_unpin(e, s);
@@ -922,10 +923,12 @@ MOCK_EXPORT lldd_status lldd_copy_kv_blocks(lldd_engine *e, const lldd_cache *sr
         run_iter it;
         uint64_t s0, d0, len;
         run_iter_init(&it, src_blocks, dst_blocks_flat + list * num_src_blocks, num_src_blocks);
-        while (run_next(&it, &s0, &d0, &len))
+        while (run_next(&it, &s0, &d0, &len)) {
             for (uint32_t t = 0; t < sw->num_tensors; t++)
                 memmove((char *)(uintptr_t)d->addrs[t] + d0 * S, (const char *)(uintptr_t)s->addrs[t] + s0 * S,
                         (size_t)(len * S));
+            mock_bytes_moved_add(len * S * sw->num_tensors);
+        }
     }
 out:
     u64set_free(&set);

@@ -254,6 +254,8 @@ static lldd_status parse_ext_options(const char *fn, const lldd_option *o, size_
             return st;
         if ((st = parse_v1_pool(fn, o, n, c)) != LLM_SUCCESS)
             return st;
+        if ((st = engine_parse_link_pace(fn, o, n, c)) != LLM_SUCCESS)
+            return st;
         const char *sw = engine_opt_get(o, n, "llm.EnableSwitchRole");
         c->switch_role_enabled = sw != NULL && strcmp(sw, "1") == 0;
         return LLM_SUCCESS;
@@ -280,6 +282,8 @@ static lldd_status parse_ext_options(const char *fn, const lldd_option *o, size_
     if ((st = engine_parse_sync_wait(fn, o, n, &c->sync_timeout_ms)) != LLM_SUCCESS)
         return st;
     if ((st = engine_parse_native_pool(fn, o, n, &c->native_pool)) != LLM_SUCCESS)
+        return st;
+    if ((st = engine_parse_link_pace(fn, o, n, c)) != LLM_SUCCESS)
         return st;
     if ((st = engine_parse_link_security(fn, o, n, c)) != LLM_SUCCESS)
         return st;

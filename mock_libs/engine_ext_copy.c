@@ -110,6 +110,7 @@ MOCK_EXPORT lldd_status lldd_ext_copy_blocks(lldd_engine *e, int64_t cache_id, c
         for (uint32_t t = 0; t < w->num_tensors; t++)
             memmove((char *)(uintptr_t)c->addrs[t] + pairs[2 * k + 1] * w->stride,
                     (const char *)(uintptr_t)c->addrs[t] + pairs[2 * k] * w->stride, (size_t)w->stride);
+    mock_bytes_moved_add((uint64_t)num_pairs * w->num_tensors * w->stride);
 out:
     u64set_free(&set);
     if (c != NULL)
@@ -313,6 +314,7 @@ MOCK_EXPORT lldd_status lldd_ext_swap_blocks(lldd_engine *e, const uint64_t *src
         for (size_t t = 0; t < num_tensors; t++)
             memmove((char *)(uintptr_t)(dst_addrs[t] + d0 * block_size),
                     (const char *)(uintptr_t)(src_addrs[t] + s0 * block_size), (size_t)len);
+        mock_bytes_moved_add(len * num_tensors);
         k = j;
     }
 out:

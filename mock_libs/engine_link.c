@@ -507,6 +507,18 @@ static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h)
         link_serve(l); /* this thread now belongs to the link, which joins it */
 }
 
+/* Whether p is still a waiting handshake of e with this token and client: another
+ * REVERSE with the same token may have installed it meanwhile, and its HELLO thread
+ * then freed it (found by the wire fuzzer). e->mu held; p is not dereferenced unless
+ * it is still in the list. */
+static int pending_still_there_locked(engine *e, const pending_link *p, uint64_t token, uint64_t client)
+{
+    for (const pending_link *q = e->pending; q != NULL; q = q->next)
+        if (q == p)
+            return q->state == 0 && q->peer.token == token && q->peer.cluster_id == client;
+    return 0;
+}
+
 /* REVERSE on c2: installs the server side of the link. */
 static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
 {
@@ -596,7 +608,7 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
         st = LLM_ALREADY_LINK;
         snprintf(text, sizeof text, "cluster %llu is itself linking to cluster %llu right now",
                  (unsigned long long)e->cluster_id, (unsigned long long)client);
-    } else if (p->state != 0 || e->state != ENGINE_READY) {
+    } else if (!pending_still_there_locked(e, p, token, client) || e->state != ENGINE_READY) {
         st = LLM_LINK_FAILED;
         snprintf(text, sizeof text, "the handshake was abandoned (timed out or finalized)");
     } else {

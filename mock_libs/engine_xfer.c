@@ -617,11 +617,9 @@ static lldd_status move_socket(xlink *x, const char *fn, const plan *p, int pull
     }
 }
 
-lldd_status move_bytes(xlink *x, const char *fn, const plan *p, int pull, int64_t peer_cache_id)
+static lldd_status move_now(xlink *x, const char *fn, const plan *p, int pull, int64_t peer_cache_id)
 {
     mlink *l = x->l;
-    if (p->pairs == 0)
-        return LLM_SUCCESS;
     if (l->same_process) {
         move_local(p);
         return LLM_SUCCESS;
@@ -657,6 +655,78 @@ out:
     free(riov);
     free(wr);
     return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * the link model (include/lldd/mock.h: lldd_mock_set_link_pace)
+ * ------------------------------------------------------------------------------------------ */
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Sleeps until `until` (now_us time), in steps short enough that finalize is not kept
+ * waiting: a finalize sets e->stopping and the sleep ends. */
+static void sleep_until_us(engine *e, int64_t until)
+{
+    for (;;) {
+        int64_t left = until - now_us();
+        if (left <= 0 || atomic_load(&e->stopping))
+            return;
+        if (left > 5000)
+            left = 5000;
+        struct timespec ts = {0, (long)left * 1000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The microseconds a transfer of `bytes` over the link to `cluster` takes in the link
+ * model (0: the link is not paced). Saturates rather than overflows. */
+static uint64_t paced_us(engine *e, uint64_t cluster, uint64_t bytes)
+{
+    pthread_mutex_lock(&e->mu);
+    uint64_t bw = e->pace_bw, lat = e->pace_lat_us;
+    for (uint32_t i = 0; i < e->pace_count; i++) {
+        if (e->paces[i].cluster == cluster) {
+            bw = e->paces[i].bw;
+            lat = e->paces[i].lat_us;
+        }
+    }
+    pthread_mutex_unlock(&e->mu);
+    uint64_t us = lat;
+    if (bw > 0) {
+        unsigned __int128 wire = ((unsigned __int128)bytes * 1000000u + bw - 1) / bw;
+        us = wire > UINT64_MAX - lat ? UINT64_MAX : lat + (uint64_t)wire;
+    }
+    return us;
+}
+
+/* Moves the plan's bytes, then waits out the rest of the link model's time for them. */
+lldd_status move_bytes(xlink *x, const char *fn, const plan *p, int pull, int64_t peer_cache_id)
+{
+    if (p->pairs == 0)
+        return LLM_SUCCESS;
+    int64_t start = now_us();
+    uint64_t bytes = plan_bytes(p);
+    uint64_t need = paced_us(x->e, x->l->peer_cluster, bytes);
+    uint64_t wait_us = (uint64_t)x->e->sync_timeout_ms * 1000u;
+    if (need > wait_us) {
+        /* the device would still be moving when the wait ends: a timeout, as for a slow peer */
+        sleep_until_us(x->e, start + (int64_t)wait_us);
+        return link_timeout(x, fn, "the link model needs %llu us for %llu bytes, more than "
+                            "llm.SyncKvCacheWaitTime = %u ms", (unsigned long long)need,
+                            (unsigned long long)bytes, (unsigned)x->e->sync_timeout_ms);
+    }
+    lldd_status st = move_now(x, fn, p, pull, peer_cache_id);
+    if (st != LLM_SUCCESS)
+        return st;
+    mock_bytes_moved_add(bytes);
+    if (need > 0)
+        sleep_until_us(x->e, start + (int64_t)need);
+    return LLM_SUCCESS;
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -125,3 +125,17 @@ MOCK_EXPORT const char *lldd_mock_link_reason(uint32_t index)
 {
     return index < MOCK_LINK_REASONS && index < t_link_reason_count ? t_link_reason[index] : "";
 }
+
+/* ---- the bytes the calling thread's calls moved (include/lldd/mock.h) ------------------- */
+
+static _Thread_local uint64_t t_bytes_moved;
+
+void mock_bytes_moved_add(uint64_t bytes)
+{
+    t_bytes_moved += bytes;
+}
+
+MOCK_EXPORT uint64_t lldd_mock_bytes_moved(void)
+{
+    return t_bytes_moved;
+}

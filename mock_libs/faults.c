@@ -11,9 +11,11 @@
 
 #include "mock_internal.h"
 
-/* Every exported function that checks for injected faults. Kept next to the
- * fault table so that an unknown name is rejected rather than silently ignored;
- * tests/test_abi.py checks that each name is an exported symbol. */
+/* Every exported function that checks for injected faults: the one list of the
+ * mock's fallible functions. Kept next to the fault table so that an unknown name
+ * is rejected rather than silently ignored; tests/test_abi.py checks that it names
+ * exactly the declared functions that can fail, that each of them answers an armed
+ * fault before anything else, and tests/test_acl.py does the same for the ACL ones. */
 static const char *const k_fault_names[] = {
     "lldd_create", "lldd_initialize", "lldd_set_role", "lldd_link_clusters",
     "lldd_unlink_clusters", "lldd_allocate_cache", "lldd_deallocate_cache",
@@ -52,11 +54,6 @@ static int name_index(const char *name)
         if (strcmp(k_fault_names[i], name) == 0)
             return i;
     return -1;
-}
-
-int mock_fault_known_name(const char *function_name)
-{
-    return name_index(function_name) >= 0;
 }
 
 int mock_fault_take(const char *function_name, uint32_t *code)

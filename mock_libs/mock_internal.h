@@ -36,13 +36,16 @@ int mock_strict(void);
 void mock_link_reasons_begin(size_t count);
 void mock_link_reason_set(size_t index, const char *text);
 
+/* ---- errors.c: the calling thread's running total of bytes moved (lldd_mock_bytes_moved) ----
+ * Every transfer and local copy adds what it moved, once the bytes are in place. */
+void mock_bytes_moved_add(uint64_t bytes);
+
 /* ---- faults.c: fault injection (lldd_mock_inject_fault) ----
- * Every exported function calls MOCK_FAULT("name") first; when a fault is armed for
- * that name it returns non-zero and stores the injected code in *code. */
+ * Every exported function of the fault table calls this with its own name before
+ * anything else (the ACL functions through FAULT_CHECK in acl_mock.c, the engine's
+ * directly or through an entry helper such as engine_call_enter); when a fault is
+ * armed for that name it returns non-zero and stores the injected code in *code. */
 int mock_fault_take(const char *function_name, uint32_t *code);
-/* 1 if `function_name` is the name of a function the library exports and that
- * can be made to fail (used to reject unknown names). */
-int mock_fault_known_name(const char *function_name);
 
 /* ---- acl_mock.c: the allocation table of the mock ACL ---- */
 enum { MOCK_MEM_DEVICE = 0, MOCK_MEM_HOST = 1 };

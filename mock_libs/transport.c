@@ -235,12 +235,6 @@ int tp_connect(const char *ip, uint16_t port, int64_t deadline, int *fd_out, int
     return TP_OK;
 }
 
-int tp_send_all(int fd, const void *buf, size_t len, int64_t deadline)
-{
-    struct iovec iov = {(void *)buf, len};
-    return tp_sendv(fd, &iov, 1, deadline, 0);
-}
-
 int tp_recv_all(int fd, void *buf, size_t len, int64_t deadline)
 {
     struct iovec iov = {buf, len};

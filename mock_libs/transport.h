@@ -60,7 +60,6 @@ void tp_tune(int fd);
 /* All-or-error I/O before the deadline. The iovec variants consume the array.
  * With idle_ms > 0 the deadline is pushed to now + idle_ms after every bit of
  * progress (bulk data may take longer than one timeout; a stalled peer may not). */
-int tp_send_all(int fd, const void *buf, size_t len, int64_t deadline);
 int tp_recv_all(int fd, void *buf, size_t len, int64_t deadline);
 int tp_sendv(int fd, struct iovec *iov, size_t count, int64_t deadline, int64_t idle_ms);
 int tp_recvv(int fd, struct iovec *iov, size_t count, int64_t deadline, int64_t idle_ms);

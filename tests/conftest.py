@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import sys
@@ -75,9 +76,11 @@ def engines() -> Iterator[Callable[..., native.LlmDataDist]]:
 
     With ``options`` given (or ``listen=True``) the engine is initialised; ``listen``
     adds ``llm.ListenIpInfo`` on a free 127.0.0.1 port (read it back from
-    ``engine.listen_port``). Every engine is closed after the test.
+    ``engine.listen_port``). Every engine is closed after the test; on the mock backend
+    the test then fails if more engines or mock-ACL allocations are alive than before it.
     """
     made: list[native.LlmDataDist] = []
+    before = _live_mock_objects()
 
     def make(cluster_id: int, role: native.LlmRole = native.LlmRole.PROMPT,
              options: dict[str, str] | None = None, listen: bool = False,
@@ -108,6 +111,18 @@ def engines() -> Iterator[Callable[..., native.LlmDataDist]]:
     yield make
     for engine in made:
         engine.close()
+    if before is not None:
+        gc.collect()          # an engine the test dropped unclosed is freed by its finalizer
+        after = _live_mock_objects()
+        assert after == before, f"the test leaked engines or mock-ACL allocations: {before} before, {after} after"
+
+
+def _live_mock_objects() -> dict[str, int] | None:
+    """The mock's live engines and ACL allocations; None on another backend."""
+    if llm_datadist_ffi.backend != "mock":
+        return None
+    from llm_datadist_ffi import mock_control
+    return {"engines": mock_control.live_engines(), "allocations": mock_control.live_allocations()}
 
 
 def link_info(remote_cluster_id: int, port: int) -> native.ClusterInfo:

@@ -11,14 +11,16 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
 import llm_datadist_ffi
-from llm_datadist_ffi import _cdef, mock_control
-from llm_datadist_ffi._loader import const, ffi, loaded
+from llm_datadist_ffi import _capi, _cdef, mock_control
+from llm_datadist_ffi._loader import const, ffi, lldd_lib, loaded
 
 INCLUDE = _cdef.include_dir()
+REPO = Path(__file__).resolve().parents[1]
 
 
 def declared_functions(fragment: str) -> list[str]:
@@ -38,7 +40,7 @@ def test_fragments_declare_the_expected_number_of_functions() -> None:
     assert len(declared_functions("lldd/api.h")) == 21
     assert len(declared_functions("lldd/ext.h")) == 18
     assert len(declared_functions("acl/api.h")) == 24
-    assert len(declared_functions("lldd/mock.h")) == 15      # with the lint record, the link reasons and paths
+    assert len(declared_functions("lldd/mock.h")) == 17      # lint record, link reasons and paths, link model, bytes
 
 
 @pytest.mark.parametrize("fragment", ["lldd/api.h", "lldd/ext.h", "lldd/mock.h", "acl/api.h"])
@@ -136,18 +138,57 @@ def test_abi_version_of_library_matches_headers() -> None:
     assert _capi.lldd_abi_version() == const("LLDD_ABI_VERSION") == 1
 
 
+# Declared functions that cannot fail with a status: version and capability queries,
+# text getters, and the calls that release (the vendor's Finalize returns nothing).
+NEVER_FAILING = ("lldd_abi_version", "lldd_capabilities", "lldd_backend_name", "lldd_last_error",
+                 "lldd_destroy", "lldd_finalize", "aclGetRecentErrMsg", "aclrtGetSocName")
+
+
+def fallible_functions() -> list[str]:
+    declared = declared_functions("lldd/api.h") + declared_functions("lldd/ext.h") + declared_functions("acl/api.h")
+    return [name for name in declared if name not in NEVER_FAILING]
+
+
+def mock_fault_names() -> list[str]:
+    """The names of the mock's fault table (k_fault_names in mock_libs/faults.c)."""
+    text = (REPO / "mock_libs" / "faults.c").read_text()
+    table = re.search(r"k_fault_names\[\] = \{(.*?)\};", text, flags=re.S)
+    assert table is not None, "mock_libs/faults.c has no k_fault_names table"
+    return re.findall(r'"(\w+)"', table.group(1))
+
+
+def test_the_fault_table_names_exactly_the_functions_that_can_fail() -> None:
+    names = mock_fault_names()
+    assert len(names) == len(set(names)) == 15 + 18 + 22
+    assert sorted(names) == sorted(fallible_functions())
+
+
 @pytest.mark.mock_only(reason="fault injection is part of the mock's control interface")
 def test_every_failing_function_can_be_given_an_injected_fault() -> None:
-    failing = [n for n in declared_functions("lldd/api.h") + declared_functions("lldd/ext.h")
-               + declared_functions("acl/api.h")
-               if n not in ("lldd_abi_version", "lldd_capabilities", "lldd_backend_name", "lldd_last_error",
-                            "lldd_destroy", "lldd_finalize", "aclGetRecentErrMsg", "aclrtGetSocName")]
-    assert len(failing) == 15 + 18 + 22
     try:
-        for name in failing:
+        for name in fallible_functions():
             mock_control.inject_fault(name, 0x5010B005, count=0)
     finally:
         mock_control.clear_faults()
+
+
+@pytest.mark.mock_only(reason="fault injection is part of the mock's control interface")
+@pytest.mark.parametrize("name", [n for n in fallible_functions() if n.startswith("lldd_")])
+def test_an_injected_fault_is_what_the_function_returns_first(name: str) -> None:
+    # Arguments are all NULL or zero: the fault is answered before any of them is read.
+    # (tests/test_acl.py makes every ACL function of the table fail the same way.)
+    function = getattr(lldd_lib, name)
+    args = [ffi.NULL if arg.kind == "pointer" else 0 for arg in ffi.typeof(function).args]
+    with mock_control.fault(name, 0x5010B01A, count=1):
+        assert function(*args) == 0x5010B01A
+        assert _capi.last_error() == f"{name}: injected fault, status 0x5010B01A"
+
+
+@pytest.mark.mock_only(reason="fault injection is part of the mock's control interface")
+@pytest.mark.parametrize("name", NEVER_FAILING)
+def test_a_function_that_cannot_fail_takes_no_injected_fault(name: str) -> None:
+    with pytest.raises(llm_datadist_ffi.LLMException, match="is not a function that can fail"):
+        mock_control.inject_fault(name, 0x5010B005)
 
 
 @pytest.mark.mock_only(reason="fault injection is part of the mock's control interface")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import signal
 import socket
 import subprocess
@@ -16,11 +17,11 @@ import tempfile
 import textwrap
 import time
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Dict, List
 
 import pytest
 
-from llm_datadist_ffi import _bench, _cli, _demo
+from llm_datadist_ffi import _bench, _bench_measure, _bench_report, _cli, _demo
 
 pytestmark = pytest.mark.mock_only(reason="demo and bench run the mock in several processes")
 
@@ -33,12 +34,21 @@ def run(*args: str, timeout: float = 120, **env: str) -> subprocess.CompletedPro
 # ---- arguments ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args, message", [
-    ("bench --blocks 0", "argument --blocks: 0 is out of range: must be in [1, 2147483648]"),
-    ("bench --blocks -3", "argument --blocks: -3 is out of range: must be in [1, 2147483648]"),
-    ("bench --block-bytes 0", "argument --block-bytes: 0 is out of range: must be in [1, 2147483648]"),
+    ("bench --sizes 0", "argument --sizes: 0 is out of range: must be in [1, 2147483648] bytes"),
+    ("bench --sizes 4K,3G", "argument --sizes: 3G is out of range: must be in [1, 2147483648] bytes"),
+    ("bench --sizes 4K,,8K", "argument --sizes: '' is not a byte count (such as 4096, 64K or 4M)"),
+    ("bench --sizes 4Q", "argument --sizes: '4Q' is not a byte count (such as 4096, 64K or 4M)"),
+    ("bench --bytes -1", "argument --bytes: '-1' is not a byte count (such as 4096, 64K or 4M)"),
+    ("bench --bytes 2T", "argument --bytes: 2T is out of range: must be in [1, 1099511627776] bytes"),
+    ("bench --paths in-process,tcp", "argument --paths: 'tcp' is not one of in-process, process_vm, socket"),
+    ("bench --memory gpu", "argument --memory: 'gpu' is not one of user, library"),
+    ("bench --ops copy", "argument --ops: 'copy' is not one of pull, push"),
+    ("bench --threads 0", "argument --threads: 0 is out of range: must be in [1, 64]"),
+    # the request limit: 2 tensors + 2 entries per run of a scattered list <= 131,064 entries
+    ("bench --list-blocks 65532", "argument --list-blocks: 65532 is out of range: must be in [1, 65531]"),
     ("bench --repeat 0", "argument --repeat: 0 is out of range: must be in [1, 1000000]"),
     ("bench --tensors 3", "argument --tensors: must be even (K and V of each layer)"),
-    ("bench --blocks many", "argument --blocks: 'many' is not an integer"),
+    ("bench --calls many", "argument --calls: 'many' is not an integer"),
     ("demo --blocks 0", "argument --blocks: 0 is out of range: must be in [4, 2147483648]"),
     ("demo --blocks 2", "argument --blocks: 2 is out of range: must be in [4, 2147483648]"),
     ("demo --repeat 0", "argument --repeat: 0 is out of range: must be in [1, 1000000]"),
@@ -62,13 +72,14 @@ def test_help_shows_the_whole_first_paragraph_and_every_range(command: str) -> N
     assert _cli.description(module.__doc__) in text
     assert _cli.description(module.__doc__).endswith(".")
     for fragment in (["model layers (K and V each), 1..4096", "blocks per tensor, >= 4", "(default: 128)"]
-                     if command == "demo" else ["K and V tensors, even, 2..4096", "(default: 512)", "--json"]):
+                     if command == "demo" else ["K and V tensors, even, 2..4096", "(default: 4K,16K,64K,256K,1M,4M)",
+                                                "--json", "--plot FILE.png", "the request limit with 2 tensors"]):
         assert fragment in text
 
 
 # ---- memory -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args", ["demo --block-size 100000 --blocks 64", "bench --blocks 2147483648 --tensors 4096"])
+@pytest.mark.parametrize("args", ["demo --block-size 100000 --blocks 64", "bench --bytes 1T --tensors 4096"])
 def test_sizes_that_cannot_fit_in_memory_are_refused_before_anything_is_allocated(args: str) -> None:
     start = time.monotonic()
     result = run(*args.split(), timeout=60)
@@ -115,30 +126,202 @@ def test_info_json_reports_a_backend_that_cannot_load() -> None:
 
 # ---- bench --------------------------------------------------------------------------------
 
-def test_bench_json_has_one_row_per_transfer_with_its_own_baseline() -> None:
-    result = run("bench", "--tensors", "4", "--blocks", "8", "--block-bytes", "256", "--repeat", "2", "--json")
+SMALL_BENCH = ["--sizes", "4K,8K", "--bytes", "64K", "--repeat", "1", "--threads", "2", "--calls", "5",
+               "--list-blocks", "16"]
+
+
+def _identified(path: str, memory: str) -> bool:
+    """The peer without LLDD_MOCK_NO_PROCESS_VM: process_vm, or for library memory the
+    shared mapping where the backend offers one."""
+    return path == "process_vm" or (memory == "library" and path == "shared")
+
+
+def test_bench_json_has_every_row_the_suite_promises_with_its_floors() -> None:
+    result = run("bench", *SMALL_BENCH, "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert (report["tensors"], report["blocks"], report["block_bytes"], report["repeat"]) == (4, 8, 256, 2)
-    rows = report["rows"]
-    assert [row["transfer"] for row in rows] == [
-        f"{call} {where}, {shape}" for where in ("in-process", "cross-process")
-        for shape in ("contiguous", "scattered") for call in ("pull_kv_blocks", "push_kv_blocks")]
-    assert [row["bytes"] for row in rows] == [8 * 256 * 4, 8 * 256 * 4, 4 * 256 * 4, 4 * 256 * 4] * 2
-    for row in rows:
-        assert row["seconds"] > 0 and row["memcpy_seconds"] > 0
-        assert row["x_memcpy"] == pytest.approx(row["memcpy_seconds"] / row["seconds"])
+    assert set(report) == {"machine", "settings", "seconds", "paths", "transfers", "per_call", "block_lists", "goals"}
+    machine = report["machine"]
+    assert machine["cores"] == os.cpu_count()
+    assert machine["kernel"] == f"{platform.system()} {platform.release()}"
+    assert isinstance(machine["cpu_model"], str) and machine["cpu_model"]
+    assert report["settings"]["sizes"] == [4096, 8192] and report["settings"]["bytes"] == 65536
+    assert set(report["paths"]) == {"in-process", "process_vm", "socket", "shared"}
+
+    got = sorted((r["op"], "identified" if _identified(r["path"], r["memory"]) else r["path"], r["memory"],
+                  r["shape"], r["block_bytes"], r["threads"]) for r in report["transfers"])
+    expected = sorted((op, path, memory, shape, size, threads)
+                      for size in (4096, 8192) for path in ("in-process", "identified", "socket")
+                      for memory in ("user", "library") for shape in ("contiguous", "scattered")
+                      for op in ("pull", "push")
+                      for threads in ((1, 2) if op == "pull" and shape == "scattered" else (1,)))
+    assert got == expected
+    for row in report["transfers"]:
+        assert row["bytes"] == 65536                        # 64 KiB over 2 tensors: every block, either shape
         assert row["gb_per_s"] == pytest.approx(row["bytes"] / row["seconds"] / 1e9)
+        assert row["x_memcpy"] == pytest.approx(row["memcpy_seconds"] / row["seconds"])
+        if row["path"] == "in-process":
+            assert row["raw_seconds"] is None and row["x_raw"] is None
+        else:
+            assert row["x_raw"] == pytest.approx(row["raw_seconds"] / row["seconds"])
+
+    calls = sorted((r["path"] if r["path"] != "shared" else "process_vm", r["memory"]) for r in report["per_call"])
+    assert calls == sorted((p, m) for p in ("in-process", "process_vm", "socket") for m in ("user", "library"))
+    for row in report["per_call"]:
+        assert row["block_bytes"] == 4096
+        assert row["us_python"] == pytest.approx(row["us_per_call"] - row["us_c_call"])
+        assert (row["us_raw_process_vm"] is None) == (row["path"] == "in-process")
+    assert [(r["blocks"], r["form"]) for r in report["block_lists"]] == [(1, "list"), (1, "numpy"),
+                                                                          (16, "list"), (16, "numpy")]
+    assert [g["goal"].split(".")[0] for g in report["goals"]] == ["1", "1", "2", "2", "2", "3", "4", "5"]
+    assert all(g["status"] in ("met", "not met", "not measured") for g in report["goals"])
 
 
-def test_bench_times_a_memcpy_right_after_each_repetition_of_a_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
-    events: List[Any] = []
-    monkeypatch.setattr(_bench, "memcpy_seconds", lambda nbytes: events.append(("memcpy", nbytes)) or 0.5)
+def test_bench_text_lists_each_goal_with_its_target_and_status() -> None:
+    result = run("bench", *SMALL_BENCH, "--paths", "in-process", "--memory", "user", "--threads", "1")
+    assert result.returncode == 0, result.stderr
+    goals = result.stdout.split("\nGoals\n")[1].splitlines()
+    assert goals[0].startswith("- 1. library memory moves as a plain copy (shared mapping): target >= 0.95x memcpy")
+    assert goals[0].endswith("NOT MEASURED (no link of this run offered a shared mapping; no cross-process library "
+                             "memory row >= 16 KiB was selected)")
+    # 2 sizes x 2 shapes x pull and push
+    assert goals[-1] == ("- 5. the benchmark suite: target every goal's figure as a ratio in one run; measured "
+                         "8 transfer rows, every one's bytes checked: MET")
+    assert "socket: not selected (--paths)" in result.stdout
+
+
+def _small_bench_in_this_process(*extra: str) -> int:
+    return _bench.main(["--sizes", "4K", "--bytes", "16K", "--paths", "in-process", "--memory", "user",
+                        "--repeat", "1", "--threads", "1", "--list-blocks", "1", "--calls", "1", *extra])
+
+
+@pytest.mark.parametrize("op", ["pull", "push"])
+def test_a_transfer_that_moves_wrong_bytes_makes_the_bench_fail(op: str, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from llm_datadist_ffi import native
+
+    monkeypatch.setattr(native.LlmDataDist, f"{op}_kv_blocks", lambda self, *args: None)   # moves nothing
+    assert _small_bench_in_this_process("--ops", op) == 1
+    out, err = capsys.readouterr()
+    assert err == (f"python -m llm_datadist_ffi bench: a {op} (in-process, user memory, contiguous, 4096 B blocks"
+                   f"{', 1 threads' if op == 'pull' else ''}) moved wrong bytes\n")
+    assert out == ""
+
+
+def test_rows_carry_the_path_the_link_reports_and_a_selected_path_no_link_took_is_named(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from llm_datadist_ffi import mock_control
+
+    monkeypatch.setattr(mock_control, "link_path", lambda engine, cluster_id: "socket")
+    assert _small_bench_in_this_process("--json") == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {row["path"] for row in report["transfers"]} == {"socket"}
+    assert report["paths"] == {
+        "socket": "measured", "in-process": "selected, but no link of this run took it (see the rows' paths)",
+        "process_vm": "not selected (--paths)",
+        "shared": "not available: no link of this run reported it (the backend has no shared mapping)"}
+
+
+def test_plot_without_matplotlib_names_the_extra_before_measuring(monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str],
+                                                                  tmp_path: Path) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)     # what an absent package looks like to import
+    measured: List[Any] = []
+    monkeypatch.setattr(_bench, "_run", lambda args: measured.append(args))
+    assert _small_bench_in_this_process("--plot", str(tmp_path / "bench.png")) == 2
+    out, err = capsys.readouterr()
+    assert err == ("python -m llm_datadist_ffi bench: --plot needs matplotlib, which is not installed: "
+                   "pip install llm_datadist_ffi[plot]\n")
+    assert (out, measured, list(tmp_path.iterdir())) == ("", [], [])
+
+
+def test_plot_draws_a_png_from_a_report(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib", reason="matplotlib is the optional [plot] extra")
+    rows = [{"op": "pull", "threads": 1, "shape": shape, "path": path, "memory": "user", "block_bytes": size,
+             "gb_per_s": 1.0, "memcpy_gb_per_s": 4.0, "raw_gb_per_s": None if path == "in-process" else 2.0}
+            for shape in ("contiguous", "scattered") for path in ("in-process", "process_vm")
+            for size in (4096, 65536)]
+    report = {"transfers": rows, "settings": {"bytes": 2**20}, "machine": {"cores": 2, "cpu_model": "cpu"}}
+    _bench_report.plot(report, str(tmp_path / "bench.png"))
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("text, expected", [("4096", 4096), ("64K", 65536), ("4m", 4 * 2**20), ("1G", 2**30)])
+def test_byte_counts_take_binary_suffixes(text: str, expected: int) -> None:
+    assert _bench.byte_size(1, 2**40)(text) == expected
+
+
+@pytest.mark.parametrize("most, counts", [(1, [1]), (2, [1, 2]), (3, [1, 2, 3]), (8, [1, 2, 4, 8]),
+                                          (12, [1, 2, 4, 8, 12])])
+def test_thread_rows_double_up_to_the_count_asked_for(most: int, counts: List[int]) -> None:
+    assert _bench.thread_counts(most) == counts
+
+
+def test_block_sizes_are_sorted_and_distinct() -> None:
+    assert _bench.sizes_list("1M,4K,4096,16K") == [4096, 16384, 2**20]
+
+
+def _row(x_memcpy: float, size: int, shape: str = "scattered", path: str = "shared", memory: str = "library",
+         threads: int = 1, gb_per_s: float = 1.0, memcpy_gb_per_s: float = 1.0) -> Dict[str, Any]:
+    return {"op": "pull", "path": path, "memory": memory, "shape": shape, "block_bytes": size, "threads": threads,
+            "x_memcpy": x_memcpy, "gb_per_s": gb_per_s, "memcpy_gb_per_s": memcpy_gb_per_s}
+
+
+def test_the_shared_memory_goal_is_judged_by_its_worst_row_from_16_kib() -> None:
+    rows = [_row(0.50, 4096), _row(0.97, 16384), _row(0.96, 2**20, "contiguous")]
+    goal = _bench_report.goals(rows, [], [], cores=2)[0]
+    assert (goal["measured"], goal["status"]) == ("0.96x (worst: pull shared library contiguous 1 MiB)", "met")
+    goal = _bench_report.goals(rows + [_row(0.94, 65536)], [], [], cores=2)[0]
+    assert (goal["measured"], goal["status"]) == ("0.94x (worst: pull shared library scattered 64 KiB)", "not met")
+
+
+def test_without_a_shared_mapping_the_library_goal_reports_the_process_vm_rows_as_not_met() -> None:
+    rows = [_row(0.30, 65536, path="process_vm"), _row(0.05, 65536, path="socket"), _row(0.9, 65536, path="in-process")]
+    goal = _bench_report.goals(rows, [], [], cores=2)[0]
+    assert (goal["measured"], goal["status"]) == ("0.30x", "not met")
+    assert goal["note"] == ("no link of this run offered a shared mapping; library memory in another process took "
+                            "the process_vm path, worst pull process_vm library scattered 64 KiB")
+
+
+def test_the_thread_goal_compares_with_the_best_memcpy_of_the_run_and_applies_from_four_cores() -> None:
+    user = {"path": "process_vm", "memory": "user"}
+    rows = [_row(1.0, 65536, gb_per_s=5.0, memcpy_gb_per_s=10.0, **user),
+            _row(4.0, 65536, threads=4, gb_per_s=16.0, memcpy_gb_per_s=4.0, **user),   # its floor was caught low
+            _row(1.4, 2**20, threads=4, gb_per_s=14.0, memcpy_gb_per_s=10.0, **user)]
+    goal = [g for g in _bench_report.goals(rows, [], [], cores=4) if g["goal"].startswith("4.")][0]
+    assert (goal["measured"], goal["status"]) == \
+        ("1.60x: 16.00 GB/s with 4 threads on 4 cores (pull process_vm user scattered 64 KiB) against the run's "
+         "best memcpy, 10.00 GB/s", "met")
+    goal = [g for g in _bench_report.goals(rows, [], [], cores=2) if g["goal"].startswith("4.")][0]
+    assert (goal["status"], goal["note"]) == ("not measured", "this machine has 2 cores; the target applies from 4")
+
+
+def test_a_python_part_below_zero_is_noise_not_a_met_goal() -> None:
+    calls = [{"path": "process_vm", "memory": "user", "us_per_call": 40.0, "us_c_call": 45.0, "us_python": -5.0}]
+    goal = [g for g in _bench_report.goals([], calls, [], cores=2) if g["goal"] == "2. ... of which in Python"][0]
+    assert (goal["measured"], goal["status"]) == ("-5.0 us (C call alone: 45.0 us)", "not measured")
+    assert goal["note"].startswith("the C call alone measured slower than the whole method")
+
+
+def test_the_whole_call_and_the_c_call_are_timed_in_alternating_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    events: List[str] = []
     clock = iter(range(100))
-    monkeypatch.setattr(_bench.time, "perf_counter", lambda: float(next(clock)))
-    seconds, baseline = _bench._best_interleaved(lambda: events.append("transfer"), 4096, 3)
-    assert events == ["transfer"] + ["transfer", ("memcpy", 4096)] * 3
-    assert (seconds, baseline) == (1.0, 0.5)
+    monkeypatch.setattr(_bench_measure.time, "perf_counter", lambda: float(next(clock)))
+    whole, c_only = _bench_measure.per_call_pair(lambda: events.append("whole"), lambda: events.append("c"), 2,
+                                                 batches=2)
+    assert events == ["whole", "c"] + ["whole", "whole", "c", "c"] * 2
+    assert (whole, c_only) == (0.5, 0.5)           # every batch: one clock tick over 2 calls
+
+
+def test_bench_times_the_floors_right_after_each_repetition_of_a_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
+    events: List[Any] = []
+    monkeypatch.setattr(_bench_measure, "memcpy_seconds", lambda nbytes: events.append(("memcpy", nbytes)) or 0.5)
+    clock = iter(range(100))
+    monkeypatch.setattr(_bench_measure.time, "perf_counter", lambda: float(next(clock)))
+    best = _bench_measure.best_interleaved(lambda: events.append("transfer"), 4096, 3,
+                                           raw=lambda: events.append("raw"))
+    assert events == ["transfer", "raw"] + ["transfer", ("memcpy", 4096), "raw"] * 3
+    assert best == {"transfer": 1.0, "memcpy": 0.5, "raw": 1.0}
 
 
 # ---- Ctrl-C -------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 project, where only the installed package (its ``pytest11`` entry point) provides it."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -69,6 +70,30 @@ def test_after_the_alias():
     assert "llm_datadist" not in sys.modules
 '''
 
+FAILING_PULL_TEST = '''
+import numpy as np
+from llm_datadist_ffi.testing.topology import here
+
+def keep(seed):
+    import llm_datadist as ld
+    me, a = here(), np.full((4, 16), seed, np.uint8)
+    key = ld.BlocksCacheKey(me.cluster_id, 0) if me.role == "prompt" else None
+    desc = ld.CacheDesc(1, [4, 16], ld.DataType.DT_UINT8, ld.Placement.DEVICE)
+    me.state.update(a=a, c=me.engine.cache_manager.register_blocks_cache(desc, [a.ctypes.data], key))
+
+def pull(prompt, src, dst):
+    import llm_datadist as ld
+    me = here(); me.state.get("linked") or me.link(prompt); me.state["linked"] = True
+    me.engine.cache_manager.pull_blocks(ld.BlocksCacheKey(prompt, 0), me.state["c"], src, dst, tensor_num_per_layer=1)
+
+def test_pull_fails(topology):
+    topo = topology(prompts=1, decoders=1)
+    prompt, decoder = topo.prompts[0], topo.decoders[0]
+    prompt.call(keep, 7); decoder.call(keep, 0)
+    decoder.call(pull, prompt.cluster_id, [0], [1])
+    decoder.call(pull, prompt.cluster_id, [9], [2])     # block 9 of 4: refused
+'''
+
 FAILING_TEST = '''
 from llm_datadist_ffi.testing.topology import here
 
@@ -117,3 +142,25 @@ def test_a_failing_test_reports_what_its_engine_processes_wrote(tmp_path) -> Non
     assert result.returncode == 1
     assert "stderr of prompt0 (cluster 1, pid" in result.stdout and "the prompt says hello" in result.stdout, \
         result.stdout
+
+
+def test_a_failing_test_with_tracing_on_reports_its_processes_merged_trace(tmp_path) -> None:
+    project, traces = tmp_path / "project", tmp_path / "traces"
+    project.mkdir()
+    write(project, "test_failing.py", FAILING_PULL_TEST)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "LLM_DATADIST_FFI_STRICT"))}
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA"], cwd=project,
+                            env={**env, "LLM_DATADIST_FFI_TRACE": str(traces)}, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 1, result.stdout + result.stderr
+    merged = traces / "test_failing.py_test_pull_fails" / "merged.json"
+    assert f"merged trace of test_failing.py::test_pull_fails: {merged}" in result.stdout, result.stdout
+    summary = result.stdout.split("llm_datadist_ffi trace summary (call)", 1)[1]
+    pulls = [line.split() for line in summary.splitlines() if line.startswith("CacheManager.pull_blocks")]
+    # two pulls, one block of 16 bytes moved, the refused one by its code (column 3 is GB/s)
+    assert len(pulls) == 1, summary
+    assert pulls[0][:3] + pulls[0][4:] == ["CacheManager.pull_blocks", "2", "16", "LLM_PARAM_INVALID",
+                                           "(0x5010b005)", "x1"], summary
+    events = json.loads(merged.read_text())["traceEvents"]
+    names = {e["args"]["name"].split(" (pid")[0] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {"PROMPT cluster 1", "DECODER cluster 2"}

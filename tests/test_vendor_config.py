@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from llm_datadist_ffi.configs import ROLE_OPTION_TEXT, LLMClusterInfo, LLMConfig, LLMRole, LlmConfig, cluster_ip_infos
+from llm_datadist_ffi.configs import ROLE_OPTION_TEXT, LLMClusterInfo, LLMConfig, LLMRole, LlmConfig
 from llm_datadist_ffi.status import LLMException, LLMStatusCode
 
 PARAM_INVALID = 0x5010B005
@@ -630,20 +630,3 @@ def test_ip_info_lists_are_the_same_objects_in_append_order() -> None:
 def test_ip_info_lists_are_read_only_properties() -> None:
     raises(AttributeError, setter(LLMClusterInfo(), "local_ip_info_list", []))
     raises(AttributeError, setter(LLMClusterInfo(), "remote_ip_info_list", []))
-
-
-def test_cluster_ip_infos_gives_dotted_text_for_the_c_abi() -> None:
-    info = LLMClusterInfo()
-    info.append_remote_ip_info("192.168.1.2", 26000)
-    info.append_remote_ip_info(67305985, 1)
-    assert cluster_ip_infos(info, "remote") == [("192.168.1.2", 26000), ("1.2.3.4", 1)]
-    assert cluster_ip_infos(info, "local") == []
-
-
-def test_cluster_ip_infos_rejects_a_none_or_too_large_ip_with_type_error() -> None:
-    info = LLMClusterInfo()
-    info.append_local_ip_info(None, 1)
-    raises(TypeError, lambda: cluster_ip_infos(info, "local"), r"local_ip_info_list\[0\]")
-    other = LLMClusterInfo()
-    other.append_remote_ip_info(2**32, 1)
-    raises(TypeError, lambda: cluster_ip_infos(other, "remote"), r"remote_ip_info_list\[0\]")

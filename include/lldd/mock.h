@@ -58,3 +58,19 @@ void lldd_mock_lint_clear(void);
  * success, and past the kept entries). */
 uint32_t lldd_mock_link_reason_count(void);
 const char *lldd_mock_link_reason(uint32_t index);
+
+/* The link model: pace the transfers an engine starts (pulls and pushes over its links)
+ * so that each takes at least latency_us + bytes * 10^6 / bytes_per_second microseconds
+ * (bytes_per_second 0: no bandwidth limit). The bytes move first, then the call sleeps the
+ * rest, and lldd_finalize cuts the sleep short. A transfer the model says needs longer than
+ * llm.SyncKvCacheWaitTime moves nothing, waits that long and returns LLM_TIMEOUT (PR-35).
+ * The engine's options llm_datadist_ffi.mock.LinkBandwidth (bytes per second) and
+ * llm_datadist_ffi.mock.LinkLatencyUs set the pace of every link at initialisation; this
+ * call overrides it for the link to one cluster id, for the engine's life (at most 64
+ * clusters; the same id again replaces its entry). */
+lldd_status lldd_mock_set_link_pace(lldd_engine *engine, uint64_t cluster_id, uint64_t bytes_per_second,
+                                    uint64_t latency_us);
+
+/* The bytes the calling thread's transfers and copies have moved (a running total from
+ * the thread's start): read it before and after a call for the bytes that call moved. */
+uint64_t lldd_mock_bytes_moved(void);

@@ -1,9 +1,10 @@
 /* LLM-DataDist status values, identical to the vendor's (docs/reference/status-codes.md §2).
  *
+ * Generated from STATUS_TABLE in llm_datadist_ffi/status.py by
+ * llm_datadist_ffi/_codegen.py; do not edit. Regenerate with: python -m llm_datadist_ffi._codegen
+ *
  * Directive-free declaration fragment: read verbatim by cffi's cdef and included
- * by include/llm_datadist_ffi.h for C and C++ compilers. The Python table
- * llm_datadist_ffi/status.py is the source of truth for names, meanings and
- * remedies; tests/test_abi.py checks that every value here equals that table.
+ * by include/llm_datadist_ffi.h for C and C++ compilers.
  */
 
 typedef uint32_t lldd_status;

@@ -77,8 +77,9 @@ __attribute__((format(printf, 1, 2))) void SetError(const char *fmt, ...) {
 }
 
 // ---- status names ---------------------------------------------------------------------------
-// Values come from the C ABI header (docs/reference/status-codes.md); the ACL runtime codes are
-// the ones that reach LLM-DataDist callers unchanged (docs/reference/acl.md §5.3).
+// The table is generated (llm_datadist_ffi/_codegen.py): the LLM codes from the status table,
+// which also writes the C ABI header; the ACL runtime codes, some of which reach LLM-DataDist
+// callers unchanged (docs/reference/acl.md §5.3), from include/acl/types.h.
 
 struct StatusName {
   uint32_t code;
@@ -86,6 +87,7 @@ struct StatusName {
 };
 
 #define LLDD_STATUS_NAME(code) {static_cast<uint32_t>(code), #code}
+// BEGIN GENERATED from the status table by llm_datadist_ffi/_codegen.py (python -m llm_datadist_ffi._codegen)
 constexpr StatusName kStatusNames[] = {
     LLDD_STATUS_NAME(LLM_SUCCESS),
     LLDD_STATUS_NAME(LLM_FAILED),
@@ -120,17 +122,22 @@ constexpr StatusName kStatusNames[] = {
     {107000U, "ACL_ERROR_RT_PARAM_INVALID"},
     {107001U, "ACL_ERROR_RT_INVALID_DEVICEID"},
     {107002U, "ACL_ERROR_RT_CONTEXT_NULL"},
+    {107003U, "ACL_ERROR_RT_STREAM_CONTEXT"},
     {107019U, "ACL_ERROR_RT_WAIT_TIMEOUT"},
     {107020U, "ACL_ERROR_RT_TASK_TIMEOUT"},
     {107023U, "ACL_ERROR_RT_STREAM_ABORT"},
     {207000U, "ACL_ERROR_RT_FEATURE_NOT_SUPPORT"},
     {207001U, "ACL_ERROR_RT_MEMORY_ALLOCATION"},
+    {207002U, "ACL_ERROR_RT_MEMORY_FREE"},
+    {207004U, "ACL_ERROR_RT_NO_DEVICE"},
     {207018U, "ACL_ERROR_RT_DEVICE_OOM"},
     {507000U, "ACL_ERROR_RT_INTERNAL_ERROR"},
+    {507046U, "ACL_ERROR_RT_STREAM_SYNC_TIMEOUT"},
     {507053U, "ACL_ERROR_RT_DEVICE_MEM_ERROR"},
     {507057U, "ACL_ERROR_RT_SUSPECT_REMOTE_ERROR"},
     {507899U, "ACL_ERROR_RT_DRV_INTERNAL_ERROR"},
 };
+// END GENERATED
 #undef LLDD_STATUS_NAME
 
 const char *StatusNameOf(uint32_t status) {

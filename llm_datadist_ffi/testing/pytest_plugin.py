@@ -12,16 +12,21 @@ Installed with the package (entry point ``pytest11``); nothing to configure. It 
   vendor-compatible module), and no longer after it unless it did before;
 - lint warnings (``llm_datadist_ffi.LintWarning``) are errors in every test and in the
   topology processes; ``--lldd-lint=warn`` shows them as warnings, ``--lldd-lint=ignore``
-  hides them. A test's or module's own ``filterwarnings`` mark wins over the option.
+  hides them. A test's or module's own ``filterwarnings`` mark wins over the option;
+- call traces: with ``LLM_DATADIST_FFI_TRACE=DIR`` in pytest's environment, the topology
+  processes of each test trace into ``DIR/<test id>`` (``trace.directory_for``), and a
+  failing test's report gets that trace merged and summarised (``trace.attach_to_report``).
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from types import ModuleType
 from typing import Any, Callable, Generator, Iterator, List
 
 import pytest
 
+from . import trace
 from .faults import Faults
 from .topology import Topology
 
@@ -67,7 +72,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             if text:
                 report.sections.append((f"stderr of {process.name} (cluster {process.cluster_id}, "
                                         f"pid {process.pid})", text))
-    # (the merged call trace of the topology is attached here by the trace support)
+    directory = trace.directory_for(item.nodeid)
+    if directory is not None:
+        trace.attach_to_report(item, report, directory)
 
 
 @pytest.fixture
@@ -79,6 +86,13 @@ def topology(request: pytest.FixtureRequest) -> Iterator[Callable[..., Topology]
 
     def start(prompts: int = 1, decoders: int = 1, **kwargs: Any) -> Topology:
         kwargs.setdefault("lint", _lint_action(request.config))
+        directory = trace.directory_for(request.node.nodeid)
+        if directory is not None:              # this test's processes: a trace of their own
+            traced = {trace.TRACE_ENV: str(directory)}
+            if kwargs.get("specs") is not None:
+                kwargs["specs"] = [dataclasses.replace(s, env={**s.env, **traced}) for s in kwargs["specs"]]
+            else:
+                kwargs["env"] = {**(kwargs.get("env") or {}), **traced}
         topo = Topology.start(prompts, decoders, **kwargs)
         started.append(topo)
         return topo

@@ -38,13 +38,14 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Un
 
 import numpy as np
 
-from .. import _buffers, _capi, lint
+from .. import _buffers, _capi, _trace, lint
 from .._capi import const, ffi
 from .._vendor_checks import (
     INT32, INT64, UINT32, UINT64, check_int, check_int_items, check_int_list, check_layer_range, check_type, none_error,
     raise_param_invalid, type_name,
 )
 from ..configs import LLMRole
+from .._trace import traced
 from ..status import LLMException, LLMStatusCode, exception_for
 from . import _native
 from .llm_types import (
@@ -358,22 +359,25 @@ def _transfer_cache_async(src_cache: Any, num_tensors: int, batch_size: int, lay
             for item in covering:
                 position = layer - item.src_layers.start
                 try:
-                    handle = _native.engine_for(tag)
-                    if item.key is not None and item.dst_layers is not None:
-                        _capi.lldd_ext_push_layer(handle, cache_id, item.src_batch_index, layer, item.key,
-                                                  item.dst_layers[position], 2, src_blocks.pointer, src_blocks.count,
-                                                  dst_blocks.pointer, dst_blocks.count, tag)
-                    else:
-                        addrs = (item.dst_addrs or [])[2 * position:2 * position + 2]
-                        _capi.lldd_ext_transfer_layer(handle, cache_id, item.src_batch_index, layer,
-                                                      item.dst_cluster_id, ffi.new("uint64_t[]", addrs),
-                                                      src_blocks.pointer, src_blocks.count, dst_blocks.pointer,
-                                                      dst_blocks.count, block_memory_size, tag)
+                    with _trace.span(f"{tag}.layer", layer=layer, dst_cluster_id=item.dst_cluster_id):
+                        push_layer(item, layer, position)
                 except LLMException as exc:
                     results[item.dst_cluster_id] = exc.status_code
                     return
                 if layer == item.src_layers[-1]:
                     results[item.dst_cluster_id] = LLMStatusCode.LLM_SUCCESS
+
+    def push_layer(item: _Planned, layer: int, position: int) -> None:
+        handle = _native.engine_for(tag)
+        if item.key is not None and item.dst_layers is not None:
+            _capi.lldd_ext_push_layer(handle, cache_id, item.src_batch_index, layer, item.key,
+                                      item.dst_layers[position], 2, src_blocks.pointer, src_blocks.count,
+                                      dst_blocks.pointer, dst_blocks.count, tag)
+        else:
+            addrs = (item.dst_addrs or [])[2 * position:2 * position + 2]
+            _capi.lldd_ext_transfer_layer(handle, cache_id, item.src_batch_index, layer, item.dst_cluster_id,
+                                          ffi.new("uint64_t[]", addrs), src_blocks.pointer, src_blocks.count,
+                                          dst_blocks.pointer, dst_blocks.count, block_memory_size, tag)
 
     thread = threading.Thread(target=transfer, name=f"transfer_cache_async[{cache_id}]", daemon=True)
     thread.start()
@@ -407,6 +411,7 @@ def _ext_pull(tag: str, key: Any, cache: Any, batch_index: int, size: int, block
                         offsets[0], offsets[1], n, tag)
     del src, dst
 
+@traced
 class CacheManager:
     """The v2 cache manager, from ``LLMDataDist.cache_manager``; never made by users.
 
@@ -1024,6 +1029,7 @@ class CacheManager:
 
 # ---- KvCacheManager (v1) ---------------------------------------------------------------------
 
+@traced
 class KvCacheManager:
     """The v1 cache manager, from ``LLMDataDist.kv_cache_manager``; never made by users.
 

@@ -42,6 +42,7 @@ import weakref
 from typing import Any, ClassVar, Dict, List, Optional, Tuple, Union
 
 from .. import _capi, lint
+from .._trace import traced
 from .._capi import ffi
 from .._vendor_checks import (
     INT32, UINT32, UINT64, check_int, check_type, int_to_ip, ip_to_int, none_error, raise_param_invalid,
@@ -72,6 +73,7 @@ VENDOR_OPTION_NAMES = (
     "llm.TransferBackend", "llm.EnableSwitchRole", "llm.deployResPath", "llm.ClusterInfo", "llm.LinkTotalTime",
     "llm.LinkRetryCount", "llm.RdmaTrafficClass", "llm.RdmaServiceLevel", "llm.MemoryUtilization",
     "llm.OutputMaxSize", "llm.Role", "llm.GlobalResourceConfig", "llm_datadist_ffi.mock.NativePool",
+    "llm_datadist_ffi.mock.LinkBandwidth", "llm_datadist_ffi.mock.LinkLatencyUs",
 )
 
 def _require_str_option(options: Dict[str, Any], key: str) -> str:
@@ -196,6 +198,7 @@ def _release_engine(state: _native.EngineState) -> None:
     state.kept.clear()
 
 
+@traced
 class LLMDataDist:
     """The engine: ``LLMDataDist(role: LLMRole, cluster_id: int)``.
 

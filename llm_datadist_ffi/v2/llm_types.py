@@ -23,6 +23,7 @@ import threading
 from enum import Enum, IntEnum
 from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
+from .._trace import traced
 from .._vendor_checks import (
     INT32, INT64, INVALID_ID, UINT32, UINT64, check_int, check_int_list, check_type, none_error, param_invalid,
     raise_param_invalid, type_name,
@@ -955,6 +956,7 @@ class LayerSynchronizer(abc.ABC):
         """
 
 
+@traced
 class CacheTask:
     """The handle ``transfer_cache_async`` returns (docs/reference/python-api.md §9.5).
 

@@ -1,0 +1,1 @@
+"""A fuzzer of the mock engine's wire protocol (README.md in this directory)."""
