@@ -39,6 +39,7 @@ import numpy as np
 from . import _buffers, _capi, lint
 from ._trace import traced
 from ._capi import ffi
+from ._blocklists import plain_u64, smallest_repeat
 from .data_type import ELEMENT_BITS, DataType, GeDataType, data_type_value
 from .status import LLMException, LLMStatusCode, exception_for, map_status
 
@@ -144,19 +145,24 @@ def _blocks(value: Any, name: str) -> tuple[Any, int, "np.ndarray[Any, Any]"]:
                 raise ValueError(f"{name} holds {int(value.min())}; block indexes are uint64")
             array = np.ascontiguousarray(value, dtype=np.uint64)
     elif isinstance(value, (list, tuple)):
+        fast = plain_u64(value)
+        if fast is not None:
+            return _block_pointer(fast)
+        # numpy integers, int subclasses, a value outside uint64, or something to refuse
         for i, item in enumerate(value):
             if not isinstance(item, (int, np.integer)):
                 raise TypeError(f"{name}[{i}] must be an int, not {type(item).__name__}")
-        try:
-            array = np.array(value, dtype=np.uint64) if value else np.empty(0, dtype=np.uint64)
-        except OverflowError:
-            bad = next(int(v) for v in value if not _U64[0] <= int(v) <= _U64[1])
-            raise ValueError(f"{name} holds {bad}; block indexes are uint64") from None
-        if value and any(int(v) < 0 for v in value):
-            bad = next(int(v) for v in value if int(v) < 0)
+        # checked before converting: numpy may wrap a negative numpy integer silently
+        bad = next((int(v) for v in value if not _U64[0] <= int(v) <= _U64[1]), None)
+        if bad is not None:
             raise ValueError(f"{name} holds {bad}; block indexes are uint64")
+        array = np.array(value, dtype=np.uint64)
     else:
         raise TypeError(f"{name} must be a list, tuple or 1-D integer numpy array, not {type(value).__name__}")
+    return _block_pointer(array)
+
+
+def _block_pointer(array: "np.ndarray[Any, Any]") -> tuple[Any, int, "np.ndarray[Any, Any]"]:
     if array.size == 0:
         return ffi.NULL, 0, array
     return ffi.from_buffer("uint64_t[]", array), int(array.size), array
@@ -367,12 +373,9 @@ def _check_ext_param(ext: KvCacheExtParam, tag: str) -> None:
 
 def _check_distinct(blocks: "np.ndarray[Any, Any]", name: str, tag: str) -> None:
     """PR-5 (lint): a destination block listed twice; the last write wins on the device."""
-    if blocks.size < 2:
-        return
-    ordered = np.sort(blocks, kind="stable")
-    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
-    if repeated.size:
-        lint.lint("PR-5", f"[{tag}] {name} contains block {int(repeated[0])} more than once")
+    repeated = smallest_repeat(blocks) if blocks.size > 1 else None
+    if repeated is not None:
+        lint.lint("PR-5", f"[{tag}] {name} contains block {repeated} more than once")
 
 
 def _tensor_bytes(cache_desc: "CacheDesc") -> int:

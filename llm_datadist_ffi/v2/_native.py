@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 import numpy as np
 
 from .. import _capi
+from .._blocklists import ints_to_u64, plain_ints, smallest_repeat
 from .._capi import const, ffi
 from .._vendor_checks import UINT64, none_error, param_invalid, type_name
 from ..status import LLMException, LLMStatusCode, exception_for
@@ -242,11 +243,7 @@ class BlockArray:
 
     def duplicate(self) -> Optional[int]:
         """The smallest value that occurs more than once, or None."""
-        if self.count < 2:
-            return None
-        ordered = np.sort(self.array, kind="stable")
-        repeated = ordered[1:][ordered[1:] == ordered[:-1]]
-        return int(repeated[0]) if repeated.size else None
+        return smallest_repeat(self.array) if self.count > 1 else None
 
     def tolist(self) -> List[int]:
         return [int(v) for v in self.array]
@@ -279,6 +276,9 @@ def block_list(value: Any, name: str) -> BlockArray:
             raise TypeError(f"{name} holds {int(value.min())}; block indexes are uint64 (>= 0)")
         return BlockArray(np.ascontiguousarray(value, dtype=np.uint64))
     items = list(value)
+    fast = ints_to_u64(items)
+    if fast is not None:
+        return BlockArray(fast)
     for index, item in enumerate(items):
         if not UINT64[1] <= item <= UINT64[2]:
             raise TypeError(f"{name}[{index}] is {item}; block indexes are uint64 in [0, {UINT64[2]}]")
@@ -304,7 +304,10 @@ def check_block_types(value: Any, name: str, containers: Tuple[type, ...] = (lis
     if not isinstance(value, containers):
         raise TypeError(f"{name} must be {' | '.join(c.__name__ for c in containers)} of int, not "
                         f"{type_name(value)}")
-    for index, item in enumerate(cast(Sequence[Any], value)):   # a list or tuple, checked above
+    items = cast(Sequence[Any], value)   # a list or tuple, checked above
+    if plain_ints(items):
+        return
+    for index, item in enumerate(items):
         if not isinstance(item, int):
             raise TypeError(f"{name}[{index}] must be int, not {type_name(item)}")
 

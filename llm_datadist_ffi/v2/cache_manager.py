@@ -41,7 +41,7 @@ import numpy as np
 from .. import _buffers, _capi, _trace, lint
 from .._capi import const, ffi
 from .._vendor_checks import (
-    INT32, INT64, UINT32, UINT64, check_int, check_int_list, check_layer_range, check_type, none_error,
+    INT32, INT64, UINT32, UINT64, check_int, check_int_items, check_int_list, check_layer_range, check_type, none_error,
     raise_param_invalid, type_name,
 )
 from ..configs import LLMRole
@@ -279,11 +279,9 @@ def _transfer_cache_async(src_cache: Any, num_tensors: int, batch_size: int, lay
                           tag: str) -> CacheTask:
     """``transfer_cache_async`` from step 3 on (docs/reference/python-api.md §11.4; §12 for v1)."""
     check_int_list(dst_block_indices, "dst_block_indices")
-    for index, value in enumerate(dst_block_indices or ()):
-        check_int(value, f"dst_block_indices[{index}]", UINT64)
+    check_int_items(dst_block_indices, "dst_block_indices", UINT64)
     check_int_list(src_block_indices, "src_block_indices")
-    for index, value in enumerate(src_block_indices or ()):
-        check_int(value, f"src_block_indices[{index}]", UINT64)
+    check_int_items(src_block_indices, "src_block_indices", UINT64)
     if dst_block_memory_size is not None:
         check_int(dst_block_memory_size, "dst_block_memory_size", UINT64)
     if src_block_indices:
