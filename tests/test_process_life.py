@@ -34,10 +34,12 @@ mock_fork = pytest.mark.mock_only(reason="closing the child's copies of listenin
 
 
 def accepts(port: int) -> bool:
-    """Whether something listens on 127.0.0.1:port."""
+    """Whether something listens on 127.0.0.1:port. A connection from the port to itself
+    (TCP's simultaneous open, when the kernel picks the freed port as the source port of
+    this very connect) is no listener."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(2.0)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex(("127.0.0.1", port)) == 0 and s.getsockname()[1] != port
 
 
 @pytest.fixture(autouse=True)
