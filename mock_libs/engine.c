@@ -1048,22 +1048,27 @@ MOCK_EXPORT lldd_status lldd_mock_drop_connections(lldd_engine *e)
     return LLM_SUCCESS;
 }
 
+/* The ready link of e to cluster_id in either table (a served-only side included), for
+ * the mock's path queries. e->mu held. */
+static const mlink *link_visible_locked(engine *e, uint64_t cluster_id)
+{
+    for (int list = 0; list < 2; list++)
+        for (const mlink *l = list == 0 ? e->links : e->served; l != NULL; l = l->next)
+            if (l->ready && !l->removed && !l->orphan && l->peer_cluster == cluster_id)
+                return l;
+    return NULL;
+}
+
 MOCK_EXPORT uint32_t lldd_mock_link_path(lldd_engine *e, uint64_t cluster_id)
 {
     if (e == NULL || engine_enter(e, "lldd_mock_link_path") != LLM_SUCCESS)
         return LLDD_MOCK_PATH_NONE;
-    uint32_t path = LLDD_MOCK_PATH_NONE;
     pthread_mutex_lock(&e->mu);
-    for (int list = 0; list < 2 && path == LLDD_MOCK_PATH_NONE; list++) {
-        for (mlink *l = list == 0 ? e->links : e->served; l != NULL; l = l->next) {
-            if (l->ready && !l->removed && !l->orphan && l->peer_cluster == cluster_id) {
-                path = l->same_process        ? LLDD_MOCK_PATH_SAME_PROCESS
-                       : atomic_load(&l->vm_ok) ? LLDD_MOCK_PATH_PROCESS_VM
-                                                : LLDD_MOCK_PATH_SOCKET;
-                break;
-            }
-        }
-    }
+    const mlink *l = link_visible_locked(e, cluster_id);
+    uint32_t path = l == NULL                ? LLDD_MOCK_PATH_NONE
+                    : l->same_process        ? LLDD_MOCK_PATH_SAME_PROCESS
+                    : atomic_load(&l->vm_ok) ? LLDD_MOCK_PATH_PROCESS_VM
+                                             : LLDD_MOCK_PATH_SOCKET;
     pthread_mutex_unlock(&e->mu);
     engine_leave(e);
     return path;
@@ -1073,18 +1078,9 @@ MOCK_EXPORT uint32_t lldd_mock_last_transfer_path(lldd_engine *e, uint64_t clust
 {
     if (e == NULL || engine_enter(e, "lldd_mock_last_transfer_path") != LLM_SUCCESS)
         return LLDD_MOCK_PATH_NONE;
-    uint32_t path = LLDD_MOCK_PATH_NONE;
-    int found = 0;
     pthread_mutex_lock(&e->mu);
-    for (int list = 0; list < 2 && !found; list++) {
-        for (mlink *l = list == 0 ? e->links : e->served; l != NULL; l = l->next) {
-            if (l->ready && !l->removed && !l->orphan && l->peer_cluster == cluster_id) {
-                path = atomic_load(&l->last_path);
-                found = 1;
-                break;
-            }
-        }
-    }
+    const mlink *l = link_visible_locked(e, cluster_id);
+    uint32_t path = l == NULL ? LLDD_MOCK_PATH_NONE : (uint32_t)atomic_load(&l->last_path);
     pthread_mutex_unlock(&e->mu);
     engine_leave(e);
     return path;
