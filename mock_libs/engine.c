@@ -67,6 +67,7 @@ static void registry_after_fork_child(void)
         e->active = 0;
         e->reg_refs = 0;
         e->conns = NULL;
+        pub_destroy(e);                             /* the parent's table: never written here */
         pthread_mutex_init(&e->life_mu, NULL);
         pthread_mutex_init(&e->v1_link_mu, NULL);
         pthread_mutex_init(&e->listen_mu, NULL);
@@ -770,6 +771,7 @@ MOCK_EXPORT lldd_status lldd_create(uint64_t cluster_id, int32_t role, lldd_engi
     e->listen_fd = -1;
     e->id_fd = -1;
     e->wake_pipe[0] = e->wake_pipe[1] = -1;
+    e->pub_fd = -1;
     e->next_id = 1;
     e->next_bind = 1;
     e->next_comm_id = 1;
@@ -838,6 +840,7 @@ MOCK_EXPORT void lldd_finalize(lldd_engine *e)
         return;
     }
     e->state = ENGINE_FINALIZING;
+    pub_set_ready_locked(e, 0);
     atomic_store(&e->stopping, 1);
     while (e->active > 0)
         pthread_cond_wait(&e->cv, &e->mu);
@@ -991,6 +994,9 @@ MOCK_EXPORT lldd_status lldd_mock_set_serve_delay(lldd_engine *e, uint32_t delay
         return LLM_PARAM_INVALID;
     }
     atomic_store(&e->serve_delay_ms, delay_ms);
+    pthread_mutex_lock(&e->mu);
+    pub_set_delay(e, delay_ms);
+    pthread_mutex_unlock(&e->mu);
     return LLM_SUCCESS;
 }
 

@@ -7,9 +7,17 @@
  *   v1_link_mu one v1 link_clusters / unlink_clusters call at a time (trylock:
  *              PROCESSING_LINK); held across its per-cluster work
  *   listen_mu  the listener of one engine (Initialize, SetRole, Finalize)
- *   link->xfer_mu  serializes the transfers over one link; dropping a link takes it
- *              (the v1 resolver only try-reads link->busy, never waits on it); a
- *              link's sockets are closed only with it and e->mu held (reaping)
+ *   link->xfer_mu  a read-write lock over the transfers of one link: a transfer that
+ *              reads the peer's published table (engine_pub.c) holds it shared, so
+ *              such transfers run in parallel; every other transfer, and whatever
+ *              changes the link (dropping, reaping, taking the table), holds it
+ *              exclusively (the v1 resolver only try-reads link->busy, never waits on
+ *              it); a link's sockets are closed only with it exclusive and e->mu
+ *              held (reaping)
+ *   link->sock_mu  a shared holder of xfer_mu that must use the link's request
+ *              socket (a cache the table cannot say, the socket path)
+ *   link->map_rw   the link's mappings of the peer's arena chunks (engine_shared.c):
+ *              shared to copy through them, exclusive to add or remove one
  *   e->mu      state, active-call count, cache table, key table, link table,
  *              communicator list, pending handshakes, thread list. Held only for
  *              short bookkeeping, never across I/O or a wait other than
@@ -139,7 +147,34 @@ typedef struct mcache {
     uint32_t ext_ref;            /* owned: 1 for the id handle until deallocated (§9.5) */
     uint64_t *remaining;         /* R of §9.5 as a bitmap over the tensors, NULL if never set */
     uint64_t remaining_count;
+    int pub_state;               /* PUB_* (engine_pub.c), under the owner's mu */
+    uint32_t pub_slot;
 } mcache;
+
+/* The published cache table (engine_pub.c): a header and PUB_SLOTS slots in a memfd the
+ * owner writes and identified peers map read-only, and per link a page of PUB_SLOTS pin
+ * counters that only the peer raises. */
+enum { PUB_SLOTS = 1024, PUB_ADDRS = 500 };
+/* A cache's place in the table: none (no table, or settled after its removal), listed in
+ * slot pub_slot, unlisted (counted in pub_head.unpublished), or left its slot and waiting
+ * for the peers' pins there. */
+enum { PUB_NONE = 0, PUB_LISTED = 1, PUB_UNLISTED = 2, PUB_LEFT = 3 };
+
+typedef struct pub_head {
+    uint64_t magic;
+    uint32_t slots, addrs_per_slot;
+    atomic_uint_fast64_t unpublished;  /* live caches without a slot: a miss must ask the owner */
+    atomic_uint serve_delay_ms;        /* lldd_mock_set_serve_delay, which a peer emulates */
+    atomic_uint ready;                 /* 0 once the owner began to finalize */
+    uint64_t reserved[4];
+} pub_head;
+
+typedef struct pub_slot {
+    atomic_uint_fast64_t seq;    /* odd while the owner rewrites the slot */
+    int64_t id;                  /* 0: empty */
+    cache_wire w;
+    uint64_t addrs[PUB_ADDRS];
+} pub_slot;
 
 /* A paged memory pool (PR-34): first fit over sorted free extents of pages. */
 typedef struct pool_extent {
@@ -220,7 +255,7 @@ typedef struct mlink {
                                     engine (a HIXL listener's side; the listening half of a link to itself) */
     int orphan;                  /* e->mu: HIXL: replaced under its cluster id by a link to another
                                     address; reachable by that address only (for ALREADY_LINK) */
-    /* shared library memory (engine_shared.c, docs/security.md §2.7); xfer_mu */
+    /* shared library memory (engine_shared.c, docs/security.md §2.7); map_rw */
     char peer_id_channel[ID_NAME_LEN]; /* client side: the listener's identity channel ("" = none) */
     struct shared_map *maps;     /* the peer's arena chunks mapped here, sorted by their base there */
     size_t map_count, map_cap;
@@ -230,7 +265,18 @@ typedef struct mlink {
     atomic_uint last_path;       /* LLDD_MOCK_PATH_* of the last transfer that moved bytes */
     char peer_ip[64];            /* client side: the address linked to (HIXL keys connections by it) */
     uint16_t peer_port;
-    pthread_mutex_t xfer_mu;
+    /* the peer's published table (engine_pub.c): client side, set under xfer_mu */
+    const pub_head *pub_view;    /* the peer's table, mapped read-only */
+    atomic_uint *pub_mine;       /* our pin counters there */
+    atomic_int pub_ready;        /* 1: transfers read the table; then pub_view/pub_mine stay until unmapped */
+    int pub_refused;             /* the peer did not give it: never asked again on this link */
+    /* owner side (e->mu) */
+    atomic_uint *pub_pins;       /* the peer's pin counters of our table */
+    int pub_ignored;             /* its link was cut: its counters no longer hold a removal */
+    pthread_rwlock_t xfer_mu;    /* exclusive for a transfer that uses the sockets or changes the link's
+                                    state; shared for one that reads the published table (engine_pub.c) */
+    pthread_mutex_t sock_mu;     /* a shared holder that must use req_fd takes it */
+    pthread_rwlock_t map_rw;     /* maps, map_count, map_cap, map_from, map_asked_ms, map_refused */
 } mlink;
 
 /* A server-side handshake between HELLO (c1) and REVERSE (c2). */
@@ -310,6 +356,9 @@ struct lldd_engine {
     uint64_t next_comm_id;
 
     atomic_uint serve_delay_ms;
+    pub_head *pub;               /* the published table (engine_pub.c), NULL until a peer asks (mu) */
+    int pub_fd;
+    uint32_t *pub_draining;      /* per slot: removed caches still waiting for pins there */
 
     /* the link model (lldd_mock_set_link_pace): the options' pace of every link, and
      * per-cluster overrides (mu) that last for the engine's life */
@@ -384,6 +433,9 @@ int engine_cv_wait_ms(engine *e, int64_t ms);
 /* ---- engine_serve.c ---- */
 /* The server loop of a link: answers the peer's requests on l->srv_fd. */
 void link_serve(mlink *l);
+/* The table copy of §9.7 for l's peer: taken at the peer's first transfer (or when it
+ * takes our published table), kept in the link. e->mu held. */
+void link_take_marks_locked(engine *e, mlink *l);
 void *link_server_main(void *arg);
 
 /* ---- engine_blocks.c: block lists ----
@@ -558,7 +610,8 @@ typedef struct xlink {
     engine *e;
     mlink *l;
     engine *peer;        /* same process: the peer engine, held through the registry */
-    int locked;
+    int locked;          /* xfer_mu held: 1 exclusive, 2 shared */
+    int sock_locked;     /* shared holder: sock_mu held */
 } xlink;
 
 typedef struct peer_cache {
@@ -566,7 +619,9 @@ typedef struct peer_cache {
     const uint64_t *addrs;
     uint64_t *owned_addrs;   /* another process: our copy of its addresses */
     mcache *pc;              /* same process: the pinned cache */
-    int pinned;
+    int pinned;              /* 1 pinned by the peer or in-process, 2 through the published table */
+    uint32_t pub_slot;
+    uint64_t pub_addrs[PUB_ADDRS];
 } peer_cache;
 
 /* Which bytes move (docs/reference/semantics.md §8): tensor pairs x regions. Pair i is source tensor
@@ -589,7 +644,7 @@ typedef struct plan {
 
 /* Options of link_acquire: v1 links report busy and torn-down links as LINK_BUSY and
  * wait for the link's lock no longer than the transfer timeout (docs/reference/semantics.md §10.5). */
-enum { ACQUIRE_V1 = 1 };
+enum { ACQUIRE_V1 = 1, ACQUIRE_SHARED = 2 };
 lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *x, int flags);
 void link_release(xlink *x);
 /* The entry of a transfer call (native and extension): an injected fault, then NULL
@@ -613,8 +668,36 @@ lldd_status pr32_check_local(const char *fn, const mlink *l, const cache_wire *l
 lldd_status pr32_check_peer(const char *fn, const mlink *l, const cache_wire *rw, uint64_t cluster_id);
 lldd_status move_bytes(xlink *x, const char *fn, const plan *p, int pull, int64_t peer_cache_id);
 
+/* engine_pub.c (see there). Owner side, under e->mu: */
+void pub_insert_locked(engine *e, mcache *c);
+/* Takes c out of its slot (the removal then waits for the slot's pins) ... */
+void pub_remove_locked(engine *e, mcache *c);
+/* ... and, once no pin holds it, frees the slot for another cache. */
+void pub_settled_locked(engine *e, mcache *c);
+/* A live link whose peer holds c pinned through the table, or NULL. */
+mlink *pub_pinned_locked(engine *e, const mcache *c);
+void pub_set_delay(engine *e, uint32_t delay_ms);
+void pub_set_ready_locked(engine *e, int ready);
+/* For l's peer: the table's fd (ours, not to close) and a new pin page's fd (the caller
+ * closes it once sent); makes the table on first use. 0, or -1 (nothing to send). */
+int pub_offer_locked(engine *e, mlink *l, int fds[2]);
+/* Unmaps and closes the table (also a forked child's copy of the parent's, untouched). */
+void pub_destroy(engine *e);
+/* Peer side: maps what TABLE answered (the fds are closed either way); 0 or -1. */
+int pub_take(mlink *l, int table_fd, int pins_fd);
+/* Unmaps the peer side's mappings of l (no transfer may use them) and, when l is
+ * freed (owner_side), the owner's mapping of its pin page. */
+void pub_drop(mlink *l, int owner_side);
+enum { PUB_FOUND = 0, PUB_ABSENT = 1, PUB_ASK = 2, PUB_GONE = 3 };
+/* Looks id up in the peer's table and, if found, pins it: PUB_FOUND (w, addrs, slot set),
+ * PUB_ABSENT (no such live cache), PUB_ASK (the table cannot say: ask over the socket),
+ * PUB_GONE (the peer is finalizing). */
+int pub_lookup(mlink *l, int64_t id, cache_wire *w, uint64_t *addrs, size_t cap, uint32_t *slot);
+void pub_unpin(mlink *l, uint32_t slot);
+uint32_t pub_delay_ms(const mlink *l);
+
 /* engine_shared.c: the peer's arena chunks mapped in this process (docs/security.md §2.7).
- * All under the link's xfer_mu. */
+ * Under the link's map_rw (shared for link_shared_ptr, exclusive for the others). */
 typedef struct shared_map {
     uintptr_t remote;            /* the chunk's base in the peer */
     size_t size;

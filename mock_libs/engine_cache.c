@@ -211,6 +211,7 @@ int table_insert_locked(engine *e, mcache *c)
     e->caches[i] = c;
     e->cache_count++;
     e->table_bytes += cache_entry_bytes(c->w.num_tensors);
+    pub_insert_locked(e, c);
     return 0;
 }
 
@@ -223,14 +224,17 @@ int table_insert_locked(engine *e, mcache *c)
 static void pins_wait_locked(engine *e, mcache *c)
 {
     int64_t deadline = tp_deadline(e->sync_timeout_ms);
-    while (c->pins > 0) {
+    for (;;) {
+        int by_table = pub_pinned_locked(e, c) != NULL;
+        if (c->pins == 0 && !by_table)
+            return;
         int64_t left = deadline - tp_now_ms();
         if (left <= 0)
             break;
-        engine_cv_wait_ms(e, left);
+        /* a pin through the published table wakes nobody: look again every millisecond */
+        engine_cv_wait_ms(e, by_table && left > 1 ? 1 : left);
     }
-    if (c->pins > 0)
-        links_cut_pinning_locked(e, c);
+    links_cut_pinning_locked(e, c);
     while (c->pins > 0)
         pthread_cond_wait(&e->cv, &e->mu);
 }
@@ -246,10 +250,12 @@ void table_remove_locked(engine *e, mcache *c)
         e->cache_count--;
         e->table_bytes -= cache_entry_bytes(c->w.num_tensors);
     }
+    pub_remove_locked(e, c);
     while (c->keys != NULL)
         key_unbind_locked(e, c->keys);
     c->removed = 1;
     pins_wait_locked(e, c);
+    pub_settled_locked(e, c);
     if (c->pool != NULL)
         for (uint32_t t = 0; t < c->w.num_tensors; t++)
             pool_give(c->pool, c->page_first[t], c->pages_per_tensor);
@@ -285,6 +291,7 @@ void caches_teardown(engine *e)
     e->table_bytes = 24;
     pool_destroy(&e->dev_pool);
     pool_destroy(&e->host_pool);
+    pub_destroy(e);
     pthread_mutex_unlock(&e->mu);
 }
 

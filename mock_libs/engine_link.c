@@ -86,7 +86,10 @@ void link_unref(mlink *l)
     tp_close(&l->srv_fd);
     tp_close(&l->peer_pidfd);
     link_unmap_all(l);
-    pthread_mutex_destroy(&l->xfer_mu);
+    pub_drop(l, 1);
+    pthread_rwlock_destroy(&l->xfer_mu);
+    pthread_mutex_destroy(&l->sock_mu);
+    pthread_rwlock_destroy(&l->map_rw);
     free(l);
 }
 
@@ -102,7 +105,14 @@ static mlink *link_new(engine *e, uint64_t peer_cluster, uint64_t token)
     l->req_fd = -1;
     l->srv_fd = -1;
     l->peer_pidfd = -1;
-    pthread_mutex_init(&l->xfer_mu, NULL);
+    /* writers first: a stream of parallel transfers must not keep an unlink waiting */
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&l->xfer_mu, &attr);
+    pthread_rwlockattr_destroy(&attr);
+    pthread_mutex_init(&l->sock_mu, NULL);
+    pthread_rwlock_init(&l->map_rw, NULL);
     return l;
 }
 
@@ -127,9 +137,10 @@ void link_drop(engine *e, mlink *l)
     table_unlink_locked(e, l);
     pthread_mutex_unlock(&e->mu);
     /* transfers in flight hold xfer_mu; later ones see `removed` */
-    pthread_mutex_lock(&l->xfer_mu);
+    pthread_rwlock_wrlock(&l->xfer_mu);
     link_unmap_all(l);
-    pthread_mutex_unlock(&l->xfer_mu);
+    pub_drop(l, 0);
+    pthread_rwlock_unlock(&l->xfer_mu);
     atomic_store(&l->stopping, 1);
     tp_shutdown(l->req_fd);
     tp_shutdown(l->srv_fd);
@@ -177,7 +188,7 @@ static void served_reap(engine *e)
  * transfer holding the link is not waited for: the next reap takes it. */
 static int link_reap_one(engine *e, mlink *l)
 {
-    if (pthread_mutex_trylock(&l->xfer_mu) != 0)
+    if (pthread_rwlock_trywrlock(&l->xfer_mu) != 0)
         return 0;
     eng_thread *t = NULL;
     pthread_mutex_lock(&e->mu);
@@ -198,8 +209,9 @@ static int link_reap_one(engine *e, mlink *l)
         tp_close(&l->peer_pidfd);
         pthread_mutex_unlock(&e->mu);
         link_unmap_all(l);
+        pub_drop(l, 0);
     }
-    pthread_mutex_unlock(&l->xfer_mu);
+    pthread_rwlock_unlock(&l->xfer_mu);
     return 1;
 }
 
@@ -263,6 +275,13 @@ size_t links_cut_pinning_locked(engine *e, const mcache *c)
             int holds = 0;
             for (size_t i = 0; i < l->pins.count && !holds; i++)
                 holds = l->pins.items[i] == c;
+            /* a pin through the published table: its counters stop counting */
+            if (!holds && (c->pub_state == PUB_LISTED || c->pub_state == PUB_LEFT) && l->pub_pins != NULL &&
+                !l->pub_ignored &&
+                atomic_load(&l->pub_pins[c->pub_slot]) != 0) {
+                holds = 1;
+                l->pub_ignored = 1;
+            }
             if (!holds)
                 continue;
             atomic_store(&l->cut, 1);
@@ -616,7 +635,7 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
     /* Our transfers ask on c2, where the reply below still has to go: the link is
      * usable once that reply is sent, so hold its transfer lock until then. */
     l->served_only = serve_only;
-    pthread_mutex_lock(&l->xfer_mu);
+    pthread_rwlock_wrlock(&l->xfer_mu);
     pthread_mutex_lock(&e->mu);
     if (!serve_only && link_find_locked(e, client) != NULL) {
         /* this engine started linking to the client meanwhile */
@@ -654,7 +673,7 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
     }
     pthread_mutex_unlock(&e->mu);
     reply_status(fd, MSG_REVERSE_REPLY, st, NULL, text, 0);
-    pthread_mutex_unlock(&l->xfer_mu);
+    pthread_rwlock_unlock(&l->xfer_mu);
     if (st != LLM_SUCCESS)
         link_unref(l);
 }
@@ -754,23 +773,30 @@ static void on_identify(engine *e, int fd, const id_request *rq, const peer_cred
     idch_answer(fd, status);
 }
 
-/* MAP on the identity channel (docs/security.md §2.7): the descriptors and memfds of
- * this process's arena chunks, only to the process the kernel identified as the peer of
- * the link whose token the request names, only if that process is of our user, another
- * process, the link may use process_vm at all, and the process proves it can read our
- * memory with process_vm_readv (the kernel's own access check, which e.g. Yama narrows). */
+/* The link of our table whose peer may be handed our memory (MAP and TABLE on the
+ * identity channel, docs/security.md §2.7): the process the kernel identified as the
+ * peer of the link whose token the request names, only if that process is of our user,
+ * another process, and the link may use process_vm at all. e->mu held. */
+static mlink *memory_peer_locked(engine *e, uint64_t token, const peer_cred *cred)
+{
+    if (!cred->known || cred->pid == getpid() || cred->uid != geteuid() || token == 0 || process_vm_disabled())
+        return NULL;
+    for (int list = 0; list < 2; list++)
+        for (mlink *l = list == 0 ? e->links : e->served; l != NULL; l = l->next)
+            if (l->token == token && l->ready && !l->removed && !l->reaped && !atomic_load(&l->peer_gone) &&
+                l->addr_ok && l->peer_pid == cred->pid)
+                return l;
+    return NULL;
+}
+
+/* MAP: the descriptors and memfds of this process's arena chunks, to a memory peer
+ * (above) that proves it can read our memory with process_vm_readv (the kernel's own
+ * access check, which e.g. Yama narrows). */
 static void on_map(engine *e, int fd, const map_request *req, const peer_cred *cred)
 {
-    int ok = 0;
-    if (cred->known && cred->pid != getpid() && cred->uid == geteuid() && req->token != 0 &&
-        !process_vm_disabled()) {
-        pthread_mutex_lock(&e->mu);
-        for (int list = 0; list < 2 && !ok; list++)
-            for (mlink *l = list == 0 ? e->links : e->served; l != NULL && !ok; l = l->next)
-                ok = l->token == req->token && l->ready && !l->removed && !l->reaped && !atomic_load(&l->peer_gone) &&
-                     l->addr_ok && l->peer_pid == cred->pid;
-        pthread_mutex_unlock(&e->mu);
-    }
+    pthread_mutex_lock(&e->mu);
+    int ok = memory_peer_locked(e, req->token, cred) != NULL;
+    pthread_mutex_unlock(&e->mu);
     if (ok)
         ok = idch_map_challenge(fd, tp_deadline(IDENTIFY_WAIT_MS));
     mock_arena_chunk chunks[MAP_BATCH];
@@ -787,6 +813,35 @@ static void on_map(engine *e, int fd, const map_request *req, const peer_cred *c
     idch_answer_map(fd, ok ? 0 : 1, descs, fds, n, next);
 }
 
+/* TABLE: our published cache table and a pin page for the link (engine_pub.c), to a
+ * memory peer that passes the same challenge, once per link. The table copy of §9.7 is
+ * taken now, if the peer has not taken it, and answered with. */
+static void on_table(engine *e, int fd, const map_request *req, const peer_cred *cred)
+{
+    pthread_mutex_lock(&e->mu);
+    int ok = memory_peer_locked(e, req->token, cred) != NULL;
+    pthread_mutex_unlock(&e->mu);
+    if (ok)
+        ok = idch_map_challenge(fd, tp_deadline(IDENTIFY_WAIT_MS));
+    int fds[2] = {-1, -1};
+    int64_t id_mark = 0;
+    uint64_t bind_mark = 0;
+    if (ok) {
+        pthread_mutex_lock(&e->mu);
+        mlink *l = e->state == ENGINE_READY ? memory_peer_locked(e, req->token, cred) : NULL;
+        ok = l != NULL && pub_offer_locked(e, l, fds) == 0;
+        if (ok) {
+            link_take_marks_locked(e, l);
+            id_mark = l->served_id_mark;
+            bind_mark = l->served_bind_mark;
+        }
+        pthread_mutex_unlock(&e->mu);
+    }
+    idch_answer_table(fd, ok ? 0 : 1, id_mark, bind_mark, fds);
+    if (ok)
+        close(fds[1]); /* the pin page: the peer's copy and our mapping keep it */
+}
+
 /* The first message of an identity-channel connection: IDENTIFY or MAP. */
 static void on_identity_channel(engine *e, int fd)
 {
@@ -798,6 +853,8 @@ static void on_identity_channel(engine *e, int fd)
         return;
     if (type == MSG_IDENTIFY)
         on_identify(e, fd, &ident, &cred);
+    else if (type == MSG_TABLE)
+        on_table(e, fd, &map, &cred);
     else
         on_map(e, fd, &map, &cred);
 }

@@ -106,9 +106,7 @@ static int pin_reply_unlock(engine *e, const mlink *l, int fd, mcache *c, pin_li
     return rc;
 }
 
-/* The table copy of §9.7 for this link: taken at the peer's first transfer, kept here.
- * e->mu held. */
-static void take_marks_locked(engine *e, mlink *l)
+void link_take_marks_locked(engine *e, mlink *l)
 {
     if (l->served_id_mark == 0) {
         l->served_id_mark = e->next_id;
@@ -125,7 +123,7 @@ static int serve_pin(engine *e, mlink *l, int fd, const msg_hdr *h, pin_list *pi
         return -1;
     }
     /* the request's watermark (h->b) is the peer's claim; ours decides */
-    take_marks_locked(e, l);
+    link_take_marks_locked(e, l);
     int64_t watermark = l->served_id_mark;
     uint64_t bind_mark = l->served_bind_mark;
     mcache *c = (id > 0 && id < watermark) ? cache_find_locked(e, id) : NULL;
@@ -224,7 +222,7 @@ static int serve_resolve(engine *e, mlink *l, int fd, const msg_hdr *h, pin_list
         return -1;
     }
     /* the request's table marks are the peer's claim; ours decide */
-    take_marks_locked(e, l);
+    link_take_marks_locked(e, l);
     q.id_mark = l->served_id_mark;
     q.bind_mark = l->served_bind_mark;
     q.direct = q.push ? 1u : (uint32_t)(e->mode == MODE_DIRECT);

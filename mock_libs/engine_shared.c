@@ -104,7 +104,7 @@ static int map_one(mlink *l, const map_desc *d, int fd)
     return 1;
 }
 
-int link_map_refresh(mlink *l)
+static int map_refresh_locked(mlink *l)
 {
     if (l->map_refused || l->peer_id_channel[0] == '\0' || l->same_process || !atomic_load(&l->vm_ok))
         return 0;
@@ -138,8 +138,17 @@ int link_map_refresh(mlink *l)
     }
 }
 
+int link_map_refresh(mlink *l)
+{
+    pthread_rwlock_wrlock(&l->map_rw);
+    int added = map_refresh_locked(l);
+    pthread_rwlock_unlock(&l->map_rw);
+    return added;
+}
+
 void link_unmap_all(mlink *l)
 {
+    pthread_rwlock_wrlock(&l->map_rw);
     for (size_t i = 0; i < l->map_count; i++) {
         munmap(l->maps[i].local, l->maps[i].size);
         atomic_fetch_sub(&g_mapped_bytes, l->maps[i].size);
@@ -148,4 +157,5 @@ void link_unmap_all(mlink *l)
     l->maps = NULL;
     l->map_count = l->map_cap = 0;
     l->map_refused = 1; /* a link whose mappings went maps nothing again */
+    pthread_rwlock_unlock(&l->map_rw);
 }

@@ -126,9 +126,11 @@ void link_release(xlink *x)
 {
     if (x->l == NULL)
         return;
+    if (x->sock_locked)
+        pthread_mutex_unlock(&x->l->sock_mu);
     if (x->locked) {
-        atomic_store(&x->l->busy, 0);
-        pthread_mutex_unlock(&x->l->xfer_mu);
+        atomic_fetch_sub(&x->l->busy, 1);
+        pthread_rwlock_unlock(&x->l->xfer_mu);
     }
     if (x->peer != NULL)
         registry_release(x->peer);
@@ -160,8 +162,12 @@ lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *
         return LLM_NOT_YET_LINK;
     }
     x->l = l;
-    if (!v1) {
-        pthread_mutex_lock(&l->xfer_mu);
+    if (!v1 && (flags & ACQUIRE_SHARED) && atomic_load_explicit(&l->pub_ready, memory_order_acquire)) {
+        /* the peer's table is mapped: transfers that read it run side by side */
+        pthread_rwlock_rdlock(&l->xfer_mu);
+        x->locked = 2;
+    } else if (!v1) {
+        pthread_rwlock_wrlock(&l->xfer_mu);
     } else {
         /* v1: the link's lock within the transfer timeout, else LINK_BUSY (§10.5) */
         struct timespec ts;
@@ -173,7 +179,7 @@ lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        if (pthread_mutex_timedlock(&l->xfer_mu, &ts) != 0) {
+        if (pthread_rwlock_timedwrlock(&l->xfer_mu, &ts) != 0) {
             link_release(x);
             mock_set_error("%s: the link to cluster %llu is busy with another request for longer than "
                            "llm.SyncKvCacheWaitTime = %u ms (docs/reference/semantics.md §10.5)", fn, (unsigned long long)cluster,
@@ -181,8 +187,9 @@ lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *
             return LLM_LINK_BUSY;
         }
     }
-    x->locked = 1;
-    atomic_store(&l->busy, 1);
+    if (x->locked == 0)
+        x->locked = 1;
+    atomic_fetch_add(&l->busy, 1);
     pthread_mutex_lock(&e->mu);
     int removed = l->removed;
     pthread_mutex_unlock(&e->mu);
@@ -214,9 +221,20 @@ lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *
     return LLM_SUCCESS;
 }
 
+/* The native transfers: shared where the peer's table is mapped. */
 static lldd_status link_acquire(engine *e, const char *fn, uint64_t cluster, xlink *x)
 {
-    return link_acquire_ex(e, fn, cluster, x, 0);
+    return link_acquire_ex(e, fn, cluster, x, ACQUIRE_SHARED);
+}
+
+/* A shared holder of the link about to use its request socket takes sock_mu (an
+ * exclusive holder has the link to itself). */
+static void link_sock(xlink *x)
+{
+    if (x->locked == 2 && !x->sock_locked) {
+        pthread_mutex_lock(&x->l->sock_mu);
+        x->sock_locked = 1;
+    }
 }
 
 void link_note_table_copy(mlink *l, int64_t id_mark, uint64_t bind_mark)
@@ -257,6 +275,62 @@ lldd_status peer_local_enter(xlink *x, const char *fn)
     return LLM_SUCCESS;
 }
 
+/* The peer's published table (engine_pub.c), taken at the link's first transfer that
+ * needs it, if the peer is a process we may reach with process_vm. Exclusive holder. */
+static void pub_fetch(xlink *x)
+{
+    mlink *l = x->l;
+    l->pub_refused = 1; /* asked once per link, whatever the answer */
+    if (l->same_process || !atomic_load(&l->vm_ok) || l->peer_id_channel[0] == '\0' || l->watermark != 0)
+        return;
+    int fds[2];
+    int64_t id_mark;
+    uint64_t bind_mark;
+    if (idch_table(l->peer_id_channel, l->peer_pid, l->token, tp_deadline(x->e->sync_timeout_ms), &id_mark,
+                   &bind_mark, fds) != 0)
+        return;
+    /* the answer came from the process the link holds, still that process */
+    if (!pidfd_alive(l->peer_pidfd) || pub_take(l, fds[0], fds[1]) != 0)
+        return;
+    link_note_table_copy(l, id_mark, bind_mark);
+    atomic_store_explicit(&l->pub_ready, 1, memory_order_release);
+}
+
+/* Step 7 through the peer's published table: no round trip. 1 when decided (*st is
+ * the answer), 0 when the table cannot say and the peer must be asked. The peer's
+ * serve delay is emulated as for a peer in this process. */
+static int peer_pin_pub(xlink *x, const char *fn, int64_t id, peer_cache *pc, lldd_status *st)
+{
+    mlink *l = x->l;
+    uint32_t timeout = x->e->sync_timeout_ms;
+    uint32_t delay = pub_delay_ms(l);
+    if (delay > 0) {
+        tp_sleep_ms(delay < timeout ? delay : timeout, NULL);
+        if (delay >= timeout) {
+            *st = link_timeout(x, fn, "the peer did not answer within llm.SyncKvCacheWaitTime = %u ms", timeout);
+            return 1;
+        }
+    }
+    uint32_t slot;
+    int found = id < l->watermark ? pub_lookup(l, id, &pc->w, pc->pub_addrs, PUB_ADDRS, &slot) : PUB_ABSENT;
+    switch (found) {
+    case PUB_FOUND:
+        pc->addrs = pc->pub_addrs;
+        pc->pub_slot = slot;
+        pc->pinned = 2;
+        *st = LLM_SUCCESS;
+        return 1;
+    case PUB_ABSENT:
+        *st = not_exist(fn, l->peer_cluster, id, l->watermark);
+        return 1;
+    case PUB_GONE:
+        *st = link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 /* Step 7: resolves and pins the peer's cache `id` (live, every transfer). */
 lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc)
 {
@@ -287,6 +361,12 @@ lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc)
         pthread_mutex_unlock(&peer->mu);
         return LLM_SUCCESS;
     }
+    if (x->locked == 1 && !atomic_load(&l->pub_ready) && !l->pub_refused)
+        pub_fetch(x);
+    lldd_status decided;
+    if (atomic_load_explicit(&l->pub_ready, memory_order_acquire) && peer_pin_pub(x, fn, id, pc, &decided))
+        return decided;
+    link_sock(x);
     msg_hdr h;
     msg_init(&h, MSG_PIN);
     h.a = (uint64_t)id;
@@ -328,7 +408,9 @@ void peer_unpin(xlink *x, peer_cache *pc)
 {
     if (!pc->pinned)
         return;
-    if (x->l->same_process) {
+    if (pc->pinned == 2) {
+        pub_unpin(x->l, pc->pub_slot);
+    } else if (x->l->same_process) {
         pthread_mutex_lock(&x->peer->mu);
         cache_unpin_locked(x->peer, pc->pc);
         pthread_mutex_unlock(&x->peer->mu);
@@ -597,14 +679,29 @@ static int shared_covers(mlink *l, const plan *p, int pull)
  * mapped here: copies between the mappings. 1 moved, 0 not applicable (nothing moved),
  * -ESRCH the peer process is gone (checked before and after, as for process_vm: its
  * memory outlives it in our mapping, and a dead peer must fail the transfer). */
+static int copy_shared(mlink *l, const plan *p, int pull);
+
 static int move_shared(mlink *l, const plan *p, int pull)
 {
     if (l->peer_id_channel[0] == '\0')
         return 0;
-    if (!shared_covers(l, p, pull) && !(link_map_refresh(l) && shared_covers(l, p, pull)))
-        return 0;
-    if (!pidfd_alive(l->peer_pidfd))
-        return -ESRCH;
+    pthread_rwlock_rdlock(&l->map_rw);
+    int covered = shared_covers(l, p, pull);
+    if (!covered) {
+        pthread_rwlock_unlock(&l->map_rw);
+        if (!link_map_refresh(l))
+            return 0;
+        pthread_rwlock_rdlock(&l->map_rw);
+        covered = shared_covers(l, p, pull);
+    }
+    int rc = !covered ? 0 : !pidfd_alive(l->peer_pidfd) ? -ESRCH : copy_shared(l, p, pull);
+    pthread_rwlock_unlock(&l->map_rw);
+    return rc;
+}
+
+/* move_shared's copy; map_rw held shared. */
+static int copy_shared(mlink *l, const plan *p, int pull)
+{
     region_iter it;
     region r;
     region_iter_init(&it, p);
@@ -738,6 +835,7 @@ static lldd_status move_now(xlink *x, const char *fn, const plan *p, int pull, i
         }
         atomic_store(&l->vm_ok, 0); /* not allowed after all: move the bytes over the socket */
     }
+    link_sock(x);
     st = move_socket(x, fn, p, pull, peer_cache_id, liov, wr);
     if (st == LLM_SUCCESS)
         atomic_store(&l->last_path, LLDD_MOCK_PATH_SOCKET);

@@ -182,7 +182,7 @@ int idch_read_msg(int fd, int64_t deadline, peer_cred *cred, uint16_t *type, id_
     *type = h.type;
     if (h.type == MSG_IDENTIFY && h.payload_len == sizeof *ident)
         return tp_recv_all(fd, ident, sizeof *ident, deadline) == TP_OK ? 0 : -1;
-    if (h.type == MSG_MAP && h.payload_len == sizeof *map)
+    if ((h.type == MSG_MAP || h.type == MSG_TABLE) && h.payload_len == sizeof *map)
         return tp_recv_all(fd, map, sizeof *map, deadline) == TP_OK ? 0 : -1;
     return -1;
 }
@@ -207,6 +207,38 @@ int idch_map_challenge(int fd, int64_t deadline)
     return ok;
 }
 
+/* Sends h (and body) with n descriptors attached. A reply of at most a few KiB into a
+ * fresh Unix socket's buffer: one call sends it whole, or the client sees a short reply
+ * and gives up. */
+static void send_with_fds(int fd, msg_hdr *h, const void *body, size_t len, const int *fds, size_t n)
+{
+    struct iovec iov[2] = {{h, sizeof *h}, {(void *)(uintptr_t)body, len}};
+    union {
+        struct cmsghdr align;
+        char buf[CMSG_SPACE(MAP_BATCH * sizeof(int))];
+    } ctl;
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    memset(&ctl, 0, sizeof ctl);
+    m.msg_iov = iov;
+    m.msg_iovlen = len > 0 ? 2 : 1;
+    if (n > MAP_BATCH)
+        n = 0;
+    if (n > 0) {
+        m.msg_control = ctl.buf;
+        m.msg_controllen = CMSG_SPACE(n * sizeof(int));
+        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(n * sizeof(int));
+        memcpy(CMSG_DATA(c), fds, n * sizeof(int));
+    }
+    ssize_t sent;
+    do {
+        sent = sendmsg(fd, &m, MSG_NOSIGNAL);
+    } while (sent < 0 && errno == EINTR);
+}
+
 void idch_answer_map(int fd, uint32_t status, const map_desc *descs, const int *fds, size_t n, uint64_t next)
 {
     msg_hdr h;
@@ -217,31 +249,18 @@ void idch_answer_map(int fd, uint32_t status, const map_desc *descs, const int *
         n = 0;
     h.count = (uint32_t)n;
     h.payload_len = n * sizeof *descs;
-    struct iovec iov[2] = {{&h, sizeof h}, {(void *)(uintptr_t)descs, n * sizeof *descs}};
-    union {
-        struct cmsghdr align;
-        char buf[CMSG_SPACE(MAP_BATCH * sizeof(int))];
-    } ctl;
-    struct msghdr m;
-    memset(&m, 0, sizeof m);
-    memset(&ctl, 0, sizeof ctl);
-    m.msg_iov = iov;
-    m.msg_iovlen = n > 0 ? 2 : 1;
-    if (n > 0) {
-        m.msg_control = ctl.buf;
-        m.msg_controllen = CMSG_SPACE(n * sizeof(int));
-        struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(n * sizeof(int));
-        memcpy(CMSG_DATA(c), fds, n * sizeof(int));
-    }
-    /* a reply of at most a few KiB into a fresh Unix socket's buffer: one call sends it
-     * whole, or the client sees a short reply and gives up */
-    ssize_t sent;
-    do {
-        sent = sendmsg(fd, &m, MSG_NOSIGNAL);
-    } while (sent < 0 && errno == EINTR);
+    send_with_fds(fd, &h, descs, n * sizeof *descs, fds, n);
+}
+
+void idch_answer_table(int fd, uint32_t status, int64_t id_mark, uint64_t bind_mark, const int fds[2])
+{
+    msg_hdr h;
+    msg_init(&h, MSG_TABLE_REPLY);
+    h.status = status;
+    h.a = status == 0 ? (uint64_t)id_mark : 0;
+    h.b = status == 0 ? bind_mark : 0;
+    h.count = status == 0 ? 2 : 0;
+    send_with_fds(fd, &h, NULL, 0, fds, h.count);
 }
 
 static void close_fds(int *fds, size_t n)
@@ -266,11 +285,10 @@ static int map_prove(int fd, pid_t pid, int64_t deadline)
     return msg_send(fd, &h, nonce, sizeof nonce, deadline) == TP_OK ? 0 : -1;
 }
 
-int idch_map(const char *name, pid_t pid, const map_request *req, int64_t deadline, map_desc *descs, int *fds,
-             size_t *n, uint64_t *next)
+/* Client: connects to `name`, checks that process `pid` serves it, sends `type` with
+ * req and answers the challenge. The connected fd, or -1. */
+static int idch_ask(const char *name, pid_t pid, uint16_t type, const map_request *req, int64_t deadline)
 {
-    *n = 0;
-    *next = req->from;
     if (name == NULL || name[0] == '\0' || memchr(name, '\0', ID_NAME_LEN) == NULL)
         return -1;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -279,7 +297,7 @@ int idch_map(const char *name, pid_t pid, const map_request *req, int64_t deadli
     struct sockaddr_un sa;
     socklen_t len = abstract_addr(name, &sa);
     msg_hdr h;
-    msg_init(&h, MSG_MAP);
+    msg_init(&h, type);
     h.payload_len = sizeof *req;
     peer_cred server;
     /* only the process the link holds may hand us memory to write into: after the
@@ -290,17 +308,23 @@ int idch_map(const char *name, pid_t pid, const map_request *req, int64_t deadli
         close(fd);
         return -1;
     }
+    return fd;
+}
+
+/* Client: receives a reply header with up to `max` descriptors attached. *nfds of them
+ * were received (the caller's to close); 0 if the header arrived whole and untruncated. */
+static int recv_with_fds(int fd, int64_t deadline, msg_hdr *h, int *fds, size_t max, size_t *nfds)
+{
+    *nfds = 0;
     struct pollfd p = {fd, POLLIN, 0};
     int64_t left = deadline - tp_now_ms();
-    if (left <= 0 || poll(&p, 1, (int)(left > 60000 ? 60000 : left)) != 1) {
-        close(fd);
+    if (left <= 0 || poll(&p, 1, (int)(left > 60000 ? 60000 : left)) != 1)
         return -1;
-    }
     union {
         struct cmsghdr align;
         char buf[CMSG_SPACE(MAP_BATCH * sizeof(int))];
     } ctl;
-    struct iovec iov = {&h, sizeof h};
+    struct iovec iov = {h, sizeof *h};
     struct msghdr m;
     memset(&m, 0, sizeof m);
     m.msg_iov = &iov;
@@ -311,7 +335,6 @@ int idch_map(const char *name, pid_t pid, const map_request *req, int64_t deadli
     do {
         got = recvmsg(fd, &m, MSG_CMSG_CLOEXEC);
     } while (got < 0 && errno == EINTR);
-    size_t nfds = 0;
     for (struct cmsghdr *c = got > 0 ? CMSG_FIRSTHDR(&m) : NULL; c != NULL; c = CMSG_NXTHDR(&m, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
             continue;
@@ -319,15 +342,29 @@ int idch_map(const char *name, pid_t pid, const map_request *req, int64_t deadli
         for (size_t i = 0; i < k; i++) {
             int f;
             memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof f);
-            if (nfds < MAP_BATCH)
-                fds[nfds++] = f;
+            if (*nfds < max)
+                fds[(*nfds)++] = f;
             else
                 close(f);
         }
     }
-    int ok = got == (ssize_t)sizeof h && !(m.msg_flags & MSG_CTRUNC) && h.magic == PROTO_MAGIC &&
-             h.version == PROTO_VERSION && h.type == MSG_MAP_REPLY && h.status == 0 && h.count <= MAP_BATCH &&
-             h.count == nfds && h.payload_len == (uint64_t)h.count * sizeof *descs && h.a >= req->from;
+    return got == (ssize_t)sizeof *h && !(m.msg_flags & MSG_CTRUNC) && h->magic == PROTO_MAGIC &&
+                   h->version == PROTO_VERSION ? 0 : -1;
+}
+
+int idch_map(const char *name, pid_t pid, const map_request *req, int64_t deadline, map_desc *descs, int *fds,
+             size_t *n, uint64_t *next)
+{
+    *n = 0;
+    *next = req->from;
+    int fd = idch_ask(name, pid, MSG_MAP, req, deadline);
+    if (fd < 0)
+        return -1;
+    msg_hdr h;
+    size_t nfds = 0;
+    int ok = recv_with_fds(fd, deadline, &h, fds, MAP_BATCH, &nfds) == 0 && h.type == MSG_MAP_REPLY &&
+             h.status == 0 && h.count <= MAP_BATCH && h.count == nfds &&
+             h.payload_len == (uint64_t)h.count * sizeof *descs && h.a >= req->from;
     if (ok && h.count > 0)
         ok = tp_recv_all(fd, descs, h.count * sizeof *descs, deadline) == TP_OK;
     close(fd);
@@ -337,6 +374,27 @@ int idch_map(const char *name, pid_t pid, const map_request *req, int64_t deadli
     }
     *n = nfds;
     *next = h.a;
+    return 0;
+}
+
+int idch_table(const char *name, pid_t pid, uint64_t token, int64_t deadline, int64_t *id_mark,
+               uint64_t *bind_mark, int fds[2])
+{
+    map_request req = {token, 0};
+    int fd = idch_ask(name, pid, MSG_TABLE, &req, deadline);
+    if (fd < 0)
+        return -1;
+    msg_hdr h;
+    size_t nfds = 0;
+    int ok = recv_with_fds(fd, deadline, &h, fds, 2, &nfds) == 0 && h.type == MSG_TABLE_REPLY && h.status == 0 &&
+             h.count == 2 && nfds == 2 && h.payload_len == 0 && h.a >= 1 && h.a <= INT64_MAX && h.b >= 1;
+    close(fd);
+    if (!ok) {
+        close_fds(fds, nfds);
+        return -1;
+    }
+    *id_mark = (int64_t)h.a;
+    *bind_mark = h.b;
     return 0;
 }
 

@@ -112,8 +112,8 @@ typedef struct map_desc {
 } map_desc;
 
 /* Server: the first message of an identity-channel connection and the connecting
- * process's credentials. *type is MSG_IDENTIFY (ident filled) or MSG_MAP (map
- * filled). 0 or -1. */
+ * process's credentials. *type is MSG_IDENTIFY (ident filled), MSG_MAP or MSG_TABLE
+ * (map filled). 0 or -1. */
 int idch_read_msg(int fd, int64_t deadline, peer_cred *cred, uint16_t *type, id_request *ident, map_request *map);
 /* Server: 1 if the client reads back, from this process's memory, a fresh nonce. */
 int idch_map_challenge(int fd, int64_t deadline);
@@ -126,6 +126,17 @@ void idch_answer_map(int fd, uint32_t status, const map_desc *descs, const int *
  * (nothing to close). */
 int idch_map(const char *name, pid_t pid, const map_request *req, int64_t deadline, map_desc *descs, int *fds,
              size_t *n, uint64_t *next);
+
+/* ---- the published cache table (engine_pub.c) ----
+ * TABLE {the link's token}: the same checks and challenge as MAP; the answer carries
+ * the table copy's marks (§9.7) and two memfds: the owner's table and a page of pin
+ * counters for this link. */
+/* Server: answers TABLE (status 0: with the marks and both fds). */
+void idch_answer_table(int fd, uint32_t status, int64_t id_mark, uint64_t bind_mark, const int fds[2]);
+/* Client: asks `name`, served by process `pid`, for the table of the link `token`. On 0,
+ * the marks and two fds (the caller's to close); -1 on a refusal or a broken exchange. */
+int idch_table(const char *name, pid_t pid, uint64_t token, int64_t deadline, int64_t *id_mark,
+               uint64_t *bind_mark, int fds[2]);
 
 /* A pidfd for pid, or -1 where the kernel has none (then no process_vm path). */
 int pidfd_hold(pid_t pid);

@@ -242,6 +242,20 @@ class Peer:
     def op_unregister(self, cache_id: int) -> None:
         self.eng().unregister_kv_cache(cache_id)
 
+    def op_unregister_and_fill(self, cache_id: int, value: int) -> None:
+        """Unregisters a cache and, once that returned, overwrites its memory."""
+        self.eng().unregister_kv_cache(cache_id)
+        for array in self.arrays.pop(cache_id):
+            array.fill(value)
+
+    def op_churn(self, count: int) -> None:
+        """Registers and unregisters ``count`` one-tensor caches: ``count`` ids go by."""
+        scratch = np.zeros(64, dtype=np.uint8)
+        for _ in range(count):
+            cache_id = self.eng().register_kv_cache(native.CacheDesc(1, native.DataType.DT_UINT8, [1, 64]),
+                                                    [scratch.ctypes.data])
+            self.eng().unregister_kv_cache(cache_id)
+
     def op_bytes(self, cache_id: int) -> str:
         return base64.b64encode(b"".join(a.tobytes() for a in self.arrays[cache_id])).decode()
 
