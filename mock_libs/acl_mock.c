@@ -506,6 +506,11 @@ static void arena_free_locked(int chunk, uintptr_t base, size_t size)
     (void)extent_give(c, base - ARENA_LEAD - c->base, arena_need(size));
 }
 
+size_t mock_arena_chunk_count(void)
+{
+    return atomic_load(&g_chunk_count);
+}
+
 size_t mock_arena_chunks(size_t from, mock_arena_chunk *out, size_t max, size_t *next)
 {
     size_t n = atomic_load(&g_chunk_count), k = 0, i = from;

@@ -166,7 +166,9 @@ typedef struct pub_head {
     atomic_uint_fast64_t unpublished;  /* live caches without a slot: a miss must ask the owner */
     atomic_uint serve_delay_ms;        /* lldd_mock_set_serve_delay, which a peer emulates */
     atomic_uint ready;                 /* 0 once the owner began to finalize */
-    uint64_t reserved[4];
+    atomic_uint_fast64_t arena_chunks; /* the owner's arena chunks when a cache was last listed: a
+                                          listed cache's memory lies in them or in none */
+    uint64_t reserved[3];
 } pub_head;
 
 typedef struct pub_slot {
@@ -695,6 +697,9 @@ enum { PUB_FOUND = 0, PUB_ABSENT = 1, PUB_ASK = 2, PUB_GONE = 3 };
 int pub_lookup(mlink *l, int64_t id, cache_wire *w, uint64_t *addrs, size_t cap, uint32_t *slot);
 void pub_unpin(mlink *l, uint32_t slot);
 uint32_t pub_delay_ms(const mlink *l);
+/* Whether the peer may have arena chunks that l has not asked for (always 1 without a
+ * table): where not, asking again (MAP) cannot help a range that is not mapped. */
+int pub_may_have_new_chunks(const mlink *l);
 
 /* engine_shared.c: the peer's arena chunks mapped in this process (docs/security.md §2.7).
  * Under the link's map_rw (shared for link_shared_ptr, exclusive for the others). */

@@ -98,6 +98,7 @@ void pub_insert_locked(engine *e, mcache *c)
     c->pub_state = PUB_NONE;
     if (e->pub == NULL)
         return;
+    atomic_store(&e->pub->arena_chunks, mock_arena_chunk_count());
     size_t i = (size_t)((uint64_t)c->w.id % PUB_SLOTS);
     pub_slot *s = slot_at(e->pub, i);
     /* a slot whose last cache is still waiting for its pins is not taken meanwhile */
@@ -319,6 +320,11 @@ int pub_lookup(mlink *l, int64_t id, cache_wire *w, uint64_t *addrs, size_t cap,
 void pub_unpin(mlink *l, uint32_t slot)
 {
     atomic_fetch_sub_explicit(&l->pub_mine[slot], 1, memory_order_release);
+}
+
+int pub_may_have_new_chunks(const mlink *l)
+{
+    return !atomic_load(&l->pub_ready) || atomic_load(&l->pub_view->arena_chunks) > l->map_from;
 }
 
 uint32_t pub_delay_ms(const mlink *l)

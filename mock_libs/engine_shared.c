@@ -106,7 +106,8 @@ static int map_one(mlink *l, const map_desc *d, int fd)
 
 static int map_refresh_locked(mlink *l)
 {
-    if (l->map_refused || l->peer_id_channel[0] == '\0' || l->same_process || !atomic_load(&l->vm_ok))
+    if (l->map_refused || l->peer_id_channel[0] == '\0' || l->same_process || !atomic_load(&l->vm_ok) ||
+        !pub_may_have_new_chunks(l))
         return 0;
     int64_t now = tp_now_ms();
     if (l->map_asked_ms != 0 && now - l->map_asked_ms < MAP_RETRY_MS)

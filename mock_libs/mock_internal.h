@@ -81,5 +81,7 @@ typedef struct mock_arena_chunk {
     int fd;
 } mock_arena_chunk;
 size_t mock_arena_chunks(size_t from, mock_arena_chunk *out, size_t max, size_t *next);
+/* How many chunks the arena has made so far (a chunk's number never changes). */
+size_t mock_arena_chunk_count(void);
 
 #endif /* LLDD_MOCK_INTERNAL_H */
