@@ -2,8 +2,8 @@
 
 ``LlmConfig`` turns typed attributes into the ``Dict[str, str]`` that
 ``LLMDataDist.init`` takes. Each of them has a default, a setter check, a getter and a
-rule for its entry in that dict. Written as properties, those were four things in four
-places, the last a table that named attributes in strings; here an option is one class
+rule for its entry in that dict. Written as properties they are four things in four
+places, the last a table that names attributes in strings; here an option is one class
 attribute, an :class:`Option`, and the dict is rendered from the options a class
 declares, in the order it declares them (which is the vendor's emission order).
 
@@ -26,7 +26,7 @@ from typing import (
 from ._vendor_checks import IntRange, check_int, check_type
 
 __all__ = [
-    "Reset", "Checked", "Option", "declared_options", "render_options",
+    "Check", "Checked", "Option", "Reset", "Rule", "declared_options", "render_options",
     "of_type", "reset_by_none", "int_in",
     "always", "flag_when_set", "verbatim", "when_non_empty", "when_not_none", "when_set", "when_true",
 ]

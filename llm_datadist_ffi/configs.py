@@ -316,6 +316,8 @@ class LlmConfig:
     listen_ip_info = Option(
         "llm.listenIpInfo", check=of_type(str), default="", emit=when_non_empty,
         doc="``llm.listenIpInfo``, e.g. ``\"192.168.1.1:26000\"``; ``\"\"`` until set.")
+    # read=int and read=str: these getters give int(value)/str(value), so a bool set as
+    # a count reads back as 0 or 1 (the dict still holds str(value), e.g. "True").
     link_total_time = Option(
         "llm.LinkTotalTime", check=_int_between(0, 2**32 - 1), default=0, read=int, emit=when_set,
         doc="``llm.LinkTotalTime`` in seconds; ``0`` (use ``HCCL_CONNECT_TIMEOUT``) until set.")
