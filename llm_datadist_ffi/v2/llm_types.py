@@ -23,6 +23,7 @@ import threading
 from enum import Enum, IntEnum
 from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
+from .._options import Checked, int_in
 from .._trace import traced
 from .._vendor_checks import (
     INT32, INT64, INVALID_ID, UINT32, UINT64, check_int, check_int_list, check_type, none_error, param_invalid,
@@ -789,13 +790,35 @@ def check_layer_range(name: str, layer_range: Optional[range], allow_none: bool 
     _check_layer_range(layer_range, name, allow_none=allow_none)
 
 
+def _check_layer_range_value(name: str, value: Optional[range]) -> Optional[range]:
+    """Raises ``TypeError`` (not a range) or ``LLMException`` (§9.1); ``None`` passes."""
+    _check_layer_range(value, name)
+    return value
+
+
+def _check_dst_addrs(name: str, value: Union[List[int], Tuple[int, ...]]) -> Union[List[int], Tuple[int, ...]]:
+    """Raises ``TypeError`` (not a list/tuple of int; ``None``) or ``ValueError`` (an
+    address outside uint64)."""
+    check_int_list(value, name, allow_none=False)
+    for index, addr in enumerate(value):
+        check_int(addr, f"{name}[{index}]", UINT64)
+    return value
+
+
 class TransferConfig:
     """One destination of a v1-style ``transfer_cache_async``: raw destination
     addresses, two per layer."""
 
+    dst_cluster_id = Checked(int_in(UINT64), doc="The destination cluster (results are keyed by it).")
+    dst_addrs = Checked(_check_dst_addrs, doc="The destination addresses, two per layer, as given.")
+    src_layer_range = Checked(
+        _check_layer_range_value,
+        doc="The source layers; ``None`` means all (filled in by ``transfer_cache_async``).")
+    src_batch_index = Checked(int_in(UINT32), doc="The source batch index.")
+
     def __init__(self, dst_cluster_id: int, dst_addrs: Union[List[int], Tuple[int, ...]],
                  src_layer_range: Optional[range] = None, src_batch_index: int = 0) -> None:
-        """Check the arguments in the vendor's order (the property setters repeat them).
+        """Check the arguments in the vendor's order (the attribute setters repeat them).
 
         Raises:
             TypeError: ``dst_cluster_id`` or ``src_batch_index`` not an int (also
@@ -812,53 +835,26 @@ class TransferConfig:
         self.src_batch_index = src_batch_index
         self.dst_layer_range: Optional[range] = None
 
-    @property
-    def dst_cluster_id(self) -> int:
-        """The destination cluster (results are keyed by it)."""
-        return self._dst_cluster_id
-
-    @dst_cluster_id.setter
-    def dst_cluster_id(self, value: int) -> None:
-        self._dst_cluster_id = check_int(value, "dst_cluster_id", UINT64)
-
-    @property
-    def dst_addrs(self) -> Union[List[int], Tuple[int, ...]]:
-        """The destination addresses, two per layer, as given."""
-        return self._dst_addrs
-
-    @dst_addrs.setter
-    def dst_addrs(self, value: Union[List[int], Tuple[int, ...]]) -> None:
-        check_int_list(value, "dst_addrs", allow_none=False)
-        for index, addr in enumerate(value):
-            check_int(addr, f"dst_addrs[{index}]", UINT64)
-        self._dst_addrs = value
-
-    @property
-    def src_layer_range(self) -> Optional[range]:
-        """The source layers; ``None`` means all (filled in by ``transfer_cache_async``)."""
-        return self._src_layer_range
-
-    @src_layer_range.setter
-    def src_layer_range(self, value: Optional[range]) -> None:
-        _check_layer_range(value, "src_layer_range")
-        self._src_layer_range = value
-
-    @property
-    def src_batch_index(self) -> int:
-        """The source batch index."""
-        return self._src_batch_index
-
-    @src_batch_index.setter
-    def src_batch_index(self, value: int) -> None:
-        self._src_batch_index = check_int(value, "src_batch_index", UINT32)
-
     def __repr__(self) -> str:
-        return (f"TransferConfig(dst_cluster_id={self._dst_cluster_id}, dst_addrs={self._dst_addrs!r}, "
-                f"src_layer_range={self._src_layer_range!r}, src_batch_index={self._src_batch_index})")
+        return (f"TransferConfig(dst_cluster_id={self.dst_cluster_id}, dst_addrs={self.dst_addrs!r}, "
+                f"src_layer_range={self.src_layer_range!r}, src_batch_index={self.src_batch_index})")
 
 
 class TransferWithCacheKeyConfig:
-    """One destination of a direct-mode ``transfer_cache_async``: a remote cache by key."""
+    """One destination of a direct-mode ``transfer_cache_async``: a remote cache by key.
+
+    ``cache_key`` and ``src_batch_index`` stay properties: their setters read or write
+    another field (``dst_cluster_id``, the key's kind).
+    """
+
+    src_layer_range = Checked(
+        _check_layer_range_value,
+        doc="The source layers. The setter raises ``TypeError`` (not a range) or ``LLMException`` "
+            "(§9.1); ``None`` passes.")
+    dst_layer_range = Checked(
+        _check_layer_range_value,
+        doc="The destination layers, paired one to one with the source layers. The setter raises "
+            "``TypeError`` (not a range) or ``LLMException`` (§9.1); ``None`` passes.")
 
     def __init__(self, cache_key: Union[BlocksCacheKey, CacheKeyByIdAndIndex],
                  src_layer_range: Optional[range] = None, dst_layer_range: Optional[range] = None,
@@ -884,8 +880,8 @@ class TransferWithCacheKeyConfig:
         if isinstance(cache_key, BlocksCacheKey) and batch_index != 0:
             raise_param_invalid(f"src_batch_index must be 0 with a BlocksCacheKey, got {batch_index}")
         self._cache_key = cache_key
-        self._src_layer_range: Optional[range] = src_layer_range
-        self._dst_layer_range: Optional[range] = dst_layer_range
+        self.src_layer_range = src_layer_range
+        self.dst_layer_range = dst_layer_range
         self._src_batch_index = batch_index
         self.dst_cluster_id: Optional[int] = cache_key.cluster_id
 
@@ -903,28 +899,6 @@ class TransferWithCacheKeyConfig:
         self.dst_cluster_id = value.cluster_id
 
     @property
-    def src_layer_range(self) -> Optional[range]:
-        """The source layers."""
-        return self._src_layer_range
-
-    @src_layer_range.setter
-    def src_layer_range(self, value: Optional[range]) -> None:
-        """Raises ``TypeError`` (not a range) or ``LLMException`` (§9.1); ``None`` passes."""
-        _check_layer_range(value, "src_layer_range")
-        self._src_layer_range = value
-
-    @property
-    def dst_layer_range(self) -> Optional[range]:
-        """The destination layers, paired one to one with the source layers."""
-        return self._dst_layer_range
-
-    @dst_layer_range.setter
-    def dst_layer_range(self, value: Optional[range]) -> None:
-        """Raises ``TypeError`` (not a range) or ``LLMException`` (§9.1); ``None`` passes."""
-        _check_layer_range(value, "dst_layer_range")
-        self._dst_layer_range = value
-
-    @property
     def src_batch_index(self) -> int:
         """The source batch index (0 with a ``BlocksCacheKey``)."""
         return self._src_batch_index
@@ -939,7 +913,7 @@ class TransferWithCacheKeyConfig:
 
     def __repr__(self) -> str:
         return (f"TransferWithCacheKeyConfig(cache_key={self._cache_key!r}, "
-                f"src_layer_range={self._src_layer_range!r}, dst_layer_range={self._dst_layer_range!r}, "
+                f"src_layer_range={self.src_layer_range!r}, dst_layer_range={self.dst_layer_range!r}, "
                 f"src_batch_index={self._src_batch_index})")
 
 
