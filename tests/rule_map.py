@@ -78,9 +78,11 @@ class Rule:
 
 
 def github_slug(heading: str, seen: Dict[str, int]) -> str:
-    """The anchor GitHub gives a heading: the text without HTML tags and punctuation,
-    lowercased, spaces made hyphens; a repeated slug gets ``-1``, ``-2``, … ."""
-    text = re.sub(r"<[^>]+>", "", heading).strip().lower()
+    """The anchor GitHub gives a heading: its rendered text (HTML tags dropped, except
+    inside code spans, where ``<T>`` is text) without punctuation, lowercased, spaces
+    made hyphens; a repeated slug gets ``-1``, ``-2``, … ."""
+    parts = re.split(r"(`[^`]*`)", heading)
+    text = "".join(p if p.startswith("`") else re.sub(r"<[^>]+>", "", p) for p in parts).strip().lower()
     text = re.sub(r"[^\w\- ]", "", text)
     slug = text.replace(" ", "-")
     count = seen.get(slug, 0)
@@ -219,7 +221,7 @@ def render(tests: Path = TESTS, docs: Path = DOCS) -> str:
         "# Rule map: the tests that check each rule", "",
         "A test that checks a rule names it with a marker, `@pytest.mark.rules(\"§7.4\", \"PR-5\")`;",
         "this page lists, for every rule some test names, those tests, by module of `tests/`",
-        "(one row per module; the rule is named on its first row).",
+        "(one row per test; the rule is named on its first row, a module on the first row of its tests).",
         "A rule is a section of a reference page (docs/reference/), a project rule `PR-n`",
         "(docs/reference/semantics.md §16.2), or a decision of docs/semantics.md; each id",
         "links to its heading. What each native rule says and how it holds is in",
@@ -231,16 +233,18 @@ def render(tests: Path = TESTS, docs: Path = DOCS) -> str:
         listed = [r for r in rules.values() if r.group == group and r.rule_id in by_rule]
         if not listed:
             continue
-        lines.extend(["", f"## {heading}", "", "| Rule | Module | Tests |", "|---|---|---|"])
+        lines.extend(["", f"## {heading}", "", "| Rule | Module | Test |", "|---|---|---|"])
         for rule in listed:
-            # One row per module of the rule, the rule named on the first: a cell holds
-            # the tests of one module, one per line.
+            # One row per test, the rule named on its first row and each module on the
+            # first row of its tests: no cell grows with the number of tests, and a
+            # changed marker changes the lines of its own tests only.
             named = f"{_link(rule)} {rule.title}".rstrip()
             modules = by_rule[rule.rule_id]
             for module in sorted(modules):
-                tests = "<br>".join(f"`{t}`" for t in modules[module])
-                lines.append(f"| {named} | `{module.removesuffix('.py')}` | {tests} |")
-                named = ""
+                shown = f"`{module.removesuffix('.py')}`"
+                for test in modules[module]:
+                    lines.append(f"| {named} | {shown} | `{test}` |")
+                    named = shown = ""
     return "\n".join(lines) + "\n"
 
 

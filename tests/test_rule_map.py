@@ -55,10 +55,8 @@ def test_the_map_lists_each_rule_once_with_its_tests_by_module(tmp_path: Path) -
     page = rule_map.render(tests=tests).splitlines()
     assert "4 tests name 3 rules." in page
     assert page.count("| [§7.4](reference/semantics.md#74-duplicates) Duplicates | `test_example` | `test_b` |") == 1
-    assert [line for line in page if "test_a" in line or "test_c" in line] == [
-        "| [PR-5](reference/semantics.md#pr-5) | `deeper/test_other` | `test_c` |",
-        "|  | `test_example` | `test_a`<br>`test_b` |",
-    ]
+    first = page.index("| [PR-5](reference/semantics.md#pr-5) | `deeper/test_other` | `test_c` |")
+    assert page[first + 1:first + 3] == ["|  | `test_example` | `test_a` |", "|  |  | `test_b` |"]
     assert ("| [E-21](semantics.md#e-21) Linking while holding a link (PR-42) | `test_example` | `test_machine` |"
             in page)
     assert not any("test_without_rules" in line for line in page)
@@ -119,11 +117,13 @@ def test_a_marker_the_map_would_not_read_is_an_error(tmp_path: Path, source: str
 def test_rule_ids_resolve_to_the_anchors_github_gives_their_headings() -> None:
     rules = rule_map.rules_defined()
     assert {rule_id: (rules[rule_id].document, rules[rule_id].anchor) for rule_id in (
-        "§5", "§7.4", "§10.2", "cpp-api §6.13", "python-api §11.7", "PR-42", "E-21", "OPT-1")} == {
+        "§5", "§7.4", "§10.2", "cpp-api §6.13", "cpp-api §6.8", "python-api §11.7", "PR-42", "E-21", "OPT-1")} == {
         "§5": ("reference/semantics.md", "5-tensor_num_per_layer"),
         "§7.4": ("reference/semantics.md", "74-duplicates"),
         "§10.2": ("reference/semantics.md", "102-link_clusters--linkllmclusters-v2-native"),
         "cpp-api §6.13": ("reference/cpp-api.md", "613-registerkvcache--unregisterkvcache"),
+        "cpp-api §6.8": ("reference/cpp-api.md", "68-status-unlinkllmclustersconst-stdvectorclusterinfo-clusters-"
+                         "stdvectorstatus-rets-int32_t-timeout_in_millis--1000-bool-force_flag--false"),
         "python-api §11.7": ("reference/python-api.md",
                              "117-remap_registered_memorymem_infos-unionmeminfo-listmeminfo---none"),
         "PR-42": ("reference/semantics.md", "pr-42"),
