@@ -44,14 +44,15 @@ REGENERATE_COMMAND = "python tests/rule_map.py > docs/rule-map.md"
 GENERATED_NOTICE = ("<!-- Generated from the `rules` markers of the tests by tests/rule_map.py; do not edit. "
                     f"Regenerate with: {REGENERATE_COMMAND} -->")
 
-# The rule documents, in the order the map lists them: (path under docs/, id prefix of
-# its numbered sections or None, heading of its table in the map).
-RULE_DOCUMENTS: Tuple[Tuple[str, str | None, str], ...] = (
-    ("reference/semantics.md", "", "Sections of docs/reference/semantics.md"),
-    ("reference/cpp-api.md", "cpp-api ", "Sections of docs/reference/cpp-api.md"),
-    ("reference/python-api.md", "python-api ", "Sections of docs/reference/python-api.md"),
-    ("reference/semantics.md#pr", None, "Project rules (docs/reference/semantics.md §16.2)"),
-    ("semantics.md", None, "Decisions of docs/semantics.md"),
+# The rule documents, in the order the map lists them: (file under docs/, what kind of
+# heading defines a rule there, the id prefix of its numbered sections, the heading of
+# its table in the map).
+RULE_DOCUMENTS: Tuple[Tuple[str, str, str, str], ...] = (
+    ("reference/semantics.md", "section", "", "Sections of docs/reference/semantics.md"),
+    ("reference/cpp-api.md", "section", "cpp-api ", "Sections of docs/reference/cpp-api.md"),
+    ("reference/python-api.md", "section", "python-api ", "Sections of docs/reference/python-api.md"),
+    ("reference/semantics.md", "project rule", "", "Project rules (docs/reference/semantics.md §16.2)"),
+    ("semantics.md", "decision", "", "Decisions of docs/semantics.md"),
 )
 
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
@@ -113,23 +114,22 @@ def rules_defined(docs: Path = DOCS) -> Dict[str, Rule]:
             raise RuleMapError(f"{rule.rule_id} is defined twice: in {rules[rule.rule_id].document} and {rule.document}")
         rules[rule.rule_id] = rule
 
-    for group, (document, prefix, _) in enumerate(RULE_DOCUMENTS):
-        name = document.split("#")[0]
-        for text, slug in _headings(docs / name):
-            if prefix is not None:
+    for group, (document, kind, prefix, _) in enumerate(RULE_DOCUMENTS):
+        for text, slug in _headings(docs / document):
+            if kind == "section":
                 section = _SECTION.match(text)
                 if section:
-                    add(Rule(f"{prefix}§{section.group(1)}", name, slug, section.group(2), group))
-            elif document.endswith("#pr"):
+                    add(Rule(f"{prefix}§{section.group(1)}", document, slug, section.group(2), group))
+            elif kind == "project rule":
                 if _PROJECT_RULE.match(text):
-                    add(Rule(text, name, slug, "", group))
+                    add(Rule(text, document, slug, "", group))
             else:
                 decision = _DECISION.match(text)
                 if decision:
                     anchor, rule_id, title = decision.groups()
                     if anchor != rule_id.lower():
-                        raise RuleMapError(f"{name}: the anchor of {rule_id} is {anchor!r}, not {rule_id.lower()!r}")
-                    add(Rule(rule_id, name, anchor, title, group))
+                        raise RuleMapError(f"{document}: the anchor of {rule_id} is {anchor!r}, not {rule_id.lower()!r}")
+                    add(Rule(rule_id, document, anchor, title, group))
     return rules
 
 
@@ -229,7 +229,7 @@ def render(tests: Path = TESTS, docs: Path = DOCS) -> str:
         "",
         f"{marked} tests name {len(by_rule)} rules.",
     ]
-    for group, (_, _, heading) in enumerate(RULE_DOCUMENTS):
+    for group, (_, _, _, heading) in enumerate(RULE_DOCUMENTS):
         listed = [r for r in rules.values() if r.group == group and r.rule_id in by_rule]
         if not listed:
             continue

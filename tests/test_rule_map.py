@@ -221,3 +221,14 @@ def test_every_reference_to_a_decision_in_the_docs_links_to_its_anchor() -> None
 def test_the_command_line_takes_no_argument(capsys: pytest.CaptureFixture[str]) -> None:
     assert rule_map.main(["--write"]) == 2
     assert rule_map.REGENERATE_COMMAND in capsys.readouterr().err
+
+
+def test_a_decision_whose_anchor_is_not_its_id_is_an_error(tmp_path: Path) -> None:
+    for name in ("reference/semantics.md", "reference/cpp-api.md", "reference/python-api.md", "semantics.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text((REPO / "docs" / name).read_text(encoding="utf-8"), encoding="utf-8")
+    page = tmp_path / "semantics.md"
+    page.write_text(page.read_text(encoding="utf-8").replace('<a id="e-21"></a>E-21', '<a id="e-12"></a>E-21'),
+                    encoding="utf-8")
+    with pytest.raises(rule_map.RuleMapError, match=r"the anchor of E-21 is 'e-12', not 'e-21'"):
+        rule_map.rules_defined(tmp_path)
