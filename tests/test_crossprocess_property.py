@@ -314,6 +314,8 @@ def block_lists(nb_src: int, nb_dst: int) -> st.SearchStrategy[tuple[list[int], 
     return lst.block_pairs(nb_src, nb_dst, validity="any", containers=["list"])
 
 
+@pytest.mark.rules("§2.2", "§3.2", "§8.1", "§8.2", "§8.3", "§8.5", "§8.6", "§8.12", "§9.7", "§10.1", "§10.3",
+                   "cpp-api §6.8", "PR-32")
 @settings(max_examples=max(20, settings.default.max_examples))
 @given(data=st.data(), call=st.sampled_from(["pull_kv_cache", "pull_kv_blocks", "push_kv_cache", "push_kv_blocks"]),
        pair=cache_pairs(), late=st.sampled_from(["none", "none", "none", "local", "remote"]),
@@ -359,6 +361,7 @@ def test_transfers_with_a_peer_process_agree_with_oracle(cross: CrossHarness, da
     h.unregister(B, ids["remote"])
 
 
+@pytest.mark.rules("§10.4", "§13", "PR-31", "PR-35")
 def test_a_peer_process_that_dies_leaves_a_link_that_times_out(cross: CrossHarness) -> None:
     """PR-31, PR-35, §10.4: the peer process dies; A's transfers give what the oracle says;
     after A unlinks, a new peer process with the same cluster id links again."""

@@ -47,6 +47,7 @@ def zeros(n: int, shape: tuple[int, ...]) -> list[np.ndarray]:
 
 # ---- registration -------------------------------------------------------------------------
 
+@pytest.mark.rules("§2.4", "§3.1", "§3.2", "§15", "cpp-api §6.13")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_register_ids_start_at_one_and_later_failures_consume_ids(eng: native.LlmDataDist) -> None:
     arrays = zeros(2, (4, 8))
@@ -66,6 +67,7 @@ def test_register_ids_start_at_one_and_later_failures_consume_ids(eng: native.Ll
     assert eng.allocate_cache(sup.desc(1, [2, 8])).cache_id == 6
 
 
+@pytest.mark.rules("§3.1")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_ids_are_never_reused_within_one_initialisation(eng: native.LlmDataDist) -> None:
     arrays = zeros(1, (2, 8))
@@ -78,6 +80,7 @@ def test_ids_are_never_reused_within_one_initialisation(eng: native.LlmDataDist)
     assert eng.allocate_cache(sup.desc(1, [2, 8])).cache_id == 4
 
 
+@pytest.mark.rules("§3.2", "§15", "cpp-api §6.13")
 def test_register_rejects_empty_mismatched_and_zero_addresses(eng: native.LlmDataDist) -> None:
     a = np.zeros((2, 2), np.uint8)
     assert sup.status_of(eng.register_kv_cache, sup.desc(0, [2, 2]), []) == S.LLM_PARAM_INVALID
@@ -88,6 +91,7 @@ def test_register_rejects_empty_mismatched_and_zero_addresses(eng: native.LlmDat
     assert "addrs[1] is 0" in raw.last_error()
 
 
+@pytest.mark.rules("§2.4", "§15")
 @pytest.mark.parametrize("rank,ok", [(1, True), (31, True), (32, False)])
 def test_register_takes_shapes_of_1_to_31_dims(eng: native.LlmDataDist, rank: int, ok: bool) -> None:
     a = np.zeros(2, np.uint8)
@@ -95,6 +99,7 @@ def test_register_takes_shapes_of_1_to_31_dims(eng: native.LlmDataDist, rank: in
     assert status == (S.LLM_SUCCESS if ok else S.LLM_PARAM_INVALID)
 
 
+@pytest.mark.rules("§2.3")
 @pytest.mark.parametrize("shape", [[4, -1], [0, 4], [2**62, 4], [2**31, 2**31, 4], [2**40, 2**40]])
 def test_register_rejects_non_positive_dims_and_size_overflow(eng: native.LlmDataDist, shape: list[int]) -> None:
     a = np.zeros(4, np.uint8)
@@ -102,6 +107,7 @@ def test_register_rejects_non_positive_dims_and_size_overflow(eng: native.LlmDat
                          [a.ctypes.data]) == S.LLM_PARAM_INVALID
 
 
+@pytest.mark.rules("§2.3")
 @pytest.mark.parametrize("dtype,shape", [(GeDataType.DT_FLOAT, [2**61, 1]), (GeDataType.DT_STRING, [2**60, 1]),
                                          (GeDataType.DT_COMPLEX128, [4, 2**59])])
 def test_register_rejects_a_byte_size_beyond_int64(eng: native.LlmDataDist, dtype: GeDataType,
@@ -113,6 +119,7 @@ def test_register_rejects_a_byte_size_beyond_int64(eng: native.LlmDataDist, dtyp
     assert "byte size overflows int64" in raw.last_error()
 
 
+@pytest.mark.rules("§2.3")
 @pytest.mark.parametrize("dtype", [5, 28, 43, 44, -1, 1000])
 def test_register_rejects_data_types_without_a_size(eng: native.LlmDataDist, dtype: int) -> None:
     a = np.zeros(4, np.uint8)
@@ -121,6 +128,7 @@ def test_register_rejects_data_types_without_a_size(eng: native.LlmDataDist, dty
     assert "data_type" in raw.last_error()
 
 
+@pytest.mark.rules("§2.6")
 def test_register_rejects_an_unknown_placement(eng: native.LlmDataDist) -> None:
     a = np.zeros(4, np.uint8)
     d = raw.ffi.new("lldd_cache_desc *")
@@ -148,6 +156,7 @@ SIZES = [
 ]
 
 
+@pytest.mark.rules("§2.2", "§2.3", "PR-17")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 @pytest.mark.parametrize("dtype,shape,stride", SIZES)
 def test_tensor_sizes_follow_the_data_type_table(eng: native.LlmDataDist, dtype: GeDataType, shape: list[int],
@@ -170,6 +179,7 @@ def test_tensor_sizes_follow_the_data_type_table(eng: native.LlmDataDist, dtype:
     assert (dst[0] == expected).all()
 
 
+@pytest.mark.rules("§2.3", "PR-17")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 @pytest.mark.parametrize("dtype,shape,stride", [
     (GeDataType.DT_INT4, [3, 5], 2),            # 15 half bytes make 8 bytes: 3 batches of 2, 2 bytes left over
@@ -189,6 +199,7 @@ def test_a_stride_that_does_not_tile_the_tensor_is_rounded_down_with_a_lint(
     assert (dst[0] == expected).all()
 
 
+@pytest.mark.rules("§2.3", "PR-17")
 @pytest.mark.mock_only(reason="LLM_DATADIST_FFI_STRICT is read by the mock engine; PR-17 is a mock rule")
 def test_strict_mode_refuses_a_stride_that_does_not_tile_the_tensor(eng: native.LlmDataDist,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
@@ -199,6 +210,7 @@ def test_strict_mode_refuses_a_stride_that_does_not_tile_the_tensor(eng: native.
     assert "PR-17" in raw.last_error()
 
 
+@pytest.mark.rules("§2.3", "PR-17")
 def test_sub_byte_tensors_above_2_31_bits_are_rejected(eng: native.LlmDataDist) -> None:
     a = np.zeros(1, np.uint8)
     assert sup.status_of(eng.register_kv_cache, sup.desc(1, [2**29, 1], dtype=int(GeDataType.DT_INT4)),
@@ -206,6 +218,7 @@ def test_sub_byte_tensors_above_2_31_bits_are_rejected(eng: native.LlmDataDist) 
     assert "2^31 - 1 bits" in raw.last_error()
 
 
+@pytest.mark.rules("§2.2", "PR-30")
 def test_register_rejects_a_tensor_running_past_its_acl_allocation(eng: native.LlmDataDist) -> None:
     acl.aclrtSetDevice(0)
     base = acl.aclrtMalloc(100, 0)
@@ -221,6 +234,7 @@ def test_register_rejects_a_tensor_running_past_its_acl_allocation(eng: native.L
         acl.aclrtResetDevice(0)
 
 
+@pytest.mark.rules("§3.2", "§15")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_the_published_table_is_limited_to_one_mib(eng: native.LlmDataDist) -> None:
     a = np.zeros(1, np.uint8)
@@ -235,11 +249,13 @@ def test_the_published_table_is_limited_to_one_mib(eng: native.LlmDataDist) -> N
         S.LLM_PARAM_INVALID
 
 
+@pytest.mark.rules("§3.5", "cpp-api §6.13")
 def test_unregister_of_an_unknown_id_succeeds(eng: native.LlmDataDist) -> None:
     eng.unregister_kv_cache(77)
     eng.unregister_kv_cache(-1)
 
 
+@pytest.mark.rules("§3.5", "cpp-api §6.13")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_unregister_removes_the_cache(eng: native.LlmDataDist) -> None:
     arrays = zeros(1, (2, 2))
@@ -250,6 +266,7 @@ def test_unregister_removes_the_cache(eng: native.LlmDataDist) -> None:
     eng.unregister_kv_cache(cid)
 
 
+@pytest.mark.rules("§3.5", "PR-23")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_unregister_of_an_allocated_cache_removes_it_with_a_lint(eng: native.LlmDataDist) -> None:
     # PR-23: the vendor erases the entry; its pool memory goes back with it
@@ -262,6 +279,7 @@ def test_unregister_of_an_allocated_cache_removes_it_with_a_lint(eng: native.Llm
     assert len(eng.allocate_cache(sup.desc(8, [1, 2048])).tensor_addrs) == 8
 
 
+@pytest.mark.rules("§3.5", "PR-23")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_strict_mode_refuses_to_unregister_an_allocated_cache(eng: native.LlmDataDist,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
@@ -276,6 +294,7 @@ def test_strict_mode_refuses_to_unregister_an_allocated_cache(eng: native.LlmDat
 
 # ---- pools --------------------------------------------------------------------------------
 
+@pytest.mark.rules("§2.4", "§2.6", "§3.1", "§3.6", "§15")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_allocate_checks_count_placement_and_shape_in_order(engines: Engines) -> None:
     e = engines(1, options={native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: POOL})
@@ -288,6 +307,7 @@ def test_allocate_checks_count_placement_and_shape_in_order(engines: Engines) ->
     assert e.allocate_cache(sup.desc(1, [2, 2])).cache_id == 2
 
 
+@pytest.mark.rules("§3.3", "§3.4", "§3.6", "§15", "PR-34")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_allocated_tensors_are_whole_pages_of_the_pool_first_fit(eng: native.LlmDataDist) -> None:
     a = eng.allocate_cache(sup.desc(2, [1, 1500]))      # 2 pages per tensor: pages 0-1, 2-3
@@ -300,6 +320,7 @@ def test_allocated_tensors_are_whole_pages_of_the_pool_first_fit(eng: native.Llm
     assert c.tensor_addrs == [base, base + 1024, base + 2048]
 
 
+@pytest.mark.rules("§3.3", "§3.4", "§3.6", "§15", "PR-34")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_an_exhausted_pool_is_out_of_memory_until_memory_is_freed(eng: native.LlmDataDist) -> None:
     first = eng.allocate_cache(sup.desc(8, [1, 2048]))  # all 16 pages
@@ -311,6 +332,7 @@ def test_an_exhausted_pool_is_out_of_memory_until_memory_is_freed(eng: native.Ll
     assert sup.status_of(eng.allocate_cache, sup.desc(1, [1, 1])) == S.LLM_OUT_OF_MEMORY
 
 
+@pytest.mark.rules("§3.3", "§15", "PR-34")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_pool_pages_are_64_kib_when_page_shift_is_not_given(engines: Engines) -> None:
     e = engines(1, options={native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 131072}'})   # 2 pages
@@ -320,6 +342,7 @@ def test_pool_pages_are_64_kib_when_page_shift_is_not_given(engines: Engines) ->
     assert sup.status_of(e.allocate_cache, sup.desc(1, [1, 1])) == S.LLM_OUT_OF_MEMORY
 
 
+@pytest.mark.rules("§1.2", "§3.4", "§3.6", "PR-9")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_the_pool_calls_are_feature_not_enabled_without_the_mock_option_and_a_pool_in_every_state(engines: Engines) -> None:
     e = engines(1, options={})
@@ -350,6 +373,7 @@ def test_the_pool_calls_are_feature_not_enabled_without_the_mock_option_and_a_po
     assert "PR-9" in raw.last_error()
 
 
+@pytest.mark.rules("§1.2", "PR-9")
 @pytest.mark.mock_only(reason="llm_datadist_ffi.mock.NativePool is an option of the mock only (PR-9)")
 @pytest.mark.parametrize("value", ["", "yes", "2"])
 def test_the_native_pool_option_takes_0_or_1(engines: Engines, value: str) -> None:
@@ -359,6 +383,7 @@ def test_the_native_pool_option_takes_0_or_1(engines: Engines, value: str) -> No
     assert native.OPTION_MOCK_NATIVE_POOL in raw.last_error()
 
 
+@pytest.mark.rules("§3.6", "§6.6", "§8.8")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_host_caches_come_from_the_host_pool(eng: native.LlmDataDist) -> None:
     h = eng.allocate_cache(sup.desc(2, [2, 2048], placement=0))
@@ -371,6 +396,7 @@ def test_host_caches_come_from_the_host_pool(eng: native.LlmDataDist) -> None:
     assert (got[:2048] == 7).all()
 
 
+@pytest.mark.rules("§1.5", "§3.4", "§3.6")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_deallocate_of_unknown_and_registered_caches_succeeds_and_keeps_them(eng: native.LlmDataDist) -> None:
     src = [np.arange(8, dtype=np.uint8).reshape(2, 4)]
@@ -382,6 +408,7 @@ def test_deallocate_of_unknown_and_registered_caches_succeeds_and_keeps_them(eng
     assert (dst[0][1] == src[0][1]).all()
 
 
+@pytest.mark.rules("§3.3", "§6.5", "§12.1", "§15", "cpp-api §6.2", "PR-34")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_pool_memory_is_tracked_as_acl_allocations(engines: Engines) -> None:
     before = mock_control.live_allocations()
@@ -395,6 +422,7 @@ def test_pool_memory_is_tracked_as_acl_allocations(engines: Engines) -> None:
 
 # ---- CopyKvCache --------------------------------------------------------------------------
 
+@pytest.mark.rules("§3.6", "§6.6", "§8.8")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_copy_kv_cache_copies_size_bytes_from_the_offset(eng: native.LlmDataDist) -> None:
     src = sup.random_arrays(2, (4, 16), 3)
@@ -410,6 +438,7 @@ def test_copy_kv_cache_copies_size_bytes_from_the_offset(eng: native.LlmDataDist
         assert (d[0, 5:16] == s[3, 5:]).all() and (d[0, :5] == 0).all() and (d[0, 16:] == 0).all()
 
 
+@pytest.mark.rules("§3.6", "§6.6", "§7.4", "§8.8", "§8.12", "§15", "PR-24")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 @pytest.mark.parametrize("args,status,words", [
     ((1, 2, 0, 0, 0, 0), S.LLM_PARAM_INVALID, "size 0"),
@@ -439,6 +468,7 @@ def test_copy_kv_cache_checks(eng: native.LlmDataDist, args: tuple[int, ...], st
     assert all((a == b).all() for a, b in zip(src + dst, before))
 
 
+@pytest.mark.rules("§7.4", "PR-24")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_copy_kv_cache_within_one_cache_needs_disjoint_ranges(eng: native.LlmDataDist) -> None:
     arrays = sup.random_arrays(1, (4, 16), 9)
@@ -452,6 +482,7 @@ def test_copy_kv_cache_within_one_cache_needs_disjoint_ranges(eng: native.LlmDat
 
 # ---- CopyKvBlocks -------------------------------------------------------------------------
 
+@pytest.mark.rules("§3.6", "§7.2", "§7.4", "§8.9", "PR-5")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_copy_kv_blocks_copies_each_list(eng: native.LlmDataDist) -> None:
     src = sup.random_arrays(2, (8, 8), 4)
@@ -462,6 +493,7 @@ def test_copy_kv_blocks_copies_each_list(eng: native.LlmDataDist) -> None:
         assert (d[[0, 1, 2, 7, 4, 5, 6, 3]] == s[[1, 2, 3, 1, 1, 2, 3, 1]]).all()
 
 
+@pytest.mark.rules("§7.4", "PR-24")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_copy_kv_blocks_within_one_cache(eng: native.LlmDataDist) -> None:
     arrays = sup.random_arrays(1, (6, 4), 5)
@@ -478,6 +510,7 @@ def _flat_copy(e: native.LlmDataDist, s: int, d: int, src_blocks: list[int], lis
                                            len(src_blocks), raw.blocks(flat), lens, len(lists)))
 
 
+@pytest.mark.rules("§3.6", "§7.2", "§7.3", "§7.4", "§8.9", "§8.12", "PR-4", "PR-24")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 @pytest.mark.parametrize("s,d,src_blocks,lists,status,words", [
     (1, 2, [], [[0]], S.LLM_PARAM_INVALID, "src_blocks is empty"),
@@ -505,6 +538,7 @@ def test_copy_kv_blocks_checks(eng: native.LlmDataDist, s: int, d: int, src_bloc
     assert all((a == b).all() for a, b in zip(src + dst, before))
 
 
+@pytest.mark.rules("§7.4", "PR-5")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 @pytest.mark.parametrize("lists,expected_dst_blocks", [
     ([[2, 2]], [0, 0, 2, 0]),                 # block 2 gets source block 0, then source block 1
@@ -526,6 +560,7 @@ def test_copy_kv_blocks_writes_a_repeated_destination_last_in_list_order_with_a_
     assert [rule for rule, _ in raw.take_lints()] == [5]
 
 
+@pytest.mark.rules("§7.4", "PR-5")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_strict_mode_refuses_repeated_copy_destinations_in_python_first(eng: native.LlmDataDist,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -545,6 +580,7 @@ def test_strict_mode_refuses_repeated_copy_destinations_in_python_first(eng: nat
     assert "(PR-5)" in raw.last_error() and not target[0].any()
 
 
+@pytest.mark.rules("§3.6", "§7.2", "§8.9")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_copy_kv_blocks_with_large_lists(eng: native.LlmDataDist) -> None:
     n = 100_000

@@ -37,6 +37,7 @@ Engines = Callable[..., native.LlmDataDist]
 POOL = '{"memory_size": 65536, "page_shift": 10}'
 
 
+@pytest.mark.rules("§1.2", "PR-9")
 @pytest.mark.mock_only(reason="describes the mock backend's own ABI, capabilities and name")
 def test_version_capabilities_and_backend_name_describe_the_mock() -> None:
     lib = raw.lib
@@ -47,6 +48,7 @@ def test_version_capabilities_and_backend_name_describe_the_mock() -> None:
     assert raw.ffi.string(lib.lldd_backend_name()) == b"mock"
 
 
+@pytest.mark.rules("§1.2", "PR-10")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_live_engine_count_follows_create_and_destroy() -> None:
     before = mock_control.live_engines()
@@ -58,6 +60,8 @@ def test_live_engine_count_follows_create_and_destroy() -> None:
     assert mock_control.live_engines() == before
 
 
+@pytest.mark.rules("§1.2", "§3.2", "§6.5", "§10.2", "§10.7", "§12.1", "cpp-api §6.2", "cpp-api §6.6", "cpp-api §6.7",
+                   "cpp-api §6.10", "cpp-api §6.13", "PR-9")
 def test_calls_before_initialize_fail_except_the_pool_calls(engines: Engines) -> None:
     e = engines(1)
     assert sup.status_of(e.register_kv_cache, sup.desc(1, [1, 8]), [64]) == S.LLM_FAILED
@@ -77,6 +81,7 @@ def test_calls_before_initialize_fail_except_the_pool_calls(engines: Engines) ->
     assert sup.status_of(e.copy_kv_blocks, native.Cache(1), native.Cache(2), [0], [[1]]) == S.LLM_FEATURE_NOT_ENABLED
 
 
+@pytest.mark.rules("§1.2", "PR-9")
 def test_pool_calls_need_a_configured_pool(engines: Engines) -> None:
     e = engines(1, options={})
     assert sup.status_of(e.allocate_cache, sup.desc(1, [1, 8])) == S.LLM_FEATURE_NOT_ENABLED
@@ -84,12 +89,14 @@ def test_pool_calls_need_a_configured_pool(engines: Engines) -> None:
     assert "PR-9" in raw.last_error()
 
 
+@pytest.mark.rules("§6.5", "§12.1", "cpp-api §6.2")
 def test_initialize_again_succeeds_and_ignores_the_new_options(engines: Engines) -> None:
     e = engines(1, options={})
     assert raw.initialize(e, [("llm.DeviceId", "not a device")]) == S.LLM_SUCCESS
     assert sup.register(e, [np.zeros((2, 4), np.uint8)]) == 1
 
 
+@pytest.mark.rules("§11", "cpp-api §6.2", "cpp-api §6.3")
 @pytest.mark.parametrize("role", [0, 4, -1])
 def test_initialize_rejects_an_invalid_role(role: int) -> None:
     with native.LlmDataDist(1, role) as e:
@@ -97,6 +104,7 @@ def test_initialize_rejects_an_invalid_role(role: int) -> None:
         assert "role" in raw.last_error()
 
 
+@pytest.mark.rules("cpp-api §6.4")
 @pytest.mark.parametrize("value", [None, "", "x", "-1", "0;1", "1;", " 0", "2147483648", "0x1"])
 def test_initialize_requires_exactly_one_device_id(value: str | None) -> None:
     with native.LlmDataDist(1, 1) as e:
@@ -106,6 +114,7 @@ def test_initialize_requires_exactly_one_device_id(value: str | None) -> None:
         assert raw.initialize(e, [("llm.DeviceId", "0")]) == S.LLM_SUCCESS
 
 
+@pytest.mark.rules("§13", "cpp-api §6.4", "PR-27")
 @pytest.mark.parametrize("value", ["127.0.0.1", "127.0.0.1:", "1.2.3:80", "localhost:80", "::1:80", "[::1]80",
                                    "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:4294967296", "127.0.0.1:8a", ""])
 def test_initialize_rejects_listen_addresses_that_do_not_parse(value: str) -> None:
@@ -114,6 +123,7 @@ def test_initialize_rejects_listen_addresses_that_do_not_parse(value: str) -> No
         assert "llm.ListenIpInfo" in raw.last_error()
 
 
+@pytest.mark.rules("cpp-api §6.4")
 def test_initialize_listens_on_an_ipv6_address(engines: Engines) -> None:
     port = sup.free_port()
     e = engines(1)
@@ -122,6 +132,7 @@ def test_initialize_listens_on_an_ipv6_address(engines: Engines) -> None:
         pass
 
 
+@pytest.mark.rules("§13", "PR-26")
 @pytest.mark.parametrize("value,status", [("2147483648", S.LLM_PARAM_INVALID),
                                           ("", S.LLM_PARAM_INVALID), ("10ms", S.LLM_PARAM_INVALID),
                                           ("-5", S.LLM_PARAM_INVALID), ("1", S.LLM_SUCCESS),
@@ -131,6 +142,7 @@ def test_initialize_takes_a_sync_wait_time_of_0_to_2_31_minus_1_ms(value: str, s
         assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.SyncKvCacheWaitTime", value)]) == status
 
 
+@pytest.mark.rules("§13", "PR-26")
 @pytest.mark.mock_only(reason="reads the mock's lint record")
 def test_the_engine_accepts_a_sync_wait_time_of_0_with_a_lint(monkeypatch: pytest.MonkeyPatch) -> None:
     # PR-26: the vendor accepts any digit string; 0 is a zero transfer timeout
@@ -146,6 +158,7 @@ def test_the_engine_accepts_a_sync_wait_time_of_0_with_a_lint(monkeypatch: pytes
     assert raw.take_lints() == []
 
 
+@pytest.mark.rules("§13", "PR-26")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_the_native_layer_warns_once_for_a_sync_wait_time_of_0(engines: Engines,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
@@ -162,6 +175,7 @@ def test_the_native_layer_warns_once_for_a_sync_wait_time_of_0(engines: Engines,
         assert sup.status_of(f.initialize, {native.OPTION_DEVICE_ID: "0"}) == S.LLM_WAIT_PROCESS_TIMEOUT
 
 
+@pytest.mark.rules("§13", "PR-26", "PR-27")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_the_native_layer_checks_pr_26_and_pr_27_before_the_backend(engines: Engines) -> None:
     # [all] rules: decided in Python, so an injected fault of the C function stays armed
@@ -183,6 +197,7 @@ def test_the_native_layer_checks_pr_26_and_pr_27_before_the_backend(engines: Eng
     assert e.role == native.LlmRole.PROMPT
 
 
+@pytest.mark.rules("§15", "cpp-api §6.4")
 @pytest.mark.parametrize("key,value,status", [
     ("llm.TransferBackend", "hixl", S.LLM_PARAM_INVALID),          # E-5: no llm.ListenIpInfo
     ("llm.TransferBackend", "hccl", S.LLM_PARAM_INVALID),
@@ -204,6 +219,7 @@ def test_initialize_checks_each_known_option(key: str, value: str, status: int) 
         assert raw.initialize(e, [("llm.DeviceId", "0"), (key, value)]) == status
 
 
+@pytest.mark.rules("§3.3", "§15", "PR-34")
 @pytest.mark.parametrize("value", [
     "", "{", "[]", '"65536"', '{"page_shift": 16}', '{"memory_size": "65536"}', '{"memory_size": -1}',
     '{"memory_size": 65536.0}', '{"memory_size": 0}', '{"memory_size": 65536, "page_shift": 9}',
@@ -230,6 +246,7 @@ def test_a_repeated_pool_json_key_keeps_its_last_value(engines: Engines) -> None
     assert sup.status_of(e.allocate_cache, sup.desc(1, [1, 1])) == S.LLM_OUT_OF_MEMORY
 
 
+@pytest.mark.rules("§3.3", "§15", "PR-34")
 def test_initialize_accepts_a_pool_just_below_the_page_limit() -> None:
     # memory_size >> page_shift must stay below 2^32 - 1: with page_shift 30, 2^32 - 2 pages
     # would be 4 EiB, so check the boundary arithmetic with the smallest pages instead
@@ -241,6 +258,7 @@ def test_initialize_accepts_a_pool_just_below_the_page_limit() -> None:
         assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.MemPoolConfig", ok)]) == S.LLM_OUT_OF_MEMORY
 
 
+@pytest.mark.rules("cpp-api §6.4")
 def test_repeated_option_keys_keep_the_last_value() -> None:
     with native.LlmDataDist(1, 1) as e:
         assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.DeviceId", "bad")]) == S.LLM_PARAM_INVALID
@@ -261,6 +279,7 @@ INIT_ORDER = [
 ]
 
 
+@pytest.mark.rules("cpp-api §6.4")
 @pytest.mark.parametrize("pairs,first", INIT_ORDER, ids=[c[1] for c in INIT_ORDER])
 def test_initialize_checks_its_options_in_order(pairs: list[tuple[str, str]], first: str) -> None:
     role = 4 if first == "role" else 1
@@ -274,6 +293,7 @@ def test_initialize_checks_its_options_in_order(pairs: list[tuple[str, str]], fi
         assert sup.status_of(e.register_kv_cache, sup.desc(1, [1]), [64]) == S.LLM_FAILED     # not initialised
 
 
+@pytest.mark.rules("§6.5", "§12.1", "cpp-api §6.2", "cpp-api §6.4")
 def test_initialize_with_an_unknown_device_fails_and_may_be_retried() -> None:
     with native.LlmDataDist(1, 1) as e:
         assert raw.initialize(e, [("llm.DeviceId", "4096")]) == S.LLM_FAILED
@@ -281,6 +301,7 @@ def test_initialize_with_an_unknown_device_fails_and_may_be_retried() -> None:
         assert raw.initialize(e, [("llm.DeviceId", "3")]) == S.LLM_SUCCESS
 
 
+@pytest.mark.rules("§6.5", "§12.1", "cpp-api §6.2", "cpp-api §6.4")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_initialize_fails_when_the_listen_port_is_taken_and_undoes_everything() -> None:
     allocations = mock_control.live_allocations()
@@ -298,6 +319,7 @@ def test_initialize_fails_when_the_listen_port_is_taken_and_undoes_everything() 
             assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.ListenIpInfo", f"127.0.0.1:{free}")]) == 0
 
 
+@pytest.mark.rules("§3.3", "§15", "cpp-api §6.4", "PR-34")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_a_pool_larger_than_the_device_is_out_of_memory() -> None:
     allocations = mock_control.live_allocations()
@@ -310,6 +332,7 @@ def test_a_pool_larger_than_the_device_is_out_of_memory() -> None:
     assert mock_control.live_allocations() == allocations
 
 
+@pytest.mark.rules("§3.1", "§3.5", "§6.5", "§12.1", "cpp-api §6.2", "cpp-api §6.13")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_finalize_forgets_everything_and_ids_restart_at_one(engines: Engines) -> None:
     e = engines(1, options={native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: POOL})
@@ -324,6 +347,7 @@ def test_finalize_forgets_everything_and_ids_restart_at_one(engines: Engines) ->
     assert sup.status_of(e.allocate_cache, sup.desc(1, [2, 4])) == S.LLM_FEATURE_NOT_ENABLED
 
 
+@pytest.mark.rules("§6.5", "§12.1", "cpp-api §6.2")
 def test_finalize_before_initialize_is_a_no_op() -> None:
     with native.LlmDataDist(1, 1) as e:
         e.finalize()
@@ -331,6 +355,7 @@ def test_finalize_before_initialize_is_a_no_op() -> None:
         assert sup.register(e, [np.zeros((1, 1), np.uint8)]) == 1
 
 
+@pytest.mark.rules("§6.5", "§12.1", "cpp-api §6.2")
 def test_finalize_resets_the_device_it_set() -> None:
     # device 7 is used by no other test of this file; the engine holds the only reference
     result: dict[str, Any] = {}
@@ -351,6 +376,7 @@ def test_finalize_resets_the_device_it_set() -> None:
     assert result == {"current": 7, "after": 107002}     # ACL_ERROR_RT_CONTEXT_NULL
 
 
+@pytest.mark.rules("§12.3", "PR-37")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_finalize_waits_for_running_calls_and_calls_after_it_began_fail(engines: Engines) -> None:
     server = engines(1, listen=True)
@@ -394,6 +420,7 @@ def test_finalize_waits_for_running_calls_and_calls_after_it_began_fail(engines:
     assert finalize_done - results["pull_start"] >= 0.45
 
 
+@pytest.mark.rules("§12.3", "PR-37")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_pool_calls_fail_while_finalize_runs(engines: Engines) -> None:
     # decision E-2: FAILED once Finalize has begun (PR-37), FEATURE_NOT_ENABLED after it
@@ -435,6 +462,7 @@ def test_pool_calls_fail_while_finalize_runs(engines: Engines) -> None:
     assert sup.status_of(client.allocate_cache, sup.desc(1, [2, 8])) == S.LLM_FEATURE_NOT_ENABLED
 
 
+@pytest.mark.rules("§14")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_the_last_error_message_belongs_to_the_calling_thread(engines: Engines) -> None:
     idle = engines(1)                                   # not initialised
@@ -462,6 +490,7 @@ def test_the_last_error_message_belongs_to_the_calling_thread(engines: Engines) 
     assert seen["b"] == "lldd_mock_set_serve_delay: engine must not be NULL"
 
 
+@pytest.mark.rules("§6.5", "§12.1", "cpp-api §6.2")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_destroy_finalizes_an_initialised_engine() -> None:
     before = mock_control.live_allocations()
@@ -473,6 +502,7 @@ def test_destroy_finalizes_an_initialised_engine() -> None:
     assert mock_control.live_allocations() == before
 
 
+@pytest.mark.rules("§1.2", "§3.1", "PR-10")
 def test_engines_of_one_process_are_independent(engines: Engines) -> None:
     a, b = engines(1, options={}), engines(2, options={}, device_id=1)
     arrays = [np.zeros((1, 4), np.uint8)]
@@ -484,6 +514,7 @@ def test_engines_of_one_process_are_independent(engines: Engines) -> None:
 
 # ---- SetRole ----------------------------------------------------------------------------------
 
+@pytest.mark.rules("§10.7", "§13", "cpp-api §6.6", "PR-27")
 def test_set_role_checks_role_and_listen_address(engines: Engines) -> None:
     e = engines(1, options={})
     assert raw.set_role(e, 4, []) == S.LLM_PARAM_INVALID
@@ -494,6 +525,7 @@ def test_set_role_checks_role_and_listen_address(engines: Engines) -> None:
     assert e.role == native.LlmRole.MIX
 
 
+@pytest.mark.rules("§10.7", "cpp-api §6.6")
 def test_set_role_is_refused_while_a_link_exists(engines: Engines) -> None:
     server = engines(1, listen=True)
     client = engines(2, options={})
@@ -525,6 +557,7 @@ def test_set_role_with_hixl_checks_no_links(engines: Engines) -> None:
     assert client.role == native.LlmRole.DECODER
 
 
+@pytest.mark.rules("§10.7", "cpp-api §6.6")
 def test_set_role_checks_role_and_address_before_links_and_links_before_the_listener(engines: Engines) -> None:
     # docs/reference/cpp-api.md §6.6: role, listen address, links (EXIST_LINK), then the listener
     server = engines(1, listen=True)
@@ -539,6 +572,7 @@ def test_set_role_checks_role_and_address_before_links_and_links_before_the_list
     assert server.role == native.LlmRole.PROMPT
 
 
+@pytest.mark.rules("§10.7", "cpp-api §6.6")
 def test_set_role_starts_moves_and_stops_the_listener(engines: Engines) -> None:
     server = engines(1, options={})
     client = engines(2, options={})
@@ -558,6 +592,7 @@ def test_set_role_starts_moves_and_stops_the_listener(engines: Engines) -> None:
     assert client.link_llm_clusters([sup.cluster(1, other)])[1] == [S.LLM_LINK_FAILED]
 
 
+@pytest.mark.rules("§10.7", "cpp-api §6.6")
 def test_set_role_on_the_same_port_keeps_the_listener(engines: Engines) -> None:
     server = engines(1, listen=True)
     client = engines(2, options={})
@@ -565,6 +600,7 @@ def test_set_role_on_the_same_port_keeps_the_listener(engines: Engines) -> None:
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[1] == [S.LLM_SUCCESS]
 
 
+@pytest.mark.rules("§10.7", "cpp-api §6.6")
 def test_set_role_keeps_the_old_listener_when_the_new_port_is_taken(engines: Engines) -> None:
     server = engines(1, listen=True)
     client = engines(2, options={})
@@ -578,6 +614,7 @@ def test_set_role_keeps_the_old_listener_when_the_new_port_is_taken(engines: Eng
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[1] == [S.LLM_SUCCESS]
 
 
+@pytest.mark.rules("§10.7", "cpp-api §6.6")
 def test_set_role_cannot_change_the_listen_address_with_hixl(engines: Engines) -> None:
     server = engines(1, options={native.OPTION_TRANSFER_BACKEND: "hixl"}, listen=True)
     port = server.listen_port
@@ -589,6 +626,7 @@ def test_set_role_cannot_change_the_listen_address_with_hixl(engines: Engines) -
 
 # ---- NULL arguments and injected faults -------------------------------------------------------
 
+@pytest.mark.rules("§3.6", "cpp-api §6.2")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_null_engines_and_pointers_are_param_invalid(engines: Engines) -> None:
     lib, ffi, NULL = raw.lib, raw.ffi, raw.ffi.NULL
@@ -658,6 +696,7 @@ def test_an_injected_fault_is_returned_before_any_check(engines: Engines) -> Non
         assert sup.register(e, [np.zeros((1, 1), np.uint8)]) == 2
 
 
+@pytest.mark.rules("cpp-api §6.2", "cpp-api §6.4")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_an_acl_fault_in_initialize_is_llm_failed() -> None:
     with native.LlmDataDist(1, 1) as e, mock_control.fault("aclrtSetDevice", 107001):

@@ -84,6 +84,7 @@ def pull(engine: native.LlmDataDist, cluster_id: int, src: int, dst: int) -> int
 
 # ---- argument checks ----------------------------------------------------------------------
 
+@pytest.mark.rules("§10.2", "§10.3", "cpp-api §6.7", "cpp-api §6.8")
 def test_link_checks_timeout_and_addresses_before_any_cluster(pair: Any) -> None:
     server, client = pair
     good = sup.cluster(1, server.listen_port)
@@ -103,6 +104,7 @@ def test_link_checks_timeout_and_addresses_before_any_cluster(pair: Any) -> None
     client.set_role(native.LlmRole.MIX)
 
 
+@pytest.mark.rules("§10.2", "cpp-api §6.7")
 def test_link_checks_remote_addresses_before_local_ones(pair: Any) -> None:
     _, client = pair
     both_bad = ClusterInfo(1, 0, [IpInfo("::1", 0)], [IpInfo("", 5)])
@@ -110,12 +112,14 @@ def test_link_checks_remote_addresses_before_local_ones(pair: Any) -> None:
     assert "clusters[0].remote_ip_infos[0].ip is empty" in raw.last_error()
 
 
+@pytest.mark.rules("§10.1")
 def test_a_link_call_takes_any_number_of_clusters(pair: Any) -> None:
     _, client = pair
     clusters = [sup.cluster(100 + i, sup.free_port()) for i in range(20)]        # nobody listens
     assert client.link_llm_clusters(clusters, 500) == (S.LLM_LINK_FAILED, [S.LLM_LINK_FAILED] * 20)
 
 
+@pytest.mark.rules("§10.2")
 def test_link_checks_each_cluster_and_returns_the_last_failure(pair: Any, silent_port: int) -> None:
     server, client = pair
     clusters = [
@@ -133,6 +137,7 @@ def test_link_checks_each_cluster_and_returns_the_last_failure(pair: Any, silent
                                                                     [S.LLM_PARAM_INVALID, S.LLM_SUCCESS])
 
 
+@pytest.mark.rules("§10.2")
 def test_a_listener_needs_no_local_address_and_a_first_link_generates_the_resource(pair: Any) -> None:
     server, client = pair
     other = client  # client has no listener: its first link needs exactly one local address
@@ -146,6 +151,7 @@ def test_a_listener_needs_no_local_address_and_a_first_link_generates_the_resour
     assert other.link_llm_clusters([third])[1] == [S.LLM_SUCCESS]       # resource generated earlier
 
 
+@pytest.mark.rules("§10.2")
 @pytest.mark.parametrize("res,status", [
     ('{"version": "1.3"}', S.LLM_SUCCESS),
     ('{"version": "1.0", "server_list": []}', S.LLM_SUCCESS),
@@ -163,6 +169,7 @@ def test_local_comm_res_is_checked_by_each_link(engines: Engines, res: str, stat
         assert "llm.LocalCommRes" in raw.last_error()
 
 
+@pytest.mark.rules("§10.2", "§13")
 def test_linking_to_a_silent_listener_times_out(pair: Any, silent_port: int) -> None:
     _, client = pair
     start = time.monotonic()
@@ -170,6 +177,7 @@ def test_linking_to_a_silent_listener_times_out(pair: Any, silent_port: int) -> 
     assert 0.18 <= time.monotonic() - start < 2
 
 
+@pytest.mark.rules("§10.1")
 def test_clusters_of_one_call_are_linked_concurrently(engines: Engines) -> None:
     client = engines(2, options={})
     listeners = []
@@ -190,6 +198,7 @@ def test_clusters_of_one_call_are_linked_concurrently(engines: Engines) -> None:
     assert elapsed < 0.9                                          # not 4 x 300 ms
 
 
+@pytest.mark.rules("§10.2", "§13")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_a_serve_delay_makes_the_handshake_time_out(pair: Any) -> None:
     server, client = pair
@@ -199,6 +208,7 @@ def test_a_serve_delay_makes_the_handshake_time_out(pair: Any) -> None:
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)], 1000)[1] == [S.LLM_SUCCESS]
 
 
+@pytest.mark.rules("§10.1", "PR-28")
 @pytest.mark.mock_only(reason=PR28)
 def test_a_wrong_remote_cluster_id_warns_and_keys_the_link_by_the_listeners_id(pair: Any, lenient: None) -> None:
     server, client = pair
@@ -211,6 +221,7 @@ def test_a_wrong_remote_cluster_id_warns_and_keys_the_link_by_the_listeners_id(p
                          {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"}) == S.LLM_EXIST_LINK
 
 
+@pytest.mark.rules("§10.1", "PR-28")
 def test_a_wrong_remote_cluster_id_links_nothing_in_strict_mode(pair: Any, strict: None) -> None:
     server, client = pair
     status, rets = client.link_llm_clusters([sup.cluster(7, server.listen_port)])
@@ -220,6 +231,7 @@ def test_a_wrong_remote_cluster_id_links_nothing_in_strict_mode(pair: Any, stric
     client.set_role(native.LlmRole.MIX)                                  # no link on either side
 
 
+@pytest.mark.rules("§10.2")
 def test_an_engine_links_to_itself_over_loopback(pair: Any) -> None:
     """The vendor's Python tests link an engine to its own listener (E-7); a pull from
     the own cluster id stays refused in v2, by the vendor's pull check."""
@@ -238,6 +250,7 @@ def test_an_engine_links_to_itself_over_loopback(pair: Any) -> None:
     assert server.link_llm_clusters([itself]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])       # and again
 
 
+@pytest.mark.rules("§10.2")
 def test_two_engines_that_share_a_cluster_id_link(engines: Engines) -> None:
     server, client = engines(1, listen=True), engines(1, options={}, device_id=1)
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
@@ -250,6 +263,7 @@ def test_two_engines_that_share_a_cluster_id_link(engines: Engines) -> None:
 
 # ---- links and their use -------------------------------------------------------------------
 
+@pytest.mark.rules("§1.2", "§10.1", "PR-10")
 def test_a_link_is_usable_in_both_directions(pair: Any) -> None:
     server, client = pair
     s_src, c_dst = pullable(client, server)
@@ -259,6 +273,7 @@ def test_a_link_is_usable_in_both_directions(pair: Any) -> None:
     assert pull(server, 2, c_src, s_dst) == 0
 
 
+@pytest.mark.rules("§10.1", "§10.2", "PR-42")
 def test_linking_again_is_already_link_and_leaves_the_peer_unchanged(pair: Any) -> None:
     server, client = pair
     s_src, c_dst = pullable(client, server)
@@ -274,6 +289,7 @@ def test_linking_again_is_already_link_and_leaves_the_peer_unchanged(pair: Any) 
     assert pull(server, 2, c_src, s_dst) == S.LLM_SUCCESS
 
 
+@pytest.mark.rules("§10.2", "§10.4", "PR-42")
 def test_a_stale_link_to_a_peer_that_stopped_listening_fails_to_connect(pair: Any, silent_port: int) -> None:
     server, client = pair
     port = server.listen_port
@@ -284,6 +300,7 @@ def test_a_stale_link_to_a_peer_that_stopped_listening_fails_to_connect(pair: An
     assert sup.status_of(client.set_role, native.LlmRole.MIX) == S.LLM_EXIST_LINK          # still held
 
 
+@pytest.mark.rules("§10.1", "PR-28")
 @pytest.mark.mock_only(reason=PR28)
 def test_an_existing_link_still_gets_the_cluster_id_check(engines: Engines, lenient: None) -> None:
     server, other = engines(1, listen=True), engines(6, listen=True)
@@ -293,6 +310,7 @@ def test_an_existing_link_still_gets_the_cluster_id_check(engines: Engines, leni
         assert client.link_llm_clusters([sup.cluster(1, other.listen_port)])[1] == [S.LLM_ALREADY_LINK]
 
 
+@pytest.mark.rules("§10.1", "PR-28")
 def test_an_existing_link_still_gets_the_cluster_id_check_in_strict_mode(engines: Engines, strict: None) -> None:
     server, other = engines(1, listen=True), engines(6, listen=True)
     client = engines(2, options={})
@@ -301,6 +319,7 @@ def test_an_existing_link_still_gets_the_cluster_id_check_in_strict_mode(engines
     assert "PR-28" in raw.last_error()
 
 
+@pytest.mark.rules("§10.1", "PR-29")
 def test_a_cluster_repeated_in_one_call_is_processed_in_order(pair: Any) -> None:
     server, client = pair
     info = sup.cluster(1, server.listen_port)
@@ -310,6 +329,7 @@ def test_a_cluster_repeated_in_one_call_is_processed_in_order(pair: Any) -> None
     assert client.link_llm_clusters([info])[1] == [S.LLM_SUCCESS]
 
 
+@pytest.mark.rules("§10.3", "cpp-api §6.8")
 def test_a_non_forced_unlink_drops_both_sides(pair: Any) -> None:
     server, client = pair
     s_src, c_dst = pullable(client, server)
@@ -321,12 +341,14 @@ def test_a_non_forced_unlink_drops_both_sides(pair: Any) -> None:
     server.set_role(native.LlmRole.MIX, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"})
 
 
+@pytest.mark.rules("§10.3", "cpp-api §6.8")
 def test_unlinking_a_cluster_never_linked_succeeds(pair: Any) -> None:
     server, client = pair
     assert client.unlink_llm_clusters([sup.cluster(1, server.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
     assert client.unlink_llm_clusters([sup.cluster(8, 1)], force_flag=True) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
 
 
+@pytest.mark.rules("§10.3", "§13", "cpp-api §6.8")
 def test_a_non_forced_unlink_needs_the_peer_and_keeps_the_link_otherwise(pair: Any, silent_port: int) -> None:
     server, client = pair
     s_src, c_dst = pullable(client, server)
@@ -342,6 +364,7 @@ def test_a_non_forced_unlink_needs_the_peer_and_keeps_the_link_otherwise(pair: A
     client.set_role(native.LlmRole.MIX)
 
 
+@pytest.mark.rules("§10.3", "cpp-api §6.8")
 def test_unlink_reports_each_cluster_and_returns_the_last_failure(pair: Any) -> None:
     server, client = pair
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
@@ -354,6 +377,7 @@ def test_unlink_reports_each_cluster_and_returns_the_last_failure(pair: Any) -> 
     client.set_role(native.LlmRole.MIX)                           # cluster 1 was unlinked
 
 
+@pytest.mark.rules("§10.2", "§10.3", "§10.4", "cpp-api §6.8", "PR-31")
 def test_the_peer_of_a_forced_unlink_sees_a_dead_link_until_it_unlinks(pair: Any) -> None:
     server, client = pair
     s_src, c_dst = pullable(client, server)
@@ -370,6 +394,7 @@ def test_the_peer_of_a_forced_unlink_sees_a_dead_link_until_it_unlinks(pair: Any
     assert pull(client, 1, s_src, c_dst) == S.LLM_SUCCESS
 
 
+@pytest.mark.rules("§10.2", "PR-42")
 def test_the_side_still_holding_a_link_gets_already_link_until_it_force_unlinks(pair: Any) -> None:
     server, client = pair
     s_src, c_dst = pullable(client, server)
@@ -382,6 +407,7 @@ def test_the_side_still_holding_a_link_gets_already_link_until_it_force_unlinks(
     assert pull(client, 1, s_src, c_dst) == S.LLM_SUCCESS
 
 
+@pytest.mark.rules("§10.4", "PR-31")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_dropped_connections_leave_dead_links_on_both_sides(pair: Any) -> None:
     server, client = pair
@@ -398,6 +424,7 @@ def test_dropped_connections_leave_dead_links_on_both_sides(pair: Any) -> None:
     assert pull(client, 1, s_src, c_dst) == S.LLM_SUCCESS
 
 
+@pytest.mark.rules("§10.4", "PR-31")
 def test_a_finalized_peer_makes_transfers_time_out(pair: Any) -> None:
     server, client = pair
     s_src, c_dst = pullable(client, server)
@@ -406,6 +433,7 @@ def test_a_finalized_peer_makes_transfers_time_out(pair: Any) -> None:
     assert pull(client, 1, s_src, c_dst) == S.LLM_TIMEOUT
 
 
+@pytest.mark.rules("§10.3", "§14", "cpp-api §6.8")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_unlink_waits_for_a_transfer_in_flight(pair: Any) -> None:
     server, client = pair
@@ -440,6 +468,7 @@ def peer() -> Iterator[Any]:
     p.close()
 
 
+@pytest.mark.rules("§10.2", "PR-42")
 def test_engines_of_two_processes_link_and_unlink(engines: Engines, peer: Any) -> None:
     port = sup.free_port()
     peer.call("init", cluster_id=1, role=1, options={"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{port}"})
@@ -452,6 +481,7 @@ def test_engines_of_two_processes_link_and_unlink(engines: Engines, peer: Any) -
     client.set_role(native.LlmRole.MIX, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{client.listen_port}"})
 
 
+@pytest.mark.rules("§10.4", "PR-31")
 def test_a_peer_process_that_dies_is_noticed(engines: Engines, peer: Any) -> None:
     port = sup.free_port()
     peer.call("init", cluster_id=1, role=1, options={"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{port}"})
@@ -473,6 +503,7 @@ def test_the_peer_process_runs_the_package_under_test(peer: Any) -> None:
     assert peer.call("package") == str(Path(llm_datadist_ffi.__file__).resolve())
 
 
+@pytest.mark.rules("§10.3", "cpp-api §6.8")
 @pytest.mark.mock_only(reason=PR28)
 def test_a_non_forced_unlink_at_another_clusters_address_warns_and_drops_the_named_link(engines: Engines, lenient: None) -> None:
     """The vendor's disconnect carries the caller's own id only: the listener drops its
@@ -487,6 +518,7 @@ def test_a_non_forced_unlink_at_another_clusters_address_warns_and_drops_the_nam
                          {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"}) == S.LLM_EXIST_LINK
 
 
+@pytest.mark.rules("§10.3", "cpp-api §6.8")
 def test_a_non_forced_unlink_checks_the_peer_cluster_id_in_strict_mode(engines: Engines, strict: None) -> None:
     server, other = engines(1, listen=True), engines(6, listen=True)
     client = engines(2, options={})
@@ -512,6 +544,7 @@ def handshake(port: int, mode: int, cluster_id: int, expected: int, hixl: int = 
     return hello.reply.status, hello.reply.text
 
 
+@pytest.mark.rules("§1.3", "§1.4", "§10.1", "PR-28")
 def test_a_peer_in_another_transfer_mode_is_refused(pair: Any) -> None:
     server, _ = pair
     status, text = handshake(server.listen_port, 2, 9, 1)          # 2: server-assisted
@@ -533,6 +566,7 @@ def _threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
+@pytest.mark.rules("§6.5", "§12.1", "cpp-api §6.2")
 def test_finalize_leaves_no_socket_or_thread_behind() -> None:
     fds, threads = _open_fds(), _threads()
     server, client = native.LlmDataDist(1, 1), native.LlmDataDist(2, 2)
@@ -555,6 +589,7 @@ def hixl_engine(engines: Engines, cluster_id: int, device_id: int = 0) -> native
     return engines(cluster_id, options={native.OPTION_TRANSFER_BACKEND: "hixl"}, listen=True, device_id=device_id)
 
 
+@pytest.mark.rules("§10.2", "§10.3", "cpp-api §6.8", "PR-42")
 def test_hixl_links_belong_to_the_client_one_per_direction(engines: Engines) -> None:
     a, b = hixl_engine(engines, 1), hixl_engine(engines, 2, device_id=1)
     b_src, a_dst = pullable(a, b)
@@ -587,6 +622,7 @@ def test_hixl_and_the_default_backend_do_not_link(engines: Engines) -> None:
     assert "transfer backends differ" in raw.last_error()
 
 
+@pytest.mark.rules("§10.1", "PR-28")
 @pytest.mark.mock_only(reason=PR28)
 def test_a_hixl_link_is_keyed_by_the_id_the_client_gave(engines: Engines, lenient: None) -> None:
     a, b = hixl_engine(engines, 1), hixl_engine(engines, 2, device_id=1)

@@ -83,6 +83,7 @@ def world(engines: Engines) -> Callable[..., World]:
 
 # ---- contiguous pulls -----------------------------------------------------------------------
 
+@pytest.mark.rules("§2.2", "§8.2", "§8.3", "§8.5", "§8.6")
 def test_pull_kv_cache_moves_one_destination_stride_per_tensor(world: Callable[..., World]) -> None:
     w = world([(4, (5, 32))], [(4, (3, 32))])
     w.client.pull_kv_cache(CacheIndex(1, w.sid[0], 4), Cache(w.cid[0]), batch_index=2)
@@ -92,6 +93,7 @@ def test_pull_kv_cache_moves_one_destination_stride_per_tensor(world: Callable[.
         assert (dst == expected).all()
 
 
+@pytest.mark.rules("§6.1")
 def test_pull_kv_cache_with_a_size_moves_that_many_bytes(world: Callable[..., World]) -> None:
     w = world([(2, (2, 16))], [(2, (2, 16))])
     w.client.pull_kv_cache(CacheIndex(1, w.sid[0], 1), Cache(w.cid[0]), batch_index=0, size=5)
@@ -99,6 +101,7 @@ def test_pull_kv_cache_with_a_size_moves_that_many_bytes(world: Callable[..., Wo
         assert (dst[0, :5] == src[1, :5]).all() and (dst[0, 5:] == 0).all() and (dst[1] == 0).all()
 
 
+@pytest.mark.rules("§1.5", "§6.2", "PR-6")
 def test_pull_kv_cache_addresses_the_source_batch_with_the_destination_stride(world: Callable[..., World]) -> None:
     # PR-6, as the device: source batch b starts at b x S_dst in the source tensor
     w = world([(2, (4, 48))], [(2, (2, 16))])        # source stride 48, destination stride 16
@@ -107,6 +110,7 @@ def test_pull_kv_cache_addresses_the_source_batch_with_the_destination_stride(wo
         assert (dst[1] == src.reshape(-1)[48:64]).all() and (dst[0] == 0).all()
 
 
+@pytest.mark.rules("§6.2", "PR-6")
 def test_pull_kv_cache_with_a_larger_destination_stride_reads_a_later_source_batch(
         world: Callable[..., World]) -> None:
     w = world([(2, (4, 16))], [(2, (2, 32))])        # source stride 16, destination stride 32
@@ -115,6 +119,7 @@ def test_pull_kv_cache_with_a_larger_destination_stride_reads_a_later_source_bat
         assert (dst[0, :16] == src[2]).all() and (dst[0, 16:] == 0).all() and (dst[1] == 0).all()
 
 
+@pytest.mark.rules("§4.1")
 def test_pull_kv_cache_with_layer_ranges_pairs_the_selected_tensors(world: Callable[..., World]) -> None:
     w = world([(6, (2, 8))], [(4, (2, 8))])
     ext = KvCacheExtParam((1, 2), (0, 1), 2)            # source tensors 2..5 -> destination 0..3
@@ -168,6 +173,8 @@ PULL_CACHE_CASES = [
 ]
 
 
+@pytest.mark.rules("§4.2", "§4.4", "§4.5", "§5", "§6.1", "§6.2", "§8.0", "§8.1", "§8.12", "§9.4", "cpp-api §6.10",
+                   "PR-1", "PR-3", "PR-6", "PR-11", "PR-12", "PR-20", "N-3")
 @pytest.mark.parametrize("label,args,status,words", PULL_CACHE_CASES, ids=[c[0] for c in PULL_CACHE_CASES])
 def test_pull_kv_cache_checks(world: Callable[..., World], monkeypatch: pytest.MonkeyPatch, label: str, args: dict[str, Any], status: int,
                               words: str) -> None:
@@ -186,6 +193,7 @@ def test_pull_kv_cache_checks(world: Callable[..., World], monkeypatch: pytest.M
     assert w.unchanged(snap)
 
 
+@pytest.mark.rules("§2.1", "§2.5")
 def test_transfers_compare_byte_sizes_not_data_types_or_shapes(engines: Engines) -> None:
     # §2.1: a FLOAT16 cache of shape (3, 4, 2) and a UINT8 cache of shape (2, 16) both have
     # 16-byte batches; §2.5: a pull reads only dst_cache.cache_id, a push only the
@@ -212,6 +220,7 @@ def test_transfers_compare_byte_sizes_not_data_types_or_shapes(engines: Engines)
 
 # ---- block pulls -----------------------------------------------------------------------------
 
+@pytest.mark.rules("§2.2", "§7.4", "§8.2", "§8.3", "§8.5", "§8.6", "PR-5")
 def test_pull_kv_blocks_copies_each_pair_with_runs_coalesced(world: Callable[..., World]) -> None:
     w = world([(4, (16, 24))], [(4, (10, 24))])
     src_blocks = [3, 4, 5, 9, 9, 0, 15, 1, 2]
@@ -223,6 +232,7 @@ def test_pull_kv_blocks_copies_each_pair_with_runs_coalesced(world: Callable[...
         assert (dst == expected).all()
 
 
+@pytest.mark.rules("§4.1")
 def test_pull_kv_blocks_with_layer_ranges(world: Callable[..., World]) -> None:
     w = world([(4, (8, 8))], [(6, (8, 8))])
     ext = KvCacheExtParam((1, 1), (2, 2), 2)           # source tensors 2, 3 -> destination 4, 5
@@ -260,6 +270,8 @@ PULL_BLOCKS_CASES = [
 ]
 
 
+@pytest.mark.rules("§4.4", "§5", "§6.2", "§7.1", "§7.2", "§7.3", "§7.4", "§7.5", "§8.0", "§8.12", "cpp-api §6.10",
+                   "PR-1", "PR-3", "PR-4", "PR-5", "PR-11", "PR-13")
 @pytest.mark.parametrize("label,args,status,words", PULL_BLOCKS_CASES, ids=[c[0] for c in PULL_BLOCKS_CASES])
 def test_pull_kv_blocks_checks(world: Callable[..., World], monkeypatch: pytest.MonkeyPatch, label: str, args: dict[str, Any], status: int,
                                words: str) -> None:
@@ -278,6 +290,7 @@ def test_pull_kv_blocks_checks(world: Callable[..., World], monkeypatch: pytest.
     assert w.unchanged(snap)
 
 
+@pytest.mark.rules("§15")
 def test_pull_requests_are_limited_to_131064_entries(world: Callable[..., World]) -> None:
     n = 65532
     w = world([(2, (2 * n, 1))], [(2, (2 * n, 1))])
@@ -290,6 +303,7 @@ def test_pull_requests_are_limited_to_131064_entries(world: Callable[..., World]
     assert "131064" in raw.last_error()
 
 
+@pytest.mark.rules("§8.2", "§8.3", "§8.5", "§8.6")
 def test_block_lists_of_100000_entries_work(world: Callable[..., World]) -> None:
     n = 100_000
     w = world([(2, (n, 4)), (2, (n, 4))], [(2, (n, 4)), (2, (n, 4))])
@@ -304,6 +318,7 @@ def test_block_lists_of_100000_entries_work(world: Callable[..., World]) -> None
         assert (dst[shuffled.astype(np.int64)] == src).all()
 
 
+@pytest.mark.rules("§8.2", "§8.3", "§8.5", "§8.6")
 def test_large_transfers_with_unaligned_odd_sized_blocks_move_exact_bytes(world: Callable[..., World]) -> None:
     # over 4 MiB in one call: the in-process path streams the regions past the cache
     block = 40003
@@ -323,6 +338,7 @@ def test_large_transfers_with_unaligned_odd_sized_blocks_move_exact_bytes(world:
 
 # ---- the table copy (§9.7), PR-7, PR-32 --------------------------------------------------------
 
+@pytest.mark.rules("§3.2", "§9.7", "PR-32")
 def test_caches_registered_on_the_peer_after_the_link(world: Callable[..., World]) -> None:
     w = world([(2, (2, 8))], [(2, (2, 8))])
     late = sup.random_arrays(2, (2, 8), 5)
@@ -342,6 +358,7 @@ def test_caches_registered_on_the_peer_after_the_link(world: Callable[..., World
     assert all((d[0] == s[1]).all() for d, s in zip(w.c[0], later))
 
 
+@pytest.mark.rules("§3.2", "PR-32")
 def test_a_local_cache_registered_after_the_link_is_not_reachable(world: Callable[..., World]) -> None:
     w = world([(2, (2, 8))], [])
     local = [np.zeros((2, 8), np.uint8) for _ in range(2)]
@@ -353,6 +370,7 @@ def test_a_local_cache_registered_after_the_link_is_not_reachable(world: Callabl
     assert (local[0] == 0).all()
 
 
+@pytest.mark.rules("§3.2", "§9.7", "PR-32")
 def test_a_push_to_a_peer_cache_registered_after_the_link_is_refused(world: Callable[..., World]) -> None:
     w = world([(2, (2, 8))], [(2, (2, 8))])
     for a in w.c[0]:
@@ -375,6 +393,7 @@ def test_a_push_to_a_peer_cache_registered_after_the_link_is_refused(world: Call
     assert all((a[1] == 9).all() and (a[0] == 0).all() for a in late)
 
 
+@pytest.mark.rules("§3.2", "§9.7", "PR-32")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_allocated_caches_are_reachable_whatever_their_age(world: Callable[..., World]) -> None:
     pool = {native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 65536, "page_shift": 10}'}
@@ -388,6 +407,7 @@ def test_allocated_caches_are_reachable_whatever_their_age(world: Callable[..., 
     assert sup.status_of(w.client.pull_kv_cache, CacheIndex(1, after_copy.cache_id), Cache(w.cid[0])) == NX
 
 
+@pytest.mark.rules("§9.7", "PR-7")
 def test_a_peer_cache_that_is_gone_is_never_touched(world: Callable[..., World]) -> None:
     w = world([(2, (2, 8)), (2, (2, 8))], [(2, (2, 8))])
     w.client.pull_kv_cache(CacheIndex(1, w.sid[0]), Cache(w.cid[0]))            # table copy taken
@@ -400,6 +420,7 @@ def test_a_peer_cache_that_is_gone_is_never_touched(world: Callable[..., World])
     assert w.unchanged(snap)
 
 
+@pytest.mark.rules("§9.7", "PR-7")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_deallocation_during_transfers_is_safe(world: Callable[..., World]) -> None:
     pool = {native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: '{"memory_size": 1048576, "page_shift": 12}'}
@@ -435,6 +456,7 @@ def push_src(cache_id: int, num_tensors: int) -> Cache:
     return Cache(cache_id, cache_desc=CacheDesc(num_tensors, 4, [1]))
 
 
+@pytest.mark.rules("§4.4", "§6.5", "cpp-api §6.11")
 def test_push_kv_cache_writes_every_layer_by_default(world: Callable[..., World]) -> None:
     w = world([(4, (3, 16))], [(4, (2, 8))])
     for i, a in enumerate(w.c[0]):
@@ -447,6 +469,7 @@ def test_push_kv_cache_writes_every_layer_by_default(world: Callable[..., World]
         assert (dst == expected).all()
 
 
+@pytest.mark.rules("§4.1", "§4.4", "cpp-api §6.11")
 def test_push_kv_cache_with_layer_ranges(world: Callable[..., World]) -> None:
     w = world([(6, (2, 8))], [(4, (2, 8))])
     for i, a in enumerate(w.c[0]):
@@ -461,6 +484,7 @@ def test_push_kv_cache_with_layer_ranges(world: Callable[..., World]) -> None:
         assert (dst == expected).all()
 
 
+@pytest.mark.rules("§8.0", "§8.12")
 def test_a_push_stops_at_the_first_failing_layer_and_keeps_the_earlier_ones(world: Callable[..., World]) -> None:
     w = world([(8, (1, 4))], [(8, (1, 4))])
     for i, a in enumerate(w.c[0]):
@@ -512,6 +536,8 @@ PUSH_CACHE_CASES = [
 ]
 
 
+@pytest.mark.rules("§2.5", "§2.6", "§4.3", "§4.4", "§4.5", "§5", "§6.2", "§6.5", "§8.0", "§8.5", "§8.12", "§9.4",
+                   "cpp-api §6.11", "PR-1", "PR-3", "PR-11", "PR-14", "PR-20", "PR-33")
 @pytest.mark.parametrize("label,args,status,words", PUSH_CACHE_CASES, ids=[c[0] for c in PUSH_CACHE_CASES])
 def test_push_kv_cache_checks(world: Callable[..., World], monkeypatch: pytest.MonkeyPatch, label: str, args: dict[str, Any], status: int,
                               words: str) -> None:
@@ -531,6 +557,7 @@ def test_push_kv_cache_checks(world: Callable[..., World], monkeypatch: pytest.M
     assert w.unchanged(snap)
 
 
+@pytest.mark.rules("§2.5", "§2.6", "PR-33")
 def test_pushes_of_a_host_cache_are_refused_only_in_strict_mode(world: Callable[..., World],
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     strict(monkeypatch)
@@ -542,6 +569,7 @@ def test_pushes_of_a_host_cache_are_refused_only_in_strict_mode(world: Callable[
     assert "HOST" in raw.last_error() and "PR-33" in raw.last_error()
 
 
+@pytest.mark.rules("§7.4", "§8.2", "§8.3", "§8.5", "§8.6", "PR-5")
 def test_push_kv_blocks_copies_each_pair(world: Callable[..., World]) -> None:
     w = world([(2, (12, 16))], [(2, (6, 16))])
     for i, a in enumerate(w.c[0]):
@@ -578,6 +606,8 @@ PUSH_BLOCKS_CASES = [
 ]
 
 
+@pytest.mark.rules("§2.5", "§2.6", "§4.4", "§6.2", "§7.1", "§7.2", "§7.3", "§7.4", "§7.5", "§8.12", "cpp-api §6.11",
+                   "PR-1", "PR-4", "PR-5", "PR-13", "PR-33")
 @pytest.mark.parametrize("label,args,status,words", PUSH_BLOCKS_CASES, ids=[c[0] for c in PUSH_BLOCKS_CASES])
 def test_push_kv_blocks_checks(world: Callable[..., World], monkeypatch: pytest.MonkeyPatch, label: str, args: dict[str, Any], status: int,
                                words: str) -> None:
@@ -596,6 +626,7 @@ def test_push_kv_blocks_checks(world: Callable[..., World], monkeypatch: pytest.
     assert w.unchanged(snap)
 
 
+@pytest.mark.rules("§11", "cpp-api §6.2", "cpp-api §6.3")
 def test_the_role_restricts_no_call(engines: Engines) -> None:
     # §11: a DECODER links and pushes, a MIX engine pulls and pushes (v1 would refuse
     # pushes by a DECODER and links and pulls by anything but a DECODER); the world
@@ -618,6 +649,7 @@ def test_the_role_restricts_no_call(engines: Engines) -> None:
 
 # ---- timeouts (PR-31, PR-35) ------------------------------------------------------------------
 
+@pytest.mark.rules("§10.4", "§13", "PR-35")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_a_slow_peer_times_out_and_poisons_the_link(world: Callable[..., World]) -> None:
     options = {native.OPTION_SYNC_CACHE_WAIT_TIME: "150"}
@@ -636,6 +668,7 @@ def test_a_slow_peer_times_out_and_poisons_the_link(world: Callable[..., World])
     assert all((d[0] == s[1]).all() for d, s in zip(w.c[0], w.s[0]))
 
 
+@pytest.mark.rules("§13")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_the_sync_wait_time_defaults_to_1000_ms(world: Callable[..., World]) -> None:
     w = world([(2, (2, 8))], [(2, (2, 8))])                   # no llm.SyncKvCacheWaitTime
@@ -652,6 +685,7 @@ def test_the_sync_wait_time_defaults_to_1000_ms(world: Callable[..., World]) -> 
     assert all((d[0] == s[0]).all() and (d[1] == 0).all() for d, s in zip(w.c[0], w.s[0]))
 
 
+@pytest.mark.rules("§10.4", "PR-31")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_a_timed_out_link_is_dead_on_the_peer_side_too(world: Callable[..., World]) -> None:
     # decision E-9 (docs/semantics.md §5): the side that timed out drops its request
@@ -675,6 +709,7 @@ def test_a_timed_out_link_is_dead_on_the_peer_side_too(world: Callable[..., Worl
     assert all((d[1] == s[1]).all() for d, s in zip(w.c[0], w.s[0]))
 
 
+@pytest.mark.rules("§14")
 def test_concurrent_transfers_over_one_and_several_links(engines: Engines) -> None:
     servers = [engines(10 + k, listen=True) for k in range(2)]
     client = engines(2, options={})
@@ -723,6 +758,7 @@ ALL_RULE_CASES = [
 ]
 
 
+@pytest.mark.rules("§2.5", "§2.6", "§4.4", "§5", "§7.4", "PR-1", "PR-3", "PR-5", "PR-11", "PR-33")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 @pytest.mark.parametrize("rule,function,call", ALL_RULE_CASES,
                          ids=[f"{c[0]} {c[1]}" for c in ALL_RULE_CASES])
@@ -746,6 +782,7 @@ def test_the_native_layer_checks_the_all_rules_before_the_backend(world: Callabl
         assert valid == S.LLM_WAIT_PROCESS_TIMEOUT and "injected" in raw.last_error()
 
 
+@pytest.mark.rules("§14")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_transfers_over_one_link_are_serialized_and_over_two_links_are_not(engines: Engines) -> None:
     # §14: each transfer waits 300 ms for its (slow) peer while it holds its link
@@ -806,6 +843,7 @@ def remote(request: pytest.FixtureRequest, engines: Engines, monkeypatch: pytest
         peer.close()
 
 
+@pytest.mark.rules("§8.2", "§8.3", "§8.5", "§8.6")
 def test_transfers_between_processes_move_exact_bytes(remote: Any) -> None:
     peer, client, zeros, ones, theirs = remote
     client.pull_kv_cache(CacheIndex(1, 1, 6), Cache(1), batch_index=2)
@@ -830,6 +868,7 @@ def test_transfers_between_processes_move_exact_bytes(remote: Any) -> None:
         assert (got[i][[0, 1]] == s[[0, 1]]).all() and (got[i][2:] == theirs[i][2:]).all()
 
 
+@pytest.mark.rules("§3.2", "§9.7", "PR-7", "PR-32")
 def test_peer_caches_between_processes_follow_the_table_copy(remote: Any) -> None:
     peer, client, zeros, _, _ = remote
     late = peer.call("register", num_tensors=4, shape=[8, 32], seed=3)
@@ -841,6 +880,7 @@ def test_peer_caches_between_processes_follow_the_table_copy(remote: Any) -> Non
     assert all((a == 0).all() for a in zeros)
 
 
+@pytest.mark.rules("§10.4", "§13", "PR-35")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_a_slow_peer_process_times_out(remote: Any) -> None:
     peer, client, zeros, _, theirs = remote

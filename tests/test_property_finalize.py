@@ -177,6 +177,7 @@ def _after_call(h: Harness, name: str, cache_id: int) -> None:
         h.set_role(A, int(LlmRole.MIX))
 
 
+@pytest.mark.rules("§12.3", "PR-37")
 @settings(max_examples=EXAMPLES)
 @given(ex=examples())
 def test_finalize_waits_for_the_running_transfer_and_fails_calls_that_start_later(pair: Harness,

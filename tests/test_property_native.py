@@ -487,6 +487,7 @@ def in_acl_memory(h: Harness, num_tensors: int, data_type: int, shape: tuple[int
         acl.aclrtResetDevice(0)
 
 
+@pytest.mark.rules("§2.2", "§2.3", "§2.4", "§3.1", "§3.2", "§15", "cpp-api §6.13", "PR-17", "PR-30", "N-1", "N-2")
 @scaled(2)
 @given(steps=st.lists(registrations(), min_size=1, max_size=4))
 @example(steps=[(1, int(G.DT_INT4), (3, 1), DEVICE, "own")])                       # PR-17: TS % D
@@ -520,6 +521,8 @@ def test_register_kv_cache_agrees_with_oracle(pair: Harness, steps: list[Any]) -
     tear_down(pair, A, B, linked=False)
 
 
+@pytest.mark.rules("§1.2", "§1.5", "§2.3", "§2.4", "§2.6", "§3.1", "§3.4", "§3.6", "§15", "PR-9", "PR-17", "PR-34",
+                   "N-1", "N-2")
 @scaled(2)
 @example(steps=[("allocate", (131_062, U8, (1,), DEVICE, "own"), 0)], cluster=A)    # §15 before the pool
 @given(steps=st.lists(st.tuples(st.sampled_from(["allocate", "allocate", "deallocate"]), registrations(),
@@ -654,6 +657,9 @@ def make_call(h: Harness, call: str, case: Case, peer: int, src_id: int, dst_id:
 # Each test runs once per focus group (FOCUS) with the profile's example count. The data
 # is drawn inside the test, so that one @given serves every group.
 
+@pytest.mark.rules("§1.3", "§2.1", "§2.2", "§2.3", "§2.6", "§3.2", "§4.1", "§4.2", "§4.4", "§4.5", "§5", "§6.1", "§6.2",
+                   "§8.0", "§8.1", "§8.2", "§8.3", "§8.5", "§8.6", "§8.12", "§9.4", "§9.7", "§10.1", "§15", "PR-1",
+                   "PR-3", "PR-6", "PR-11", "PR-12", "PR-17", "PR-20", "PR-32", "N-1", "N-2", "N-3")
 @pytest.mark.parametrize("focus", FOCUS_OF["pull_kv_cache"])
 @given(data=st.data())
 def test_pull_kv_cache_agrees_with_oracle(pair: Harness, focus: str, data: Any) -> None:
@@ -661,6 +667,10 @@ def test_pull_kv_cache_agrees_with_oracle(pair: Harness, focus: str, data: Any) 
     run_case(pair, "pull_kv_cache", data.draw(cases("pull_kv_cache", focus), "case"))
 
 
+@pytest.mark.rules("§2.1", "§2.2", "§2.3", "§2.6", "§3.2", "§4.1", "§4.2", "§4.4", "§4.5", "§5", "§6.2", "§7.1", "§7.2",
+                   "§7.3", "§7.4", "§7.5", "§8.0", "§8.1", "§8.2", "§8.3", "§8.5", "§8.6", "§8.12", "§9.4", "§9.7",
+                   "§10.1", "§15", "PR-1", "PR-3", "PR-4", "PR-5", "PR-11", "PR-12", "PR-13", "PR-17", "PR-20", "PR-32",
+                   "N-1", "N-2", "N-3")
 @pytest.mark.parametrize("focus", FOCUS_OF["pull_kv_blocks"])
 @given(data=st.data())
 def test_pull_kv_blocks_agrees_with_oracle(pair: Harness, focus: str, data: Any) -> None:
@@ -668,6 +678,9 @@ def test_pull_kv_blocks_agrees_with_oracle(pair: Harness, focus: str, data: Any)
     run_case(pair, "pull_kv_blocks", data.draw(cases("pull_kv_blocks", focus), "case"))
 
 
+@pytest.mark.rules("§2.1", "§2.2", "§2.3", "§2.5", "§2.6", "§3.2", "§4.1", "§4.3", "§4.4", "§4.5", "§5", "§6.2", "§6.5",
+                   "§8.0", "§8.1", "§8.2", "§8.3", "§8.5", "§8.6", "§8.12", "§9.4", "§9.7", "§10.1", "§15", "PR-1",
+                   "PR-3", "PR-11", "PR-14", "PR-17", "PR-20", "PR-32", "PR-33", "N-1", "N-2", "N-3")
 @pytest.mark.parametrize("focus", FOCUS_OF["push_kv_cache"])
 @given(data=st.data())
 def test_push_kv_cache_agrees_with_oracle(pair: Harness, focus: str, data: Any) -> None:
@@ -675,6 +688,10 @@ def test_push_kv_cache_agrees_with_oracle(pair: Harness, focus: str, data: Any) 
     run_case(pair, "push_kv_cache", data.draw(cases("push_kv_cache", focus), "case"))
 
 
+@pytest.mark.rules("§2.1", "§2.2", "§2.3", "§2.5", "§2.6", "§3.2", "§4.1", "§4.3", "§4.4", "§4.5", "§5", "§6.2", "§7.2",
+                   "§7.3", "§7.4", "§7.5", "§8.0", "§8.1", "§8.2", "§8.3", "§8.5", "§8.6", "§8.12", "§9.4", "§9.7",
+                   "§10.1", "§15", "PR-1", "PR-3", "PR-4", "PR-5", "PR-11", "PR-13", "PR-17", "PR-20", "PR-32", "PR-33",
+                   "N-1", "N-2", "N-3")
 @pytest.mark.parametrize("focus", FOCUS_OF["push_kv_blocks"])
 @given(data=st.data())
 def test_push_kv_blocks_agrees_with_oracle(pair: Harness, focus: str, data: Any) -> None:
@@ -701,6 +718,7 @@ def make_copy_caches(h: Harness, cluster: int, src: Spec, dst: Spec, same: bool)
     return src_id, dst_id
 
 
+@pytest.mark.rules("§1.2", "§3.6", "§6.6", "§7.4", "§8.8", "§8.12", "§15", "PR-9", "PR-24", "N-1", "N-2")
 @pytest.mark.parametrize("focus", [g for g in COPY_FOCUS if g not in (*BLOCK_GROUPS, "destination lists")])
 @given(data=st.data())
 def test_copy_kv_cache_agrees_with_oracle(pair: Harness, focus: str, data: Any) -> None:
@@ -722,6 +740,8 @@ def test_copy_kv_cache_agrees_with_oracle(pair: Harness, focus: str, data: Any) 
     tear_down(pair, A, B, linked=False)
 
 
+@pytest.mark.rules("§1.2", "§3.6", "§7.2", "§7.3", "§7.4", "§7.5", "§8.9", "§8.12", "PR-4", "PR-5", "PR-9", "PR-13",
+                   "PR-24", "N-1", "N-2")
 @pytest.mark.parametrize("focus", [g for g in COPY_FOCUS if g not in ("batch indexes", "offset", "size")])
 @given(data=st.data())
 def test_copy_kv_blocks_agrees_with_oracle(pair: Harness, focus: str, data: Any) -> None:
@@ -794,6 +814,7 @@ def long_block_lists(draw: st.DrawFn) -> tuple[int, int, Any, Any]:
     return nb_src, nb_dst, as_container(src_list, draw(containers)), as_container(dst_list, draw(containers))
 
 
+@pytest.mark.rules("§2.2", "§7.3", "§7.4", "§8.1", "§8.2", "§8.3", "§8.5", "§8.6", "PR-4", "PR-5")
 @scaled(2)
 @given(lists=long_block_lists(), push=st.booleans(), tensors=st.sampled_from([1, 2, 4]), raw=c_abi())
 def test_long_block_lists_agree_with_oracle(pair: Harness, lists: tuple[int, int, Any, Any], push: bool,
@@ -817,6 +838,7 @@ def test_long_block_lists_agree_with_oracle(pair: Harness, lists: tuple[int, int
 
 # ---- regressions found by the property and stateful tests -----------------------------------------
 
+@pytest.mark.rules("§10.2", "PR-42", "E-21")
 def test_link_from_a_stale_side_to_a_silent_peer_fails_to_connect(pair: Harness) -> None:
     """Found by the stateful test; a mock bug until the mock connected before reporting
     ALREADY_LINK (docs/reference/cpp-api.md §6.7 step 5, §10.2, PR-42; docs/semantics.md E-21)."""
@@ -829,6 +851,7 @@ def test_link_from_a_stale_side_to_a_silent_peer_fails_to_connect(pair: Harness)
         pair.reset()
 
 
+@pytest.mark.rules("§1.5", "§3.4", "§3.6")
 def test_deallocate_of_a_registered_cache_keeps_the_package_record(pair: Harness) -> None:
     """Found by the stateful test; a package bug until native.deallocate_cache kept a
     registered cache in the package's record (docs/reference/semantics.md §3.6: a no-op; N-2)."""
@@ -860,6 +883,7 @@ def test_layer_ranges_up_to_int32_max_agree_with_oracle(pair: Harness, raw: bool
                                                (DEVICE, 2)).ok
     tear_down(pair, A, B, linked=True)
 
+@pytest.mark.rules("§15")
 @pytest.mark.parametrize("tensors", [1, 4])
 @pytest.mark.parametrize("runs_over_limit", [-1, 0, 1])
 def test_pull_requests_are_limited_by_their_entries(pair: Harness, tensors: int, runs_over_limit: int) -> None:
@@ -887,6 +911,7 @@ def runs_of(src: Any, dst: Any) -> list[tuple[int, int, int]]:
 
 # ---- concurrency ---------------------------------------------------------------------------------
 
+@pytest.mark.rules("§8.1", "§8.2", "§8.3", "§8.5", "§8.6", "§10.1", "§14")
 @scaled(1)
 @given(data=st.data(), threads=st.integers(2, 6))
 def test_concurrent_transfers_agree_with_oracle(pair: Harness, data: Any, threads: int) -> None:
@@ -960,6 +985,7 @@ SLOW_STEPS = st.sampled_from([("pull", A), ("pull", B), ("push", A), ("push", B)
                               ("delay", A, 100), ("delay", B, 0), ("delay", B, 20), ("delay", B, 100), ("relink",)])
 
 
+@pytest.mark.rules("§10.4", "§13", "PR-35")
 @settings(max_examples=max(10, settings.default.max_examples // 2))
 @given(steps=st.lists(SLOW_STEPS, min_size=1, max_size=8))
 @example(steps=[("delay", B, 100), ("pull", A), ("delay", B, 0), ("pull", A), ("relink",), ("pull", A)])

@@ -291,6 +291,10 @@ def draw_call(env: Env, data: st.DataObject, method: str) -> Tuple[List[Any], Di
     return args, kwargs
 
 
+@pytest.mark.rules("§1.3", "§2.4", "§2.6", "§3.3", "§3.4", "§3.5", "§4.1", "§4.2", "§4.3", "§5", "§6.1", "§6.2", "§6.4",
+                   "§6.6", "§7.1", "§7.2", "§7.3", "§7.5", "§7.6", "§8.0", "§8.8", "§8.9", "§8.10", "§9.1", "§9.2",
+                   "§9.3", "§9.6", "python-api §14", "PR-2", "PR-3", "PR-4", "PR-5", "PR-6", "PR-8", "PR-15", "PR-18",
+                   "PR-21", "PR-22", "PR-23", "PR-24", "PR-25", "PR-41", "V-5", "X-18")
 @pytest.mark.parametrize("method", V2_METHODS)
 @settings(max_examples=settings.default.max_examples * 2)
 @given(data=st.data(), seed=st.integers(0, 2**32 - 1))
@@ -304,6 +308,10 @@ def test_cache_manager_calls_agree_with_the_oracle(env: Env, method: str, data: 
         env.stop()
 
 
+@pytest.mark.rules("§2.4", "§2.6", "§3.3", "§3.4", "§4.1", "§4.2", "§5", "§6.1", "§6.2", "§6.3", "§6.6", "§7.1", "§7.2",
+                   "§7.3", "§7.5", "§7.6", "§8.0", "§8.8", "§8.9", "§8.10", "§8.11", "§9.1", "§9.2", "§9.6", "§11",
+                   "PR-2", "PR-3", "PR-4", "PR-5", "PR-6", "PR-15", "PR-18", "PR-22", "PR-24", "PR-25", "PR-38",
+                   "PR-41", "V-5", "X-18")
 @pytest.mark.parametrize("method", V1_METHODS)
 @settings(max_examples=settings.default.max_examples * 2)
 @given(data=st.data(), seed=st.integers(0, 2**32 - 1))
@@ -319,6 +327,7 @@ def test_kv_cache_manager_calls_agree_with_the_oracle(env: Env, method: str, dat
 
 # ---- regressions: failures the property tests found, kept as plain tests ----------------------
 
+@pytest.mark.rules("§5", "PR-3")
 def test_push_cache_reports_the_vendors_size_error_before_the_pr3_divisor_rule(env: Env) -> None:
     """Found: ``push_cache(..., size="x", tensor_num_per_layer=3)`` on a 4-tensor cache raised
     PR-3's LX, a project rule, before the vendor's TypeError for ``size`` (step 10).
@@ -332,6 +341,7 @@ def test_push_cache_reports_the_vendors_size_error_before_the_pr3_divisor_rule(e
         env.stop()
 
 
+@pytest.mark.rules("§7.1", "§7.2", "PR-5", "PR-25")
 def test_pull_blocks_converts_block_lists_before_the_project_rules(env: Env) -> None:
     """Found: ``pull_blocks`` with ``dst_blocks=[1, -1]`` (the binding's TypeError) and
     ``tensor_num_per_layer=8`` on a 4-tensor cache (PR-3) raised PR-3's LX. Fixed in the
@@ -357,6 +367,7 @@ OPTION_VALUES = {
 }
 
 
+@pytest.mark.rules("§1.1")
 @settings(max_examples=settings.default.max_examples * 2)
 @given(data=st.data(), role=st.sampled_from(["PROMPT", "DECODER", "MIX"]))
 def test_init_selects_the_generation_and_mode_the_oracle_selects(data: st.DataObject, role: str) -> None:
@@ -423,6 +434,7 @@ CLUSTERS = st.builds(Cluster, st.sampled_from([None, 1, 2, CLUSTER]), st.sampled
                      st.sampled_from([1, 1, 0, 2]))
 
 
+@pytest.mark.rules("§10.2", "§10.3", "§10.4", "§10.5", "§10.7", "§10.8", "PR-36", "X-12", "X-13", "X-24")
 @settings(max_examples=settings.default.max_examples * 2)
 @given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool", "v1-decoder", "v1-prompt"]), data=st.data(),
        seed=st.integers(0, 2**32 - 1))
@@ -465,6 +477,7 @@ def test_link_clusters_and_check_link_status_agree_with_the_oracle(env: Env, mod
         env.stop()
 
 
+@pytest.mark.rules("§10.3", "X-12")
 @settings(max_examples=settings.default.max_examples * 2)
 @given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool", "v1-decoder", "v1-prompt", "v1-mix"]),
        data=st.data(), seed=st.integers(0, 2**32 - 1))
@@ -528,6 +541,7 @@ LISTEN_VALUES = ["127.0.0.1:{port}", "127.0.0.1:{port}", "127.0.0.1", "127.0.0.1
 ROLES = [LLMRole.PROMPT, LLMRole.DECODER, LLMRole.MIX] * 2 + [None, "PROMPT", 1]
 
 
+@pytest.mark.rules("§10.7", "§10.8", "X-13", "X-24")
 @settings(max_examples=settings.default.max_examples * 2)
 @given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool", "v1-decoder", "v1-prompt", "v1-mix"]),
        enable=st.booleans(), data=st.data())
@@ -576,6 +590,7 @@ def test_switch_role_agrees_with_the_oracle(env: Env, mode: str, enable: bool, d
         dd.finalize()
 
 
+@pytest.mark.rules("§10.3", "§10.7", "§10.8", "X-12", "X-13", "X-24")
 def test_switch_role_is_exist_link_while_a_link_lives_and_unlink_needs_only_a_listener(env: Env) -> None:
     """With a peer process listening (v2): a non-forced unlink of a cluster never linked
     is SUCCESS once its listener is reachable (docs/reference/semantics.md §10.3); while the link lives,
@@ -604,6 +619,7 @@ def test_switch_role_is_exist_link_while_a_link_lives_and_unlink_needs_only_a_li
         dd.finalize()
 
 
+@pytest.mark.rules("python-api §11.7", "V-12")
 @settings(max_examples=settings.default.max_examples * 2)
 @given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool"]), data=st.data(), seed=st.integers(0, 2**32 - 1))
 def test_remap_registered_memory_agrees_with_the_oracle(env: Env, mode: str, data: st.DataObject, seed: int) -> None:
@@ -651,6 +667,7 @@ def _config(c: Cfg, env: Env) -> Any:
     return TransferWithCacheKeyConfig(env.build(c.key), c.src_layer_range, c.dst_layer_range, c.src_batch_index)
 
 
+@pytest.mark.rules("§2.6", "§4.3", "§7.1", "§7.2", "§8.7", "python-api §14", "PR-5", "PR-25", "PR-40", "V-9")
 @settings(max_examples=settings.default.max_examples * 3)
 @given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool"]), data=st.data(), seed=st.integers(0, 2**32 - 1))
 def test_transfer_cache_async_agrees_with_the_oracle(env: Env, mode: str, data: st.DataObject, seed: int) -> None:
@@ -706,6 +723,7 @@ def refs_of(env: Env, *names: str) -> st.SearchStrategy[Any]:
     return st.sampled_from([env.checks.refs[n] for n in names])
 
 
+@pytest.mark.rules("§4.1", "§4.2", "PR-2", "V-5")
 def test_pull_ranges_are_checked_one_after_the_other(env: Env) -> None:
     """Found by the thorough profile: ``src_layer_range=range(2**32, 2**32 + 1)`` (V: not
     uint32) with an empty ``dst_layer_range`` (PR-2) is the ValueError: the oracle had put

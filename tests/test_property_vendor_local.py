@@ -51,6 +51,7 @@ def desc(num: int, shape: Tuple[int, ...], placement: int = DEVICE, blocks: bool
 
 # ---- the table limit (§15, E-22) ---------------------------------------------------------------
 
+@pytest.mark.rules("§3.3", "§3.4", "§15", "E-22", "X-19")
 @settings(max_examples=settings.default.max_examples)
 @given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool"]), seed=st.integers(0, 2**32 - 1),
        below=st.integers(-3, 3), keys=st.sampled_from([0, 1, 4]))
@@ -82,6 +83,7 @@ KEY_POOL = [Key("CacheKey", 1, req_id=1), Key("CacheKey", 1, req_id=2), Key("Cac
             Key("CacheKey", 1, prefix_id=1), PLACEHOLDER, Key("CacheKey", 1, model_id=1)]
 
 
+@pytest.mark.rules("§3.1", "§9.2", "PR-22")
 @settings(max_examples=settings.default.max_examples * 2)
 @given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool", "v1-prompt"]), seed=st.integers(0, 2**32 - 1),
        first=st.lists(st.sampled_from(KEY_POOL), max_size=5), second=st.lists(st.sampled_from(KEY_POOL), max_size=3),
@@ -106,6 +108,7 @@ def test_keys_bind_at_allocation_as_the_model_says(env: Env, mode: str, seed: in
         env.stop()
 
 
+@pytest.mark.rules("§3.1", "§9.3", "PR-21")
 @settings(max_examples=settings.default.max_examples * 2)
 @given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool"]), seed=st.integers(0, 2**32 - 1),
        first=st.lists(st.sampled_from(KEY_POOL), max_size=4), batches=st.sampled_from([1, 2, 3]))
@@ -129,6 +132,7 @@ def test_keys_bind_at_registration_as_the_model_says(env: Env, mode: str, seed: 
 
 # ---- deferred deallocation (§9.8) ----------------------------------------------------------------
 
+@pytest.mark.rules("§6.6", "§9.8")
 @settings(max_examples=settings.default.max_examples * 2)
 @given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool", "v1-prompt"]), seed=st.integers(0, 2**32 - 1),
        keys=st.lists(st.sampled_from(KEY_POOL[:4]), min_size=1, max_size=4, unique=True), data=st.data())
@@ -155,6 +159,7 @@ def test_a_deallocated_cache_lives_until_its_last_key_is_removed(env: Env, mode:
 
 # ---- copies and swaps with sound arguments (§6.6, §8.8–§8.10) ------------------------------------
 
+@pytest.mark.rules("§6.6", "§7.3", "§8.8", "§8.9", "§8.10", "PR-4", "PR-24")
 @settings(max_examples=settings.default.max_examples * 2)
 @given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool", "v1-prompt", "v1-decoder"]),
        seed=st.integers(0, 2**32 - 1), data=st.data())

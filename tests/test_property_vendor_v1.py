@@ -399,6 +399,10 @@ def run_decoder_here(peer: Any, data: Any, focus: str) -> None:
         world.close()
 
 
+@pytest.mark.rules("§3.1", "§3.3", "§3.4", "§4.1", "§4.2", "§5", "§6.1", "§6.2", "§6.3", "§7.1", "§7.2", "§7.3", "§7.5",
+                   "§7.6", "§8.0", "§8.2", "§8.3", "§8.4", "§8.5", "§8.6", "§8.11", "§8.12", "§9.1", "§9.2", "§9.4",
+                   "§9.5", "§10.5", "§11", "PR-2", "PR-3", "PR-4", "PR-5", "PR-6", "PR-13", "PR-14", "PR-15", "PR-20",
+                   "PR-22", "PR-24", "PR-25", "PR-36", "PR-38", "V-5", "X-12", "X-18")
 @pytest.mark.parametrize("focus", FOCUS)
 @settings(max_examples=settings.default.max_examples)
 @given(data=st.data())
@@ -506,6 +510,8 @@ def run_prompt_here(peer: Any, data: Any, focus: str) -> None:
         world.close()
 
 
+@pytest.mark.rules("§4.3", "§8.2", "§8.3", "§8.4", "§8.5", "§8.6", "§8.7", "§8.12", "§9.5", "§9.6", "§10.5", "§11",
+                   "python-api §14", "PR-36", "PR-40", "PR-41", "V-9", "X-12")
 @pytest.mark.parametrize("focus", TRANSFER_FOCUS)
 @settings(max_examples=settings.default.max_examples)
 @given(data=st.data())

@@ -87,6 +87,10 @@ def when(choice: Any, flaw: Optional[str]) -> str:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.rules("§1.3", "§1.4", "§2.6", "§4.1", "§4.2", "§5", "§6.1", "§6.2", "§7.1", "§7.2", "§7.3", "§7.5", "§7.6",
+                   "§8.2", "§8.3", "§8.4", "§8.5", "§8.6", "§8.12", "§9.1", "§9.4", "§9.5", "§9.6", "§9.7", "§9.8",
+                   "PR-2", "PR-3", "PR-4", "PR-5", "PR-6", "PR-7", "PR-13", "PR-14", "PR-15", "PR-16", "PR-19", "PR-20",
+                   "PR-24", "PR-25", "PR-32", "PR-41", "V-5")
 @settings(max_examples=settings.default.max_examples * 15)
 @given(form=st.sampled_from(["c2c", "b2b", "c2b"]),
        flaw=st.one_of(st.none(), st.sampled_from(PULL_FLAWS)), seed=st.integers(0, 2**32 - 1))
@@ -275,6 +279,7 @@ STEP = st.one_of(
 )
 
 
+@pytest.mark.rules("§8.4", "§9.5", "§9.8", "PR-16")
 @settings(max_examples=settings.default.max_examples * 8)
 # a layer at a time through one key: the key stays until the second layer is pulled (§9.5)
 @example(slots=["request", "request"], owned=True, layers=2,
@@ -330,6 +335,9 @@ def test_server_mode_keys_are_released_as_the_remaining_tensor_set_says(
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.rules("§1.3", "§1.4", "§4.3", "§5", "§6.1", "§6.2", "§7.3", "§7.5", "§7.6", "§8.2", "§8.3", "§8.4", "§8.5",
+                   "§8.6", "§8.12", "§9.7", "python-api §14", "PR-3", "PR-4", "PR-6", "PR-7", "PR-13", "PR-14", "PR-15",
+                   "PR-19", "PR-24", "PR-32")
 @settings(max_examples=settings.default.max_examples * 8)
 @given(form=st.sampled_from(["c2c", "b2b"]), flaw=st.one_of(st.none(), st.sampled_from(PUSH_FLAWS)),
        seed=st.integers(0, 2**32 - 1))
@@ -468,6 +476,7 @@ def async_transfers(draw: Any) -> dict:
                 by_key=draw(st.booleans()))
 
 
+@pytest.mark.rules("§1.3", "§2.6", "§4.3", "§7.5", "§8.5", "§8.7", "python-api §14", "PR-13", "PR-14", "PR-40", "V-9")
 @settings(max_examples=settings.default.max_examples * 8)
 @given(t=async_transfers())
 def test_transfer_cache_async_agrees_with_oracle(pair: v2s.Pair, t: dict) -> None:

@@ -311,6 +311,10 @@ class NativeEngines(RuleBasedStateMachine):
         self.h.check_memory()
 
 
+@pytest.mark.rules("§1.2", "§1.5", "§2.1", "§3.1", "§3.2", "§3.4", "§3.5", "§3.6", "§8.12", "§9.7", "§10.2", "§10.3",
+                   "§10.4", "§10.7", "§11", "§12.1", "§13", "§15", "cpp-api §6.6", "cpp-api §6.7", "cpp-api §6.8",
+                   "cpp-api §6.13", "PR-7", "PR-9", "PR-10", "PR-23", "PR-26", "PR-27", "PR-28", "PR-29", "PR-31",
+                   "PR-32", "PR-34", "PR-35", "PR-42", "E-21")
 @pytest.mark.parametrize("strict", [False, True], ids=["default", "strict"])
 def test_native_engines_follow_the_model(harness: Harness, strict: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every call of every random walk agrees with the model; memory matches after every step.

@@ -443,6 +443,9 @@ def peer() -> Any:
         _peer = None
 
 
+@pytest.mark.rules("§1.1", "§3.1", "§3.3", "§3.4", "§6.3", "§8.11", "§9.2", "§9.5", "§9.6", "§10.2", "§10.3", "§10.4",
+                   "§10.5", "§10.6", "§10.7", "§10.8", "§11", "§12.2", "§13", "PR-22", "PR-26", "PR-31", "PR-35",
+                   "PR-36", "PR-38", "PR-39", "PR-41", "V-2", "X-12", "X-13", "X-22", "X-23", "X-24")
 def test_the_life_cycle_and_links_of_both_generations_follow_the_model(peer: Any) -> None:
     from hypothesis.stateful import run_state_machine_as_test
     run_state_machine_as_test(LifeMachine, settings=settings(max_examples=3 * settings.default.max_examples,
@@ -451,6 +454,7 @@ def test_the_life_cycle_and_links_of_both_generations_follow_the_model(peer: Any
 
 # ---- regressions --------------------------------------------------------------------------------
 
+@pytest.mark.rules("PR-31", "PR-35", "X-22")
 def test_a_v1_pull_over_a_link_whose_prompt_side_is_gone_is_wait_process_timeout(peer: Any) -> None:
     """Found by the machine: the Prompt (here) force-unlinks, the Decoder (the peer)
     still holds its side and pulls. The oracle first said ``LLM_TIMEOUT`` (PR-31);
@@ -467,6 +471,7 @@ def test_a_v1_pull_over_a_link_whose_prompt_side_is_gone_is_wait_process_timeout
         machine.teardown()
 
 
+@pytest.mark.rules("§10.6", "§13", "X-23")
 @pytest.mark.parametrize("first", ["communicator", "link_clusters"])
 def test_a_second_communicator_over_a_linked_pair_is_failed_and_counts_until_its_unlink(peer: Any,
                                                                                       first: str) -> None:

@@ -167,4 +167,6 @@ class VendorLocalMachine(RuleBasedStateMachine):
 
 VendorLocalMachine.TestCase.settings = settings(max_examples=settings.default.max_examples * 3,
                                                 stateful_step_count=30, deadline=None)
-test_vendor_engines_follow_the_model = VendorLocalMachine.TestCase
+test_vendor_engines_follow_the_model = pytest.mark.rules(
+    "§3.1", "§3.3", "§3.4", "§3.5", "§6.6", "§7.3", "§8.8", "§8.9", "§8.10", "§9.2", "§9.3", "§9.6", "§9.8", "PR-4",
+    "PR-21", "PR-22", "PR-23", "PR-24", "PR-41")(VendorLocalMachine.TestCase)

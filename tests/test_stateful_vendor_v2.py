@@ -260,6 +260,9 @@ def pair() -> Iterator[v2s.Pair]:
     yield from v2s.module_pair(oracle)
 
 
+@pytest.mark.rules("§1.3", "§3.5", "§8.2", "§8.3", "§8.4", "§8.5", "§8.6", "§8.12", "§9.2", "§9.3", "§9.4", "§9.5",
+                   "§9.6", "§9.7", "§9.8", "§10.2", "§10.3", "§10.4", "PR-7", "PR-16", "PR-19", "PR-20", "PR-21",
+                   "PR-22", "PR-23", "PR-32", "PR-41", "X-12")
 def test_two_v2_engines_follow_the_model(pair: v2s.Pair) -> None:
     V2Machine.pair = pair
     run_state_machine_as_test(V2Machine, settings=settings(settings.default,
@@ -272,6 +275,7 @@ def test_two_v2_engines_follow_the_model(pair: v2s.Pair) -> None:
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.rules("§9.7", "PR-7", "PR-19", "PR-32")
 def test_a_push_from_a_cache_registered_after_the_link_fails_before_the_destination_lookup(pair: v2s.Pair) -> None:
     """Found by the state machine: a push whose local cache was registered after the link,
     to a blocks key the table copy does not list, gives ``PARAM_INVALID`` (the local cache's
@@ -289,6 +293,7 @@ def test_a_push_from_a_cache_registered_after_the_link_fails_before_the_destinat
     pair.stop()
 
 
+@pytest.mark.rules("§10.2", "§10.3", "§10.4")
 def test_after_a_forced_unlink_the_peer_still_holds_its_end_and_gets_already_link(pair: v2s.Pair) -> None:
     """Found by the state machine: after this side force-unlinks, the peer keeps its end
     (§10.3), so a link made from the peer gets ``ALREADY_LINK`` (PR-42), while a link made
@@ -304,6 +309,7 @@ def test_after_a_forced_unlink_the_peer_still_holds_its_end_and_gets_already_lin
     pair.stop()
 
 
+@pytest.mark.rules("§9.4", "PR-20")
 def test_a_push_to_cache_id_minus_one_takes_no_table_copy_in_strict_mode(
         pair: v2s.Pair, monkeypatch: pytest.MonkeyPatch) -> None:
     """Found by the state machine (a mock bug, fixed): in strict mode, a push to

@@ -747,6 +747,7 @@ def status_of(query: Any, limit: float = 10.0) -> str:
     return status
 
 
+@pytest.mark.rules("§10.6", "§13", "X-23")
 @pytest.mark.parametrize("first", ["communicator", "link_clusters"])
 def test_a_second_communicator_over_a_linked_pair_fails_at_link_total_time_and_the_first_link_keeps_working(
         first: str) -> None:

@@ -387,6 +387,7 @@ def run_decoders(port: int, first: int, count: int, src: int, how: str) -> None:
                    check=True, env=env, timeout=120)
 
 
+@pytest.mark.rules("§10.4", "PR-31")
 def test_links_of_decoders_that_finalize_or_die_without_unlinking_are_reaped(
         prompt: native.LlmDataDist, cache_of: Callable[[], int]) -> None:
     src = cache_of()
