@@ -58,15 +58,15 @@ _NO_DEFAULT: Final[Any] = object()
 
 class Checked(Generic[S, G, D]):
     """An attribute whose setter runs ``check`` and stores what it returns, and whose
-    getter gives the stored value (through ``read`` when given), else the default.
+    getter gives the stored value, unconverted (as the vendor's getters do), else the
+    default.
 
     The default is a value, or made by ``factory`` on first read and stored (for a dict
     that callers fill in place), or absent.
     """
 
     @overload
-    def __init__(self, check: Check[S, G], *, doc: str, default: D,
-                 read: Optional[Callable[[Union[G, D]], Union[G, D]]] = None) -> None: ...
+    def __init__(self, check: Check[S, G], *, doc: str, default: D) -> None: ...
 
     @overload
     def __init__(self, check: Check[S, G], *, doc: str, factory: Callable[[], D]) -> None: ...
@@ -75,15 +75,13 @@ class Checked(Generic[S, G, D]):
     def __init__(self: Checked[S, G, NoReturn], check: Check[S, G], *, doc: str) -> None: ...
 
     def __init__(self, check: Check[S, G], *, doc: str, default: Any = _NO_DEFAULT,
-                 factory: Optional[Callable[[], Any]] = None, read: Optional[Callable[[Any], Any]] = None) -> None:
-        self._setup(check, doc, default, factory, read)
+                 factory: Optional[Callable[[], Any]] = None) -> None:
+        self._setup(check, doc, default, factory)
 
-    def _setup(self, check: Check[S, G], doc: str, default: Any, factory: Optional[Callable[[], Any]],
-               read: Optional[Callable[[Any], Any]]) -> None:
+    def _setup(self, check: Check[S, G], doc: str, default: Any, factory: Optional[Callable[[], Any]]) -> None:
         self.check = check
         self.default = default
         self.factory = factory
-        self.read = read
         self.__doc__ = doc
         self.name = ""
         self.attr = ""
@@ -101,8 +99,7 @@ class Checked(Generic[S, G, D]):
     def __get__(self, instance: Optional[object], owner: Optional[type] = None) -> Any:
         if instance is None:
             return self
-        value = self.value_of(instance)
-        return value if self.read is None else self.read(value)
+        return self.value_of(instance)
 
     def __set__(self, instance: object, value: S) -> None:
         try:
@@ -115,7 +112,7 @@ class Checked(Generic[S, G, D]):
         return self.attr in instance.__dict__
 
     def value_of(self, instance: object) -> Union[G, D]:
-        """The stored value, else the default; ``read`` is not applied."""
+        """The stored value, else the default."""
         values = instance.__dict__
         if self.attr in values:
             return cast(Union[G, D], values[self.attr])
@@ -134,15 +131,14 @@ class Option(Checked[S, G, D]):
     two, ``ge_options`` brings its own)."""
 
     @overload
-    def __init__(self, *keys: str, check: Check[S, G], emit: Rule, doc: str, default: D,
-                 read: Optional[Callable[[Union[G, D]], Union[G, D]]] = None) -> None: ...
+    def __init__(self, *keys: str, check: Check[S, G], emit: Rule, doc: str, default: D) -> None: ...
 
     @overload
     def __init__(self, *keys: str, check: Check[S, G], emit: Rule, doc: str, factory: Callable[[], D]) -> None: ...
 
     def __init__(self, *keys: str, check: Check[S, G], emit: Rule, doc: str, default: Any = _NO_DEFAULT,
-                 factory: Optional[Callable[[], Any]] = None, read: Optional[Callable[[Any], Any]] = None) -> None:
-        self._setup(check, doc, default, factory, read)
+                 factory: Optional[Callable[[], Any]] = None) -> None:
+        self._setup(check, doc, default, factory)
         self.keys = keys
         self.emit = emit
 

@@ -316,13 +316,13 @@ class LlmConfig:
     listen_ip_info = Option(
         "llm.listenIpInfo", check=of_type(str), default="", emit=when_non_empty,
         doc="``llm.listenIpInfo``, e.g. ``\"192.168.1.1:26000\"``; ``\"\"`` until set.")
-    # read=int and read=str: these getters give int(value)/str(value), so a bool set as
-    # a count reads back as 0 or 1 (the dict still holds str(value), e.g. "True").
+    # As the vendor's getters, these give back the value set, unconverted: a bool set as a
+    # count reads back as True (the dict holds str(value), "True"), a str subclass as itself.
     link_total_time = Option(
-        "llm.LinkTotalTime", check=_int_between(0, 2**32 - 1), default=0, read=int, emit=when_set,
+        "llm.LinkTotalTime", check=_int_between(0, 2**32 - 1), default=0, emit=when_set,
         doc="``llm.LinkTotalTime`` in seconds; ``0`` (use ``HCCL_CONNECT_TIMEOUT``) until set.")
     link_retry_count = Option(
-        "llm.LinkRetryCount", check=_int_between(1, 100), default=1, read=int, emit=when_set,
+        "llm.LinkRetryCount", check=_int_between(1, 100), default=1, emit=when_set,
         doc="``llm.LinkRetryCount``; ``1`` until set.")
     rdma_traffic_class = Option(
         "llm.RdmaTrafficClass", check=int_in(UINT32), default=None, emit=when_not_none,
@@ -331,15 +331,15 @@ class LlmConfig:
         "llm.RdmaServiceLevel", check=int_in(UINT32), default=None, emit=when_not_none,
         doc="``llm.RdmaServiceLevel``; ``None`` until set.")
     local_comm_res = Option(
-        "llm.LocalCommRes", check=reset_by_none(str), default="", read=str, emit=when_set,
+        "llm.LocalCommRes", check=reset_by_none(str), default="", emit=when_set,
         doc="``llm.LocalCommRes``: the local rank table JSON or ``\"\"``; ``\"\"`` until set; "
             "``None`` resets to unset.")
     transfer_backend = Option(
-        "llm.TransferBackend", check=reset_by_none(str), default="", read=str, emit=when_set,
+        "llm.TransferBackend", check=reset_by_none(str), default="", emit=when_set,
         doc="``llm.TransferBackend`` (only ``\"hixl\"`` is accepted by the core); ``\"\"`` until set; "
             "``None`` resets to unset.")
     global_resource_config = Option(
-        "llm.GlobalResourceConfig", check=reset_by_none(str), default="", read=str, emit=when_set,
+        "llm.GlobalResourceConfig", check=reset_by_none(str), default="", emit=when_set,
         doc="``llm.GlobalResourceConfig`` (passed to the HIXL backend); ``\"\"`` until set; "
             "``None`` resets to unset.")
     cluster_info = Option(

@@ -416,6 +416,22 @@ def test_link_retry_count_checks(value: Any, exc: type) -> None:
         raises(exc, setter(LLMConfig(), "link_retry_count", value), "link_retry_count")
 
 
+class Text(str):
+    """A str subclass: the vendor's getters give back the very object set."""
+
+
+def test_getters_give_back_the_value_set_unconverted_as_the_vendors_do() -> None:
+    cfg = LLMConfig()
+    cfg.link_total_time = True                 # a bool is an int to the vendor's check
+    cfg.link_retry_count = True
+    assert cfg.link_total_time is True and cfg.link_retry_count is True
+    assert cfg.generate_options()["llm.LinkTotalTime"] == "True"
+    for name in ("local_comm_res", "transfer_backend", "global_resource_config"):
+        value = Text("x")
+        setattr(cfg, name, value)
+        assert getattr(cfg, name) is value, name
+
+
 def test_link_getters_return_the_value_once_set() -> None:
     cfg = LLMConfig()
     cfg.link_total_time = 1080
