@@ -40,8 +40,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from . import _bench_report
-from ._bench_measure import RawProcessVm, Tensors, best_interleaved, blocks_hold, pattern, per_call, per_call_pair, \
-    read_remote, start_library
+from ._bench_measure import RawProcessVm, RegionsMemcpy, Tensors, best_interleaved, blocks_hold, pattern, per_call, \
+    per_call_pair, read_remote, start_library
 from ._cli import MEMCPY_CHUNK, CommandError, check_fits, describe_exit, description, int_in, run_interruptibly, \
     spawn
 
@@ -293,43 +293,62 @@ class Suite:
             for shape, order in shapes.items():
                 nbytes = int(order.size) * block_bytes * args.tensors
                 row = {"path": path, "memory": kind, "shape": shape, "block_bytes": block_bytes, "bytes": nbytes}
-                if "pull" in args.ops:
-                    for threads in thread_counts(args.threads) if shape == "scattered" else [1]:
-                        pull = self._pull(source, target, order, threads)
-                        for view in local[kind].views:
-                            view.fill(0)
-                        pull()
-                        path = self._taken(path)
-                        self.results.paths.setdefault(path, "measured")
-                        row["path"] = path
-                        if not blocks_hold(local[kind].views, order, model[:, order.astype(np.intp)]):
-                            raise CommandError(f"a pull ({path}, {kind} memory, {shape}, {block_bytes} B blocks, "
-                                               f"{threads} threads) moved wrong bytes", status=1)
-                        best = best_interleaved(pull, nbytes, args.repeat, raw(order, order, push=False))
-                        self.results.transfers.append(_transfer_row(dict(row, op="pull", threads=threads), best))
-                if "push" in args.ops:
-                    self.push_base += 1
-                    local[kind].fill(self.push_base)
-                    sent = np.stack([pattern(self.push_base, t, blocks) for t in range(args.tensors)])
-
-                    def push(order: "np.ndarray[Any, Any]" = order, source: Any = source, kind: str = kind) -> None:
-                        self.engine.push_kv_blocks(native.Cache(local_ids[kind], cache_desc=None),
-                                                   source, order, order, ext)
-                    push()
-                    path = self._taken(path)
-                    self.results.paths.setdefault(path, "measured")
-                    row["path"] = path
-                    model[:, order.astype(np.intp)] = sent[:, order.astype(np.intp)]
-                    arrived = peer.views[kind] if peer.pid is None else \
-                        read_remote(peer.pid, peer.addresses[kind], blocks, block_bytes)
-                    every = np.arange(blocks, dtype=np.uint64)
-                    if not blocks_hold(arrived, every, model):
-                        raise CommandError(f"a push ({path}, {kind} memory, {shape}, {block_bytes} B blocks) moved "
-                                           "wrong bytes", status=1)
-                    best = best_interleaved(push, nbytes, args.repeat, raw(order, order, push=True))
-                    self.results.transfers.append(_transfer_row(dict(row, op="push", threads=1), best))
+                regions = RegionsMemcpy(args.tensors, blocks, block_bytes, order) if kind == "library" else None
+                try:
+                    path = self._rows(row, kind, order, nbytes, blocks, block_bytes, source, target, local,
+                                      local_ids, model, peer, ext, raw, regions)
+                finally:
+                    if regions is not None:
+                        regions.close()
             if block_bytes == args.sizes[0]:
                 self.one_call(peer, path, kind, source, target, local[kind], block_bytes, raw)
+
+    def _rows(self, row: Dict[str, Any], kind: str, order: "np.ndarray[Any, Any]", nbytes: int, blocks: int,
+              block_bytes: int, source: Any, target: Any, local: Dict[str, Tensors], local_ids: Dict[str, int],
+              model: "np.ndarray[Any, Any]", peer: Peer, ext: Any, raw: Callable[..., Optional[RawProcessVm]],
+              regions: Optional[RegionsMemcpy]) -> str:
+        """The pull rows (one per thread count) and the push row of one shape; the path
+        the transfers took."""
+        from . import native
+
+        args = self.args
+        path, shape = row["path"], row["shape"]
+        if "pull" in args.ops:
+            for threads in thread_counts(args.threads) if shape == "scattered" else [1]:
+                pull = self._pull(source, target, order, threads)
+                for view in local[kind].views:
+                    view.fill(0)
+                pull()
+                path = self._taken(path)
+                self.results.paths.setdefault(path, "measured")
+                row["path"] = path
+                if not blocks_hold(local[kind].views, order, model[:, order.astype(np.intp)]):
+                    raise CommandError(f"a pull ({path}, {kind} memory, {shape}, {block_bytes} B blocks, "
+                                       f"{threads} threads) moved wrong bytes", status=1)
+                best = best_interleaved(pull, nbytes, args.repeat, raw(order, order, push=False), regions)
+                self.results.transfers.append(_transfer_row(dict(row, op="pull", threads=threads), best))
+        if "push" in args.ops:
+            self.push_base += 1
+            local[kind].fill(self.push_base)
+            sent = np.stack([pattern(self.push_base, t, blocks) for t in range(args.tensors)])
+
+            def push(order: "np.ndarray[Any, Any]" = order, source: Any = source, kind: str = kind) -> None:
+                self.engine.push_kv_blocks(native.Cache(local_ids[kind], cache_desc=None),
+                                           source, order, order, ext)
+            push()
+            path = self._taken(path)
+            self.results.paths.setdefault(path, "measured")
+            row["path"] = path
+            model[:, order.astype(np.intp)] = sent[:, order.astype(np.intp)]
+            arrived = peer.views[kind] if peer.pid is None else \
+                read_remote(peer.pid, peer.addresses[kind], blocks, block_bytes)
+            every = np.arange(blocks, dtype=np.uint64)
+            if not blocks_hold(arrived, every, model):
+                raise CommandError(f"a push ({path}, {kind} memory, {shape}, {block_bytes} B blocks) moved "
+                                   "wrong bytes", status=1)
+            best = best_interleaved(push, nbytes, args.repeat, raw(order, order, push=True), regions)
+            self.results.transfers.append(_transfer_row(dict(row, op="push", threads=1), best))
+        return str(path)
 
     def _taken(self, reported: str) -> str:
         """The path the link's last transfer took (the mock reports "shared" per transfer:
@@ -443,11 +462,13 @@ def _transfer_row(row: Dict[str, Any], best: Dict[str, Optional[float]]) -> Dict
     nbytes = row["bytes"]
     seconds = max(float(best["transfer"] or 0), 1e-9)      # below the clock's resolution
     memcpy = max(float(best["memcpy"] or 0), 1e-9)
-    raw = best["raw"]
+    raw, regions = best["raw"], best.get("regions")
     row.update({"seconds": seconds, "gb_per_s": nbytes / seconds / 1e9, "memcpy_seconds": memcpy,
                 "memcpy_gb_per_s": nbytes / memcpy / 1e9, "x_memcpy": memcpy / seconds,
                 "raw_seconds": raw, "raw_gb_per_s": None if raw is None else nbytes / max(raw, 1e-9) / 1e9,
-                "x_raw": None if raw is None else max(raw, 1e-9) / seconds})
+                "x_raw": None if raw is None else max(raw, 1e-9) / seconds,
+                "regions_seconds": regions,
+                "x_regions": None if regions is None else max(regions, 1e-9) / seconds})
     return row
 
 

@@ -154,24 +154,63 @@ def read_remote(pid: int, addresses: Sequence[int], blocks: int, block_bytes: in
 # ---- timing -------------------------------------------------------------------------------------
 
 def best_interleaved(transfer: Callable[[], None], nbytes: int, repeat: int,
-                     raw: Optional[Callable[[], None]] = None) -> Dict[str, Optional[float]]:
-    """Best seconds of ``transfer``, of a memcpy of ``nbytes`` and of ``raw`` (when
-    given), each repetition of the transfer followed at once by one of each floor, so
-    that all of them see the machine in the same state."""
+                     raw: Optional[Callable[[], None]] = None,
+                     regions: Optional[Callable[[], None]] = None) -> Dict[str, Optional[float]]:
+    """Best seconds of ``transfer``, of a memcpy of ``nbytes``, and of ``raw`` and
+    ``regions`` (when given), each repetition of the transfer followed at once by one of
+    each floor, so that all of them see the machine in the same state."""
     transfer()                             # warm-up: first use takes the peer's table copy
-    if raw is not None:
-        raw()
-    best: Dict[str, float] = {"transfer": float("inf"), "memcpy": float("inf"), "raw": float("inf")}
+    floors = {"raw": raw, "regions": regions}
+    for floor in floors.values():
+        if floor is not None:
+            floor()
+    best: Dict[str, float] = {"transfer": float("inf"), "memcpy": float("inf"), "raw": float("inf"),
+                              "regions": float("inf")}
     for _ in range(repeat):
         start = time.perf_counter()
         transfer()
         best["transfer"] = min(best["transfer"], time.perf_counter() - start)
         best["memcpy"] = min(best["memcpy"], memcpy_seconds(nbytes))
-        if raw is not None:
-            start = time.perf_counter()
-            raw()
-            best["raw"] = min(best["raw"], time.perf_counter() - start)
-    return {"transfer": best["transfer"], "memcpy": best["memcpy"], "raw": best["raw"] if raw is not None else None}
+        for name, floor in floors.items():
+            if floor is not None:
+                start = time.perf_counter()
+                floor()
+                best[name] = min(best[name], time.perf_counter() - start)
+    return {"transfer": best["transfer"], "memcpy": best["memcpy"],
+            **{name: best[name] if floor is not None else None for name, floor in floors.items()}}
+
+
+class RegionsMemcpy:
+    """The ``regions`` floor of library-memory rows: a plain ``memcpy`` of exactly the
+    blocks a transfer moves (``order``), each tensor's from one library allocation to
+    another of the same size, with nothing else (``lldd_mock_copy_blocks``). Where the
+    library's memory cannot use the huge pages numpy's buffers get (shared memory
+    without transparent huge pages), and where blocks are scattered, this is what a
+    plain copy between such memory costs; the contiguous memcpy floor is not."""
+
+    def __init__(self, count: int, blocks: int, block_bytes: int, order: "np.ndarray[Any, Any]") -> None:
+        from . import _capi
+
+        self._copy = _capi.mock_function("lldd_mock_copy_blocks")
+        self._src = Tensors("library", count, blocks, block_bytes)
+        self._dst = Tensors("library", count, blocks, block_bytes)
+        self._offsets = np.ascontiguousarray(order.astype(np.uint64) * np.uint64(block_bytes))
+        self._pointer = _capi.ffi.from_buffer("uint64_t[]", self._offsets)
+        self._block = block_bytes
+        self._pairs = list(zip(self._dst.addresses, self._src.addresses))
+
+    def __call__(self) -> None:
+        from . import _capi
+
+        for dst, src in self._pairs:
+            status = self._copy(_capi.ffi.cast("void *", dst), _capi.ffi.cast("void *", src), self._pointer,
+                                len(self._offsets), self._block)
+            if status != 0:
+                raise CommandError(f"lldd_mock_copy_blocks failed with status {status:#x}", status=1)
+
+    def close(self) -> None:
+        self._src.close()
+        self._dst.close()
 
 
 def per_call(call: Callable[[], None], calls: int, batches: int = 5) -> float:

@@ -64,9 +64,20 @@ def goals(transfers: List[Dict[str, Any]], per_call: List[Dict[str, Any]], block
     shared = [r for r in single if r["path"] == "shared" and r["memory"] == "library" and r["block_bytes"] >= 16 * KIB]
     if shared:
         worst = min(shared, key=lambda r: r["x_memcpy"])
+        # judged on the contiguous memcpy floor, as the target says; the floor of a plain
+        # memcpy of the same regions between library memory is reported beside it
+        with_regions = [r for r in shared if r.get("x_regions") is not None]
+        note = ""
+        if with_regions:
+            low = min(with_regions, key=lambda r: r["x_regions"])
+            floor = min(with_regions, key=lambda r: r["memcpy_seconds"] / r["regions_seconds"])
+            note = (f"against a plain memcpy of the same regions between library memory: worst "
+                    f"{low['x_regions']:.2f}x ({_where(low)}); that memcpy itself reaches "
+                    f"{floor['memcpy_seconds'] / floor['regions_seconds']:.2f}x of the contiguous floor at worst "
+                    f"({_where(floor)})")
         result.append(_goal("1. library memory moves as a plain copy (shared mapping)",
                             ">= 0.95x memcpy, every block size >= 16 KiB, contiguous and scattered",
-                            f"{worst['x_memcpy']:.2f}x (worst: {_where(worst)})", worst["x_memcpy"] >= 0.95))
+                            f"{worst['x_memcpy']:.2f}x (worst: {_where(worst)})", worst["x_memcpy"] >= 0.95, note))
     else:
         library = [r for r in single if r["memory"] == "library" and r["path"] == "process_vm"
                    and r["block_bytes"] >= 16 * KIB]
@@ -188,13 +199,16 @@ def text(report: Dict[str, Any]) -> str:
              "paths: " + "; ".join(f"{path}: {state}" for path, state in report["paths"].items()),
              "",
              "Transfers. x memcpy: against a memcpy of the same byte count; x raw: against process_vm_readv "
-             "(pull) or process_vm_writev (push) of the same regions; both floors timed right after each repetition.",
+             "(pull) or process_vm_writev (push) of the same regions; x regions (library memory): against a plain "
+             "memcpy of the same regions between two library allocations; every floor timed right after each "
+             "repetition.",
              f"{'op':<5} {'path':<11} {'memory':<8} {'shape':<11} {'block':>8} {'thr':>3} {'GB/s':>7} "
-             f"{'memcpy':>7} {'x memcpy':>8} {'raw':>7} {'x raw':>6}"]
+             f"{'memcpy':>7} {'x memcpy':>8} {'raw':>7} {'x raw':>6} {'x regions':>9}"]
     for r in report["transfers"]:
         lines.append(f"{r['op']:<5} {r['path']:<11} {r['memory']:<8} {r['shape']:<11} {size_text(r['block_bytes']):>8} "
                      f"{r['threads']:>3} {r['gb_per_s']:>7.2f} {r['memcpy_gb_per_s']:>7.2f} {r['x_memcpy']:>8.2f} "
-                     f"{_opt(r['raw_gb_per_s'], '7.2f'):>7} {_opt(r['x_raw'], '6.2f'):>6}")
+                     f"{_opt(r['raw_gb_per_s'], '7.2f'):>7} {_opt(r['x_raw'], '6.2f'):>6} "
+                     f"{_opt(r.get('x_regions'), '9.2f'):>9}")
     lines += ["", "One-block pull through the native API (us per call; C alone: the same call with its arguments "
               "converted beforehand; floors: one block's memcpy and raw process_vm_readv).",
               f"{'path':<11} {'memory':<8} {'block':>8} {'call':>7} {'C':>7} {'Python':>7} {'memcpy':>7} "

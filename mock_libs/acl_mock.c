@@ -1449,3 +1449,34 @@ MOCK_EXPORT uint64_t lldd_mock_live_allocations(void)
 {
     return mock_acl_live_count();
 }
+
+/* ---------------------------------------------------------------- the bench floor */
+
+/* Whether `count` blocks of `block` bytes at base + offsets[k] all lie in the live
+ * allocation that holds base. */
+static int blocks_inside(const void *base, const uint64_t *offsets, uint64_t count, uint64_t block)
+{
+    mock_alloc_info a;
+    uintptr_t b = (uintptr_t)base;
+    if (base == NULL || !mock_acl_lookup(b, &a) || !a.live || b - a.base > a.size)
+        return 0;
+    uint64_t room = a.size - (b - a.base);
+    for (uint64_t k = 0; k < count; k++)
+        if (block > room || offsets[k] > room - block)
+            return 0;
+    return 1;
+}
+
+MOCK_EXPORT lldd_status lldd_mock_copy_blocks(void *dst, const void *src, const uint64_t *offsets, uint64_t count,
+                                              uint64_t block)
+{
+    if ((offsets == NULL && count > 0) || block > SIZE_MAX || !blocks_inside(dst, offsets, count, block) ||
+        !blocks_inside(src, offsets, count, block)) {
+        mock_set_error("lldd_mock_copy_blocks: dst and src must each be a live mock-ACL allocation holding every "
+                       "block (offsets[k] + block within it)");
+        return LLM_PARAM_INVALID;
+    }
+    for (uint64_t k = 0; k < count; k++)
+        memcpy((char *)dst + offsets[k], (const char *)src + offsets[k], (size_t)block);
+    return LLM_SUCCESS;
+}

@@ -19,9 +19,10 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List
 
+import numpy as np
 import pytest
 
-from llm_datadist_ffi import _bench, _bench_measure, _bench_report, _cli, _demo
+from llm_datadist_ffi import LLMStatusCode, _bench, _bench_measure, _bench_report, _capi, _cli, _demo, acl
 
 pytestmark = pytest.mark.mock_only(reason="demo and bench run the mock in several processes")
 
@@ -322,7 +323,48 @@ def test_bench_times_the_floors_right_after_each_repetition_of_a_transfer(monkey
     best = _bench_measure.best_interleaved(lambda: events.append("transfer"), 4096, 3,
                                            raw=lambda: events.append("raw"))
     assert events == ["transfer", "raw"] + ["transfer", ("memcpy", 4096), "raw"] * 3
-    assert best == {"transfer": 1.0, "memcpy": 0.5, "raw": 1.0}
+    assert best == {"transfer": 1.0, "memcpy": 0.5, "raw": 1.0, "regions": None}
+    events.clear()
+    best = _bench_measure.best_interleaved(lambda: events.append("transfer"), 4096, 2,
+                                           raw=lambda: events.append("raw"), regions=lambda: events.append("regions"))
+    assert events == ["transfer", "raw", "regions"] + ["transfer", ("memcpy", 4096), "raw", "regions"] * 2
+    assert best == {"transfer": 1.0, "memcpy": 0.5, "raw": 1.0, "regions": 1.0}
+
+
+def test_the_regions_floor_copies_exactly_the_listed_blocks_between_library_memory() -> None:
+    order = np.array([5, 0, 3], dtype=np.uint64)
+    acl.set_device(0)
+    floor = _bench_measure.RegionsMemcpy(2, 8, 64, order)
+    try:
+        for t, (src, dst) in enumerate(zip(floor._src.views, floor._dst.views)):
+            src[:] = (np.arange(8, dtype=np.uint8) * 16 + t)[:, None]
+            dst[:] = 0xEE
+        floor()
+        for t, dst in enumerate(floor._dst.views):
+            expected = np.full((8, 64), 0xEE, dtype=np.uint8)
+            for block in (5, 0, 3):
+                expected[block] = block * 16 + t
+            assert np.array_equal(dst, expected)
+    finally:
+        floor.close()
+
+
+def test_the_mock_refuses_a_copy_of_blocks_outside_its_allocations() -> None:
+    copy = _capi.mock_function("lldd_mock_copy_blocks")
+    acl.set_device(0)
+    a, b = acl.malloc(256), acl.malloc(256)
+    try:
+        offsets = _capi.ffi.new("uint64_t[]", [0, 193])          # 193 + 64 runs one byte past 256
+        assert copy(_capi.ffi.cast("void *", a), _capi.ffi.cast("void *", b), offsets, 2, 64) == \
+            LLMStatusCode.LLM_PARAM_INVALID
+        assert "live mock-ACL allocation" in _capi.last_error()
+        scratch = np.zeros(256, dtype=np.uint8)                  # numpy memory is no mock allocation
+        offsets = _capi.ffi.new("uint64_t[]", [0])
+        assert copy(_capi.ffi.cast("void *", scratch.ctypes.data), _capi.ffi.cast("void *", b), offsets, 1, 64) == \
+            LLMStatusCode.LLM_PARAM_INVALID
+    finally:
+        acl.free(a)
+        acl.free(b)
 
 
 # ---- Ctrl-C -------------------------------------------------------------------------------

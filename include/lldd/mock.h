@@ -79,3 +79,11 @@ lldd_status lldd_mock_set_link_pace(lldd_engine *engine, uint64_t cluster_id, ui
 /* The bytes the calling thread's transfers and copies have moved (a running total from
  * the thread's start): read it before and after a call for the bytes that call moved. */
 uint64_t lldd_mock_bytes_moved(void);
+
+/* A floor for the benchmark suite: memcpy of `count` blocks of `block` bytes, block k from
+ * src + offsets[k] to dst + offsets[k], in that order, with nothing else (no check per
+ * block, no streaming stores): what a plain program pays to copy the regions a transfer
+ * moves. dst and src must each lie in one live allocation of the mock's ACL that holds
+ * every block (LLM_PARAM_INVALID otherwise, and nothing is copied). */
+lldd_status lldd_mock_copy_blocks(void *dst, const void *src, const uint64_t *offsets, uint64_t count,
+                                  uint64_t block);
