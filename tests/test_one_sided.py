@@ -119,6 +119,7 @@ def test_pulls_and_pushes_reach_a_stopped_prompt_after_the_first_transfer(
         assert not pushed[t][[0, 1, 2, 3, 4, 7]].any()
 
 
+@pytest.mark.rules("§9.7")
 def test_the_table_answers_for_freed_and_later_caches_without_the_prompt(
         prompt: tuple[PeerProcess, int], decoder: native.LlmDataDist) -> None:
     peer, port = prompt
@@ -161,6 +162,7 @@ def test_a_cache_the_table_has_no_slot_for_is_asked_of_the_prompt(
                                                         [3])) == S.LLM_TIMEOUT     # needs the Prompt
 
 
+@pytest.mark.rules("E-15")
 def test_the_prompts_serve_delay_holds_for_table_reads_too(prompt: tuple[PeerProcess, int],
                                                             decoder: native.LlmDataDist) -> None:
     peer, port = prompt
