@@ -18,6 +18,9 @@
  * of their listening sockets (else the parent's port stays bound while the child
  * lives), marks each one inherited (serial 0, UNINIT: every call fails, finalize is a
  * no-op, destroy only frees the child's copy of its memory) and empties the registry.
+ * The parent's fork() returns only once that handler has closed them: the child may
+ * not be scheduled for a while, and until then its copies keep the parent's port
+ * accepting connections after the parent has finalized (see registry_before_fork).
  */
 #include "engine.h"
 
@@ -43,11 +46,65 @@ static engine *g_engines;
 static uint64_t g_next_serial = 1;
 static uint64_t g_live_engines;
 
+/* A listener's descriptors (listening socket, identity channel, wake pipe) are made,
+ * recorded in its engine, closed and forgotten under this lock, and fork() holds it
+ * from its prepare handler on: a child's handler therefore finds every listening
+ * socket that exists at the fork in an engine marked `listening`, never one that a
+ * thread has bound and not yet recorded (the child would keep that port bound for its
+ * whole life) or one already closed (its number may be a descriptor the child needs).
+ * Order: an engine's listen_mu, then g_fork_mu, then g_reg_mu. */
+static pthread_mutex_t g_fork_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* The pipe of the fork in progress (both ends -1 when no engine listens): only the
+ * child's handler and the parent's hold its write end, so the parent's read sees EOF
+ * once the child has closed its copies of the listening sockets. Written under
+ * g_fork_mu, which a fork holds from prepare to the parent's and the child's handler. */
+static int g_fork_gate[2] = {-1, -1};
+
+/* In the parent, before fork(): the registry and the listeners stay as they are until
+ * the fork is done. */
+static void registry_before_fork(void)
+{
+    pthread_mutex_lock(&g_fork_mu);
+    pthread_mutex_lock(&g_reg_mu);
+    g_fork_gate[0] = g_fork_gate[1] = -1;
+    for (engine *e = g_engines; e != NULL; e = e->reg_next) {
+        if (e->listening) {
+            /* without the pipe the parent does not wait: what it did before there was one */
+            if (pipe2(g_fork_gate, O_CLOEXEC) != 0)
+                g_fork_gate[0] = g_fork_gate[1] = -1;
+            break;
+        }
+    }
+}
+
+/* In the parent, after fork() (also after a failed one: then no child holds the write
+ * end and the read returns at once). Waits for the child's handler, so that a finalize
+ * right after the fork really frees the port. Nothing but that handler runs in the
+ * child before it closes its end; a child that dies first closes it too. */
+static void registry_after_fork_parent(void)
+{
+    int gate[2] = {g_fork_gate[0], g_fork_gate[1]};
+    g_fork_gate[0] = g_fork_gate[1] = -1;
+    pthread_mutex_unlock(&g_reg_mu);
+    pthread_mutex_unlock(&g_fork_mu);
+    if (gate[0] < 0)
+        return;
+    close(gate[1]);
+    char c;
+    ssize_t r;
+    do {
+        r = read(gate[0], &c, 1);
+    } while (r < 0 && errno == EINTR);
+    close(gate[0]);
+}
+
 /* In the child of fork(), which runs single-threaded: locks a parent thread held at
  * the fork stay held forever in the child, so every lock an inherited engine or the
  * registry has is re-made instead of taken. */
 static void registry_after_fork_child(void)
 {
+    g_fork_mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     g_reg_mu = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
     g_reg_cv = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
     for (engine *e = g_engines; e != NULL; e = e->reg_next) {
@@ -76,11 +133,17 @@ static void registry_after_fork_child(void)
     }
     g_engines = NULL;
     g_live_engines = 0;
+    /* the last thing: the parent's fork() returns when this end is closed */
+    if (g_fork_gate[0] >= 0) {
+        close(g_fork_gate[1]);
+        close(g_fork_gate[0]);
+    }
+    g_fork_gate[0] = g_fork_gate[1] = -1;
 }
 
 __attribute__((constructor)) static void registry_register_fork_handler(void)
 {
-    pthread_atfork(NULL, NULL, registry_after_fork_child);
+    pthread_atfork(registry_before_fork, registry_after_fork_parent, registry_after_fork_child);
 }
 
 engine *registry_acquire(uint64_t serial)
@@ -281,7 +344,7 @@ static void *listener_main(void *arg)
     return NULL;
 }
 
-/* Starts the listener thread on an already bound socket. listen_mu held. */
+/* Starts the listener thread on an already bound socket. listen_mu and g_fork_mu held. */
 static int listener_run(engine *e, int fd, const tp_addr *addr)
 {
     if (pipe2(e->wake_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
@@ -306,7 +369,7 @@ static int listener_run(engine *e, int fd, const tp_addr *addr)
     return 0;
 }
 
-/* listen_mu held. */
+/* listen_mu and g_fork_mu held. */
 static void listener_stop(engine *e)
 {
     if (!e->listening)
@@ -327,12 +390,14 @@ static void listener_stop(engine *e)
 static lldd_status listener_start(engine *e, const tp_addr *addr, const char *fn)
 {
     int fd;
+    pthread_mutex_lock(&g_fork_mu);
     int err = tp_listen(addr, &fd);
     if (err == 0) {
         err = listener_run(e, fd, addr);
         if (err != 0)
             close(fd);
     }
+    pthread_mutex_unlock(&g_fork_mu);
     if (err != 0) {
         mock_set_error("%s: cannot listen on %s%s%s:%u (llm.ListenIpInfo): %s", fn,
                        addr->family == AF_INET6 ? "[" : "", addr->ip, addr->family == AF_INET6 ? "]" : "",
@@ -847,7 +912,9 @@ MOCK_EXPORT void lldd_finalize(lldd_engine *e)
     pthread_mutex_unlock(&e->mu);
 
     pthread_mutex_lock(&e->listen_mu);
+    pthread_mutex_lock(&g_fork_mu);
     listener_stop(e);
+    pthread_mutex_unlock(&g_fork_mu);
     pthread_mutex_unlock(&e->listen_mu);
 
     /* handshakes and disconnects in progress: wake them, then join them */
@@ -958,6 +1025,7 @@ lldd_status engine_listen_as(engine *e, const char *fn, const tp_addr *addr)
 {
     lldd_status st = LLM_SUCCESS;
     pthread_mutex_lock(&e->listen_mu);
+    pthread_mutex_lock(&g_fork_mu);
     int change = addr != NULL ? !(e->listening && e->listen_addr.port == addr->port) : e->listening;
     if (change && e->hixl) {
         mock_set_error("%s: the listen address cannot change with llm.TransferBackend \"hixl\"", fn);
@@ -979,6 +1047,7 @@ lldd_status engine_listen_as(engine *e, const char *fn, const tp_addr *addr)
     } else if (change) {
         listener_stop(e);
     }
+    pthread_mutex_unlock(&g_fork_mu);
     pthread_mutex_unlock(&e->listen_mu);
     return st;
 }

@@ -6,13 +6,16 @@ answered from outside the package: does 127.0.0.1:port still accept a connection
 """
 from __future__ import annotations
 
+import ctypes
 import gc
 import os
+import select
 import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import traceback
 from typing import Callable, Iterator
 
@@ -271,3 +274,61 @@ def test_a_child_does_not_keep_the_parents_port_bound_after_the_parent_finalizes
         os.close(release_r)
         os.close(release_w)
 
+
+# The child is held in a fork handler of its own that runs before the mock's (glibc runs
+# child handlers in the order they were registered, and this one is registered before the
+# package loads the mock): getchar() returns when the test closes the script's stdin. So
+# the child's copy of the listening socket stays open for as long as the test wants, which
+# is what a busy machine does by not scheduling the child for a while.
+FORK_HELD_BEFORE_THE_MOCKS_HANDLER = """
+import ctypes, os, socket, sys
+port = int(sys.argv[1])
+libc = ctypes.CDLL(None)
+libc.__register_atfork.argtypes = [ctypes.c_void_p] * 4
+assert libc.__register_atfork(None, None, ctypes.cast(libc.getchar, ctypes.c_void_p), None) == 0
+from llm_datadist_ffi import native
+engine = native.LlmDataDist(1, native.LlmRole.PROMPT)
+engine.initialize({"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{port}"})
+print("forking", flush=True)
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+print("forked", flush=True)
+engine.close()
+with socket.socket() as s:
+    s.settimeout(2.0)
+    listening = s.connect_ex(("127.0.0.1", port)) == 0 and s.getsockname()[1] != port
+print("listening" if listening else "closed", flush=True)
+print(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), flush=True)
+"""
+
+
+def read_from(fd: int, seconds: float, until: bytes | None = None) -> bytes:
+    """What fd delivers within `seconds`, stopping early at its end or once `until` was read."""
+    data = b""
+    left = seconds
+    while until is None or until not in data:
+        started = time.monotonic()
+        if not select.select([fd], [], [], max(left, 0.0))[0]:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        data += chunk
+        left -= time.monotonic() - started
+    return data
+
+
+@mock_fork
+@pytest.mark.skipif(not hasattr(ctypes.CDLL(None), "__register_atfork"),
+                    reason="holding the child before the mock's fork handler needs glibc's __register_atfork")
+def test_fork_returns_in_the_parent_only_once_the_child_has_closed_its_copy_of_the_listening_socket() -> None:
+    with subprocess.Popen([sys.executable, "-c", FORK_HELD_BEFORE_THE_MOCKS_HANDLER, str(vs.free_port())],
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
+                          cwd=tempfile.gettempdir()) as script:
+        assert script.stdout is not None
+        started = read_from(script.stdout.fileno(), 60.0, until=b"forking\n")
+        while_held = read_from(script.stdout.fileno(), 1.0)   # the child is held all this second
+        rest, errors = script.communicate(timeout=60)           # closes stdin: the child goes on
+    assert (started, while_held) == (b"forking\n", b"")
+    assert (script.returncode, rest, errors) == (0, b"forked\nclosed\n0\n", b"")
