@@ -87,19 +87,20 @@ def _packed(values: Sequence[Any]) -> Optional["np.ndarray[Any, Any]"]:
     return np.frombuffer(packed, dtype=np.uint64)
 
 
-def smallest_repeat(blocks: "np.ndarray[Any, Any]") -> Optional[int]:
+def smallest_repeat(blocks: Any) -> Optional[int]:
     """The smallest value that occurs more than once in the one-dimensional integer
-    array ``blocks`` (non-negative values), or None.
+    array ``blocks`` (non-negative values), or None. A short list may also come as any
+    sequence of Python ints of at most ``_SHORT_LIST`` entries (a cffi array).
 
     An ascending list has none; other block tables are dense, so their values are
     counted (linear); a list whose largest value is far larger than its length, or a
     short one, is sorted instead.
     """
-    count = int(blocks.size)
+    count = len(blocks)
     if count < 2:
         return None
     if count <= _SHORT_LIST:
-        values = sorted(blocks.tolist())
+        values = sorted(blocks.tolist() if isinstance(blocks, np.ndarray) else blocks)
         return next((b for a, b in zip(values, values[1:]) if a == b), None)
     if (blocks[1:] > blocks[:-1]).all():   # ascending, as most block tables are
         return None
