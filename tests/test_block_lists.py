@@ -323,3 +323,63 @@ def test_smallest_repeat_finds_the_smallest_value_listed_twice(values: list[int]
 ])
 def test_smallest_repeat_of_every_kind_of_table(label: str, values: list[int], expected: Optional[int]) -> None:
     assert smallest_repeat(np.array(values, dtype=np.uint64)) == expected
+
+
+# ---- the native tier's short lists: cffi arrays, against the general (numpy) path -------------
+
+class ListSubclass(list):  # type: ignore[type-arg]
+    """A list that is not exactly a ``list``: ``_blocks`` sends it down the general path."""
+
+
+def _blocks_outcome(value: Any) -> tuple[Any, ...]:
+    """What ``_blocks`` makes of ``value``: the values C would read, or the error."""
+    try:
+        pointer, count, _kept = native._blocks(value, "dst_blocks")
+    except (TypeError, ValueError) as exc:
+        return (type(exc), str(exc))
+    return ("ok", [int(pointer[i]) for i in range(count)])
+
+
+SHORT_ELEMENTS = st.one_of(st.integers(0, 40), st.integers(-2**70, 2**70), st.booleans(), st.just(U64_MAX),
+                           st.just(2**64), st.sampled_from([2.0, None, "1", Block.TWO, np.int64(4), np.uint8(3)]))
+
+
+@given(st.lists(SHORT_ELEMENTS, max_size=20), st.sampled_from([list, tuple]))
+def test_a_short_list_gives_c_the_values_and_errors_of_the_general_path(values: list[Any], container: Any) -> None:
+    fast = _blocks_outcome(container(values))
+    assert fast == _blocks_outcome(ListSubclass(values))
+    ints = all(isinstance(v, (int, np.integer)) for v in values)
+    if ints and all(0 <= v <= U64_MAX for v in values):
+        assert fast == ("ok", [int(v) for v in values])
+    else:
+        assert fast[0] in (TypeError, ValueError)
+
+
+def test_a_short_list_of_ints_crosses_as_a_cffi_array_and_a_long_one_through_numpy() -> None:
+    short, long = native._blocks([5, 3], "b"), native._blocks(list(range(17)), "b")
+    assert not isinstance(short[2], np.ndarray) and [short[0][0], short[0][1]] == [5, 3]
+    assert isinstance(long[2], np.ndarray) and long[1] == 17
+
+
+def test_an_empty_list_and_an_empty_array_reach_c_as_null() -> None:
+    for value in ([], (), np.zeros(0, np.uint64)):
+        pointer, count, _kept = native._blocks(value, "b")
+        assert pointer == native.ffi.NULL and count == 0
+
+
+def test_a_contiguous_uint64_array_crosses_without_a_copy() -> None:
+    blocks = np.array([4, 9], dtype=np.uint64)
+    pointer, count, kept = native._blocks(blocks, "b")
+    assert kept is blocks and count == 2
+    blocks[1] = 11                        # C reads the caller's array itself
+    assert pointer[1] == 11
+
+
+@pytest.mark.parametrize("make", [list, tuple, ListSubclass], ids=["list", "tuple", "list subclass"])
+def test_a_repeat_in_a_short_destination_list_warns_as_in_a_long_one(pair: Pair, make: Callable[[list[int]], Any]) -> None:
+    with pytest.warns(lint.RepeatedDestinationBlockWarning, match="dst_blocks contains block 4 more than once"):
+        pair.pull(make([0, 1, 2]), make([7, 4, 4]))
+    expected = [np.zeros_like(d) for d in pair.dst]
+    for src, want in zip(pair.src, expected):
+        want[7], want[4] = src[0], src[2]          # the last write to block 4 wins
+    assert all((dst == want).all() for dst, want in zip(pair.dst, expected))
