@@ -24,6 +24,7 @@ C-contiguous ``uint64`` array crosses into C without a copy.
 """
 from __future__ import annotations
 
+import array
 import contextlib
 import functools
 import logging
@@ -39,7 +40,7 @@ import numpy as np
 from . import _buffers, _capi, lint
 from ._trace import traced
 from ._capi import ffi
-from ._blocklists import plain_ints, plain_u64, smallest_repeat
+from ._blocklists import U64_CODE, plain_ints, plain_u64, smallest_repeat
 from .data_type import ELEMENT_BITS, DataType, GeDataType, data_type_value
 from .status import LLMException, LLMStatusCode, exception_for, map_status
 
@@ -91,9 +92,6 @@ _I64 = (-(2**63), 2**63 - 1)
 
 _U64_ARRAY = ffi.typeof("uint64_t[]")
 _U64_DTYPE = np.dtype(np.uint64)
-# A list up to this long goes to C as a cffi array (about 50 ns per entry), a longer
-# one through numpy (about 1 us, then a few ns per entry).
-_SHORT_BLOCKS = 16
 
 
 class LlmRole(IntEnum):
@@ -139,22 +137,22 @@ def _pair(value: Any, name: str) -> tuple[int, int]:
 
 def _blocks(value: Any, name: str) -> tuple[Any, int, Any]:
     """A block list as (C pointer, count, object the caller keeps alive while C reads
-    the pointer: a numpy array, or for a short list a cffi array)."""
+    the pointer and passes to ``_check_distinct``)."""
     # The common cases first, each taken only when nothing in it can fail; anything
     # else takes the general path below, which decides and words every error.
     if type(value) is np.ndarray:
         if value.dtype is _U64_DTYPE and value.ndim == 1 and value.size and value.flags.c_contiguous:
             return ffi.from_buffer(_U64_ARRAY, value), int(value.size), value
     elif type(value) is list or type(value) is tuple:
-        # A numpy array costs about a microsecond to build however short the list, and a
-        # one-block list is the commonest transfer; cffi converts a few ints faster.
-        if 0 < len(value) <= _SHORT_BLOCKS and plain_ints(value):
+        # Packed in one C loop and handed to C as it is: numpy would add about a
+        # microsecond however short the list, and most transfers name a few blocks.
+        if value and plain_ints(value):
             try:
-                short = ffi.new(_U64_ARRAY, value)
+                packed = array.array(U64_CODE, value)
             except OverflowError:
                 pass                    # a value outside uint64: the general path says so
             else:
-                return short, len(value), short
+                return ffi.from_buffer(_U64_ARRAY, packed), len(packed), packed
     return _block_pointer(_block_array(value, name))
 
 
@@ -483,7 +481,7 @@ def _ext_param_lints(ext: KvCacheExtParam, tag: str) -> list[tuple[str, str]]:
 
 def _check_distinct(blocks: Any, name: str, tag: str) -> None:
     """PR-5 (lint): a destination block listed twice; the last write wins on the device.
-    ``blocks`` is the kept object of ``_blocks``: a numpy array or a short cffi array."""
+    ``blocks`` is the kept object of ``_blocks``: a numpy array or a packed ``array.array``."""
     repeated = smallest_repeat(blocks) if len(blocks) > 1 else None
     if repeated is not None:
         lint.lint("PR-5", f"[{tag}] {name} contains block {repeated} more than once")

@@ -8,6 +8,7 @@ indexing of the source arrays; the oracles of the property tests are plain Pytho
 """
 from __future__ import annotations
 
+import array
 import collections
 import enum
 import re
@@ -325,7 +326,7 @@ def test_smallest_repeat_of_every_kind_of_table(label: str, values: list[int], e
     assert smallest_repeat(np.array(values, dtype=np.uint64)) == expected
 
 
-# ---- the native tier's short lists: cffi arrays, against the general (numpy) path -------------
+# ---- the native tier's lists of ints: packed at once, against the general (numpy) path --------
 
 class ListSubclass(list):  # type: ignore[type-arg]
     """A list that is not exactly a ``list``: ``_blocks`` sends it down the general path."""
@@ -340,12 +341,15 @@ def _blocks_outcome(value: Any) -> tuple[Any, ...]:
     return ("ok", [int(pointer[i]) for i in range(count)])
 
 
-SHORT_ELEMENTS = st.one_of(st.integers(0, 40), st.integers(-2**70, 2**70), st.booleans(), st.just(U64_MAX),
+MIXED_ELEMENTS = st.one_of(st.integers(0, 40), st.integers(-2**70, 2**70), st.booleans(), st.just(U64_MAX),
                            st.just(2**64), st.sampled_from([2.0, None, "1", Block.TWO, np.int64(4), np.uint8(3)]))
+# lists of plain ints on both sides of the short-list length, and lists of anything
+BLOCK_LISTS = st.one_of(st.lists(st.integers(-3, 2**64 + 3), max_size=80),
+                        st.lists(st.integers(0, 300), min_size=60, max_size=80), st.lists(MIXED_ELEMENTS, max_size=80))
 
 
-@given(st.lists(SHORT_ELEMENTS, max_size=20), st.sampled_from([list, tuple]))
-def test_a_short_list_gives_c_the_values_and_errors_of_the_general_path(values: list[Any], container: Any) -> None:
+@given(BLOCK_LISTS, st.sampled_from([list, tuple]))
+def test_a_list_gives_c_the_values_and_errors_of_the_general_path(values: list[Any], container: Any) -> None:
     fast = _blocks_outcome(container(values))
     assert fast == _blocks_outcome(ListSubclass(values))
     ints = all(isinstance(v, (int, np.integer)) for v in values)
@@ -355,10 +359,16 @@ def test_a_short_list_gives_c_the_values_and_errors_of_the_general_path(values: 
         assert fast[0] in (TypeError, ValueError)
 
 
-def test_a_short_list_of_ints_crosses_as_a_cffi_array_and_a_long_one_through_numpy() -> None:
-    short, long = native._blocks([5, 3], "b"), native._blocks(list(range(17)), "b")
-    assert not isinstance(short[2], np.ndarray) and [short[0][0], short[0][1]] == [5, 3]
-    assert isinstance(long[2], np.ndarray) and long[1] == 17
+@given(BLOCK_VALUES.flatmap(lambda values: st.lists(values, max_size=300)))
+def test_smallest_repeat_of_a_packed_list_is_that_of_the_array(values: list[int]) -> None:
+    assert smallest_repeat(array.array("Q", values)) == _oracle_repeat(values)
+
+
+def test_a_list_of_ints_is_packed_for_c_without_numpy() -> None:
+    for values in ([5, 3], (5, 3), list(range(1000, 0, -1))):
+        pointer, count, kept = native._blocks(values, "b")
+        assert isinstance(kept, array.array) and count == len(values)
+        assert [pointer[i] for i in range(count)] == list(values)
 
 
 def test_an_empty_list_and_an_empty_array_reach_c_as_null() -> None:
@@ -376,7 +386,7 @@ def test_a_contiguous_uint64_array_crosses_without_a_copy() -> None:
 
 
 @pytest.mark.parametrize("make", [list, tuple, ListSubclass], ids=["list", "tuple", "list subclass"])
-def test_a_repeat_in_a_short_destination_list_warns_as_in_a_long_one(pair: Pair, make: Callable[[list[int]], Any]) -> None:
+def test_a_repeat_in_a_destination_list_warns_whatever_its_container(pair: Pair, make: Callable[[list[int]], Any]) -> None:
     with pytest.warns(lint.RepeatedDestinationBlockWarning, match="dst_blocks contains block 4 more than once"):
         pair.pull(make([0, 1, 2]), make([7, 4, 4]))
     expected = [np.zeros_like(d) for d in pair.dst]
