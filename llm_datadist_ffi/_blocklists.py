@@ -17,7 +17,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["U64_CODE", "ints_to_u64", "plain_ints", "plain_u64", "smallest_repeat"]
+__all__ = ["U64_CODE", "ints_to_u64", "packed_u64", "plain_ints", "plain_u64", "smallest_repeat"]
 
 _PLAIN = frozenset((int, bool))
 # The array typecode of a uint64: 'Q' is unsigned long long, 8 bytes wherever numpy and
@@ -68,6 +68,18 @@ def plain_u64(values: Sequence[Any]) -> Optional["np.ndarray[Any, Any]"]:
     try:
         return np.array(values, dtype=np.uint64) if min(values) >= 0 else None
     except OverflowError:   # above 2**64 - 1
+        return None
+
+
+def packed_u64(values: Sequence[Any]) -> Optional["array.array[int]"]:
+    """The non-empty list or tuple ``values`` packed as an ``array.array`` of typecode
+    ``U64_CODE`` (a buffer C reads as ``uint64_t[]``, no numpy involved) when every
+    element is a plain ``int`` or ``bool`` within uint64; otherwise None."""
+    if not values or not plain_ints(values):
+        return None
+    try:
+        return array.array(U64_CODE, values)
+    except OverflowError:   # below 0 or above 2**64 - 1
         return None
 
 

@@ -24,7 +24,6 @@ C-contiguous ``uint64`` array crosses into C without a copy.
 """
 from __future__ import annotations
 
-import array
 import contextlib
 import functools
 import logging
@@ -40,7 +39,7 @@ import numpy as np
 from . import _buffers, _capi, lint
 from ._trace import traced
 from ._capi import ffi
-from ._blocklists import U64_CODE, plain_ints, plain_u64, smallest_repeat
+from ._blocklists import packed_u64, plain_ints, plain_u64, smallest_repeat
 from .data_type import ELEMENT_BITS, DataType, GeDataType, data_type_value
 from .status import LLMException, LLMStatusCode, exception_for, map_status
 
@@ -146,13 +145,9 @@ def _blocks(value: Any, name: str) -> tuple[Any, int, Any]:
     elif type(value) is list or type(value) is tuple:
         # Packed in one C loop and handed to C as it is: numpy would add about a
         # microsecond however short the list, and most transfers name a few blocks.
-        if value and plain_ints(value):
-            try:
-                packed = array.array(U64_CODE, value)
-            except OverflowError:
-                pass                    # a value outside uint64: the general path says so
-            else:
-                return ffi.from_buffer(_U64_ARRAY, packed), len(packed), packed
+        packed = packed_u64(value)
+        if packed is not None:
+            return ffi.from_buffer(_U64_ARRAY, packed), len(packed), packed
     return _block_pointer(_block_array(value, name))
 
 

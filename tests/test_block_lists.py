@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llm_datadist_ffi import LLMException, LLMStatusCode, lint, native
-from llm_datadist_ffi._blocklists import ints_to_u64, plain_u64, smallest_repeat
+from llm_datadist_ffi._blocklists import ints_to_u64, packed_u64, plain_u64, smallest_repeat
 from llm_datadist_ffi._vendor_checks import UINT64, check_int_items
 from llm_datadist_ffi.native import Cache, CacheIndex
 
@@ -278,6 +278,18 @@ def test_plain_u64_converts_exactly_the_plain_in_range_lists(values: list[Any]) 
         return
     assert got is not None and got.dtype == np.uint64 and got.flags.c_contiguous
     assert [int(v) for v in got] == [int(v) for v in values]
+
+
+@given(st.lists(ELEMENTS, max_size=200), st.sampled_from([list, tuple]))
+def test_packed_u64_packs_exactly_the_non_empty_plain_in_range_lists(values: list[Any], container: Any) -> None:
+    plain = all(type(v) in (int, bool) for v in values)
+    in_range = plain and all(0 <= v <= U64_MAX for v in values)
+    got = packed_u64(container(values))
+    if not (values and in_range):
+        assert got is None
+        return
+    assert got is not None and got.typecode == "Q" and got.itemsize == 8
+    assert list(got) == [int(v) for v in values]
 
 
 @given(st.lists(ELEMENTS, max_size=200))
