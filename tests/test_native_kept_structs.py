@@ -10,7 +10,10 @@ from __future__ import annotations
 import re
 from typing import Any, Callable
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from llm_datadist_ffi import LLMException, lint, native
 from llm_datadist_ffi.native import Cache, CacheDesc, CacheIndex, CachePlacement, DataType, GeDataType, \
@@ -151,3 +154,89 @@ def test_a_layer_pair_that_lints_is_not_reported_before_initialize(engines: Engi
         with pytest.raises(LLMException, match="LLM_FAILED") as info:
             _pull_unlinked(engine, KvCacheExtParam((-1, 1), (-1, -1)))
         assert "PR-11" not in str(info.value)
+
+
+# ---- kept or fresh: the same outcome for any field values --------------------------------------
+
+FIELDS = st.one_of(st.integers(-3, 9), st.sampled_from([2**31, 2**32, 2**63, 2**64, -(2**63) - 1]), st.booleans(),
+                   st.sampled_from([1.0, 5.0, np.int64(5), np.uint32(2), CachePlacement.HOST, "5", None]))
+
+
+def _plain(value: Any) -> Any:
+    """The int twin of a look-alike value (1.0 for 1), else the value."""
+    return int(value) if isinstance(value, (float, np.integer)) and float(value).is_integer() else value
+
+
+def _outcome(convert: Callable[[], Any], fields: Callable[[Any], Any]) -> Any:
+    try:
+        return ("ok", fields(convert()))
+    except (TypeError, ValueError) as exc:
+        return (type(exc), str(exc))
+
+
+@given(FIELDS, FIELDS, FIELDS)
+def test_a_kept_cache_index_is_what_a_fresh_conversion_gives(cluster_id: Any, cache_id: Any, batch: Any) -> None:
+    index = CacheIndex(cluster_id, cache_id, batch)
+    twin = CacheIndex(_plain(cluster_id), _plain(cache_id), _plain(batch))
+    native._index_structs.clear()
+    fresh = _outcome(lambda: index._to_c("src"), _index_fields)
+    _outcome(lambda: twin._to_c("src"), _index_fields)            # kept, when the twin converts
+    assert _outcome(lambda: index._to_c("src"), _index_fields) == fresh
+    assert _outcome(lambda: index._to_c("src"), _index_fields) == fresh
+
+
+@given(FIELDS, st.lists(FIELDS, max_size=3), st.one_of(st.none(), st.tuples(FIELDS, FIELDS, st.lists(FIELDS, max_size=3),
+                                                                                   FIELDS)))
+def test_a_kept_cache_is_what_a_fresh_conversion_gives(cache_id: Any, addrs: list[Any], desc: Any) -> None:
+    def make(plain: Callable[[Any], Any]) -> Cache:
+        cache_desc = None if desc is None else CacheDesc(plain(desc[0]), plain(desc[1]), [plain(d) for d in desc[2]],
+                                                         plain(desc[3]))
+        return Cache(plain(cache_id), [plain(a) for a in addrs], cache_desc)
+
+    cache, twin = make(lambda v: v), make(_plain)
+    native._cache_structs.clear()
+    fresh = _outcome(lambda: cache._to_c("dst")[0], _cache_fields)
+    _outcome(lambda: twin._to_c("dst")[0], _cache_fields)
+    assert _outcome(lambda: cache._to_c("dst")[0], _cache_fields) == fresh
+    assert _outcome(lambda: cache._to_c("dst")[0], _cache_fields) == fresh
+
+
+BASE_FIELDS = {"cache_id": 5, "addrs": [4096], "placement": 1, "num_tensors": 2, "data_type": 4, "shape": [4, 8]}
+
+
+@pytest.mark.parametrize("change,expected", [
+    ({"cache_id": 6}, {"cache_id": 6}),
+    ({"tensor_addrs": [8192]}, {"addrs": [8192]}),
+    ({"num_tensors": 1}, {"num_tensors": 1}),
+    ({"data_type": DataType.DT_INT8}, {"data_type": 2}),
+    ({"shape": [4, 16]}, {"shape": [4, 16]}),
+    ({"placement": CachePlacement.HOST}, {"placement": 0}),
+], ids=lambda v: ",".join(v) if isinstance(v, dict) else v)
+def test_every_field_of_a_cache_tells_kept_structs_apart(change: dict[str, Any], expected: dict[str, Any]) -> None:
+    def make(**fields: Any) -> Cache:
+        desc = CacheDesc(fields.get("num_tensors", 2), fields.get("data_type", DataType.DT_UINT8),
+                         fields.get("shape", [4, 8]), fields.get("placement", CachePlacement.DEVICE))
+        return Cache(fields.get("cache_id", 5), fields.get("tensor_addrs", [4096]), desc)
+
+    assert _cache_fields(make()._to_c("dst")[0]) == BASE_FIELDS
+    assert _cache_fields(make(**change)._to_c("dst")[0]) == {**BASE_FIELDS, **expected}
+
+
+@pytest.mark.parametrize("index,expected", [(CacheIndex(4, 7, 0), (4, 7, 0)), (CacheIndex(3, 8, 0), (3, 8, 0)),
+                                            (CacheIndex(3, 7, 1), (3, 7, 1))])
+def test_every_field_of_a_cache_index_tells_kept_structs_apart(index: CacheIndex,
+                                                               expected: tuple[int, int, int]) -> None:
+    assert _index_fields(CacheIndex(3, 7, 0)._to_c("src")) == (3, 7, 0)
+    assert _index_fields(index._to_c("src")) == expected
+
+
+@pytest.mark.parametrize("ext,expected", [(KvCacheExtParam((1, 2), (0, 1), 2), (1, 2, 0, 1, 2)),
+                                          (KvCacheExtParam((0, 3), (0, 1), 2), (0, 3, 0, 1, 2)),
+                                          (KvCacheExtParam((0, 2), (1, 1), 2), (0, 2, 1, 1, 2)),
+                                          (KvCacheExtParam((0, 2), (0, 2), 2), (0, 2, 0, 2, 2)),
+                                          (KvCacheExtParam((0, 2), (0, 1), 1), (0, 2, 0, 1, 1))])
+def test_every_field_of_an_ext_param_tells_kept_structs_apart(engines: Engines, ext: KvCacheExtParam,
+                                                              expected: tuple[int, ...]) -> None:
+    engine = engines(2, options={})
+    assert _ext_fields(engine._ext(KvCacheExtParam((0, 2), (0, 1), 2), "t")) == (0, 2, 0, 1, 2)
+    assert _ext_fields(engine._ext(ext, "t")) == expected
