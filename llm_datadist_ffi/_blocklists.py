@@ -17,14 +17,14 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["ints_to_u64", "plain_ints", "plain_u64", "smallest_repeat"]
+__all__ = ["U64_CODE", "ints_to_u64", "packed_u64", "plain_ints", "plain_u64", "smallest_repeat"]
 
 _PLAIN = frozenset((int, bool))
 # The array typecode of a uint64: 'Q' is unsigned long long, 8 bytes wherever numpy and
 # cffi run; a platform where it is not would send wrong block indexes, so it cannot import.
-_U64_CODE = "Q"
-if array.array(_U64_CODE).itemsize != 8:
-    raise ImportError(f"llm_datadist_ffi: array typecode {_U64_CODE!r} is not 8 bytes on this platform")
+U64_CODE = "Q"
+if array.array(U64_CODE).itemsize != 8:
+    raise ImportError(f"llm_datadist_ffi: array typecode {U64_CODE!r} is not 8 bytes on this platform")
 
 # Counting the values costs about 1 ns per entry plus 8 bytes to zero per value up to the
 # largest; a sort costs 25-35 ns per entry. While the largest value is below this many
@@ -37,6 +37,9 @@ _COUNT_SPAN_FLOOR = 4096
 _SHORT_LIST = 64
 # ... and below this length a loop beats building a set of the element types
 _TINY_LIST = 4
+# Up to this length a set of the values (about 30 ns per entry) finds whether a list has a
+# repeat sooner than numpy's comparisons and counting (several microseconds at any length).
+_SET_LIST = 256
 
 
 def plain_ints(values: Sequence[Any]) -> bool:
@@ -68,6 +71,18 @@ def plain_u64(values: Sequence[Any]) -> Optional["np.ndarray[Any, Any]"]:
         return None
 
 
+def packed_u64(values: Sequence[Any]) -> Optional["array.array[int]"]:
+    """The non-empty list or tuple ``values`` packed as an ``array.array`` of typecode
+    ``U64_CODE`` (a buffer C reads as ``uint64_t[]``, no numpy involved) when every
+    element is a plain ``int`` or ``bool`` within uint64; otherwise None."""
+    if not values or not plain_ints(values):
+        return None
+    try:
+        return array.array(U64_CODE, values)
+    except OverflowError:   # below 0 or above 2**64 - 1
+        return None
+
+
 def ints_to_u64(values: Sequence[Any]) -> Optional["np.ndarray[Any, Any]"]:
     """As ``plain_u64`` for a list or tuple whose elements passed an ``int`` type check
     already: a long one is not looked at again before it is packed. ``array.array``
@@ -81,26 +96,32 @@ def _packed(values: Sequence[Any]) -> Optional["np.ndarray[Any, Any]"]:
     times slower per element) and used by numpy as it is; None for an element outside
     uint64 or one that is not an integer."""
     try:
-        packed = array.array(_U64_CODE, values)
+        packed = array.array(U64_CODE, values)
     except (OverflowError, TypeError):
         return None
     return np.frombuffer(packed, dtype=np.uint64)
 
 
-def smallest_repeat(blocks: "np.ndarray[Any, Any]") -> Optional[int]:
+def smallest_repeat(blocks: Any) -> Optional[int]:
     """The smallest value that occurs more than once in the one-dimensional integer
-    array ``blocks`` (non-negative values), or None.
+    array ``blocks`` (non-negative values), or None; ``blocks`` may also be an
+    ``array.array`` of typecode ``U64_CODE``.
 
-    An ascending list has none; other block tables are dense, so their values are
-    counted (linear); a list whose largest value is far larger than its length, or a
-    short one, is sorted instead.
+    A short list is put in a set, and sorted only when it holds a repeat. Of longer ones,
+    an ascending list has none; other block tables are dense, so their values are
+    counted (linear); a list whose largest value is far larger than its length is sorted.
     """
-    count = int(blocks.size)
+    count = len(blocks)
     if count < 2:
         return None
-    if count <= _SHORT_LIST:
-        values = sorted(blocks.tolist())
+    if count <= _SET_LIST:
+        values = blocks.tolist()
+        if len(set(values)) == count:
+            return None
+        values.sort()
         return next((b for a, b in zip(values, values[1:]) if a == b), None)
+    if not isinstance(blocks, np.ndarray):
+        blocks = np.frombuffer(blocks, dtype=np.uint64)
     if (blocks[1:] > blocks[:-1]).all():   # ascending, as most block tables are
         return None
     high = int(blocks.max())

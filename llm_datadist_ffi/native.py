@@ -39,7 +39,7 @@ import numpy as np
 from . import _buffers, _capi, lint
 from ._trace import traced
 from ._capi import ffi
-from ._blocklists import plain_u64, smallest_repeat
+from ._blocklists import packed_u64, plain_ints, plain_u64, smallest_repeat
 from .data_type import ELEMENT_BITS, DataType, GeDataType, data_type_value
 from .status import LLMException, LLMStatusCode, exception_for, map_status
 
@@ -89,6 +89,9 @@ _U64 = (0, 2**64 - 1)
 _I32 = (-(2**31), 2**31 - 1)
 _I64 = (-(2**63), 2**63 - 1)
 
+_U64_ARRAY = ffi.typeof("uint64_t[]")
+_U64_DTYPE = np.dtype(np.uint64)
+
 
 class LlmRole(IntEnum):
     """``llm_datadist::LlmRole``."""
@@ -131,23 +134,39 @@ def _pair(value: Any, name: str) -> tuple[int, int]:
     return (_int(value[0], f"{name}[0]", _I32, "int32"), _int(value[1], f"{name}[1]", _I32, "int32"))
 
 
-def _blocks(value: Any, name: str) -> tuple[Any, int, "np.ndarray[Any, Any]"]:
-    """A block list as (C pointer, count, array kept alive by the caller)."""
+def _blocks(value: Any, name: str) -> tuple[Any, int, Any]:
+    """A block list as (C pointer, count, object the caller keeps alive while C reads
+    the pointer and passes to ``_check_distinct``)."""
+    # The common cases first, each taken only when nothing in it can fail; anything
+    # else takes the general path below, which decides and words every error.
+    if type(value) is np.ndarray:
+        if value.dtype is _U64_DTYPE and value.ndim == 1 and value.size and value.flags.c_contiguous:
+            return ffi.from_buffer(_U64_ARRAY, value), int(value.size), value
+    elif type(value) is list or type(value) is tuple:
+        # Packed in one C loop and handed to C as it is: numpy would add about a
+        # microsecond however short the list, and most transfers name a few blocks.
+        packed = packed_u64(value)
+        if packed is not None:
+            return ffi.from_buffer(_U64_ARRAY, packed), len(packed), packed
+    return _block_pointer(_block_array(value, name))
+
+
+def _block_array(value: Any, name: str) -> "np.ndarray[Any, Any]":
+    """A block list as a C-contiguous uint64 array, or the error it deserves."""
     if isinstance(value, np.ndarray):
         if value.ndim != 1:
             raise TypeError(f"{name} must be one-dimensional, got an array of shape {value.shape}")
         if value.dtype.kind not in "iu":
             raise TypeError(f"{name} must hold integers, got dtype {value.dtype}")
         if value.dtype == np.uint64 and value.flags.c_contiguous:
-            array = value
-        else:
-            if value.dtype.kind == "i" and value.size and int(value.min()) < 0:
-                raise ValueError(f"{name} holds {int(value.min())}; block indexes are uint64")
-            array = np.ascontiguousarray(value, dtype=np.uint64)
-    elif isinstance(value, (list, tuple)):
+            return value
+        if value.dtype.kind == "i" and value.size and int(value.min()) < 0:
+            raise ValueError(f"{name} holds {int(value.min())}; block indexes are uint64")
+        return np.ascontiguousarray(value, dtype=np.uint64)
+    if isinstance(value, (list, tuple)):
         fast = plain_u64(value)
         if fast is not None:
-            return _block_pointer(fast)
+            return fast
         # numpy integers, int subclasses, a value outside uint64, or something to refuse
         for i, item in enumerate(value):
             if not isinstance(item, (int, np.integer)):
@@ -156,16 +175,14 @@ def _blocks(value: Any, name: str) -> tuple[Any, int, "np.ndarray[Any, Any]"]:
         bad = next((int(v) for v in value if not _U64[0] <= int(v) <= _U64[1]), None)
         if bad is not None:
             raise ValueError(f"{name} holds {bad}; block indexes are uint64")
-        array = np.array(value, dtype=np.uint64)
-    else:
-        raise TypeError(f"{name} must be a list, tuple or 1-D integer numpy array, not {type(value).__name__}")
-    return _block_pointer(array)
+        return np.array(value, dtype=np.uint64)
+    raise TypeError(f"{name} must be a list, tuple or 1-D integer numpy array, not {type(value).__name__}")
 
 
 def _block_pointer(array: "np.ndarray[Any, Any]") -> tuple[Any, int, "np.ndarray[Any, Any]"]:
     if array.size == 0:
         return ffi.NULL, 0, array
-    return ffi.from_buffer("uint64_t[]", array), int(array.size), array
+    return ffi.from_buffer(_U64_ARRAY, array), int(array.size), array
 
 
 def _options(options: Optional[Mapping[str, str]], name: str) -> tuple[Any, int, list[Any]]:
@@ -187,6 +204,41 @@ def _options(options: Optional[Mapping[str, str]], name: str) -> tuple[Any, int,
 def _param_invalid(tag: str, message: str) -> LLMException:
     return exception_for(int(LLMStatusCode.LLM_PARAM_INVALID),
                          f"[{tag}] failed, error code is {LLMStatusCode.LLM_PARAM_INVALID}, {message}.")
+
+
+# ---- converted arguments, kept --------------------------------------------------------------
+#
+# A transfer converts its cache arguments into C structs on every call, and most calls
+# name the same few caches again and again. The backend only reads these structs (every
+# pointer to them in the C ABI is const), so one struct per distinct value serves every
+# call and thread. A table is keyed by the argument's values, and only when each value
+# has a type whose equal values convert to equal C values (ints, bools, the enums): a
+# value that equals a key but is not one of those (1.0 equals 1) takes the checks, which
+# refuse it. A hit stands for values that passed the checks before, so the checks are
+# skipped and nothing else changes. A table that grows past its size starts over.
+
+_TABLE_SIZE = 1024
+_INT_TYPES = frozenset((int, bool))
+_DATA_TYPE_TYPES = frozenset((int, bool, DataType, GeDataType))
+_PLACEMENT_TYPES = frozenset((int, bool, CachePlacement))
+_index_structs: dict[tuple[Any, ...], Any] = {}
+_cache_structs: dict[tuple[Any, ...], tuple[Any, list[Any]]] = {}
+_ext_structs: dict[tuple[Any, ...], tuple[Any, bool]] = {}
+
+
+def _remember(table: dict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any) -> None:
+    if len(table) >= _TABLE_SIZE:
+        table.clear()
+    table[key] = value
+
+
+def _int_tuple(values: Any) -> Optional[tuple[Any, ...]]:
+    """``values`` as a tuple when it is a list or tuple of ints (or bools), else None."""
+    if type(values) is not list and type(values) is not tuple:
+        return None
+    if not values:
+        return ()
+    return tuple(values) if plain_ints(values) else None
 
 
 # ---- value types ------------------------------------------------------------------------------
@@ -226,6 +278,31 @@ class Cache:
     cache_desc: Optional[CacheDesc] = None
 
     def _to_c(self, name: str) -> tuple[Any, list[Any]]:
+        key = self._key()
+        if key is not None:
+            known = _cache_structs.get(key)
+            if known is not None:
+                return known
+        cache, keep = self._convert(name)
+        if key is not None:
+            _remember(_cache_structs, key, (cache, keep))
+        return cache, keep
+
+    def _key(self) -> Optional[tuple[Any, ...]]:
+        """The values ``_to_c`` converts, when they may key ``_cache_structs``."""
+        addrs = _int_tuple(self.tensor_addrs)
+        if type(self.cache_id) not in _INT_TYPES or addrs is None:
+            return None
+        desc = self.cache_desc
+        if desc is None:
+            return (self.cache_id, addrs)
+        shape = _int_tuple(desc.shape)
+        if type(desc) is not CacheDesc or shape is None or type(desc.num_tensors) not in _INT_TYPES \
+                or type(desc.data_type) not in _DATA_TYPE_TYPES or type(desc.placement) not in _PLACEMENT_TYPES:
+            return None
+        return (self.cache_id, addrs, desc.num_tensors, desc.data_type, shape, desc.placement)
+
+    def _convert(self, name: str) -> tuple[Any, list[Any]]:
         cache = ffi.new("lldd_cache *")
         cache.cache_id = _int(self.cache_id, f"{name}.cache_id", _I64, "int64")
         keep: list[Any] = []
@@ -256,10 +333,18 @@ class CacheIndex:
     batch_index: int = 0
 
     def _to_c(self, name: str) -> Any:
+        key = (self.cluster_id, self.cache_id, self.batch_index)
+        plain = type(key[0]) in _INT_TYPES and type(key[1]) in _INT_TYPES and type(key[2]) in _INT_TYPES
+        if plain:
+            known = _index_structs.get(key)
+            if known is not None:
+                return known
         index = ffi.new("lldd_cache_index *")
         index.cluster_id = _int(self.cluster_id, f"{name}.cluster_id", _U64, "uint64")
         index.cache_id = _int(self.cache_id, f"{name}.cache_id", _I64, "int64")
         index.batch_index = _int(self.batch_index, f"{name}.batch_index", _U32, "uint32")
+        if plain:
+            _remember(_index_structs, key, index)
         return index
 
 
@@ -281,6 +366,16 @@ class KvCacheExtParam:
         ext.dst_layer_first, ext.dst_layer_second = dst
         ext.tensor_num_per_layer = n
         return ext
+
+    def _key(self) -> Optional[tuple[Any, ...]]:
+        """The values ``_to_c`` converts, when they may key ``_ext_structs``."""
+        src, dst = _int_tuple(self.src_layer_range), _int_tuple(self.dst_layer_range)
+        if src is None or dst is None or type(self.tensor_num_per_layer) not in _INT_TYPES:
+            return None
+        return (src, dst, self.tensor_num_per_layer)
+
+
+_DEFAULT_EXT = KvCacheExtParam()._to_c()
 
 
 @dataclass(frozen=True)
@@ -354,26 +449,35 @@ def _check_listen_port(options: Optional[Mapping[str, str]], tag: str) -> None:
 
 
 def _check_ext_param(ext: KvCacheExtParam, tag: str) -> None:
-    """PR-11 and PR-1 (lint): pairs the vendor's API accepts but reads as "every layer".
+    """PR-11 and PR-1 (lint): pairs the vendor's API accepts but reads as "every layer"."""
+    for rule, message in _ext_param_lints(ext, tag):
+        lint.lint(rule, message)
+
+
+def _ext_param_lints(ext: KvCacheExtParam, tag: str) -> list[tuple[str, str]]:
+    """The lints of ``_check_ext_param`` as (rule, message), in the order it reports them.
 
     Pairs the API check refuses (a member below -1, first > second) are left to the
     backend, which refuses them with the vendor's code.
     """
     src, dst = tuple(ext.src_layer_range), tuple(ext.dst_layer_range)
     if not all(-1 <= pair[0] <= pair[1] for pair in (src, dst)):
-        return
+        return []
+    lints = []
     for name, pair in (("src_layer_range", src), ("dst_layer_range", dst)):
         if pair[0] == -1 and pair[1] >= 0:
-            lint.lint("PR-11", f"[{tag}] ext_param.{name} {{-1, {pair[1]}}} is neither a range nor the default "
-                               "{-1, -1}")
+            lints.append(("PR-11", f"[{tag}] ext_param.{name} {{-1, {pair[1]}}} is neither a range nor the default "
+                                   "{-1, -1}"))
     if (src[0] == -1) != (dst[0] == -1):
-        lint.lint("PR-1", f"[{tag}] ext_param.src_layer_range {{{src[0]}, {src[1]}}} and dst_layer_range "
-                          f"{{{dst[0]}, {dst[1]}}}: only one of them is a range")
+        lints.append(("PR-1", f"[{tag}] ext_param.src_layer_range {{{src[0]}, {src[1]}}} and dst_layer_range "
+                              f"{{{dst[0]}, {dst[1]}}}: only one of them is a range"))
+    return lints
 
 
-def _check_distinct(blocks: "np.ndarray[Any, Any]", name: str, tag: str) -> None:
-    """PR-5 (lint): a destination block listed twice; the last write wins on the device."""
-    repeated = smallest_repeat(blocks) if blocks.size > 1 else None
+def _check_distinct(blocks: Any, name: str, tag: str) -> None:
+    """PR-5 (lint): a destination block listed twice; the last write wins on the device.
+    ``blocks`` is the kept object of ``_blocks``: a numpy array or a packed ``array.array``."""
+    repeated = smallest_repeat(blocks) if len(blocks) > 1 else None
     if repeated is not None:
         lint.lint("PR-5", f"[{tag}] {name} contains block {repeated} more than once")
 
@@ -401,12 +505,28 @@ def _destroy(handle: Any, kept: dict[int, list[Any]]) -> None:
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 
 
+# This process's id, renewed in the child of a fork: os.getpid() is a system call, and
+# an engine compares its creator's id with this on every call.
+_process_id = os.getpid()
+
+
+def _renew_process_id() -> None:
+    global _process_id
+    _process_id = os.getpid()
+
+
+os.register_at_fork(after_in_child=_renew_process_id)
+
+
 def _holds_engine(method: _Method) -> _Method:
     """Runs the method with the native engine held (see ``LlmDataDist._held``)."""
     @functools.wraps(method)
     def call(self: "LlmDataDist", *args: Any, **kwargs: Any) -> Any:
-        with self._held():
+        self._hold()
+        try:
             return method(self, *args, **kwargs)
+        finally:
+            self._let_go()
     return cast(_Method, call)
 
 
@@ -433,7 +553,10 @@ class LlmDataDist:
     def __init__(self, cluster_id: int, role: Union[LlmRole, int]) -> None:
         self._cluster_id = _int(cluster_id, "cluster_id", _U64, "uint64")
         self._role = _int(role, "role", _I32, "int32")
-        self._lock = threading.Condition()     # guards _handle, _users, _closing
+        # guards _handle, _users, _closing; _mutex is the condition's own lock, taken
+        # directly where nothing waits (Condition's own ``with`` costs a Python call more)
+        self._mutex = threading.RLock()
+        self._lock = threading.Condition(self._mutex)
         self._users = 0                        # methods holding the native engine
         self._closing = False
         self._initialized = False
@@ -468,7 +591,7 @@ class LlmDataDist:
         handle = self._handle
         if handle is None:
             raise RuntimeError("this LlmDataDist was closed")
-        if self._pid != os.getpid():
+        if self._pid != _process_id:
             raise RuntimeError(f"this LlmDataDist was created by process {self._pid} before a fork; a child "
                                "process creates its own engines")
         return handle
@@ -481,21 +604,36 @@ class LlmDataDist:
             RuntimeError: ``close()`` has begun or is done, or this is a child of
                 ``fork()`` (whose copy of the lock a parent thread may hold).
         """
-        if self._pid != os.getpid():
-            raise RuntimeError(f"this LlmDataDist was created by process {self._pid} before a fork; a child "
-                               "process creates its own engines")
-        with self._lock:
-            if self._handle is None or self._closing:
-                raise RuntimeError("this LlmDataDist was closed")
-            self._users += 1
-            handle = self._handle
+        handle = self._hold()
         try:
             yield handle
         finally:
-            with self._lock:
-                self._users -= 1
-                if self._users == 0:
-                    self._lock.notify_all()
+            self._let_go()
+
+    def _hold(self) -> Any:
+        """Count one more holder of the native engine and return its handle (``_held``)."""
+        if self._pid != _process_id:
+            raise RuntimeError(f"this LlmDataDist was created by process {self._pid} before a fork; a child "
+                               "process creates its own engines")
+        # acquire and release rather than ``with``: half the cost, on every call
+        self._mutex.acquire()
+        try:
+            if self._handle is None or self._closing:
+                raise RuntimeError("this LlmDataDist was closed")
+            self._users += 1
+            return self._handle
+        finally:
+            self._mutex.release()
+
+    def _let_go(self) -> None:
+        self._mutex.acquire()
+        try:
+            self._users -= 1
+            # only close() waits for the holders, and it sets _closing first
+            if self._users == 0 and self._closing:
+                self._lock.notify_all()
+        finally:
+            self._mutex.release()
 
     # -- life cycle --
     @_holds_engine
@@ -711,10 +849,18 @@ class LlmDataDist:
     # -- transfers --
     def _ext(self, ext_param: Optional[KvCacheExtParam], tag: str) -> Any:
         if ext_param is None:
-            ext_param = KvCacheExtParam()
-        _require(ext_param, KvCacheExtParam, "ext_param")
-        ext = ext_param._to_c()
-        if self._initialized:
+            return _DEFAULT_EXT                 # all layers, both sides: nothing to lint
+        key = ext_param._key() if type(ext_param) is KvCacheExtParam else None
+        known = _ext_structs.get(key) if key is not None else None
+        if known is not None:
+            ext, lint_free = known
+        else:
+            _require(ext_param, KvCacheExtParam, "ext_param")
+            ext = ext_param._to_c()
+            lint_free = not _ext_param_lints(ext_param, tag)
+            if key is not None:
+                _remember(_ext_structs, key, (ext, lint_free))
+        if self._initialized and not lint_free:
             _check_ext_param(ext_param, tag)
         return ext
 
@@ -847,7 +993,7 @@ class LlmDataDist:
         src_ptr, n_src, src_arr = _blocks(src_blocks, "src_blocks")
         if not isinstance(dst_blocks_list, (list, tuple)):
             raise TypeError(f"dst_blocks_list must be a list of block lists, not {type(dst_blocks_list).__name__}")
-        arrays = [_blocks(lst, f"dst_blocks_list[{i}]")[2] for i, lst in enumerate(dst_blocks_list)]
+        arrays = [_block_array(lst, f"dst_blocks_list[{i}]") for i, lst in enumerate(dst_blocks_list)]
         flat = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint64)
         if self._initialized and self._native_pool:
             _check_distinct(flat, "dst_blocks_list", tag)

@@ -8,6 +8,7 @@ indexing of the source arrays; the oracles of the property tests are plain Pytho
 """
 from __future__ import annotations
 
+import array
 import collections
 import enum
 import re
@@ -19,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llm_datadist_ffi import LLMException, LLMStatusCode, lint, native
-from llm_datadist_ffi._blocklists import ints_to_u64, plain_u64, smallest_repeat
+from llm_datadist_ffi._blocklists import ints_to_u64, packed_u64, plain_u64, smallest_repeat
 from llm_datadist_ffi._vendor_checks import UINT64, check_int_items
 from llm_datadist_ffi.native import Cache, CacheIndex
 
@@ -279,6 +280,18 @@ def test_plain_u64_converts_exactly_the_plain_in_range_lists(values: list[Any]) 
     assert [int(v) for v in got] == [int(v) for v in values]
 
 
+@given(st.lists(ELEMENTS, max_size=200), st.sampled_from([list, tuple]))
+def test_packed_u64_packs_exactly_the_non_empty_plain_in_range_lists(values: list[Any], container: Any) -> None:
+    plain = all(type(v) in (int, bool) for v in values)
+    in_range = plain and all(0 <= v <= U64_MAX for v in values)
+    got = packed_u64(container(values))
+    if not (values and in_range):
+        assert got is None
+        return
+    assert got is not None and got.typecode == "Q" and got.itemsize == 8
+    assert list(got) == [int(v) for v in values]
+
+
 @given(st.lists(ELEMENTS, max_size=200))
 def test_ints_to_u64_converts_every_list_of_ints_in_range_and_nothing_else(values: list[Any]) -> None:
     ints = all(isinstance(v, (int, np.integer)) for v in values)
@@ -323,3 +336,72 @@ def test_smallest_repeat_finds_the_smallest_value_listed_twice(values: list[int]
 ])
 def test_smallest_repeat_of_every_kind_of_table(label: str, values: list[int], expected: Optional[int]) -> None:
     assert smallest_repeat(np.array(values, dtype=np.uint64)) == expected
+
+
+# ---- the native tier's lists of ints: packed at once, against the general (numpy) path --------
+
+class ListSubclass(list):  # type: ignore[type-arg]
+    """A list that is not exactly a ``list``: ``_blocks`` sends it down the general path."""
+
+
+def _blocks_outcome(value: Any) -> tuple[Any, ...]:
+    """What ``_blocks`` makes of ``value``: the values C would read, or the error."""
+    try:
+        pointer, count, _kept = native._blocks(value, "dst_blocks")
+    except (TypeError, ValueError) as exc:
+        return (type(exc), str(exc))
+    return ("ok", [int(pointer[i]) for i in range(count)])
+
+
+MIXED_ELEMENTS = st.one_of(st.integers(0, 40), st.integers(-2**70, 2**70), st.booleans(), st.just(U64_MAX),
+                           st.just(2**64), st.sampled_from([2.0, None, "1", Block.TWO, np.int64(4), np.uint8(3)]))
+# lists of plain ints on both sides of the short-list length, and lists of anything
+BLOCK_LISTS = st.one_of(st.lists(st.integers(-3, 2**64 + 3), max_size=80),
+                        st.lists(st.integers(0, 300), min_size=60, max_size=80), st.lists(MIXED_ELEMENTS, max_size=80))
+
+
+@given(BLOCK_LISTS, st.sampled_from([list, tuple]))
+def test_a_list_gives_c_the_values_and_errors_of_the_general_path(values: list[Any], container: Any) -> None:
+    fast = _blocks_outcome(container(values))
+    assert fast == _blocks_outcome(ListSubclass(values))
+    ints = all(isinstance(v, (int, np.integer)) for v in values)
+    if ints and all(0 <= v <= U64_MAX for v in values):
+        assert fast == ("ok", [int(v) for v in values])
+    else:
+        assert fast[0] in (TypeError, ValueError)
+
+
+@given(BLOCK_VALUES.flatmap(lambda values: st.lists(values, max_size=300)))
+def test_smallest_repeat_of_a_packed_list_is_that_of_the_array(values: list[int]) -> None:
+    assert smallest_repeat(array.array("Q", values)) == _oracle_repeat(values)
+
+
+def test_a_list_of_ints_is_packed_for_c_without_numpy() -> None:
+    for values in ([5, 3], (5, 3), list(range(1000, 0, -1))):
+        pointer, count, kept = native._blocks(values, "b")
+        assert isinstance(kept, array.array) and count == len(values)
+        assert [pointer[i] for i in range(count)] == list(values)
+
+
+def test_an_empty_list_and_an_empty_array_reach_c_as_null() -> None:
+    for value in ([], (), np.zeros(0, np.uint64)):
+        pointer, count, _kept = native._blocks(value, "b")
+        assert pointer == native.ffi.NULL and count == 0
+
+
+def test_a_contiguous_uint64_array_crosses_without_a_copy() -> None:
+    blocks = np.array([4, 9], dtype=np.uint64)
+    pointer, count, kept = native._blocks(blocks, "b")
+    assert kept is blocks and count == 2
+    blocks[1] = 11                        # C reads the caller's array itself
+    assert pointer[1] == 11
+
+
+@pytest.mark.parametrize("make", [list, tuple, ListSubclass], ids=["list", "tuple", "list subclass"])
+def test_a_repeat_in_a_destination_list_warns_whatever_its_container(pair: Pair, make: Callable[[list[int]], Any]) -> None:
+    with pytest.warns(lint.RepeatedDestinationBlockWarning, match="dst_blocks contains block 4 more than once"):
+        pair.pull(make([0, 1, 2]), make([7, 4, 4]))
+    expected = [np.zeros_like(d) for d in pair.dst]
+    for src, want in zip(pair.src, expected):
+        want[7], want[4] = src[0], src[2]          # the last write to block 4 wins
+    assert all((dst == want).all() for dst, want in zip(pair.dst, expected))

@@ -305,6 +305,60 @@ def test_a_python_part_below_zero_is_noise_not_a_met_goal() -> None:
     assert goal["note"].startswith("the C call alone measured slower than the whole method")
 
 
+def _list_rows(fixed_us: float, per_block_us: Dict[str, float]) -> List[Dict[str, Any]]:
+    """Block-list rows with made-up timings: per form, a call costs ``fixed_us`` plus
+    ``per_block_us[form]`` per block in Python, over a C call of 2 us plus 0.05 us per block."""
+    rows = []
+    for count in (1, 16, 256, 4096):
+        for form, slope in per_block_us.items():
+            c_us = 2.0 + 0.05 * count
+            python = fixed_us + slope * count
+            rows.append({"blocks": count, "form": form, "us_per_call": c_us + python, "us_c_call": c_us,
+                         "us_python": python, "us_c_per_block": c_us / count})
+    return rows
+
+
+def _block_list_goal(rows: List[Dict[str, Any]]) -> Dict[str, Any]:
+    return [g for g in _bench_report.goals([], [], rows, cores=2) if g["goal"].startswith("3.")][0]
+
+
+@pytest.mark.parametrize("per_block, status", [(0.3, "not met"), (0.21, "not met"), (0.1, "met"), (0.0, "met")])
+def test_the_block_list_goal_is_judged_by_what_each_extra_block_costs_in_python(per_block: float,
+                                                                                 status: str) -> None:
+    goal = _block_list_goal(_list_rows(3.0, {"list": per_block, "numpy": 0.0}))
+    assert goal["status"] == status
+    assert goal["measured"].startswith(f"{per_block:.3f} us in Python per extra block (worst: list, 1 to ")
+
+
+def test_the_fixed_cost_of_a_call_is_not_charged_to_the_blocks() -> None:
+    # 16 us per call spread over 16 blocks was "1 us per block"; each extra block adds 0.1 us
+    goal = _block_list_goal(_list_rows(16.0, {"list": 0.1, "numpy": 0.1}))
+    assert goal["status"] == "met"
+    assert goal["measured"] == ("0.100 us in Python per extra block (worst: list, 1 to 16 blocks); C, with the "
+                                "64 B copies: 0.050 us per block at 4096 blocks")
+    assert goal["note"].startswith("the Python cost of the call itself, 16.1 us with 1 block(s), is goal 2's")
+
+
+def test_a_form_slow_only_on_long_lists_fails_the_block_list_goal() -> None:
+    rows = _list_rows(3.0, {"list": 0.05, "numpy": 0.05})
+    for row in rows:
+        if row["form"] == "numpy" and row["blocks"] == 4096:
+            row["us_python"] += 0.3 * 4095       # only the longest list pays 0.35 us per block
+            row["us_per_call"] += 0.3 * 4095
+    goal = _block_list_goal(rows)
+    assert goal["status"] == "not met"
+    assert goal["measured"].startswith("0.350 us in Python per extra block (worst: numpy, 1 to 4096 blocks)")
+
+
+def test_the_block_list_goal_needs_two_lengths_and_a_python_part_above_zero() -> None:
+    one_length = [r for r in _list_rows(3.0, {"list": 0.1}) if r["blocks"] == 1]
+    goal = _block_list_goal(one_length)
+    assert (goal["status"], goal["note"]) == ("not measured", "needs block lists of two lengths (--list-blocks 2 or more)")
+    noisy = _list_rows(3.0, {"list": 0.1})
+    noisy[0]["us_python"] = -1.0
+    assert _block_list_goal(noisy)["status"] == "not measured"
+
+
 def test_the_whole_call_and_the_c_call_are_timed_in_alternating_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     events: List[str] = []
     clock = iter(range(100))

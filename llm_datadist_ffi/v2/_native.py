@@ -23,14 +23,15 @@ for the calls already running (PR-37).
 """
 from __future__ import annotations
 
+import array
 import os
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, cast
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
 from .. import _capi
-from .._blocklists import ints_to_u64, plain_ints, smallest_repeat
+from .._blocklists import ints_to_u64, packed_u64, plain_ints, smallest_repeat
 from .._capi import const, ffi
 from .._vendor_checks import UINT64, none_error, param_invalid, type_name
 from ..status import LLMException, LLMStatusCode, exception_for
@@ -229,16 +230,17 @@ def c_u64(values: Sequence[int], name: str) -> CData:
 
 
 class BlockArray:
-    """A block list ready for C: a ``uint64`` numpy array and a pointer into it.
+    """A block list ready for C: a ``uint64`` numpy array, or a list of plain ints packed
+    by ``array.array``, and a pointer into it.
 
     A C-contiguous ``uint64`` numpy array is used as it is (no copy); other integer
     arrays and lists are converted once. ``array`` must stay referenced for as long as
     C may read ``pointer``; the object holds it.
     """
 
-    def __init__(self, array: "np.ndarray[Any, Any]") -> None:
+    def __init__(self, array: "Union[np.ndarray[Any, Any], array.array[int]]") -> None:
         self.array = array
-        self.count = int(array.size)
+        self.count = len(array)
         self.pointer: CData = ffi.from_buffer("uint64_t[]", array) if self.count else ffi.NULL
 
     def duplicate(self) -> Optional[int]:
@@ -276,6 +278,9 @@ def block_list(value: Any, name: str) -> BlockArray:
             raise TypeError(f"{name} holds {int(value.min())}; block indexes are uint64 (>= 0)")
         return BlockArray(np.ascontiguousarray(value, dtype=np.uint64))
     items = list(value)
+    packed = packed_u64(items)           # most lists: plain ints, packed without numpy
+    if packed is not None:
+        return BlockArray(packed)
     fast = ints_to_u64(items)
     if fast is not None:
         return BlockArray(fast)
