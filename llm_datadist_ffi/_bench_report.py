@@ -105,13 +105,16 @@ def goals(transfers: List[Dict[str, Any]], per_call: List[Dict[str, Any]], block
 
     remote = [r for r in per_call if r["path"] in ("process_vm", "shared")]
     if remote:
-        fastest = min(remote, key=lambda r: r["us_per_call"])
+        # every one-sided path must meet it: the slowest row decides, the others are named
+        slowest = max(remote, key=lambda r: r["us_per_call"])
+        others = "; ".join(f"{r['path']}, {r['memory']} memory: {r['us_per_call']:.1f} us"
+                           for r in remote if r is not slowest)
         result.append(_goal("2. one-block pull through the native API", "<= 10 us per call",
-                            f"{fastest['us_per_call']:.1f} us ({fastest['path']}, {fastest['memory']} memory)",
-                            fastest["us_per_call"] <= 10))
-        python = fastest["us_python"]
+                            f"{slowest['us_per_call']:.1f} us ({slowest['path']}, {slowest['memory']} memory)",
+                            slowest["us_per_call"] <= 10, others))
+        python = max(r["us_python"] for r in remote)
         result.append(_goal("2. ... of which in Python", "<= 5 us",
-                            f"{python:.1f} us (C call alone: {fastest['us_c_call']:.1f} us)",
+                            f"{python:.1f} us at most (C call alone: {slowest['us_c_call']:.1f} us in the slowest row)",
                             None if python < 0 else python <= 5, NOISE if python < 0 else ""))
         vm = [r for r in per_call if r["path"] == "process_vm"]
         sock = [r for r in per_call if r["path"] == "socket"]
