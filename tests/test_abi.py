@@ -7,11 +7,13 @@ and cffi agree on every struct's size and field offsets and on every constant.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -197,3 +199,40 @@ def test_injecting_a_fault_into_an_unknown_function_is_rejected() -> None:
         mock_control.inject_fault("lldd_no_such_function", 0x5010B005)
     assert info.value.status_code == llm_datadist_ffi.LLMStatusCode.LLM_PARAM_INVALID
     assert "lldd_no_such_function" in str(info.value)
+
+
+def _build_mock_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("build_mock", REPO / "mock_libs" / "build_mock.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _mock_sources_with(tmp_path: Path, extra_file: str) -> Path:
+    src = tmp_path / "src"
+    src.mkdir()
+    for path in (REPO / "mock_libs").iterdir():
+        if path.suffix in (".c", ".h"):
+            shutil.copy(path, src / path.name)
+    (src / "zz_extra.c").write_text(extra_file)
+    return src
+
+
+def test_every_function_of_the_mock_is_reached_from_an_exported_one(tmp_path: Path) -> None:
+    assert _build_mock_module().unused_functions(tmp_path) == []
+
+
+def test_the_unused_function_check_names_a_function_that_nothing_calls(tmp_path: Path) -> None:
+    src = _mock_sources_with(tmp_path, "int zz_never_called(int x);\nint zz_never_called(int x) { return x + 1; }\n")
+    assert _build_mock_module().unused_functions(tmp_path / "out", src) == ["zz_never_called"]
+
+
+def test_a_mock_function_without_a_prototype_does_not_compile(tmp_path: Path) -> None:
+    # -Wmissing-prototypes: a file-local function must be static (then -Wunused-function
+    # reports it once nothing calls it).
+    src = _mock_sources_with(tmp_path, "int zz_no_prototype(int x) { return x + 1; }\n")
+    with pytest.raises(subprocess.CalledProcessError) as info:
+        _build_mock_module().unused_functions(tmp_path / "out", src)
+    # The compiler quotes the name with the locale's quotation marks.
+    assert re.search(r"error: no previous prototype for \W?zz_no_prototype\W", info.value.stderr)
