@@ -65,7 +65,10 @@ def _compile(out: Path, src_dir: Path, flags: list[str]) -> str:
         *shlex.split(os.environ.get("CFLAGS", "")),
         *shlex.split(os.environ.get("LDFLAGS", "")),
     ]
-    done = subprocess.run(cmd, check=True, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+        raise subprocess.CalledProcessError(done.returncode, cmd, stderr=done.stderr)
     return done.stderr
 
 

@@ -19,8 +19,6 @@
  * lives), marks each one inherited (serial 0, UNINIT: every call fails, finalize is a
  * no-op, destroy only frees the child's copy of its memory) and empties the registry.
  */
-#include "engine.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -31,7 +29,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache_table.h"
+#include "engine.h"
 #include "json.h"
+#include "links.h"
+#include "mock_internal.h"
+#include "options.h"
+#include "peer_id.h"
+#include "pub.h"
+#include "transport.h"
 
 /* ---------------------------------------------------------------------------------------------
  * registry
@@ -851,7 +857,11 @@ MOCK_EXPORT void lldd_finalize(lldd_engine *e)
     pthread_mutex_unlock(&e->listen_mu);
 
     /* handshakes and disconnects in progress: wake them, then join them */
-    comms_teardown(e);
+    pthread_mutex_lock(&e->mu);
+    const comm_hooks *comms = e->comm_hooks;
+    pthread_mutex_unlock(&e->mu);
+    if (comms != NULL)
+        comms->teardown(e);
     pending_abort_all(e);
     pthread_mutex_lock(&e->mu);
     for (eng_thread *t = e->conns; t != NULL; t = t->next)
@@ -950,8 +960,9 @@ size_t engine_link_count(engine *e)
     size_t links = 0;
     for (mlink *l = e->links; l != NULL; l = l->next)
         links++;
+    const comm_hooks *comms = e->comm_hooks;
     pthread_mutex_unlock(&e->mu);
-    return links + comm_count(e);
+    return links + (comms != NULL ? comms->count(e) : 0);
 }
 
 lldd_status engine_listen_as(engine *e, const char *fn, const tp_addr *addr)

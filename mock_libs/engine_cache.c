@@ -14,7 +14,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "blocks.h"
+#include "cache_table.h"
+#include "dtype.h"
 #include "engine.h"
+#include "keys.h"
+#include "links.h"
+#include "mock_internal.h"
+#include "pub.h"
+#include "transport.h"
 
 enum { TABLE_ENTRY = 64 };
 

@@ -14,8 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_ext.h"
+#include "engine.h"
+#include "ext.h"
 #include "json.h"
+#include "links.h"
+#include "mock_internal.h"
+#include "options.h"
+#include "transport.h"
 
 const char *ext_role_name(int role)
 {

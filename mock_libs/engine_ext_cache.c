@@ -24,125 +24,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache_table.h"
 #include "engine.h"
-#include "engine_ext.h"
-
-/* ---------------------------------------------------------------------------------------------
- * the key table
- * ------------------------------------------------------------------------------------------ */
-
-static size_t key_hash(uint32_t ns, uint64_t id, uint64_t model)
-{
-    uint64_t h = id * 0x9E3779B97F4A7C15ull ^ (model + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full ^ ns;
-    h ^= h >> 31;
-    return (size_t)(h * 0x94D049BB133111EBull >> 7);
-}
-
-keynode *key_find_locked(engine *e, uint32_t ns, uint64_t id, uint64_t model)
-{
-    if (e->keys.nbuckets == 0)
-        return NULL;
-    for (keynode *k = e->keys.buckets[key_hash(ns, id, model) & (e->keys.nbuckets - 1)]; k != NULL; k = k->hnext)
-        if (k->ns == ns && k->id == id && k->model == model)
-            return k;
-    return NULL;
-}
-
-static int keytab_reserve(keytab *t, size_t more)
-{
-    if (t->count + more <= t->nbuckets)
-        return 0;
-    size_t n = t->nbuckets ? t->nbuckets : 64;
-    while (n < t->count + more)
-        n *= 2;
-    keynode **b = calloc(n, sizeof *b);
-    if (b == NULL)
-        return -1;
-    for (size_t i = 0; i < t->nbuckets; i++) {
-        keynode *k = t->buckets[i];
-        while (k != NULL) {
-            keynode *next = k->hnext;
-            size_t j = key_hash(k->ns, k->id, k->model) & (n - 1);
-            k->hnext = b[j];
-            b[j] = k;
-            k = next;
-        }
-    }
-    free(t->buckets);
-    t->buckets = b;
-    t->nbuckets = n;
-    return 0;
-}
-
-static int publishes(const engine *e, uint32_t ns)
-{
-    return e->mode == MODE_DIRECT && ns == KEY_NS_REQ;
-}
-
-/* Binds a key to slot `slot` of c. The table has room (keytab_reserve) and c has its
- * slot array when slot keys are bound. mu held. */
-static keynode *key_bind_locked(engine *e, mcache *c, uint32_t ns, uint64_t id, uint64_t model, uint64_t slot,
-                                int blocks)
-{
-    keynode *k = calloc(1, sizeof *k);
-    if (k == NULL)
-        return NULL;
-    k->c = c;
-    k->ns = ns;
-    k->blocks = (uint32_t)blocks;
-    k->id = id;
-    k->model = model;
-    k->slot = slot;
-    k->seq = e->next_bind++;
-    size_t j = key_hash(ns, id, model) & (e->keys.nbuckets - 1);
-    k->hnext = e->keys.buckets[j];
-    e->keys.buckets[j] = k;
-    e->keys.count++;
-    k->cnext = c->keys;
-    if (c->keys != NULL)
-        c->keys->cprev = k;
-    c->keys = k;
-    if (!blocks) {
-        c->slot_key[slot] = k;
-        c->req_keys++;
-    }
-    if (publishes(e, ns))
-        e->table_bytes += TABLE_KEY_BYTES;
-    return k;
-}
-
-void key_unbind_locked(engine *e, keynode *k)
-{
-    size_t j = key_hash(k->ns, k->id, k->model) & (e->keys.nbuckets - 1);
-    for (keynode **pp = &e->keys.buckets[j]; *pp != NULL; pp = &(*pp)->hnext) {
-        if (*pp == k) {
-            *pp = k->hnext;
-            break;
-        }
-    }
-    e->keys.count--;
-    mcache *c = k->c;
-    if (k->cprev != NULL)
-        k->cprev->cnext = k->cnext;
-    else
-        c->keys = k->cnext;
-    if (k->cnext != NULL)
-        k->cnext->cprev = k->cprev;
-    if (!k->blocks) {
-        c->slot_key[k->slot] = NULL;
-        c->req_keys--;
-    }
-    if (publishes(e, k->ns))
-        e->table_bytes -= TABLE_KEY_BYTES;
-    free(k);
-}
-
-void keys_teardown(engine *e)
-{
-    /* every key went with its cache; only the buckets are left */
-    free(e->keys.buckets);
-    memset(&e->keys, 0, sizeof e->keys);
-}
+#include "ext.h"
+#include "keys.h"
+#include "mock_internal.h"
+#include "transport.h"
 
 /* ---------------------------------------------------------------------------------------------
  * identities
@@ -154,21 +41,6 @@ typedef struct ident {
     int placeholder;
     size_t pos;
 } ident;
-
-/* docs/reference/python-api.md §7.4: a CacheKey is looked up by (prefix_id, model_id) when prefix_id
- * is given, else by (req_id, model_id); a placeholder has the identity of the blocks
- * key of its model; a BlocksCacheKey is (2**64-1, model_id). */
-void ext_key_ident(const lldd_key *k, uint32_t *ns, uint64_t *id, uint64_t *model)
-{
-    *model = k->model_id;
-    if (k->kind == LLDD_KEY_CACHE && k->prefix_id != UINT64_MAX) {
-        *ns = KEY_NS_PREFIX;
-        *id = k->prefix_id;
-    } else {
-        *ns = KEY_NS_REQ;
-        *id = k->kind == LLDD_KEY_CACHE ? k->req_id : UINT64_MAX;
-    }
-}
 
 static void describe_ident(char *buf, size_t n, uint32_t ns, uint64_t id, uint64_t model, int placeholder)
 {
@@ -231,7 +103,7 @@ static lldd_status plan_slot_keys(engine *e, const char *fn, const lldd_key *key
         return LLM_FAILED;
     }
     for (size_t i = 0; i < n; i++) {
-        ext_key_ident(&keys[i], &v[i].ns, &v[i].id, &v[i].model);
+        key_ident(&keys[i], &v[i].ns, &v[i].id, &v[i].model);
         v[i].placeholder = v[i].ns == KEY_NS_REQ && v[i].id == UINT64_MAX;
         v[i].pos = i;
         out->bind[i] = !v[i].placeholder;
@@ -316,7 +188,7 @@ static void bind_slot_keys(engine *e, mcache *c, const lldd_key *keys, size_t n,
             continue;
         uint32_t ns;
         uint64_t id, model;
-        ext_key_ident(&keys[i], &ns, &id, &model);
+        key_ident(&keys[i], &ns, &id, &model);
         key_bind_locked(e, c, ns, id, model, i, 0);
     }
 }
@@ -474,7 +346,7 @@ MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache
                        (unsigned long long)(e->table_bytes + cache_entry_bytes(w.num_tensors) + keys_bytes));
         st = LLM_PARAM_INVALID;
     }
-    if (st == LLM_SUCCESS && (cache_key_room(c, kp.binds, 0) != 0 || keytab_reserve(&e->keys, num_keys) != 0 ||
+    if (st == LLM_SUCCESS && (cache_key_room(c, kp.binds, 0) != 0 || key_table_reserve(&e->keys, num_keys) != 0 ||
                               table_insert_locked(e, c) != 0)) {
         mock_set_error("%s: out of host memory", fn);
         st = LLM_FAILED;
@@ -724,7 +596,7 @@ MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache
                        "bindings", fn, (unsigned long long)keys_bytes);
         st = LLM_PARAM_INVALID;
     }
-    if (st == LLM_SUCCESS && (cache_key_room(c, kp.binds, 1) != 0 || keytab_reserve(&e->keys, num_keys) != 0 ||
+    if (st == LLM_SUCCESS && (cache_key_room(c, kp.binds, 1) != 0 || key_table_reserve(&e->keys, num_keys) != 0 ||
                               table_insert_locked(e, c) != 0)) {
         mock_set_error("%s: out of host memory", fn);
         st = LLM_FAILED;
@@ -747,15 +619,6 @@ out:
     cache_destroy(c);
     engine_leave(e);
     return st;
-}
-
-/* The last reference of an owned cache is gone: take it out (mu held). */
-static mcache *maybe_free_locked(engine *e, mcache *c)
-{
-    if (!c->w.owned || c->ext_ref > 0 || c->req_keys > 0 || c->removed)
-        return NULL;
-    table_remove_locked(e, c);
-    return c;
 }
 
 MOCK_EXPORT lldd_status lldd_ext_deallocate_cache(lldd_engine *e, int64_t cache_id)
@@ -789,7 +652,7 @@ MOCK_EXPORT lldd_status lldd_ext_deallocate_cache(lldd_engine *e, int64_t cache_
             gone = c;
         } else {
             c->ext_ref = 0;
-            gone = maybe_free_locked(e, c); /* deferred while keys are bound (§9.8) */
+            gone = cache_free_if_unreferenced_locked(e, c); /* deferred while keys are bound (§9.8) */
         }
     }
     pthread_mutex_unlock(&e->mu);
@@ -797,43 +660,6 @@ out:
     cache_destroy(gone);
     engine_leave(e);
     return st;
-}
-
-/* R := R \ X (X NULL: R := ∅) and the release rule of §9.5 for key k; returns a cache
- * that lost its last reference (to destroy without mu). mu held. */
-static mcache *release_key_locked(engine *e, keynode *k, const uint64_t *x, uint64_t nx)
-{
-    mcache *c = k->c;
-    if (c->remaining != NULL) {
-        if (x == NULL) {
-            memset(c->remaining, 0, ((size_t)c->w.num_tensors + 63) / 64 * sizeof *c->remaining);
-            c->remaining_count = 0;
-        } else {
-            for (uint64_t i = 0; i < nx; i++) {
-                uint64_t t = x[i];
-                if (t >= c->w.num_tensors)
-                    continue;
-                uint64_t bit = 1ull << (t % 64);
-                if (c->remaining[t / 64] & bit) {
-                    c->remaining[t / 64] &= ~bit;
-                    c->remaining_count--;
-                }
-            }
-        }
-    }
-    if (c->remaining != NULL && c->remaining_count > 0)
-        return NULL;
-    key_unbind_locked(e, k);
-    return maybe_free_locked(e, c);
-}
-
-mcache *ext_release_locked(engine *e, const release_req *q, const uint64_t *tensors)
-{
-    keynode *k = key_find_locked(e, q->key_ns, q->key_id, q->key_model);
-    if (k == NULL || k->blocks || k->ns != KEY_NS_REQ || k->c->w.id != q->cache_id || k->slot != q->slot ||
-        !k->c->w.owned || k->c->w.kind != KIND_CACHE)
-        return NULL; /* released or re-bound meanwhile, or not releasable */
-    return release_key_locked(e, k, q->all ? NULL : tensors, q->count);
 }
 
 MOCK_EXPORT lldd_status lldd_ext_remove_cache_key(lldd_engine *e, const lldd_key *key)
@@ -878,13 +704,13 @@ MOCK_EXPORT lldd_status lldd_ext_remove_cache_key(lldd_engine *e, const lldd_key
     }
     uint32_t ns;
     uint64_t id, model;
-    ext_key_ident(key, &ns, &id, &model);
+    key_ident(key, &ns, &id, &model);
     pthread_mutex_lock(&e->mu);
     keynode *k = key_find_locked(e, ns, id, model);
     /* unknown: success; a registered cache keeps its key (§9.6); a placeholder-shaped
      * key has the identity of its model's blocks key and releases it (PR-41) */
     if (k != NULL && k->c->w.owned)
-        gone = release_key_locked(e, k, NULL, 0);
+        gone = key_release_locked(e, k, NULL, 0);
     pthread_mutex_unlock(&e->mu);
 out:
     cache_destroy(gone);

@@ -36,8 +36,13 @@
 #include <unistd.h>
 #include <netinet/in.h>
 
-#include "engine_ext.h"
+#include "cache_table.h"
+#include "engine.h"
 #include "json.h"
+#include "links.h"
+#include "mock_internal.h"
+#include "options.h"
+#include "transport.h"
 
 enum { MAX_COMMS = 512, MAX_MEMBERS = 4, POLL_MS = 20, NAME_MAX_LEN = 127 };
 
@@ -298,7 +303,7 @@ static void *comm_main(void *arg)
  * the communicator table
  * ------------------------------------------------------------------------------------------ */
 
-size_t comm_count(engine *e)
+static size_t comm_count(engine *e)
 {
     pthread_mutex_lock(&e->mu);
     size_t n = 0;
@@ -318,7 +323,7 @@ static void comm_stop(comm *c)
     free(c);
 }
 
-void comms_teardown(engine *e)
+static void comms_teardown(engine *e)
 {
     for (;;) {
         pthread_mutex_lock(&e->mu);
@@ -331,6 +336,9 @@ void comms_teardown(engine *e)
         comm_stop(c);
     }
 }
+
+/* What the core calls through e->comm_hooks (engine.h): it does not call up into this layer. */
+static const comm_hooks k_comm_hooks = {.teardown = comms_teardown, .count = comm_count};
 
 static lldd_status comm_create(const char *fn, comm *c)
 {
@@ -490,6 +498,7 @@ MOCK_EXPORT lldd_status lldd_ext_link(lldd_engine *e, const char *comm_name, con
     c->id = e->next_comm_id++;
     c->next = e->comms;
     e->comms = c;
+    e->comm_hooks = &k_comm_hooks;
     e->rank_linked = 1;
     pthread_mutex_unlock(&e->mu);
     *comm_id = c->id;

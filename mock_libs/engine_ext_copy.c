@@ -16,7 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_ext.h"
+#include "blocks.h"
+#include "cache_table.h"
+#include "engine.h"
+#include "mock_internal.h"
 
 MOCK_EXPORT lldd_status lldd_ext_copy_cache(lldd_engine *e, int64_t dst_cache_id, int64_t src_cache_id,
                                             uint32_t dst_batch_index, uint32_t src_batch_index, uint64_t offset,

@@ -21,133 +21,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_ext.h"
+#include "blocks.h"
+#include "cache_table.h"
+#include "engine.h"
+#include "ext.h"
+#include "keys.h"
+#include "links.h"
+#include "mock_internal.h"
+#include "resolve.h"
+#include "transfers.h"
+#include "transport.h"
 
 /* server-assisted request limits (§15) */
 enum { SA_MAX_ENTRIES = 7160, SA_MAX_TENSORS = 2043, SA_D2H_MAX_BLOCKS = 61440, DIRECT_MAX_ENTRIES = 131064 };
 #define STAGING_BYTES (32ull << 20)
-
-/* ---------------------------------------------------------------------------------------------
- * the holder's side
- * ------------------------------------------------------------------------------------------ */
-
-lldd_status ext_resolve_locked(engine *e, mlink *link, const resolve_req *q, mcache **out, resolve_reply *r,
-                               char *why, size_t why_len)
-{
-    memset(r, 0, sizeof *r);
-    *out = NULL;
-    int direct = q->direct != 0;
-    int64_t id_mark = q->id_mark != 0 ? q->id_mark : e->next_id;
-    uint64_t bind_mark = q->id_mark != 0 ? q->bind_mark : e->next_bind;
-    r->id_mark = id_mark;
-    r->bind_mark = bind_mark;
-    if (q->v1 && link != NULL && atomic_load(&link->busy)) {
-        /* v1: this side is itself transferring over the link (§10.5) */
-        snprintf(why, why_len, "the link is busy: cluster %llu is serving another request on it",
-                 (unsigned long long)e->cluster_id);
-        return LLM_LINK_BUSY;
-    }
-    mcache *c = NULL;
-    uint64_t slot = 0;
-    if (q->key_kind == LLDD_KEY_BY_ID) {
-        if (q->cache_id <= 0) {
-            snprintf(why, why_len, "cache id %lld never names a cache (ids start at 1, PR-20)",
-                     (long long)q->cache_id);
-            return LLM_KV_CACHE_NOT_EXIST;
-        }
-        c = (!direct || q->cache_id < id_mark) ? cache_find_locked(e, q->cache_id) : NULL;
-        if (c == NULL) {
-            if (direct && q->cache_id >= id_mark)
-                snprintf(why, why_len, "cache %lld is not in this link's copy of cluster %llu's cache table, taken "
-                         "at the link's first transfer (docs/reference/semantics.md §9.7)", (long long)q->cache_id,
-                         (unsigned long long)e->cluster_id);
-            else
-                snprintf(why, why_len, "cache %lld does not exist on cluster %llu (never there, or freed: PR-7)",
-                         (long long)q->cache_id, (unsigned long long)e->cluster_id);
-            return LLM_KV_CACHE_NOT_EXIST;
-        }
-        slot = q->batch_index;
-        keynode *k = (!direct && c->slot_key != NULL && slot < c->w.batches) ? c->slot_key[slot] : NULL;
-        if (k != NULL) {
-            r->through_key = 1;
-            r->key_ns = k->ns;
-            r->key_id = k->id;
-            r->key_model = k->model;
-        } else if (!q->push && slot >= c->w.batches) {
-            snprintf(why, why_len, "batch_index %llu is out of range: cache %lld on cluster %llu has %llu batches%s",
-                     (unsigned long long)slot, (long long)c->w.id, (unsigned long long)e->cluster_id,
-                     (unsigned long long)c->w.batches, direct ? " (PR-6)" : "");
-            return LLM_KV_CACHE_NOT_EXIST;
-        }
-    } else {
-        lldd_key key;
-        memset(&key, 0, sizeof key);
-        key.kind = q->key_kind;
-        key.req_id = q->req_id;
-        key.prefix_id = q->prefix_id;
-        key.model_id = q->model_id;
-        uint32_t ns;
-        uint64_t id, model;
-        ext_key_ident(&key, &ns, &id, &model);
-        if (direct && ns == KEY_NS_PREFIX) {
-            snprintf(why, why_len, "prefix key (prefix_id %llu, model_id %llu): prefix bindings are never published "
-                     "in direct mode (docs/reference/semantics.md §9.4)", (unsigned long long)id, (unsigned long long)model);
-            return LLM_KV_CACHE_NOT_EXIST;
-        }
-        keynode *k = key_find_locked(e, ns, id, model);
-        int blocks = q->key_kind == LLDD_KEY_BLOCKS;
-        if (k != NULL && (int)k->blocks != blocks)
-            k = NULL;
-        if (k != NULL && direct && (k->seq >= bind_mark || k->c->w.id >= id_mark)) {
-            snprintf(why, why_len, "the %s was bound on cluster %llu after this link's copy of its cache table was "
-                     "taken (docs/reference/semantics.md §9.7, PR-19)", blocks ? "blocks key" : "key", (unsigned long long)e->cluster_id);
-            return LLM_KV_CACHE_NOT_EXIST;
-        }
-        if (k == NULL) {
-            if (blocks)
-                snprintf(why, why_len, "no cache on cluster %llu is bound to the blocks key of model_id %llu",
-                         (unsigned long long)e->cluster_id, (unsigned long long)model);
-            else
-                snprintf(why, why_len, "no cache on cluster %llu is bound to the %s key (%s_id %llu, model_id %llu)",
-                         (unsigned long long)e->cluster_id, ns == KEY_NS_PREFIX ? "prefix" : "request",
-                         ns == KEY_NS_PREFIX ? "prefix" : "req", (unsigned long long)id, (unsigned long long)model);
-            return LLM_KV_CACHE_NOT_EXIST;
-        }
-        c = k->c;
-        slot = k->slot;
-        if (!blocks) {
-            r->through_key = 1;
-            r->key_ns = k->ns;
-            r->key_id = k->id;
-            r->key_model = k->model;
-        }
-    }
-    r->w = c->w;
-    r->slot = slot;
-    r->dev_pool = e->dev_pool.present ? 1 : 0;
-    *out = c;
-    return LLM_SUCCESS;
-}
-
-mcache *ext_find_addr_locked(engine *e, uint64_t addr, uint64_t len, uint32_t *tensor)
-{
-    uint64_t end;
-    if (__builtin_add_overflow(addr, len, &end))
-        return NULL;
-    for (size_t i = 0; i < e->cache_count; i++) {
-        mcache *c = e->caches[i];
-        if (!c->w.remote_accessible)
-            continue;
-        for (uint32_t t = 0; t < c->w.num_tensors; t++) {
-            uint64_t base = c->addrs[t];
-            if (addr >= base && end <= base + c->w.tensor_size && addr - base <= c->w.tensor_size) {
-                *tensor = t;
-                return c;
-            }
-        }
-    }
-    return NULL;
-}
 
 /* ---------------------------------------------------------------------------------------------
  * the puller's side: resolve and release
@@ -202,7 +89,7 @@ static lldd_status src_resolve_q(xlink *x, const char *fn, const resolve_req *q,
             return st;
         mlink *their = link_peer_side_locked(peer, l);
         mcache *c;
-        st = ext_resolve_locked(peer, their, q, &c, &s->r, why, sizeof why);
+        st = holder_resolve_locked(peer, their, q, &c, &s->r, why, sizeof why);
         if (q->direct)
             link_note_table_copy(l, s->r.id_mark, s->r.bind_mark);
         if (st == LLM_SUCCESS) {
@@ -239,7 +126,7 @@ static lldd_status src_resolve_q(xlink *x, const char *fn, const resolve_req *q,
             return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
         tp_sanitize_text(text.text, sizeof text.text);
         mock_set_error("%s: %s", fn, text.text);
-        /* the codes a holder's lookup gives (ext_resolve_locked); anything else is a
+        /* the codes a holder's lookup gives (holder_resolve_locked); anything else is a
          * broken peer */
         if (h.status != LLM_KV_CACHE_NOT_EXIST && h.status != LLM_LINK_BUSY && h.status != LLM_PARAM_INVALID)
             return link_timeout(x, fn, "the peer answered a lookup with status 0x%08X", (unsigned)h.status);
@@ -284,7 +171,7 @@ static void src_release(xlink *x, xsrc *s, const uint64_t *tensors, uint64_t cou
         engine *peer = x->peer;
         pthread_mutex_lock(&peer->mu);
         cache_unpin_locked(peer, s->pc.pc);
-        mcache *gone = ext_release_locked(peer, &q, tensors);
+        mcache *gone = key_release_request_locked(peer, &q, tensors);
         pthread_mutex_unlock(&peer->mu);
         cache_destroy(gone);
     } else {
@@ -992,7 +879,7 @@ static lldd_status peer_pin_addr(xlink *x, const char *fn, uint64_t addr, uint64
         lldd_status st = peer_local_enter(x, fn);
         if (st != LLM_SUCCESS)
             return st;
-        mcache *c = ext_find_addr_locked(peer, addr, len, tensor);
+        mcache *c = holder_find_addr_locked(peer, addr, len, tensor);
         if (c != NULL) {
             c->pins++;
             pc->w = c->w;

@@ -23,7 +23,16 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include "blocks.h"
+#include "cache_table.h"
 #include "engine.h"
+#include "links.h"
+#include "mock_internal.h"
+#include "peer_id.h"
+#include "pub.h"
+#include "shared_map.h"
+#include "transfers.h"
+#include "transport.h"
 
 enum { DIRECT_REQUEST_ENTRIES = 131064, VM_BATCH = 1024 };
 
