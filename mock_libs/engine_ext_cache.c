@@ -3,22 +3,13 @@
  * allocate_blocks_cache / deallocate_cache / remove_cache_key (v2 and v1)
  * (docs/reference/semantics.md §2.2, §3, §9; docs/reference/python-api.md §11.1, §11.5, §12).
  *
- * The key table maps a key's identity to its binding. Identities live in two
- * namespaces: request keys (req_id, model_id), which blocks keys share as
- * (2**64-1, model_id), and prefix keys (prefix_id, model_id). A binding names a
- * cache and a batch slot; the cache keeps the list of its keys and, per slot, the
- * key bound there, so that a pull by id finds the key of its slot (§9.4) and a
- * removed cache takes its keys with it.
+ * The key table and the release rule are the core's (engine_keys.c); this file binds
+ * keys at registration and allocation and drops the id's reference.
  *
  * Reference counting (§9.5): an owned non-blocks cache holds one reference for its
  * id (ext_ref, dropped by deallocate) and one per bound request or prefix key; the
  * remaining-tensor set R is a bitmap over its tensors, filled when keys are bound
  * at allocation. When the last reference goes the cache is freed.
- *
- * Every binding gets a sequence number from a per-engine counter, so that a direct-
- * mode table copy (§9.7) sees exactly the bindings that existed when it was taken
- * (PR-19). Request and blocks key bindings count 24 bytes each towards the 1 MiB
- * published table in direct mode; prefix bindings are never published.
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* Pulls of the extension ABI (pull_cache and pull_blocks of both generations,
  * docs/reference/python-api.md §11.2 step 10, §12), in the engine order of docs/reference/semantics.md §8.0.
  *
- * The source is resolved on the engine that holds it, for every request:
+ * The source is resolved on the engine that holds it (engine_resolve.c), for every request:
  *   server-assisted (v2) and v1   live: the holder's current key table and caches;
  *                                  a by-id source on a slot bound to a request key is
  *                                  a pull through that key (§9.4);
