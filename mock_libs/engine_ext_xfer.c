@@ -332,22 +332,45 @@ static lldd_status c2b_check_chunks(const char *fn, size_t count, uint64_t block
     return LLM_SUCCESS;
 }
 
-static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int form, mcache *lc, xlink *xl,
-                                xsrc *src, int *release)
+/* What the steps of one extension pull share: its arguments, and what the earlier steps
+ * found for the later ones. */
+typedef struct pull_state {
+    engine *e;
+    const char *fn;
+    const epull *a;
+    int form;
+    mcache *lc;
+    xlink *xl;
+    xsrc *src;
+    int v1, direct, sa;
+    const cache_wire *lw;        /* the local (destination) cache */
+    const cache_wire *rw;        /* the source, once resolved (step 7) */
+    uint64_t dst_off, src_off;   /* the offsets, -1 read as 0 */
+    uint64_t len;                /* C2C: bytes per tensor */
+    uint64_t pairs;              /* tensor pairs */
+    uint64_t chunks_or_runs;     /* B2B runs, C2B blocks, 1 for C2C */
+    uint64_t b_src;              /* the source batch */
+    uint64_t src_base;           /* where the source batch starts */
+    uint64_t c2b_len;            /* C2B: the source region's length */
+    int d2h;                     /* a server-assisted DEVICE to HOST pull (staged) */
+} pull_state;
+
+/* Step 4: the local cache's placement, batch, kind and sizes, and its tensor ranges. */
+static lldd_status pull_local_checks(pull_state *s)
 {
-    int v1 = e->gen == GEN_V1, direct = e->mode == MODE_DIRECT, sa = e->mode == MODE_SERVER_ASSISTED;
-    const cache_wire *lw = &lc->w;
+    const char *fn = s->fn;
+    const epull *a = s->a;
+    const cache_wire *lw = s->lw;
     lldd_status st;
-    *release = 0;
-    /* step 4: local checks */
-    if (v1 && lw->placement != LLDD_PLACEMENT_DEVICE) {
+    if (s->v1 && lw->placement != LLDD_PLACEMENT_DEVICE) {
         mock_set_error("%s: the local cache %lld is HOST-placed: Only support device cache (v1)", fn,
                        (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    uint64_t dst_off = a->doff > 0 ? (uint64_t)a->doff : 0, src_off = a->soff > 0 ? (uint64_t)a->soff : 0;
-    uint64_t len = 0;
-    if (form == PLAN_C2C) {
+    s->dst_off = a->doff > 0 ? (uint64_t)a->doff : 0;
+    s->src_off = a->soff > 0 ? (uint64_t)a->soff : 0;
+    s->len = 0;
+    if (s->form == PLAN_C2C) {
         if (a->batch >= lw->batches) {
             mock_set_error("%s: batch_index %u is out of range: cache %lld has %llu batches", fn, (unsigned)a->batch,
                            (long long)lw->id, (unsigned long long)lw->batches);
@@ -358,31 +381,37 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
                            (long long)lw->id);
             return LLM_PARAM_INVALID;
         }
-        if (!v1 && a->size > 0 && (uint64_t)a->size > lw->stride) {
+        if (!s->v1 && a->size > 0 && (uint64_t)a->size > lw->stride) {
             mock_set_error("%s: size %lld is larger than the destination stride %llu", fn, (long long)a->size,
                            (unsigned long long)lw->stride);
             return LLM_PARAM_INVALID;
         }
-        len = a->size > 0 ? (uint64_t)a->size : (dst_off < lw->stride ? lw->stride - dst_off : 0);
-        if (v1 && (len == 0 || dst_off > lw->stride || len > lw->stride - dst_off)) {
+        uint64_t dst_off = s->dst_off;
+        uint64_t len = a->size > 0 ? (uint64_t)a->size : (dst_off < lw->stride ? lw->stride - dst_off : 0);
+        if (s->v1 && (len == 0 || dst_off > lw->stride || len > lw->stride - dst_off)) {
             mock_set_error("%s: dst_cache_offset %llu + %llu bytes do not fit the destination stride %llu", fn,
                            (unsigned long long)dst_off, (unsigned long long)len, (unsigned long long)lw->stride);
             return LLM_PARAM_INVALID;
         }
-    } else if (form != FORM_B2C && !kind_has_blocks(lw)) {
+        s->len = len;
+    } else if (s->form != FORM_B2C && !kind_has_blocks(lw)) {
         mock_set_error("%s: request expect local cache is blocks: cache %lld has no blocks", fn, (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    if ((st = pull_local_tensors(fn, a, lw, v1)) != LLM_SUCCESS)
+    if ((st = pull_local_tensors(fn, a, lw, s->v1)) != LLM_SUCCESS)
         return st;
-    uint64_t pairs = a->ndt > 0 ? a->ndt : (a->nst > 0 ? a->nst : lw->num_tensors);
+    s->pairs = a->ndt > 0 ? a->ndt : (a->nst > 0 ? a->nst : lw->num_tensors);
+    return LLM_SUCCESS;
+}
 
-    /* step 5: the link */
-    if ((st = link_acquire_ex(e, fn, a->src->cluster_id, xl, v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS)
-        return st;
-
-    /* step 6: the request */
-    uint64_t chunks_or_runs = 1;
+/* Step 6: the request's form, its destination blocks, and its size in entries (§15). */
+static lldd_status pull_request_checks(pull_state *s)
+{
+    const char *fn = s->fn;
+    const epull *a = s->a;
+    int form = s->form;
+    lldd_status st;
+    s->chunks_or_runs = 1;
     if (form == FORM_B2C) {
         mock_set_error("%s: Pulling from discrete memory to continuous memory is not supported (src_blocks without "
                        "dst_blocks)", fn);
@@ -395,12 +424,13 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
     if (form != PLAN_C2C) {
         if ((st = check_repeats(fn, "dst_blocks", a->dblk, a->ndb, 1)) != LLM_SUCCESS)
             return st;
-        if ((st = check_blocks(fn, "dst_blocks", a->dblk, a->ndb, lw->blocks, "local")) != LLM_SUCCESS)
+        if ((st = check_blocks(fn, "dst_blocks", a->dblk, a->ndb, s->lw->blocks, "local")) != LLM_SUCCESS)
             return st;
-        chunks_or_runs = form == PLAN_B2B ? count_runs(a->sblk, a->dblk, a->nsb) : a->ndb;
+        s->chunks_or_runs = form == PLAN_B2B ? count_runs(a->sblk, a->dblk, a->nsb) : a->ndb;
     }
+    uint64_t pairs = s->pairs, chunks_or_runs = s->chunks_or_runs;
     uint64_t entries = pairs + 2 * chunks_or_runs;
-    if (sa && (pairs > SA_MAX_TENSORS || entries > SA_MAX_ENTRIES)) {
+    if (s->sa && (pairs > SA_MAX_TENSORS || entries > SA_MAX_ENTRIES)) {
         mock_set_error("%s: the request has %llu entries (%llu tensors + 2 x %llu %s); server-assisted mode allows "
                        "at most %d entries and %d tensors (docs/reference/semantics.md §15)", fn, (unsigned long long)entries,
                        (unsigned long long)pairs, (unsigned long long)chunks_or_runs,
@@ -408,45 +438,66 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
                        SA_MAX_TENSORS);
         return LLM_PARAM_INVALID;
     }
-    if (direct && entries > DIRECT_MAX_ENTRIES) {
+    if (s->direct && entries > DIRECT_MAX_ENTRIES) {
         mock_set_error("%s: the request has %llu entries (%llu tensors + 2 x %llu), over the direct-mode limit of %d "
                        "(docs/reference/semantics.md §15)", fn, (unsigned long long)entries, (unsigned long long)pairs,
                        (unsigned long long)chunks_or_runs, DIRECT_MAX_ENTRIES);
         return LLM_PARAM_INVALID;
     }
+    return LLM_SUCCESS;
+}
 
-    /* step 7: the source */
+/* Step 7: the source, resolved on the engine that holds it and pinned. */
+static lldd_status pull_resolve_source(pull_state *s)
+{
+    const lldd_key *key = s->a->src;
     resolve_req q;
     memset(&q, 0, sizeof q);
-    q.key_kind = a->src->kind;
-    q.batch_index = a->src->batch_index;
-    q.req_id = a->src->req_id;
-    q.prefix_id = a->src->prefix_id;
-    q.model_id = a->src->model_id;
-    q.cache_id = a->src->cache_id;
-    q.direct = (uint32_t)direct;
-    q.v1 = (uint32_t)v1;
-    q.id_mark = xl->l->watermark;
-    q.bind_mark = xl->l->bind_watermark;
-    q.requester = e->cluster_id;
-    if ((st = src_resolve(xl, fn, &q, src)) != LLM_SUCCESS)
+    q.key_kind = key->kind;
+    q.batch_index = key->batch_index;
+    q.req_id = key->req_id;
+    q.prefix_id = key->prefix_id;
+    q.model_id = key->model_id;
+    q.cache_id = key->cache_id;
+    q.direct = (uint32_t)s->direct;
+    q.v1 = (uint32_t)s->v1;
+    q.id_mark = s->xl->l->watermark;
+    q.bind_mark = s->xl->l->bind_watermark;
+    q.requester = s->e->cluster_id;
+    lldd_status st = src_resolve(s->xl, s->fn, &q, s->src);
+    if (st != LLM_SUCCESS)
         return st;
-    const cache_wire *rw = &src->pc.w;
-    uint64_t b_src = src->r.slot;
+    s->rw = &s->src->pc.w;
+    s->b_src = s->src->r.slot;
+    return LLM_SUCCESS;
+}
 
-    /* step 8: remote access */
-    if (direct && (!rw->remote_accessible || !lw->remote_accessible)) {
+/* Step 8: remote access (direct mode) and the caches' registration times (PR-32). */
+static lldd_status pull_access_checks(const pull_state *s)
+{
+    const char *fn = s->fn;
+    const cache_wire *lw = s->lw, *rw = s->rw;
+    lldd_status st;
+    if (s->direct && (!rw->remote_accessible || !lw->remote_accessible)) {
         mock_set_error("%s: the %s cache %lld is not remote accessible; direct mode needs both caches "
                        "remote accessible", fn, !rw->remote_accessible ? "remote" : "local",
                        (long long)(!rw->remote_accessible ? rw->id : lw->id));
         return LLM_PARAM_INVALID;
     }
-    if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
+    if ((st = pr32_check_local(fn, s->xl->l, lw)) != LLM_SUCCESS)
         return st;
-    if ((st = pr32_check_peer(fn, xl->l, rw, a->src->cluster_id)) != LLM_SUCCESS)
-        return st;
+    return pr32_check_peer(fn, s->xl->l, rw, s->a->src->cluster_id);
+}
 
-    /* step 9: the source's checks */
+/* Step 9, first part: the source's kind, tensor counts and strides, and where its batch
+ * starts. */
+static lldd_status pull_source_shape_checks(pull_state *s)
+{
+    const char *fn = s->fn;
+    const epull *a = s->a;
+    const cache_wire *lw = s->lw, *rw = s->rw;
+    int form = s->form, v1 = s->v1, direct = s->direct;
+    uint64_t len = s->len, src_off = s->src_off, b_src = s->b_src;
     if (form != PLAN_B2B && !kind_has_batches(rw)) {
         mock_set_error("%s: request pull block = false, but the source cache %lld is a blocks cache (PR-15)", fn,
                        (long long)rw->id);
@@ -497,50 +548,70 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
                        (unsigned long long)len, (unsigned long long)rw->tensor_size);
         return LLM_PARAM_INVALID;
     }
-    int d2h = 0;
-    uint64_t c2b_len = 0;
-    if (sa) {
-        uint32_t sp = rw->placement, dp = lw->placement;
-        if (sp == LLDD_PLACEMENT_HOST && dp == LLDD_PLACEMENT_HOST) {
-            mock_set_error("%s: a server-assisted transfer between two HOST caches is not supported (docs/reference/semantics.md §1.3)",
-                           fn);
-            return LLM_FEATURE_NOT_ENABLED;
-        }
-        if (sp == LLDD_PLACEMENT_DEVICE && dp == LLDD_PLACEMENT_HOST) {
-            uint64_t src_blocks = form == PLAN_B2B ? a->nsb : form == PLAN_C2B ? a->ndb : 1;
-            if (!e->dev_pool.present) {
-                mock_set_error("%s: a DEVICE to HOST pull needs a device memory pool on this engine "
-                               "(llm.MemPoolConfig) for its staging buffers (docs/reference/semantics.md §1.3)", fn);
-                return LLM_PARAM_INVALID;
-            }
-            if (src_blocks > SA_D2H_MAX_BLOCKS || src_blocks > SA_MAX_ENTRIES - pairs) {
-                mock_set_error("%s: a DEVICE to HOST pull moves at most %d source blocks and at most %d - %llu; this "
-                               "one has %llu (docs/reference/semantics.md §15)", fn, SA_D2H_MAX_BLOCKS, SA_MAX_ENTRIES,
-                               (unsigned long long)pairs, (unsigned long long)src_blocks);
-                return LLM_PARAM_INVALID;
-            }
-            d2h = 1;
-        }
-        if (sp == LLDD_PLACEMENT_HOST && dp == LLDD_PLACEMENT_DEVICE && !src->r.dev_pool) {
-            mock_set_error("%s: a HOST to DEVICE pull needs a device memory pool on the host-side cluster %llu "
-                           "(docs/reference/semantics.md §1.3)", fn, (unsigned long long)a->src->cluster_id);
+    s->src_base = src_base;
+    return LLM_SUCCESS;
+}
+
+/* Step 9, server-assisted: the placement pairs of §1.3 and a DEVICE to HOST pull's limits. */
+static lldd_status pull_placement_checks(pull_state *s)
+{
+    const char *fn = s->fn;
+    const epull *a = s->a;
+    int form = s->form;
+    s->d2h = 0;
+    if (!s->sa)
+        return LLM_SUCCESS;
+    uint32_t sp = s->rw->placement, dp = s->lw->placement;
+    if (sp == LLDD_PLACEMENT_HOST && dp == LLDD_PLACEMENT_HOST) {
+        mock_set_error("%s: a server-assisted transfer between two HOST caches is not supported (docs/reference/semantics.md §1.3)",
+                       fn);
+        return LLM_FEATURE_NOT_ENABLED;
+    }
+    if (sp == LLDD_PLACEMENT_DEVICE && dp == LLDD_PLACEMENT_HOST) {
+        uint64_t src_blocks = form == PLAN_B2B ? a->nsb : form == PLAN_C2B ? a->ndb : 1;
+        if (!s->e->dev_pool.present) {
+            mock_set_error("%s: a DEVICE to HOST pull needs a device memory pool on this engine "
+                           "(llm.MemPoolConfig) for its staging buffers (docs/reference/semantics.md §1.3)", fn);
             return LLM_PARAM_INVALID;
         }
+        if (src_blocks > SA_D2H_MAX_BLOCKS || src_blocks > SA_MAX_ENTRIES - s->pairs) {
+            mock_set_error("%s: a DEVICE to HOST pull moves at most %d source blocks and at most %d - %llu; this "
+                           "one has %llu (docs/reference/semantics.md §15)", fn, SA_D2H_MAX_BLOCKS, SA_MAX_ENTRIES,
+                           (unsigned long long)s->pairs, (unsigned long long)src_blocks);
+            return LLM_PARAM_INVALID;
+        }
+        s->d2h = 1;
     }
-    if (form == PLAN_C2B) {
+    if (sp == LLDD_PLACEMENT_HOST && dp == LLDD_PLACEMENT_DEVICE && !s->src->r.dev_pool) {
+        mock_set_error("%s: a HOST to DEVICE pull needs a device memory pool on the host-side cluster %llu "
+                       "(docs/reference/semantics.md §1.3)", fn, (unsigned long long)a->src->cluster_id);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+/* Step 9, last part: block sizes and the source's blocks or chunks (C2B, B2B). */
+static lldd_status pull_source_block_checks(pull_state *s)
+{
+    const char *fn = s->fn;
+    const epull *a = s->a;
+    const cache_wire *lw = s->lw, *rw = s->rw;
+    lldd_status st;
+    s->c2b_len = 0;
+    if (s->form == PLAN_C2B) {
         if (lw->stride > rw->stride) {
             mock_set_error("%s: tensor size < required size: a destination block (%llu bytes) is larger than a source "
                            "batch (%llu bytes)", fn, (unsigned long long)lw->stride, (unsigned long long)rw->stride);
             return LLM_PARAM_INVALID;
         }
-        if ((st = c2b_check_chunks(fn, a->ndb, lw->stride, rw->stride, rw->tensor_size, &c2b_len)) != LLM_SUCCESS)
+        if ((st = c2b_check_chunks(fn, a->ndb, lw->stride, rw->stride, rw->tensor_size, &s->c2b_len)) != LLM_SUCCESS)
             return st;
-        if (direct && b_src != 0 &&
+        if (s->direct && s->b_src != 0 &&
             mock_lint(16, "%s: in direct mode a cache-to-blocks pull reads source batch 0; the source key names "
-                      "batch %llu, which is ignored (PR-16)", fn, (unsigned long long)b_src))
+                      "batch %llu, which is ignored (PR-16)", fn, (unsigned long long)s->b_src))
             return LLM_PARAM_INVALID;
     }
-    if (form == PLAN_B2B) {
+    if (s->form == PLAN_B2B) {
         if ((st = check_blocks(fn, "src_blocks", a->sblk, a->nsb, rw->blocks, "source")) != LLM_SUCCESS)
             return st;
         if (rw->stride != lw->stride) {
@@ -549,63 +620,108 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
             return LLM_PARAM_INVALID;
         }
     }
+    return LLM_SUCCESS;
+}
 
-    /* step 10: the bytes (a device-to-host pull stages through two buffers of the
-     * puller's device pool) */
-    uint64_t stage_first[2] = {0, 0}, stage_pages = 0;
+/* A device-to-host pull stages through two 32 MiB buffers of the puller's device pool:
+ * takes them (stage_first[0], [1], each `pages` pages), or fails with OUT_OF_MEMORY. */
+static lldd_status staging_take(engine *e, const char *fn, uint64_t stage_first[2], uint64_t *pages)
+{
     int staged = 0;
-    if (d2h) {
-        pthread_mutex_lock(&e->mu);
-        mpool *pool = &e->dev_pool;
-        uint64_t page = 1ull << pool->page_shift;
-        stage_pages = STAGING_BYTES / page + (STAGING_BYTES % page != 0);
-        if (pool_take(pool, stage_pages, &stage_first[0]) == 0) {
-            if (pool_take(pool, stage_pages, &stage_first[1]) == 0)
-                staged = 2;
-            else
-                pool_give(pool, stage_first[0], stage_pages);
-        }
-        pthread_mutex_unlock(&e->mu);
-        if (staged != 2) {
-            mock_set_error("%s: the device memory pool cannot supply the two 32 MiB staging buffers of a DEVICE to "
-                           "HOST pull (docs/reference/semantics.md §15)", fn);
-            return LLM_OUT_OF_MEMORY;
-        }
+    pthread_mutex_lock(&e->mu);
+    mpool *pool = &e->dev_pool;
+    uint64_t page = 1ull << pool->page_shift;
+    *pages = STAGING_BYTES / page + (STAGING_BYTES % page != 0);
+    if (pool_take(pool, *pages, &stage_first[0]) == 0) {
+        if (pool_take(pool, *pages, &stage_first[1]) == 0)
+            staged = 2;
+        else
+            pool_give(pool, stage_first[0], *pages);
     }
+    pthread_mutex_unlock(&e->mu);
+    if (staged != 2) {
+        mock_set_error("%s: the device memory pool cannot supply the two 32 MiB staging buffers of a DEVICE to "
+                       "HOST pull (docs/reference/semantics.md §15)", fn);
+        return LLM_OUT_OF_MEMORY;
+    }
+    return LLM_SUCCESS;
+}
+
+static void staging_give(engine *e, const uint64_t stage_first[2], uint64_t pages)
+{
+    pthread_mutex_lock(&e->mu);
+    pool_give(&e->dev_pool, stage_first[0], pages);
+    pool_give(&e->dev_pool, stage_first[1], pages);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Step 10: the bytes. */
+static lldd_status pull_move(const pull_state *s)
+{
+    const epull *a = s->a;
+    uint64_t stage_first[2] = {0, 0}, stage_pages = 0;
+    lldd_status st;
+    if (s->d2h && (st = staging_take(s->e, s->fn, stage_first, &stage_pages)) != LLM_SUCCESS)
+        return st;
     plan p;
     memset(&p, 0, sizeof p);
-    p.form = form;
-    p.pairs = (uint32_t)pairs;
+    p.form = s->form;
+    p.pairs = (uint32_t)s->pairs;
     p.smap = a->nst > 0 ? a->st : NULL;
     p.dmap = a->ndt > 0 ? a->dt : NULL;
-    p.src_addrs = src->pc.addrs;
-    p.dst_addrs = lc->addrs;
-    if (form == PLAN_C2C) {
-        p.soff = src_base + src_off;
-        p.doff = (uint64_t)a->batch * lw->stride + dst_off;
-        p.len = len;
-    } else if (form == PLAN_B2B) {
+    p.src_addrs = s->src->pc.addrs;
+    p.dst_addrs = s->lc->addrs;
+    if (s->form == PLAN_C2C) {
+        p.soff = s->src_base + s->src_off;
+        p.doff = (uint64_t)a->batch * s->lw->stride + s->dst_off;
+        p.len = s->len;
+    } else if (s->form == PLAN_B2B) {
         p.sblk = a->sblk;
         p.dblk = a->dblk;
         p.nblk = a->nsb;
-        p.block = lw->stride;
+        p.block = s->lw->stride;
     } else {
-        p.soff = src_base;
-        p.len = c2b_len;
+        p.soff = s->src_base;
+        p.len = s->c2b_len;
         p.dblk = a->dblk;
         p.nblk = a->ndb;
-        p.block = lw->stride;
+        p.block = s->lw->stride;
     }
-    st = move_bytes(xl, fn, &p, 1, rw->id);
-    if (staged) {
-        pthread_mutex_lock(&e->mu);
-        pool_give(&e->dev_pool, stage_first[0], stage_pages);
-        pool_give(&e->dev_pool, stage_first[1], stage_pages);
-        pthread_mutex_unlock(&e->mu);
-    }
+    st = move_bytes(s->xl, s->fn, &p, 1, s->rw->id);
+    if (s->d2h)
+        staging_give(s->e, stage_first, stage_pages);
+    return st;
+}
+
+/* Steps 4 to 11 of an extension pull (§8.0), each a function above, in this order. */
+static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int form, mcache *lc, xlink *xl,
+                                xsrc *src, int *release)
+{
+    pull_state s;
+    memset(&s, 0, sizeof s);
+    s.e = e;
+    s.fn = fn;
+    s.a = a;
+    s.form = form;
+    s.lc = lc;
+    s.xl = xl;
+    s.src = src;
+    s.v1 = e->gen == GEN_V1;
+    s.direct = e->mode == MODE_DIRECT;
+    s.sa = e->mode == MODE_SERVER_ASSISTED;
+    s.lw = &lc->w;
+    lldd_status st;
+    *release = 0;
+    if ((st = pull_local_checks(&s)) != LLM_SUCCESS ||
+        (st = link_acquire_ex(e, fn, a->src->cluster_id, xl, s.v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS ||
+        (st = pull_request_checks(&s)) != LLM_SUCCESS || (st = pull_resolve_source(&s)) != LLM_SUCCESS ||
+        (st = pull_access_checks(&s)) != LLM_SUCCESS || (st = pull_source_shape_checks(&s)) != LLM_SUCCESS ||
+        (st = pull_placement_checks(&s)) != LLM_SUCCESS || (st = pull_source_block_checks(&s)) != LLM_SUCCESS)
+        return st;
+    st = pull_move(&s);
     /* step 11: which successful pulls release their key (§9.5) */
-    *release = st == LLM_SUCCESS && !direct && form != PLAN_B2B && src->r.through_key &&
-               src->r.key_ns == KEY_NS_REQ && !(v1 && (a->soff != -1 || a->doff != -1));
+    *release = st == LLM_SUCCESS && !s.direct && form != PLAN_B2B && src->r.through_key &&
+               src->r.key_ns == KEY_NS_REQ && !(s.v1 && (a->soff != -1 || a->doff != -1));
     return st;
 }
 
