@@ -813,20 +813,22 @@ static uint64_t c2c_batches(const cache_wire *w, int block0)
     return block0 && !kind_has_batches(w) ? w->blocks : w->batches;
 }
 
-static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcache *lc, xlink *xl, xsrc *dst)
+/* Steps 3 and 4: the link, and the local cache's remote access and registration time. */
+static lldd_status push_local_access(engine *e, const char *fn, const epush *a, const cache_wire *lw, xlink *xl)
 {
-    const cache_wire *lw = &lc->w;
     lldd_status st;
-    /* step 3: the link; step 4: the local cache's remote access */
     if ((st = link_acquire_ex(e, fn, a->dst->cluster_id, xl, 0)) != LLM_SUCCESS)
         return st;
     if (!lw->remote_accessible) {
         mock_set_error("%s: the local cache %lld is not remote accessible", fn, (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
-        return st;
-    /* step 5: the destination, in the table copy */
+    return pr32_check_local(fn, xl->l, lw);
+}
+
+/* Step 5: the destination, in the table copy. */
+static lldd_status push_resolve_destination(engine *e, const char *fn, const epush *a, xlink *xl, xsrc *dst)
+{
     resolve_req q;
     memset(&q, 0, sizeof q);
     q.key_kind = a->dst->kind;
@@ -840,10 +842,20 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
     q.id_mark = xl->l->watermark;
     q.bind_mark = xl->l->bind_watermark;
     q.requester = e->cluster_id;
-    if ((st = src_resolve(xl, fn, &q, dst)) != LLM_SUCCESS)
-        return st;
-    const cache_wire *rw = &dst->pc.w;
-    /* step 6: the destination's checks */
+    return src_resolve(xl, fn, &q, dst);
+}
+
+/* The destination batch of a cache-to-cache push (0 when block0 names block 0). */
+static uint32_t push_dst_batch(const epush *a)
+{
+    return a->block0 ? 0 : a->dst->batch_index;
+}
+
+/* Step 6: the destination's access, layer, batch and shape. */
+static lldd_status push_destination_checks(const char *fn, const epush *a, const cache_wire *lw, const cache_wire *rw,
+                                           const xlink *xl)
+{
+    lldd_status st;
     if ((st = push_dst_access_checks(fn, rw, xl->l, a->dst->cluster_id)) != LLM_SUCCESS)
         return st;
     if (a->dst_layer >= rw->num_tensors / a->n) {
@@ -851,7 +863,7 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
                        (unsigned)a->dst_layer, (unsigned)rw->num_tensors, (unsigned)a->n);
         return LLM_PARAM_INVALID;
     }
-    uint32_t dst_batch = a->block0 ? 0 : a->dst->batch_index;
+    uint32_t dst_batch = push_dst_batch(a);
     if (!a->b2b && dst_batch >= c2c_batches(rw, a->block0)) {
         mock_set_error("%s: dst.batch_index %u is out of range: the remote cache %lld has %llu batches", fn,
                        (unsigned)dst_batch, (long long)rw->id, (unsigned long long)c2c_batches(rw, a->block0));
@@ -863,10 +875,14 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
                            (unsigned long long)lw->stride, (unsigned long long)rw->stride);
             return LLM_PARAM_INVALID;
         }
-    } else if ((st = push_dst_shape_checks(fn, a->b2b, lw, rw, a->dblk, a->ndb)) != LLM_SUCCESS) {
-        return st;
+        return LLM_SUCCESS;
     }
-    /* step 7: the source's checks */
+    return push_dst_shape_checks(fn, a->b2b, lw, rw, a->dblk, a->ndb);
+}
+
+/* Step 7: the source's layer, kind, batch and blocks. */
+static lldd_status push_source_checks(const char *fn, const epush *a, const cache_wire *lw)
+{
     if (a->src_layer >= lw->num_tensors / a->n) {
         mock_set_error("%s: source layer %u is out of range: the local cache has %u tensors, %u per layer", fn,
                        (unsigned)a->src_layer, (unsigned)lw->num_tensors, (unsigned)a->n);
@@ -891,9 +907,15 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
         mock_set_error("%s: the local cache %lld has no blocks", fn, (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    if (a->b2b && (st = check_blocks(fn, "src_blocks", a->sblk, a->nsb, lw->blocks, "local")) != LLM_SUCCESS)
-        return st;
-    /* step 8: the bytes */
+    if (a->b2b)
+        return check_blocks(fn, "src_blocks", a->sblk, a->nsb, lw->blocks, "local");
+    return LLM_SUCCESS;
+}
+
+/* Step 8: the bytes. */
+static lldd_status push_move(xlink *xl, const char *fn, const epush *a, const mcache *lc, const xsrc *dst)
+{
+    const cache_wire *lw = &lc->w, *rw = &dst->pc.w;
     plan p;
     memset(&p, 0, sizeof p);
     p.form = a->b2b ? PLAN_B2B : PLAN_C2C;
@@ -909,10 +931,23 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
         p.block = lw->stride;
     } else {
         p.soff = (uint64_t)a->src_batch * lw->stride;
-        p.doff = (uint64_t)dst_batch * rw->stride;
+        p.doff = (uint64_t)push_dst_batch(a) * rw->stride;
         p.len = lw->stride;
     }
     return move_bytes(xl, fn, &p, 0, rw->id);
+}
+
+/* Steps 3 to 8 of an extension push, each a function above, in this order. */
+static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcache *lc, xlink *xl, xsrc *dst)
+{
+    const cache_wire *lw = &lc->w;
+    lldd_status st;
+    if ((st = push_local_access(e, fn, a, lw, xl)) != LLM_SUCCESS ||
+        (st = push_resolve_destination(e, fn, a, xl, dst)) != LLM_SUCCESS ||
+        (st = push_destination_checks(fn, a, lw, &dst->pc.w, xl)) != LLM_SUCCESS ||
+        (st = push_source_checks(fn, a, lw)) != LLM_SUCCESS)
+        return st;
+    return push_move(xl, fn, a, lc, dst);
 }
 
 MOCK_EXPORT lldd_status lldd_ext_push_layer(lldd_engine *e, int64_t src_cache_id, uint32_t src_batch_index,
