@@ -1098,11 +1098,9 @@ typedef struct etransfer {
     int form;
 } etransfer;
 
-static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *a, mcache *lc, xlink *xl,
-                                    peer_cache pcs[2])
+/* The source's checks, before the link: placement, layer, kind, batch and blocks. */
+static lldd_status transfer_source_checks(const char *fn, const etransfer *a, const cache_wire *lw, int v1)
 {
-    const cache_wire *lw = &lc->w;
-    int v1 = e->gen == GEN_V1;
     lldd_status st;
     if (!v1 && lw->placement != LLDD_PLACEMENT_DEVICE) {
         mock_set_error("%s: the source cache %lld is HOST-placed; transfer_cache_async needs a DEVICE source", fn,
@@ -1134,39 +1132,47 @@ static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *
                        (unsigned)a->src_batch, (long long)lw->id, (unsigned long long)lw->batches);
         return LLM_PARAM_INVALID;
     }
-    uint64_t S = lw->stride, lo = 0, hi = 0;
     if (a->form == PLAN_B2B) {
         if ((st = check_blocks(fn, "src_block_indices", a->sblk, a->nsb, lw->blocks, "source")) != LLM_SUCCESS)
             return st;
-        if (a->bms != 0 && a->bms != S) {
+        if (a->bms != 0 && a->bms != lw->stride) {
             mock_set_error("%s: dst_block_memory_size %llu differs from the source block size %llu (docs/reference/semantics.md §7.5)",
-                           fn, (unsigned long long)a->bms, (unsigned long long)S);
+                           fn, (unsigned long long)a->bms, (unsigned long long)lw->stride);
             return LLM_PARAM_INVALID;
         }
     }
-    if ((st = link_acquire_ex(e, fn, a->dst_cluster, xl, v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS)
-        return st;
-    if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
-        return st;
-    /* The device's layer job checks the block size and cuts the chunks after it found the
-     * link; the spans need the chunks' lengths. */
-    uint64_t c2b_len = 0;
-    if (a->form == PLAN_C2B) {
-        if (a->bms >= lw->tensor_size) {
-            mock_set_error("%s: dst_block_memory_size %llu must be < the source tensor size %llu when transferring "
-                           "from a contiguous cache to blocks", fn, (unsigned long long)a->bms,
-                           (unsigned long long)lw->tensor_size);
-            return LLM_PARAM_INVALID;
-        }
-        if ((st = c2b_check_chunks(fn, a->ndb, a->bms, S, lw->tensor_size, &c2b_len)) != LLM_SUCCESS)
-            return st;
+    return LLM_SUCCESS;
+}
+
+/* After the link: a cache-to-blocks transfer's block size and chunks. The device's layer
+ * job checks the block size and cuts the chunks after it found the link; the spans need
+ * the chunks' lengths (*c2b_len). */
+static lldd_status transfer_c2b_checks(const char *fn, const etransfer *a, const cache_wire *lw, uint64_t *c2b_len)
+{
+    *c2b_len = 0;
+    if (a->form != PLAN_C2B)
+        return LLM_SUCCESS;
+    if (a->bms >= lw->tensor_size) {
+        mock_set_error("%s: dst_block_memory_size %llu must be < the source tensor size %llu when transferring "
+                       "from a contiguous cache to blocks", fn, (unsigned long long)a->bms,
+                       (unsigned long long)lw->tensor_size);
+        return LLM_PARAM_INVALID;
     }
-    /* the span each destination address is written at (PR-40) */
+    return c2b_check_chunks(fn, a->ndb, a->bms, lw->stride, lw->tensor_size, c2b_len);
+}
+
+/* The span [lo, hi) each destination address is written at (PR-40), and that it does not
+ * wrap past 2^64 from either address. */
+static lldd_status transfer_dst_span(const char *fn, const etransfer *a, uint64_t S, uint64_t c2b_len, uint64_t *lo,
+                                     uint64_t *hi)
+{
+    *lo = 0;
+    *hi = 0;
     if (a->form == PLAN_C2C) {
-        hi = S;
+        *hi = S;
     } else {
         uint64_t block = a->form == PLAN_B2B ? S : a->bms;
-        lo = UINT64_MAX;
+        *lo = UINT64_MAX;
         for (size_t k = 0; k < a->ndb; k++) {
             uint64_t len = a->form == PLAN_B2B || k + 1 < a->ndb ? block : c2b_len - k * block;
             uint64_t start, end;
@@ -1175,18 +1181,26 @@ static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *
                                (unsigned long long)a->dblk[k]);
                 return LLM_PARAM_INVALID;
             }
-            lo = start < lo ? start : lo;
-            hi = end > hi ? end : hi;
+            *lo = start < *lo ? start : *lo;
+            *hi = end > *hi ? end : *hi;
         }
     }
     for (int j = 0; j < 2; j++) {
         uint64_t end;
-        if (__builtin_add_overflow(a->dst_addrs[j], hi, &end)) {
-            mock_set_error("%s: dst_addrs[%d] + %llu overflows (PR-40)", fn, j, (unsigned long long)hi);
+        if (__builtin_add_overflow(a->dst_addrs[j], *hi, &end)) {
+            mock_set_error("%s: dst_addrs[%d] + %llu overflows (PR-40)", fn, j, (unsigned long long)*hi);
             return LLM_PARAM_INVALID;
         }
     }
-    uint32_t tensors[2];
+    return LLM_SUCCESS;
+}
+
+/* The peer's caches that hold the two destination spans, pinned (tensors[j]: the tensor
+ * of span j), each registered before the link (PR-32). */
+static lldd_status transfer_pin_destinations(xlink *xl, const char *fn, const etransfer *a, uint64_t lo, uint64_t hi,
+                                             peer_cache pcs[2], uint32_t tensors[2])
+{
+    lldd_status st;
     for (int j = 0; j < 2; j++) {
         if ((st = peer_pin_addr(xl, fn, a->dst_addrs[j] + lo, hi - lo, &pcs[j], &tensors[j])) != LLM_SUCCESS)
             return st;
@@ -1197,6 +1211,15 @@ static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *
             return LLM_PARAM_INVALID;
         }
     }
+    return LLM_SUCCESS;
+}
+
+/* The bytes: the layer's two tensors, each to its destination. */
+static lldd_status transfer_move(xlink *xl, const char *fn, const etransfer *a, const mcache *lc,
+                                 const peer_cache pcs[2], const uint32_t tensors[2], uint64_t c2b_len)
+{
+    uint64_t S = lc->w.stride;
+    lldd_status st;
     for (int j = 0; j < 2; j++) {
         plan p;
         memset(&p, 0, sizeof p);
@@ -1226,6 +1249,25 @@ static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *
             return st;
     }
     return LLM_SUCCESS;
+}
+
+/* A transfer by address, each step a function above, in this order. */
+static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *a, mcache *lc, xlink *xl,
+                                    peer_cache pcs[2])
+{
+    const cache_wire *lw = &lc->w;
+    int v1 = e->gen == GEN_V1;
+    uint64_t c2b_len = 0, lo = 0, hi = 0;
+    uint32_t tensors[2];
+    lldd_status st;
+    if ((st = transfer_source_checks(fn, a, lw, v1)) != LLM_SUCCESS ||
+        (st = link_acquire_ex(e, fn, a->dst_cluster, xl, v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS ||
+        (st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS ||
+        (st = transfer_c2b_checks(fn, a, lw, &c2b_len)) != LLM_SUCCESS ||
+        (st = transfer_dst_span(fn, a, lw->stride, c2b_len, &lo, &hi)) != LLM_SUCCESS ||
+        (st = transfer_pin_destinations(xl, fn, a, lo, hi, pcs, tensors)) != LLM_SUCCESS)
+        return st;
+    return transfer_move(xl, fn, a, lc, pcs, tensors, c2b_len);
 }
 
 MOCK_EXPORT lldd_status lldd_ext_transfer_layer(lldd_engine *e, int64_t src_cache_id, uint32_t src_batch_index,
