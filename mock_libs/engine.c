@@ -180,16 +180,21 @@ lldd_status engine_enter(engine *e, const char *fn)
     return LLM_SUCCESS;
 }
 
+lldd_status engine_args_enter(engine *e, const char *fn, const char *missing)
+{
+    if (missing != NULL) {
+        mock_set_error("%s: %s must not be NULL", fn, missing);
+        return LLM_PARAM_INVALID;
+    }
+    return engine_enter(e, fn);
+}
+
 lldd_status engine_call_enter(engine *e, const char *fn)
 {
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
-    if (e == NULL) {
-        mock_set_error("%s: engine must not be NULL", fn);
-        return LLM_PARAM_INVALID;
-    }
-    return engine_enter(e, fn);
+    return engine_args_enter(e, fn, e == NULL ? "engine" : NULL);
 }
 
 void engine_leave(engine *e)

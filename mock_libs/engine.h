@@ -196,6 +196,10 @@ lldd_status engine_enter(engine *e, const char *fn);
 /* The entry of an API call that takes only an engine: an injected fault, then a NULL
  * engine (PARAM_INVALID), then engine_enter. Anything but LLM_SUCCESS is the answer. */
 lldd_status engine_call_enter(engine *e, const char *fn);
+/* The rest of an entry, after the injected fault: `missing` names the first NULL argument
+ * (NULL when there is none), answered with PARAM_INVALID "<fn>: <missing> must not be
+ * NULL"; then engine_enter. */
+lldd_status engine_args_enter(engine *e, const char *fn, const char *missing);
 void engine_leave(engine *e);
 /* Finds a live engine of this process by serial and holds it (NULL if gone). */
 engine *registry_acquire(uint64_t serial);

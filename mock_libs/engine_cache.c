@@ -457,14 +457,11 @@ MOCK_EXPORT lldd_status lldd_register_kv_cache(lldd_engine *e, const lldd_cache_
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
-    if (e == NULL || desc == NULL || cache_id == NULL || (addrs == NULL && num_addrs > 0) ||
-        (desc->shape == NULL && desc->shape_len > 0)) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : desc == NULL ? "cache_desc" : cache_id == NULL ? "cache_id"
-                       : addrs == NULL && num_addrs > 0 ? "addrs (num_addrs > 0)" : "cache_desc.shape (shape_len > 0)");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : desc == NULL ? "cache_desc"
+                                       : cache_id == NULL ? "cache_id"
+                                       : addrs == NULL && num_addrs > 0 ? "addrs (num_addrs > 0)"
+                                       : desc->shape == NULL && desc->shape_len > 0 ? "cache_desc.shape (shape_len > 0)"
+                                       : NULL);
     if (st != LLM_SUCCESS)
         return st;
     mcache *c = NULL;

@@ -257,15 +257,12 @@ MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
-    if (e == NULL || desc == NULL || cache_id == NULL || (addrs == NULL && num_addrs > 0) ||
-        (keys == NULL && num_keys > 0) || (desc->shape == NULL && desc->shape_len > 0)) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : desc == NULL ? "cache_desc" : cache_id == NULL ? "cache_id"
-                       : addrs == NULL && num_addrs > 0 ? "addrs (num_addrs > 0)"
-                       : keys == NULL && num_keys > 0 ? "keys (num_keys > 0)" : "cache_desc.shape (shape_len > 0)");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : desc == NULL ? "cache_desc"
+                                       : cache_id == NULL ? "cache_id"
+                                       : addrs == NULL && num_addrs > 0 ? "addrs (num_addrs > 0)"
+                                       : keys == NULL && num_keys > 0 ? "keys (num_keys > 0)"
+                                       : desc->shape == NULL && desc->shape_len > 0 ? "cache_desc.shape (shape_len > 0)"
+                                       : NULL);
     if (st != LLM_SUCCESS)
         return st;
     mcache *c = NULL;
@@ -468,14 +465,11 @@ MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
-    if (e == NULL || desc == NULL || cache_id == NULL || (keys == NULL && num_keys > 0) ||
-        (desc->shape == NULL && desc->shape_len > 0)) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : desc == NULL ? "cache_desc" : cache_id == NULL ? "cache_id"
-                       : keys == NULL && num_keys > 0 ? "keys (num_keys > 0)" : "cache_desc.shape (shape_len > 0)");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : desc == NULL ? "cache_desc"
+                                       : cache_id == NULL ? "cache_id"
+                                       : keys == NULL && num_keys > 0 ? "keys (num_keys > 0)"
+                                       : desc->shape == NULL && desc->shape_len > 0 ? "cache_desc.shape (shape_len > 0)"
+                                       : NULL);
     if (st != LLM_SUCCESS)
         return st;
     mcache *c = NULL;
@@ -659,11 +653,7 @@ MOCK_EXPORT lldd_status lldd_ext_remove_cache_key(lldd_engine *e, const lldd_key
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
-    if (e == NULL || key == NULL) {
-        mock_set_error("%s: %s must not be NULL", fn, e == NULL ? "engine" : "key");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : key == NULL ? "key" : NULL);
     if (st != LLM_SUCCESS)
         return st;
     mcache *gone = NULL;

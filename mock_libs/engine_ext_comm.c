@@ -400,15 +400,9 @@ MOCK_EXPORT lldd_status lldd_ext_link(lldd_engine *e, const char *comm_name, con
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
-    if (e == NULL || comm_name == NULL || ((cluster_ids == NULL || ranks == NULL) && num_members > 0) ||
-        rank_table == NULL || comm_id == NULL) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : comm_name == NULL ? "comm_name"
-                       : (cluster_ids == NULL || ranks == NULL) && num_members > 0 ? "cluster_ids and ranks"
-                       : rank_table == NULL ? "rank_table" : "comm_id");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : comm_name == NULL ? "comm_name"
+                                       : (cluster_ids == NULL || ranks == NULL) && num_members > 0 ? "cluster_ids and ranks"
+                                       : rank_table == NULL ? "rank_table" : comm_id == NULL ? "comm_id" : NULL);
     if (st != LLM_SUCCESS)
         return st;
     comm *c = NULL;
@@ -554,11 +548,7 @@ MOCK_EXPORT lldd_status lldd_ext_query_register_mem_status(lldd_engine *e, uint6
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
-    if (e == NULL || status == NULL) {
-        mock_set_error("%s: %s must not be NULL", fn, e == NULL ? "engine" : "status");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : status == NULL ? "status" : NULL);
     if (st != LLM_SUCCESS)
         return st;
     if ((st = comm_call_checks(e, fn)) == LLM_SUCCESS) {
@@ -590,11 +580,9 @@ MOCK_EXPORT lldd_status lldd_ext_remap_registered_memory(lldd_engine *e, const u
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
-    if (e == NULL || ((addrs == NULL || sizes == NULL) && num > 0)) {
-        mock_set_error("%s: %s must not be NULL", fn, e == NULL ? "engine" : "addrs and sizes (num > 0)");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine"
+                                       : (addrs == NULL || sizes == NULL) && num > 0 ? "addrs and sizes (num > 0)"
+                                       : NULL);
     if (st != LLM_SUCCESS)
         return st;
     if (e->gen != GEN_V2) {

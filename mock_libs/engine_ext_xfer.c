@@ -736,18 +736,12 @@ MOCK_EXPORT lldd_status lldd_ext_pull(lldd_engine *e, const lldd_key *src, int64
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
-    if (e == NULL || src == NULL || (src_blocks == NULL && num_src_blocks > 0) ||
-        (dst_blocks == NULL && num_dst_blocks > 0) || (src_tensors == NULL && num_src_tensors > 0) ||
-        (dst_tensors == NULL && num_dst_tensors > 0)) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : src == NULL ? "src"
-                       : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
-                       : dst_blocks == NULL && num_dst_blocks > 0 ? "dst_blocks (num_dst_blocks > 0)"
-                       : src_tensors == NULL && num_src_tensors > 0 ? "src_tensors (num_src_tensors > 0)"
-                       : "dst_tensors (num_dst_tensors > 0)");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : src == NULL ? "src"
+                                       : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
+                                       : dst_blocks == NULL && num_dst_blocks > 0 ? "dst_blocks (num_dst_blocks > 0)"
+                                       : src_tensors == NULL && num_src_tensors > 0 ? "src_tensors (num_src_tensors > 0)"
+                                       : dst_tensors == NULL && num_dst_tensors > 0 ? "dst_tensors (num_dst_tensors > 0)"
+                                       : NULL);
     if (st != LLM_SUCCESS)
         return st;
     epull a = {src, dst_cache_id, batch_index, size, src_blocks, dst_blocks, src_tensors, dst_tensors,

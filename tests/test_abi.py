@@ -236,3 +236,52 @@ def test_a_mock_function_without_a_prototype_does_not_compile(tmp_path: Path) ->
         _build_mock_module().unused_functions(tmp_path / "out", src)
     # The compiler quotes the name with the locale's quotation marks.
     assert re.search(r"error: no previous prototype for \W?zz_no_prototype\W", info.value.stderr)
+
+
+def _null_argument_calls(e: object) -> list[tuple[str, tuple[object, ...], str]]:
+    """(function, arguments, the first NULL argument's name in its message) per case."""
+    NULL = ffi.NULL
+    shape = ffi.new("int64_t[]", [1, 4])
+    desc = ffi.new("lldd_cache_desc *", {"placement": 1, "num_tensors": 1, "data_type": 4, "shape": shape,
+                                         "shape_len": 2})
+    shapeless = ffi.new("lldd_cache_desc *", {"placement": 1, "num_tensors": 1, "data_type": 4, "shape": NULL,
+                                              "shape_len": 2})
+    key = ffi.new("lldd_key *", {"kind": 1, "req_id": 1, "prefix_id": 2**64 - 1, "model_id": 0})
+    addrs, cid, out = ffi.new("uint64_t[]", 1), ffi.new("int64_t *"), ffi.new("uint64_t *")
+    no_pull_lists = (NULL, 0, NULL, 0, NULL, 0)
+    return [
+        ("lldd_register_kv_cache", (NULL, desc, addrs, 1, cid), "engine"),
+        ("lldd_register_kv_cache", (e, desc, NULL, 1, cid), "addrs (num_addrs > 0)"),
+        ("lldd_register_kv_cache", (e, shapeless, addrs, 1, cid), "cache_desc.shape (shape_len > 0)"),
+        ("lldd_ext_register_cache", (e, NULL, addrs, 1, 1, 1, key, 1, cid), "cache_desc"),
+        ("lldd_ext_register_cache", (e, desc, addrs, 1, 1, 1, NULL, 1, cid), "keys (num_keys > 0)"),
+        ("lldd_ext_register_cache", (e, shapeless, addrs, 1, 1, 1, key, 1, cid), "cache_desc.shape (shape_len > 0)"),
+        ("lldd_ext_allocate_cache", (e, desc, 1, key, 1, NULL, addrs, 1), "cache_id"),
+        ("lldd_ext_allocate_cache", (e, desc, 1, NULL, 1, cid, addrs, 1), "keys (num_keys > 0)"),
+        ("lldd_ext_remove_cache_key", (e, NULL), "key"),
+        ("lldd_ext_link", (e, NULL, NULL, NULL, 0, b"{}", out), "comm_name"),
+        ("lldd_ext_link", (e, b"c", NULL, NULL, 2, b"{}", out), "cluster_ids and ranks"),
+        ("lldd_ext_link", (e, b"c", NULL, NULL, 0, NULL, out), "rank_table"),
+        ("lldd_ext_link", (e, b"c", NULL, NULL, 0, b"{}", NULL), "comm_id"),
+        ("lldd_ext_query_register_mem_status", (e, 1, NULL), "status"),
+        ("lldd_ext_remap_registered_memory", (e, NULL, NULL, 1), "addrs and sizes (num > 0)"),
+        ("lldd_ext_pull", (e, NULL, 1, 0, -1, *no_pull_lists, NULL, 0, -1, -1, 1), "src"),
+        ("lldd_ext_pull", (e, key, 1, 0, -1, NULL, 2, *no_pull_lists[2:], NULL, 0, -1, -1, 1),
+         "src_blocks (num_src_blocks > 0)"),
+        ("lldd_ext_pull", (e, key, 1, 0, -1, *no_pull_lists, NULL, 2, -1, -1, 1), "dst_tensors (num_dst_tensors > 0)"),
+    ]
+
+
+@pytest.mark.mock_only(reason="the wording of the mock's NULL-argument messages")
+def test_the_first_null_argument_is_named_in_the_refusal() -> None:
+    engine = ffi.new("lldd_engine **")
+    assert lldd_lib.lldd_create(1, 1, engine) == 0
+    try:
+        for name, args, missing in _null_argument_calls(engine[0]):
+            assert (name, getattr(lldd_lib, name)(*args)) == (name, llm_datadist_ffi.LLMStatusCode.LLM_PARAM_INVALID)
+            assert _capi.last_error() == f"{name}: {missing} must not be NULL"
+        # with every argument given, the entry goes on to the engine, which is not initialized
+        assert lldd_lib.lldd_ext_query_register_mem_status(engine[0], 1, ffi.new("uint32_t *")) == \
+            llm_datadist_ffi.LLMStatusCode.LLM_FAILED
+    finally:
+        lldd_lib.lldd_destroy(engine[0])
