@@ -285,3 +285,29 @@ def test_the_first_null_argument_is_named_in_the_refusal() -> None:
             llm_datadist_ffi.LLMStatusCode.LLM_FAILED
     finally:
         lldd_lib.lldd_destroy(engine[0])
+
+
+def _symbols(obj: Path, *flags: str) -> set[str]:
+    listing = subprocess.run(["nm", "--format=just-symbols", *flags, str(obj)], check=True, capture_output=True,
+                             text=True).stdout
+    return set(listing.split())
+
+
+def test_the_core_of_the_mock_calls_nothing_of_its_extension_layer(tmp_path: Path) -> None:
+    # docs/design.md, "The mock's modules": the extension layer (engine_ext*.c) sits on the
+    # core; the core reaches it only through hooks the extension layer sets.
+    defined: dict[str, set[str]] = {}
+    needed: dict[str, set[str]] = {}
+    for source in sorted((REPO / "mock_libs").glob("*.c")):
+        obj = tmp_path / (source.stem + ".o")
+        subprocess.run([os.environ.get("CC", "cc"), "-std=c11", "-D_GNU_SOURCE", "-fPIC", "-c", f"-I{REPO / 'include'}",
+                        f"-I{REPO / 'mock_libs'}", str(source), "-o", str(obj)], check=True)
+        defined[source.name] = _symbols(obj, "--defined-only", "--extern-only")
+        needed[source.name] = _symbols(obj, "--undefined-only")
+    extension = {name for name in defined if name.startswith("engine_ext")}
+    of_extension = set().union(*(defined[name] for name in extension))
+    called_up = {name: sorted(needed[name] & of_extension) for name in defined if name not in extension}
+    assert {name: calls for name, calls in called_up.items() if calls} == {}
+    # not vacuous: the extension layer does call the core
+    assert {"holder_resolve_locked", "key_bind_locked", "link_acquire_ex"} <= needed["engine_ext_xfer.c"] | \
+        needed["engine_ext_cache.c"]
