@@ -457,6 +457,63 @@ static void give_memory_locked(mcache *c)
     }
 }
 
+/* The checks of an allocation before it takes an id: kind and keys, a pool, the tensor
+ * count and the room for their addresses, the role's key rules (v1), the placement;
+ * *pool_out is the pool the cache comes from (NULL: v1 straight from the device). */
+static lldd_status allocate_checks(engine *e, const char *fn, const lldd_cache_desc *desc, uint32_t kind,
+                                   const lldd_key *keys, size_t num_keys, const uint64_t *tensor_addrs,
+                                   size_t addrs_capacity, mpool **pool_out)
+{
+    int v1 = e->gen == GEN_V1;
+    int role = atomic_load(&e->role);
+    lldd_status st;
+    if ((st = check_kind_and_keys(fn, kind, keys, num_keys)) != LLM_SUCCESS)
+        return st;
+    if (!v1 && !any_pool(e)) {
+        mock_set_error("%s: no memory pool is configured (llm.MemPoolConfig / llm.HostMemPoolConfig); "
+                       "allocate_cache needs one", fn);
+        return LLM_FEATURE_NOT_ENABLED;
+    }
+    if (desc->num_tensors == 0) {
+        mock_set_error("%s: cache_desc.num_tensors is 0", fn);
+        return LLM_PARAM_INVALID;
+    }
+    if (tensor_addrs == NULL || addrs_capacity < desc->num_tensors) {
+        mock_set_error("%s: tensor_addrs has room for %zu addresses, %u needed", fn,
+                       tensor_addrs == NULL ? (size_t)0 : addrs_capacity, (unsigned)desc->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    if (v1 && num_keys > 0 && kind == LLDD_CACHE_KIND_CACHE && role != LLDD_ROLE_PROMPT) {
+        mock_set_error("%s: allocate_cache with cache_keys is not supported by %s (only a PROMPT binds keys, "
+                       "docs/reference/semantics.md §11)", fn, ext_role_name(role));
+        return LLM_PARAM_INVALID;
+    }
+    if (v1 && num_keys > 0 && kind == LLDD_CACHE_KIND_BLOCKS && role == LLDD_ROLE_DECODER) {
+        mock_set_error("%s: allocate_blocks_cache with a blocks_cache_key is not supported by DECODER "
+                       "(docs/reference/semantics.md §11)", fn);
+        return LLM_PARAM_INVALID;
+    }
+    if (v1) {
+        if (desc->placement != LLDD_PLACEMENT_DEVICE) {
+            mock_set_error("%s: cache_desc.placement must be DEVICE: only support allocate device cache (v1)", fn);
+            return LLM_PARAM_INVALID;
+        }
+        *pool_out = e->v1_unlimited ? NULL : &e->dev_pool;
+        return LLM_SUCCESS;
+    }
+    mpool *pool = desc->placement == LLDD_PLACEMENT_DEVICE ? &e->dev_pool
+                  : desc->placement == LLDD_PLACEMENT_HOST ? &e->host_pool : NULL;
+    if (pool == NULL || !pool->present) {
+        mock_set_error("%s: cache_desc.placement %u has no memory pool (%s)", fn, (unsigned)desc->placement,
+                       desc->placement == LLDD_PLACEMENT_DEVICE ? "llm.MemPoolConfig was not given"
+                       : desc->placement == LLDD_PLACEMENT_HOST ? "llm.HostMemPoolConfig was not given"
+                       : "not HOST or DEVICE");
+        return LLM_PARAM_INVALID;
+    }
+    *pool_out = pool;
+    return LLM_SUCCESS;
+}
+
 MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache_desc *desc, uint32_t kind,
                                                 const lldd_key *keys, size_t num_keys, int64_t *cache_id,
                                                 uint64_t *tensor_addrs, size_t addrs_capacity)
@@ -475,58 +532,10 @@ MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache
     mcache *c = NULL;
     key_plan kp = {NULL, 0, 0};
     int v1 = e->gen == GEN_V1;
-    int role = atomic_load(&e->role);
-    if ((st = check_kind_and_keys(fn, kind, keys, num_keys)) != LLM_SUCCESS)
-        goto out;
-    if (!v1 && !any_pool(e)) {
-        mock_set_error("%s: no memory pool is configured (llm.MemPoolConfig / llm.HostMemPoolConfig); "
-                       "allocate_cache needs one", fn);
-        st = LLM_FEATURE_NOT_ENABLED;
-        goto out;
-    }
-    if (desc->num_tensors == 0) {
-        mock_set_error("%s: cache_desc.num_tensors is 0", fn);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    if (tensor_addrs == NULL || addrs_capacity < desc->num_tensors) {
-        mock_set_error("%s: tensor_addrs has room for %zu addresses, %u needed", fn,
-                       tensor_addrs == NULL ? (size_t)0 : addrs_capacity, (unsigned)desc->num_tensors);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    if (v1 && num_keys > 0 && kind == LLDD_CACHE_KIND_CACHE && role != LLDD_ROLE_PROMPT) {
-        mock_set_error("%s: allocate_cache with cache_keys is not supported by %s (only a PROMPT binds keys, "
-                       "docs/reference/semantics.md §11)", fn, ext_role_name(role));
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    if (v1 && num_keys > 0 && kind == LLDD_CACHE_KIND_BLOCKS && role == LLDD_ROLE_DECODER) {
-        mock_set_error("%s: allocate_blocks_cache with a blocks_cache_key is not supported by DECODER "
-                       "(docs/reference/semantics.md §11)", fn);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
     mpool *pool = NULL;
-    if (v1) {
-        if (desc->placement != LLDD_PLACEMENT_DEVICE) {
-            mock_set_error("%s: cache_desc.placement must be DEVICE: only support allocate device cache (v1)", fn);
-            st = LLM_PARAM_INVALID;
-            goto out;
-        }
-        pool = e->v1_unlimited ? NULL : &e->dev_pool;
-    } else {
-        pool = desc->placement == LLDD_PLACEMENT_DEVICE ? &e->dev_pool
-               : desc->placement == LLDD_PLACEMENT_HOST ? &e->host_pool : NULL;
-        if (pool == NULL || !pool->present) {
-            mock_set_error("%s: cache_desc.placement %u has no memory pool (%s)", fn, (unsigned)desc->placement,
-                           desc->placement == LLDD_PLACEMENT_DEVICE ? "llm.MemPoolConfig was not given"
-                           : desc->placement == LLDD_PLACEMENT_HOST ? "llm.HostMemPoolConfig was not given"
-                           : "not HOST or DEVICE");
-            st = LLM_PARAM_INVALID;
-            goto out;
-        }
-    }
+    if ((st = allocate_checks(e, fn, desc, kind, keys, num_keys, tensor_addrs, addrs_capacity, &pool)) !=
+        LLM_SUCCESS)
+        goto out;
     if (!v1 && (st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
         goto out;
     /* From here on the call consumes an id, also when it fails (§3.1; v1 also when the
