@@ -65,7 +65,10 @@ def _compile(out: Path, src_dir: Path, flags: list[str]) -> str:
         *shlex.split(os.environ.get("CFLAGS", "")),
         *shlex.split(os.environ.get("LDFLAGS", "")),
     ]
-    done = subprocess.run(cmd, stderr=subprocess.PIPE, text=True)
+    # A sanitizer runtime preloaded into the caller (the suite under ASan) must not reach
+    # the compiler, which it crashes.
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    done = subprocess.run(cmd, stderr=subprocess.PIPE, text=True, env=env)
     if done.returncode != 0:
         sys.stderr.write(done.stderr)
         raise subprocess.CalledProcessError(done.returncode, cmd, stderr=done.stderr)
