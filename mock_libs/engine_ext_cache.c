@@ -249,6 +249,66 @@ static void apply_kind(cache_wire *w, uint32_t kind, int v1)
  * register_cache / register_blocks_cache / unregister_cache (v2)
  * ------------------------------------------------------------------------------------------ */
 
+/* The checks of a registration before it takes an id: the generation, kind and keys,
+ * remote access (not after a rank-table link, §2.6), the rank, the address count. */
+static lldd_status register_checks(engine *e, const char *fn, const lldd_cache_desc *desc, size_t num_addrs,
+                                   uint32_t kind, uint32_t remote_accessible, const lldd_key *keys,
+                                   size_t num_keys)
+{
+    lldd_status st;
+    if (e->gen == GEN_V1) {
+        mock_set_error("%s: registration does not exist in KvCacheManager (v1) mode; use allocate_cache", fn);
+        return LLM_FEATURE_NOT_ENABLED;
+    }
+    if ((st = check_kind_and_keys(fn, kind, keys, num_keys)) != LLM_SUCCESS)
+        return st;
+    if (remote_accessible > 1) {
+        mock_set_error("%s: remote_accessible %u must be 0 or 1", fn, (unsigned)remote_accessible);
+        return LLM_PARAM_INVALID;
+    }
+    pthread_mutex_lock(&e->mu);
+    int linked = e->rank_linked;
+    pthread_mutex_unlock(&e->mu);
+    if (linked && remote_accessible) {
+        mock_set_error("%s: you can not register remote accessible cache after link (docs/reference/semantics.md §2.6)", fn);
+        return LLM_PARAM_INVALID;
+    }
+    if ((st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
+        return st;
+    if (num_addrs == 0 || num_addrs != desc->num_tensors) {
+        mock_set_error("%s: %zu addrs given for cache_desc.num_tensors = %u; they must be equal and not 0", fn,
+                       num_addrs, (unsigned)desc->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+/* A registration's description and record: the layout, no address 0, the ranges (E-16);
+ * *out is the record (NULL on failure). */
+static lldd_status register_record(const char *fn, const lldd_cache_desc *desc, const uint64_t *addrs,
+                                   size_t num_addrs, uint32_t kind, uint32_t remote_accessible, cache_wire *w,
+                                   mcache **out)
+{
+    lldd_status st = cache_layout(fn, desc, w);
+    if (st == LLM_SUCCESS) {
+        w->remote_accessible = remote_accessible;
+        apply_kind(w, kind, 0);
+        for (size_t i = 0; i < num_addrs && st == LLM_SUCCESS; i++) {
+            if (addrs[i] == 0) {
+                /* the vendor rejects it only for remote-accessible registrations; any later
+                 * local copy or swap would then write to address 0 (docs/semantics.md §0) */
+                mock_set_error("%s: addrs[%zu] is 0", fn, i);
+                st = LLM_PARAM_INVALID;
+            }
+        }
+    }
+    if (st == LLM_SUCCESS)
+        st = cache_check_ranges(fn, addrs, num_addrs, w->tensor_size);
+    if (st == LLM_SUCCESS && (*out = cache_record_new(fn, w, addrs, num_addrs)) == NULL)
+        st = LLM_FAILED;
+    return st;
+}
+
 MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache_desc *desc, const uint64_t *addrs,
                                                 size_t num_addrs, uint32_t kind, uint32_t remote_accessible,
                                                 const lldd_key *keys, size_t num_keys, int64_t *cache_id)
@@ -267,54 +327,12 @@ MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache
         return st;
     mcache *c = NULL;
     key_plan kp = {NULL, 0, 0};
-    if (e->gen == GEN_V1) {
-        mock_set_error("%s: registration does not exist in KvCacheManager (v1) mode; use allocate_cache", fn);
-        st = LLM_FEATURE_NOT_ENABLED;
+    if ((st = register_checks(e, fn, desc, num_addrs, kind, remote_accessible, keys, num_keys)) != LLM_SUCCESS)
         goto out;
-    }
-    if ((st = check_kind_and_keys(fn, kind, keys, num_keys)) != LLM_SUCCESS)
-        goto out;
-    if (remote_accessible > 1) {
-        mock_set_error("%s: remote_accessible %u must be 0 or 1", fn, (unsigned)remote_accessible);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    pthread_mutex_lock(&e->mu);
-    int linked = e->rank_linked;
-    pthread_mutex_unlock(&e->mu);
-    if (linked && remote_accessible) {
-        mock_set_error("%s: you can not register remote accessible cache after link (docs/reference/semantics.md §2.6)", fn);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    if ((st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
-        goto out;
-    if (num_addrs == 0 || num_addrs != desc->num_tensors) {
-        mock_set_error("%s: %zu addrs given for cache_desc.num_tensors = %u; they must be equal and not 0", fn,
-                       num_addrs, (unsigned)desc->num_tensors);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
     /* From here on the call consumes an id, also when it fails (§3.1); the id is taken
      * in the locked step that inserts the cache (docs/security.md §1.1). */
     cache_wire w;
-    st = cache_layout(fn, desc, &w);
-    if (st == LLM_SUCCESS) {
-        w.remote_accessible = remote_accessible;
-        apply_kind(&w, kind, 0);
-        for (size_t i = 0; i < num_addrs && st == LLM_SUCCESS; i++) {
-            if (addrs[i] == 0) {
-                /* the vendor rejects it only for remote-accessible registrations; any later
-                 * local copy or swap would then write to address 0 (docs/semantics.md §0) */
-                mock_set_error("%s: addrs[%zu] is 0", fn, i);
-                st = LLM_PARAM_INVALID;
-            }
-        }
-    }
-    if (st == LLM_SUCCESS)
-        st = cache_check_ranges(fn, addrs, num_addrs, w.tensor_size);
-    if (st == LLM_SUCCESS && (c = cache_record_new(fn, &w, addrs, num_addrs)) == NULL)
-        st = LLM_FAILED;
+    st = register_record(fn, desc, addrs, num_addrs, kind, remote_accessible, &w, &c);
     pthread_mutex_lock(&e->mu);
     int64_t id = cache_take_id_locked(e);
     if (st != LLM_SUCCESS) {
