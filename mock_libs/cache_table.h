@@ -145,6 +145,9 @@ int table_insert_locked(engine *e, mcache *c);
 void table_remove_locked(engine *e, mcache *c);
 /* Frees a cache record and any memory it owns outside a pool. */
 void cache_destroy(mcache *c);
+/* The pool of desc's placement (DEVICE or HOST), which the engine must have; PARAM_INVALID
+ * naming the missing option otherwise. */
+lldd_status cache_pool_for(engine *e, const char *fn, const lldd_cache_desc *desc, mpool **out);
 int pool_take(mpool *p, uint64_t count, uint64_t *first);
 void pool_give(mpool *p, uint64_t first, uint64_t count);
 /* CopyKvCache / copy_cache: the checks of docs/reference/semantics.md §6.6 and the bytes of §8.8. */

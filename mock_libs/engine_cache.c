@@ -573,6 +573,39 @@ static lldd_status pool_call_enter(engine *e, const char *fn)
     return st;
 }
 
+lldd_status cache_pool_for(engine *e, const char *fn, const lldd_cache_desc *desc, mpool **out)
+{
+    mpool *pool = desc->placement == LLDD_PLACEMENT_DEVICE ? &e->dev_pool
+                  : desc->placement == LLDD_PLACEMENT_HOST ? &e->host_pool : NULL;
+    if (pool == NULL || !pool->present) {
+        mock_set_error("%s: cache_desc.placement %u has no memory pool (%s)", fn, (unsigned)desc->placement,
+                       desc->placement == LLDD_PLACEMENT_DEVICE ? "llm.MemPoolConfig was not given"
+                       : desc->placement == LLDD_PLACEMENT_HOST ? "llm.HostMemPoolConfig was not given"
+                       : "not HOST or DEVICE");
+        return LLM_PARAM_INVALID;
+    }
+    *out = pool;
+    return LLM_SUCCESS;
+}
+
+/* AllocateCache's checks before it takes an id: the tensor count and the room for their
+ * addresses, a pool for the placement (*pool_out), the rank. */
+static lldd_status allocate_checks(engine *e, const char *fn, const lldd_cache_desc *desc,
+                                   const uint64_t *tensor_addrs, size_t addrs_capacity, mpool **pool_out)
+{
+    if (desc->num_tensors == 0) {
+        mock_set_error("%s: cache_desc.num_tensors is 0", fn);
+        return LLM_PARAM_INVALID;
+    }
+    if (tensor_addrs == NULL || addrs_capacity < desc->num_tensors) {
+        mock_set_error("%s: tensor_addrs has room for %zu addresses, %u needed", fn,
+                       tensor_addrs == NULL ? (size_t)0 : addrs_capacity, (unsigned)desc->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = cache_pool_for(e, fn, desc, pool_out);
+    return st != LLM_SUCCESS ? st : cache_check_rank(fn, desc);
+}
+
 MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_desc *desc, int64_t *cache_id,
                                             uint64_t *tensor_addrs, size_t addrs_capacity)
 {
@@ -590,28 +623,8 @@ MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_des
     if (st != LLM_SUCCESS)
         return st;
     mcache *c = NULL;
-    if (desc->num_tensors == 0) {
-        mock_set_error("%s: cache_desc.num_tensors is 0", fn);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    if (tensor_addrs == NULL || addrs_capacity < desc->num_tensors) {
-        mock_set_error("%s: tensor_addrs has room for %zu addresses, %u needed", fn,
-                       tensor_addrs == NULL ? (size_t)0 : addrs_capacity, (unsigned)desc->num_tensors);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    mpool *pool = desc->placement == LLDD_PLACEMENT_DEVICE ? &e->dev_pool
-                  : desc->placement == LLDD_PLACEMENT_HOST ? &e->host_pool : NULL;
-    if (pool == NULL || !pool->present) {
-        mock_set_error("%s: cache_desc.placement %u has no memory pool (%s)", fn, (unsigned)desc->placement,
-                       desc->placement == LLDD_PLACEMENT_DEVICE ? "llm.MemPoolConfig was not given"
-                       : desc->placement == LLDD_PLACEMENT_HOST ? "llm.HostMemPoolConfig was not given"
-                       : "not HOST or DEVICE");
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    if ((st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
+    mpool *pool = NULL;
+    if ((st = allocate_checks(e, fn, desc, tensor_addrs, addrs_capacity, &pool)) != LLM_SUCCESS)
         goto out;
     /* From here on the call consumes an id, also when it fails (§3.1); the id is taken
      * in the locked step that inserts the cache (docs/security.md §1.1). */

@@ -519,17 +519,7 @@ static lldd_status allocate_checks(engine *e, const char *fn, const lldd_cache_d
         *pool_out = e->v1_unlimited ? NULL : &e->dev_pool;
         return LLM_SUCCESS;
     }
-    mpool *pool = desc->placement == LLDD_PLACEMENT_DEVICE ? &e->dev_pool
-                  : desc->placement == LLDD_PLACEMENT_HOST ? &e->host_pool : NULL;
-    if (pool == NULL || !pool->present) {
-        mock_set_error("%s: cache_desc.placement %u has no memory pool (%s)", fn, (unsigned)desc->placement,
-                       desc->placement == LLDD_PLACEMENT_DEVICE ? "llm.MemPoolConfig was not given"
-                       : desc->placement == LLDD_PLACEMENT_HOST ? "llm.HostMemPoolConfig was not given"
-                       : "not HOST or DEVICE");
-        return LLM_PARAM_INVALID;
-    }
-    *pool_out = pool;
-    return LLM_SUCCESS;
+    return cache_pool_for(e, fn, desc, pool_out);
 }
 
 MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache_desc *desc, uint32_t kind,
