@@ -392,6 +392,36 @@ static lldd_status comm_create(const char *fn, comm *c)
     return LLM_SUCCESS;
 }
 
+/* The members of a rank-table communicator: 2 to MAX_MEMBERS, ranks ascending, no
+ * cluster id twice; *self is this engine's position (num_members if absent). */
+static lldd_status link_members_checks(const engine *e, const char *fn, const uint64_t *cluster_ids,
+                                       const uint32_t *ranks, size_t num_members, size_t *self)
+{
+    if (num_members < 2 || num_members > MAX_MEMBERS) {
+        mock_set_error("%s: cluster_rank_info has %zu members; a communicator has 2 to %d", fn, num_members,
+                       MAX_MEMBERS);
+        return LLM_PARAM_INVALID;
+    }
+    *self = num_members;
+    for (size_t i = 0; i < num_members; i++) {
+        if (i > 0 && ranks[i] < ranks[i - 1]) {
+            mock_set_error("%s: ranks must be in ascending order; rank %u of member %zu follows rank %u", fn,
+                           (unsigned)ranks[i], i, (unsigned)ranks[i - 1]);
+            return LLM_PARAM_INVALID;
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (cluster_ids[j] == cluster_ids[i]) {
+                mock_set_error("%s: cluster id %llu appears twice in cluster_rank_info", fn,
+                               (unsigned long long)cluster_ids[i]);
+                return LLM_PARAM_INVALID;
+            }
+        }
+        if (cluster_ids[i] == e->cluster_id)
+            *self = i;
+    }
+    return LLM_SUCCESS;
+}
+
 MOCK_EXPORT lldd_status lldd_ext_link(lldd_engine *e, const char *comm_name, const uint64_t *cluster_ids,
                                       const uint32_t *ranks, size_t num_members, const char *rank_table,
                                       uint64_t *comm_id)
@@ -417,31 +447,9 @@ MOCK_EXPORT lldd_status lldd_ext_link(lldd_engine *e, const char *comm_name, con
         st = LLM_PARAM_INVALID;
         goto out;
     }
-    if (num_members < 2 || num_members > MAX_MEMBERS) {
-        mock_set_error("%s: cluster_rank_info has %zu members; a communicator has 2 to %d", fn, num_members,
-                       MAX_MEMBERS);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
     size_t self = num_members;
-    for (size_t i = 0; i < num_members; i++) {
-        if (i > 0 && ranks[i] < ranks[i - 1]) {
-            mock_set_error("%s: ranks must be in ascending order; rank %u of member %zu follows rank %u", fn,
-                           (unsigned)ranks[i], i, (unsigned)ranks[i - 1]);
-            st = LLM_PARAM_INVALID;
-            goto out;
-        }
-        for (size_t j = 0; j < i; j++) {
-            if (cluster_ids[j] == cluster_ids[i]) {
-                mock_set_error("%s: cluster id %llu appears twice in cluster_rank_info", fn,
-                               (unsigned long long)cluster_ids[i]);
-                st = LLM_PARAM_INVALID;
-                goto out;
-            }
-        }
-        if (cluster_ids[i] == e->cluster_id)
-            self = i;
-    }
+    if ((st = link_members_checks(e, fn, cluster_ids, ranks, num_members, &self)) != LLM_SUCCESS)
+        goto out;
     json_value doc;
     char why[96];
     if (json_parse(rank_table, strlen(rank_table), &doc, why, sizeof why) != 0) {
