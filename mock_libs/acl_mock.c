@@ -1397,7 +1397,7 @@ aclError mock_acl_free_device(void *ptr)
     return release_allocation("mock_acl_free_device", "ptr", ptr, MOCK_MEM_DEVICE);
 }
 
-uint64_t mock_acl_live_count(void)
+static uint64_t live_count(void)
 {
     pthread_rwlock_rdlock(&g_lock);
     uint64_t n = g_live_count;
@@ -1447,7 +1447,7 @@ MOCK_EXPORT lldd_status lldd_mock_set_device_capacity(uint64_t bytes)
 
 MOCK_EXPORT uint64_t lldd_mock_live_allocations(void)
 {
-    return mock_acl_live_count();
+    return live_count();
 }
 
 /* ---------------------------------------------------------------- the bench floor */

@@ -5,10 +5,15 @@ sanitizer build. Standard library only, so that it runs inside pip's isolated
 build environment.
 
     python mock_libs/build_mock.py OUT_DIR [--sanitize | --tsan] [--debug]
+    python mock_libs/build_mock.py OUT_DIR --check-unused
 
 ``--sanitize`` builds with AddressSanitizer and UndefinedBehaviorSanitizer, ``--tsan``
 with ThreadSanitizer (the two cannot share one library). Either library is loaded
 into an uninstrumented Python by preloading the sanitizer's runtime (see ``.ci/run``).
+
+``--check-unused`` links a throw-away library with one section per function and lets
+the linker drop every function that no exported function reaches; it names each one
+and exits with 1 if there is any (``tests/test_abi.py`` runs it in the suite).
 
 ``CC`` selects the compiler (default ``cc``); ``CFLAGS``/``LDFLAGS`` are appended.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -25,29 +31,33 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 LIB_NAME = "libllm_datadist_mock.so"
 
-WARNINGS = ["-Wall", "-Wextra", "-Werror", "-Wshadow", "-Wstrict-prototypes", "-Wvla"]
+# -Wmissing-prototypes and -Wmissing-declarations: a function that no header declares
+# must be static, so that -Wunused-function reports it once nothing in its file calls it.
+# Functions that a header declares but nothing calls are what --check-unused finds.
+WARNINGS = [
+    "-Wall", "-Wextra", "-Werror", "-Wshadow", "-Wstrict-prototypes", "-Wvla",
+    "-Wmissing-prototypes", "-Wmissing-declarations",
+]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
 TSAN = ["-fsanitize=thread", "-fno-omit-frame-pointer"]
+# The linker keeps what the exported functions (default visibility) reach and names,
+# one line each, every function section it removes.
+GC_FUNCTIONS = ["-ffunction-sections", "-Wl,--gc-sections", "-Wl,--print-gc-sections"]
+_GC_REMOVED = re.compile(r"removing unused section '\.text\.(\w+)'")
 
 
-def sources() -> list[Path]:
-    return sorted(HERE.glob("*.c"))
+def sources(src_dir: Path = HERE) -> list[Path]:
+    return sorted(src_dir.glob("*.c"))
 
 
-def build(out_dir: Path, sanitize: bool = False, debug: bool = False, tsan: bool = False) -> Path:
-    if sanitize and tsan:
-        raise ValueError("AddressSanitizer and ThreadSanitizer cannot be combined in one build")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    out = out_dir / LIB_NAME
+def _compile(out: Path, src_dir: Path, flags: list[str]) -> str:
+    """Compiles and links the library at out; returns what the tools wrote to stderr."""
     cc = shlex.split(os.environ.get("CC", "cc"))
-    opt = ["-O1", "-g"] if (sanitize or tsan or debug) else ["-O2", "-g"]
     cmd = [
         *cc, "-std=c11", "-D_GNU_SOURCE", "-fPIC", "-shared", "-pthread",
-        "-fvisibility=hidden", *opt, *WARNINGS,
-        *(SANITIZE if sanitize else []),
-        *(TSAN if tsan else []),
-        f"-I{ROOT / 'include'}", f"-I{HERE}",
-        *map(str, sources()),
+        "-fvisibility=hidden", *flags, *WARNINGS,
+        f"-I{ROOT / 'include'}", f"-I{src_dir}",
+        *map(str, sources(src_dir)),
         "-o", str(out),
         # Calls inside the library bind to its own definitions, so that a shim that
         # exports the same lldd_* names (the vendor double in tests) cannot interpose.
@@ -55,8 +65,32 @@ def build(out_dir: Path, sanitize: bool = False, debug: bool = False, tsan: bool
         *shlex.split(os.environ.get("CFLAGS", "")),
         *shlex.split(os.environ.get("LDFLAGS", "")),
     ]
-    subprocess.run(cmd, check=True)
+    # A sanitizer runtime preloaded into the caller (the suite under ASan) must not reach
+    # the compiler, which it crashes.
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    done = subprocess.run(cmd, stderr=subprocess.PIPE, text=True, env=env)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr)
+        raise subprocess.CalledProcessError(done.returncode, cmd, stderr=done.stderr)
+    return done.stderr
+
+
+def build(out_dir: Path, sanitize: bool = False, debug: bool = False, tsan: bool = False) -> Path:
+    if sanitize and tsan:
+        raise ValueError("AddressSanitizer and ThreadSanitizer cannot be combined in one build")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / LIB_NAME
+    opt = ["-O1", "-g"] if (sanitize or tsan or debug) else ["-O2", "-g"]
+    flags = [*opt, *(SANITIZE if sanitize else []), *(TSAN if tsan else [])]
+    sys.stderr.write(_compile(out, HERE, flags))
     return out
+
+
+def unused_functions(out_dir: Path, src_dir: Path = HERE) -> list[str]:
+    """The functions of the sources in src_dir that no exported function reaches."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stderr = _compile(out_dir / "unused-check.so", src_dir, ["-O0", *GC_FUNCTIONS])
+    return sorted(set(_GC_REMOVED.findall(stderr)))
 
 
 def main(argv: list[str]) -> int:
@@ -65,8 +99,15 @@ def main(argv: list[str]) -> int:
     kind = ap.add_mutually_exclusive_group()
     kind.add_argument("--sanitize", action="store_true", help="AddressSanitizer + UBSan build")
     kind.add_argument("--tsan", action="store_true", help="ThreadSanitizer build")
+    kind.add_argument("--check-unused", action="store_true",
+                      help="name the functions that no exported function reaches (exit 1 if any)")
     ap.add_argument("--debug", action="store_true", help="-O1 -g")
     args = ap.parse_args(argv)
+    if args.check_unused:
+        unused = unused_functions(args.out_dir)
+        for name in unused:
+            print(f"unused function: {name}")
+        return 1 if unused else 0
     print(build(args.out_dir, sanitize=args.sanitize, debug=args.debug, tsan=args.tsan))
     return 0
 

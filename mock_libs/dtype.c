@@ -1,7 +1,9 @@
 /* ge::DataType element sizes as the LLM-DataDist core computes them (docs/reference/cpp-api.md
  * §2.4), in bits so that the sub-byte types fit the same table. 0 marks a value
  * the core rejects (value 5, DT_UNDEFINED, DT_HIFLOAT4_SCALE, DT_MAX and beyond). */
-#include "engine.h"
+#include <stddef.h>
+
+#include "dtype.h"
 
 static const uint8_t k_bits[] = {
     /*  0 DT_FLOAT          */ 32,

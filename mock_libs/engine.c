@@ -22,8 +22,6 @@
  * not be scheduled for a while, and until then its copies keep the parent's port
  * accepting connections after the parent has finalized (see registry_before_fork).
  */
-#include "engine.h"
-
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -34,7 +32,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache_table.h"
+#include "engine.h"
 #include "json.h"
+#include "links.h"
+#include "mock_internal.h"
+#include "options.h"
+#include "peer_id.h"
+#include "pub.h"
+#include "transport.h"
 
 /* ---------------------------------------------------------------------------------------------
  * registry
@@ -237,16 +243,21 @@ lldd_status engine_enter(engine *e, const char *fn)
     return LLM_SUCCESS;
 }
 
+lldd_status engine_args_enter(engine *e, const char *fn, const char *missing)
+{
+    if (missing != NULL) {
+        mock_set_error("%s: %s must not be NULL", fn, missing);
+        return LLM_PARAM_INVALID;
+    }
+    return engine_enter(e, fn);
+}
+
 lldd_status engine_call_enter(engine *e, const char *fn)
 {
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
-    if (e == NULL) {
-        mock_set_error("%s: engine must not be NULL", fn);
-        return LLM_PARAM_INVALID;
-    }
-    return engine_enter(e, fn);
+    return engine_args_enter(e, fn, e == NULL ? "engine" : NULL);
 }
 
 void engine_leave(engine *e)
@@ -918,7 +929,11 @@ MOCK_EXPORT void lldd_finalize(lldd_engine *e)
     pthread_mutex_unlock(&e->listen_mu);
 
     /* handshakes and disconnects in progress: wake them, then join them */
-    comms_teardown(e);
+    pthread_mutex_lock(&e->mu);
+    const comm_hooks *comms = e->comm_hooks;
+    pthread_mutex_unlock(&e->mu);
+    if (comms != NULL)
+        comms->teardown(e);
     pending_abort_all(e);
     pthread_mutex_lock(&e->mu);
     for (eng_thread *t = e->conns; t != NULL; t = t->next)
@@ -1017,8 +1032,9 @@ size_t engine_link_count(engine *e)
     size_t links = 0;
     for (mlink *l = e->links; l != NULL; l = l->next)
         links++;
+    const comm_hooks *comms = e->comm_hooks;
     pthread_mutex_unlock(&e->mu);
-    return links + comm_count(e);
+    return links + (comms != NULL ? comms->count(e) : 0);
 }
 
 lldd_status engine_listen_as(engine *e, const char *fn, const tp_addr *addr)

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine.h"
+#include "blocks.h"
 
 size_t count_runs(const uint64_t *src, const uint64_t *dst, size_t count)
 {

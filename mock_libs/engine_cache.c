@@ -14,7 +14,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "blocks.h"
+#include "cache_table.h"
+#include "dtype.h"
 #include "engine.h"
+#include "keys.h"
+#include "links.h"
+#include "mock_internal.h"
+#include "pub.h"
+#include "transport.h"
 
 enum { TABLE_ENTRY = 64 };
 
@@ -449,14 +457,11 @@ MOCK_EXPORT lldd_status lldd_register_kv_cache(lldd_engine *e, const lldd_cache_
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
-    if (e == NULL || desc == NULL || cache_id == NULL || (addrs == NULL && num_addrs > 0) ||
-        (desc->shape == NULL && desc->shape_len > 0)) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : desc == NULL ? "cache_desc" : cache_id == NULL ? "cache_id"
-                       : addrs == NULL && num_addrs > 0 ? "addrs (num_addrs > 0)" : "cache_desc.shape (shape_len > 0)");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : desc == NULL ? "cache_desc"
+                                       : cache_id == NULL ? "cache_id"
+                                       : addrs == NULL && num_addrs > 0 ? "addrs (num_addrs > 0)"
+                                       : desc->shape == NULL && desc->shape_len > 0 ? "cache_desc.shape (shape_len > 0)"
+                                       : NULL);
     if (st != LLM_SUCCESS)
         return st;
     mcache *c = NULL;
@@ -568,6 +573,39 @@ static lldd_status pool_call_enter(engine *e, const char *fn)
     return st;
 }
 
+lldd_status cache_pool_for(engine *e, const char *fn, const lldd_cache_desc *desc, mpool **out)
+{
+    mpool *pool = desc->placement == LLDD_PLACEMENT_DEVICE ? &e->dev_pool
+                  : desc->placement == LLDD_PLACEMENT_HOST ? &e->host_pool : NULL;
+    if (pool == NULL || !pool->present) {
+        mock_set_error("%s: cache_desc.placement %u has no memory pool (%s)", fn, (unsigned)desc->placement,
+                       desc->placement == LLDD_PLACEMENT_DEVICE ? "llm.MemPoolConfig was not given"
+                       : desc->placement == LLDD_PLACEMENT_HOST ? "llm.HostMemPoolConfig was not given"
+                       : "not HOST or DEVICE");
+        return LLM_PARAM_INVALID;
+    }
+    *out = pool;
+    return LLM_SUCCESS;
+}
+
+/* AllocateCache's checks before it takes an id: the tensor count and the room for their
+ * addresses, a pool for the placement (*pool_out), the rank. */
+static lldd_status allocate_checks(engine *e, const char *fn, const lldd_cache_desc *desc,
+                                   const uint64_t *tensor_addrs, size_t addrs_capacity, mpool **pool_out)
+{
+    if (desc->num_tensors == 0) {
+        mock_set_error("%s: cache_desc.num_tensors is 0", fn);
+        return LLM_PARAM_INVALID;
+    }
+    if (tensor_addrs == NULL || addrs_capacity < desc->num_tensors) {
+        mock_set_error("%s: tensor_addrs has room for %zu addresses, %u needed", fn,
+                       tensor_addrs == NULL ? (size_t)0 : addrs_capacity, (unsigned)desc->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    lldd_status st = cache_pool_for(e, fn, desc, pool_out);
+    return st != LLM_SUCCESS ? st : cache_check_rank(fn, desc);
+}
+
 MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_desc *desc, int64_t *cache_id,
                                             uint64_t *tensor_addrs, size_t addrs_capacity)
 {
@@ -585,28 +623,8 @@ MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_des
     if (st != LLM_SUCCESS)
         return st;
     mcache *c = NULL;
-    if (desc->num_tensors == 0) {
-        mock_set_error("%s: cache_desc.num_tensors is 0", fn);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    if (tensor_addrs == NULL || addrs_capacity < desc->num_tensors) {
-        mock_set_error("%s: tensor_addrs has room for %zu addresses, %u needed", fn,
-                       tensor_addrs == NULL ? (size_t)0 : addrs_capacity, (unsigned)desc->num_tensors);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    mpool *pool = desc->placement == LLDD_PLACEMENT_DEVICE ? &e->dev_pool
-                  : desc->placement == LLDD_PLACEMENT_HOST ? &e->host_pool : NULL;
-    if (pool == NULL || !pool->present) {
-        mock_set_error("%s: cache_desc.placement %u has no memory pool (%s)", fn, (unsigned)desc->placement,
-                       desc->placement == LLDD_PLACEMENT_DEVICE ? "llm.MemPoolConfig was not given"
-                       : desc->placement == LLDD_PLACEMENT_HOST ? "llm.HostMemPoolConfig was not given"
-                       : "not HOST or DEVICE");
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    if ((st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
+    mpool *pool = NULL;
+    if ((st = allocate_checks(e, fn, desc, tensor_addrs, addrs_capacity, &pool)) != LLM_SUCCESS)
         goto out;
     /* From here on the call consumes an id, also when it fails (§3.1); the id is taken
      * in the locked step that inserts the cache (docs/security.md §1.1). */
@@ -807,6 +825,93 @@ MOCK_EXPORT lldd_status lldd_copy_kv_cache(lldd_engine *e, const lldd_cache *src
     return st;
 }
 
+/* CopyKvBlocks: the two caches' tensors, blocks and block sizes, and every block index in
+ * range (dst_blocks_flat: num_src_blocks per list, total in all). */
+static lldd_status copy_blocks_shape_checks(const char *fn, const cache_wire *sw, const cache_wire *dw,
+                                            const uint64_t *src_blocks, size_t num_src_blocks,
+                                            const uint64_t *dst_blocks_flat, size_t total)
+{
+    if (sw->num_tensors != dw->num_tensors) {
+        mock_set_error("%s: the source has %u tensors and the destination %u", fn, (unsigned)sw->num_tensors,
+                       (unsigned)dw->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    if (!has_blocks(sw) || !has_blocks(dw)) {
+        mock_set_error("%s: the %s cache has no blocks", fn, !has_blocks(sw) ? "source" : "destination");
+        return LLM_PARAM_INVALID;
+    }
+    if (sw->stride != dw->stride) {
+        mock_set_error("%s: block sizes differ: source %llu bytes, destination %llu bytes", fn,
+                       (unsigned long long)sw->stride, (unsigned long long)dw->stride);
+        return LLM_PARAM_INVALID;
+    }
+    for (size_t k = 0; k < num_src_blocks; k++) {
+        if (src_blocks[k] >= sw->blocks) {
+            mock_set_error("%s: src_blocks[%zu] = %llu is out of range [0, %llu)", fn, k,
+                           (unsigned long long)src_blocks[k], (unsigned long long)sw->blocks);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    for (size_t k = 0; k < total; k++) {
+        if (dst_blocks_flat[k] >= dw->blocks) {
+            mock_set_error("%s: dst_blocks_list[%zu][%zu] = %llu is out of range [0, %llu)", fn, k / num_src_blocks,
+                           k % num_src_blocks, (unsigned long long)dst_blocks_flat[k], (unsigned long long)dw->blocks);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    return LLM_SUCCESS;
+}
+
+/* CopyKvBlocks: a repeated destination block (the PR-5 lint) and, within one cache, a
+ * block that is both a source and a destination (PR-24). set receives the destinations. */
+static lldd_status copy_blocks_dst_checks(const char *fn, const cache_wire *sw, const cache_wire *dw, int same,
+                                          const uint64_t *src_blocks, size_t num_src_blocks,
+                                          const uint64_t *dst_blocks_flat, size_t total, u64set *set)
+{
+    if (u64set_init(set, total > num_src_blocks ? total : num_src_blocks,
+                    dw->blocks > sw->blocks ? dw->blocks - 1 : sw->blocks - 1) != 0) {
+        mock_set_error("%s: out of host memory", fn);
+        return LLM_FAILED;
+    }
+    size_t repeat = SIZE_MAX;
+    for (size_t k = 0; k < total; k++)
+        if (!u64set_add(set, dst_blocks_flat[k]) && repeat == SIZE_MAX)
+            repeat = k;
+    if (repeat != SIZE_MAX &&
+        mock_lint(5, "%s: destination block %llu (dst_blocks_list[%zu][%zu]) appears more than once; the last "
+                     "write in list order wins (PR-5)", fn, (unsigned long long)dst_blocks_flat[repeat],
+                  repeat / num_src_blocks, repeat % num_src_blocks))
+        return LLM_PARAM_INVALID;
+    if (same) {
+        for (size_t k = 0; k < num_src_blocks; k++) {
+            if (u64set_has(set, src_blocks[k])) {
+                mock_set_error("%s: block %llu of cache %lld is both a source and a destination (PR-24)", fn,
+                               (unsigned long long)src_blocks[k], (long long)sw->id);
+                return LLM_PARAM_INVALID;
+            }
+        }
+    }
+    return LLM_SUCCESS;
+}
+
+/* CopyKvBlocks: the bytes, run by run, list by list. */
+static void copy_blocks_move(const mcache *s, const mcache *d, const uint64_t *src_blocks, size_t num_src_blocks,
+                             const uint64_t *dst_blocks_flat, size_t num_dst_lists)
+{
+    uint64_t S = s->w.stride;
+    for (size_t list = 0; list < num_dst_lists; list++) {
+        run_iter it;
+        uint64_t s0, d0, len;
+        run_iter_init(&it, src_blocks, dst_blocks_flat + list * num_src_blocks, num_src_blocks);
+        while (run_next(&it, &s0, &d0, &len)) {
+            for (uint32_t t = 0; t < s->w.num_tensors; t++)
+                memmove((char *)(uintptr_t)d->addrs[t] + d0 * S, (const char *)(uintptr_t)s->addrs[t] + s0 * S,
+                        (size_t)(len * S));
+            mock_bytes_moved_add(len * S * s->w.num_tensors);
+        }
+    }
+}
+
 MOCK_EXPORT lldd_status lldd_copy_kv_blocks(lldd_engine *e, const lldd_cache *src_cache, const lldd_cache *dst_cache,
                                             const uint64_t *src_blocks, size_t num_src_blocks,
                                             const uint64_t *dst_blocks_flat, const size_t *dst_list_lens,
@@ -864,79 +969,12 @@ MOCK_EXPORT lldd_status lldd_copy_kv_blocks(lldd_engine *e, const lldd_cache *sr
         st = LLM_KV_CACHE_NOT_EXIST;
         goto out;
     }
-    const cache_wire *sw = &s->w, *dw = &d->w;
-    if (sw->num_tensors != dw->num_tensors) {
-        mock_set_error("%s: the source has %u tensors and the destination %u", fn, (unsigned)sw->num_tensors,
-                       (unsigned)dw->num_tensors);
-        st = LLM_PARAM_INVALID;
+    if ((st = copy_blocks_shape_checks(fn, &s->w, &d->w, src_blocks, num_src_blocks, dst_blocks_flat, total)) !=
+            LLM_SUCCESS ||
+        (st = copy_blocks_dst_checks(fn, &s->w, &d->w, s == d, src_blocks, num_src_blocks, dst_blocks_flat, total,
+                                     &set)) != LLM_SUCCESS)
         goto out;
-    }
-    if (!has_blocks(sw) || !has_blocks(dw)) {
-        mock_set_error("%s: the %s cache has no blocks", fn, !has_blocks(sw) ? "source" : "destination");
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    if (sw->stride != dw->stride) {
-        mock_set_error("%s: block sizes differ: source %llu bytes, destination %llu bytes", fn,
-                       (unsigned long long)sw->stride, (unsigned long long)dw->stride);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    for (size_t k = 0; k < num_src_blocks; k++) {
-        if (src_blocks[k] >= sw->blocks) {
-            mock_set_error("%s: src_blocks[%zu] = %llu is out of range [0, %llu)", fn, k,
-                           (unsigned long long)src_blocks[k], (unsigned long long)sw->blocks);
-            st = LLM_PARAM_INVALID;
-            goto out;
-        }
-    }
-    for (size_t k = 0; k < total; k++) {
-        if (dst_blocks_flat[k] >= dw->blocks) {
-            mock_set_error("%s: dst_blocks_list[%zu][%zu] = %llu is out of range [0, %llu)", fn, k / num_src_blocks,
-                           k % num_src_blocks, (unsigned long long)dst_blocks_flat[k], (unsigned long long)dw->blocks);
-            st = LLM_PARAM_INVALID;
-            goto out;
-        }
-    }
-    if (u64set_init(&set, total > num_src_blocks ? total : num_src_blocks,
-                    dw->blocks > sw->blocks ? dw->blocks - 1 : sw->blocks - 1) != 0) {
-        mock_set_error("%s: out of host memory", fn);
-        st = LLM_FAILED;
-        goto out;
-    }
-    size_t repeat = SIZE_MAX;
-    for (size_t k = 0; k < total; k++)
-        if (!u64set_add(&set, dst_blocks_flat[k]) && repeat == SIZE_MAX)
-            repeat = k;
-    if (repeat != SIZE_MAX &&
-        mock_lint(5, "%s: destination block %llu (dst_blocks_list[%zu][%zu]) appears more than once; the last "
-                     "write in list order wins (PR-5)", fn, (unsigned long long)dst_blocks_flat[repeat],
-                  repeat / num_src_blocks, repeat % num_src_blocks)) {
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    if (s == d) {
-        for (size_t k = 0; k < num_src_blocks; k++) {
-            if (u64set_has(&set, src_blocks[k])) {
-                mock_set_error("%s: block %llu of cache %lld is both a source and a destination (PR-24)", fn,
-                               (unsigned long long)src_blocks[k], (long long)sw->id);
-                st = LLM_PARAM_INVALID;
-                goto out;
-            }
-        }
-    }
-    uint64_t S = sw->stride;
-    for (size_t list = 0; list < num_dst_lists; list++) {
-        run_iter it;
-        uint64_t s0, d0, len;
-        run_iter_init(&it, src_blocks, dst_blocks_flat + list * num_src_blocks, num_src_blocks);
-        while (run_next(&it, &s0, &d0, &len)) {
-            for (uint32_t t = 0; t < sw->num_tensors; t++)
-                memmove((char *)(uintptr_t)d->addrs[t] + d0 * S, (const char *)(uintptr_t)s->addrs[t] + s0 * S,
-                        (size_t)(len * S));
-            mock_bytes_moved_add(len * S * sw->num_tensors);
-        }
-    }
+    copy_blocks_move(s, d, src_blocks, num_src_blocks, dst_blocks_flat, num_dst_lists);
 out:
     u64set_free(&set);
     if (s != NULL)

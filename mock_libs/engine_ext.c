@@ -14,8 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_ext.h"
+#include "engine.h"
+#include "ext.h"
 #include "json.h"
+#include "links.h"
+#include "mock_internal.h"
+#include "options.h"
+#include "transport.h"
 
 const char *ext_role_name(int role)
 {
@@ -203,64 +208,74 @@ static lldd_status parse_v1_pool(const char *fn, const lldd_option *o, size_t n,
     return LLM_SUCCESS;
 }
 
-static lldd_status parse_ext_options(const char *fn, const lldd_option *o, size_t n, engine_cfg *c)
+/* The options of KvCacheManager (v1) mode. */
+static lldd_status parse_ext_v1_options(const char *fn, const lldd_option *o, size_t n, const char *dev,
+                                        engine_cfg *c)
 {
-    memset(c, 0, sizeof *c);
-    c->ext = 1;
-    c->link_total_ms = 30000;
-    const char *role = engine_opt_get(o, n, "llm.Role");
-    if (role == NULL) {
-        mock_set_error("%s: option llm.Role is missing; it must be \"Prompt\", \"Decoder\" or \"Mix\"", fn);
-        return LLM_PARAM_INVALID;
-    }
-    if ((c->role = role_of(role)) == 0) {
-        mock_set_error("%s: option llm.Role \"%s\" is not \"Prompt\", \"Decoder\" or \"Mix\"", fn, role);
-        return LLM_PARAM_INVALID;
-    }
-    const char *cm = engine_opt_get(o, n, "llm.EnableCacheManager");
-    int v2 = cm != NULL && strcmp(cm, "1") == 0;
-    const char *comm = engine_opt_get(o, n, "llm.LocalCommRes");
-    const char *backend = engine_opt_get(o, n, "llm.TransferBackend");
-    if (!v2 && comm != NULL) {
-        mock_set_error("%s: option llm.LocalCommRes needs CacheManager mode (llm.EnableCacheManager = \"1\")", fn);
-        return LLM_PARAM_INVALID;
-    }
-    if (!v2 && backend != NULL) {
-        mock_set_error("%s: option llm.TransferBackend needs CacheManager mode (llm.EnableCacheManager = \"1\")",
-                       fn);
-        return LLM_PARAM_INVALID;
-    }
     lldd_status st;
-    const char *dev = engine_opt_get(o, n, "ge.exec.deviceId");
-    if (!v2) {
-        c->gen = GEN_V1;
-        c->mode = MODE_V1;
-        if (dev == NULL || dev[0] == '\0') {
-            mock_set_error("%s: option ge.exec.deviceId is %s; KvCacheManager (v1) mode needs it", fn,
-                           dev == NULL ? "missing" : "empty");
+    c->gen = GEN_V1;
+    c->mode = MODE_V1;
+    if (dev == NULL || dev[0] == '\0') {
+        mock_set_error("%s: option ge.exec.deviceId is %s; KvCacheManager (v1) mode needs it", fn,
+                       dev == NULL ? "missing" : "empty");
+        return LLM_PARAM_INVALID;
+    }
+    if ((st = parse_devices(fn, dev, 1, &c->device)) != LLM_SUCCESS)
+        return st;
+    if (c->role == LLDD_ROLE_PROMPT) {
+        if (engine_opt_get(o, n, "llm.listenIpInfo") == NULL) {
+            mock_set_error("%s: option llm.listenIpInfo is missing; a v1 PROMPT listens for its decoders", fn);
             return LLM_PARAM_INVALID;
         }
-        if ((st = parse_devices(fn, dev, 1, &c->device)) != LLM_SUCCESS)
+        if ((st = v1_listen(fn, o, n, &c->has_listen, &c->listen)) != LLM_SUCCESS)
             return st;
-        if (c->role == LLDD_ROLE_PROMPT) {
-            if (engine_opt_get(o, n, "llm.listenIpInfo") == NULL) {
-                mock_set_error("%s: option llm.listenIpInfo is missing; a v1 PROMPT listens for its decoders", fn);
-                return LLM_PARAM_INVALID;
-            }
-            if ((st = v1_listen(fn, o, n, &c->has_listen, &c->listen)) != LLM_SUCCESS)
-                return st;
-        }
-        if ((st = engine_parse_sync_wait(fn, o, n, &c->sync_timeout_ms)) != LLM_SUCCESS)
-            return st;
-        if ((st = parse_v1_pool(fn, o, n, c)) != LLM_SUCCESS)
-            return st;
-        if ((st = engine_parse_link_pace(fn, o, n, c)) != LLM_SUCCESS)
-            return st;
-        const char *sw = engine_opt_get(o, n, "llm.EnableSwitchRole");
-        c->switch_role_enabled = sw != NULL && strcmp(sw, "1") == 0;
-        return LLM_SUCCESS;
     }
+    if ((st = engine_parse_sync_wait(fn, o, n, &c->sync_timeout_ms)) != LLM_SUCCESS)
+        return st;
+    if ((st = parse_v1_pool(fn, o, n, c)) != LLM_SUCCESS)
+        return st;
+    if ((st = engine_parse_link_pace(fn, o, n, c)) != LLM_SUCCESS)
+        return st;
+    const char *sw = engine_opt_get(o, n, "llm.EnableSwitchRole");
+    c->switch_role_enabled = sw != NULL && strcmp(sw, "1") == 0;
+    return LLM_SUCCESS;
+}
 
+/* CacheManager mode: llm.LinkRetryCount, llm.LinkTotalTime and the RDMA numbers. */
+static lldd_status parse_ext_link_options(const char *fn, const lldd_option *o, size_t n, engine_cfg *c)
+{
+    const char *retry = engine_opt_get(o, n, "llm.LinkRetryCount");
+    uint64_t v;
+    if (retry != NULL && (engine_parse_digits(retry, UINT64_MAX, &v) != 0 || v < 1 || v > 100)) {
+        mock_set_error("%s: option llm.LinkRetryCount \"%s\" is not an integer in [1, 100]", fn, retry);
+        return LLM_PARAM_INVALID;
+    }
+    const char *total = engine_opt_get(o, n, "llm.LinkTotalTime");
+    if (total != NULL) {
+        if (engine_parse_digits(total, UINT32_MAX, &v) != 0) {
+            mock_set_error("%s: option llm.LinkTotalTime \"%s\" is not a number of seconds in [0, 2^32 - 1]", fn,
+                           total);
+            return LLM_PARAM_INVALID;
+        }
+        if (v > 0)
+            c->link_total_ms = v > UINT32_MAX / 1000 ? UINT32_MAX : (uint32_t)(v * 1000);
+    }
+    static const char *const numeric[] = {"llm.RdmaTrafficClass", "llm.RdmaServiceLevel"};
+    for (size_t i = 0; i < 2; i++) {
+        const char *text = engine_opt_get(o, n, numeric[i]);
+        if (text != NULL && engine_parse_digits(text, UINT32_MAX, &v) != 0) {
+            mock_set_error("%s: option %s \"%s\" is not an unsigned 32-bit number", fn, numeric[i], text);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    return LLM_SUCCESS;
+}
+
+/* The options of CacheManager (v2) mode. */
+static lldd_status parse_ext_v2_options(const char *fn, const lldd_option *o, size_t n, const char *dev,
+                                        const char *backend, const char *comm, engine_cfg *c)
+{
+    lldd_status st;
     c->gen = GEN_V2;
     if (dev != NULL && (st = parse_devices(fn, dev, 0, &c->device)) != LLM_SUCCESS)
         return st;
@@ -301,32 +316,43 @@ static lldd_status parse_ext_options(const char *fn, const lldd_option *o, size_
         if ((st = engine_parse_pool_cfg(fn, pools[i], text, i == 0 ? &c->dev_pool : &c->host_pool)) != LLM_SUCCESS)
             return st;
     }
-    const char *retry = engine_opt_get(o, n, "llm.LinkRetryCount");
-    uint64_t v;
-    if (retry != NULL && (engine_parse_digits(retry, UINT64_MAX, &v) != 0 || v < 1 || v > 100)) {
-        mock_set_error("%s: option llm.LinkRetryCount \"%s\" is not an integer in [1, 100]", fn, retry);
-        return LLM_PARAM_INVALID;
-    }
-    const char *total = engine_opt_get(o, n, "llm.LinkTotalTime");
-    if (total != NULL) {
-        if (engine_parse_digits(total, UINT32_MAX, &v) != 0) {
-            mock_set_error("%s: option llm.LinkTotalTime \"%s\" is not a number of seconds in [0, 2^32 - 1]", fn,
-                           total);
-            return LLM_PARAM_INVALID;
-        }
-        if (v > 0)
-            c->link_total_ms = v > UINT32_MAX / 1000 ? UINT32_MAX : (uint32_t)(v * 1000);
-    }
-    static const char *const numeric[] = {"llm.RdmaTrafficClass", "llm.RdmaServiceLevel"};
-    for (size_t i = 0; i < 2; i++) {
-        const char *text = engine_opt_get(o, n, numeric[i]);
-        if (text != NULL && engine_parse_digits(text, UINT32_MAX, &v) != 0) {
-            mock_set_error("%s: option %s \"%s\" is not an unsigned 32-bit number", fn, numeric[i], text);
-            return LLM_PARAM_INVALID;
-        }
-    }
+    if ((st = parse_ext_link_options(fn, o, n, c)) != LLM_SUCCESS)
+        return st;
     c->local_comm_res = (comm != NULL && comm[0] != '\0') ? comm : NULL;
     return LLM_SUCCESS;
+}
+
+static lldd_status parse_ext_options(const char *fn, const lldd_option *o, size_t n, engine_cfg *c)
+{
+    memset(c, 0, sizeof *c);
+    c->ext = 1;
+    c->link_total_ms = 30000;
+    const char *role = engine_opt_get(o, n, "llm.Role");
+    if (role == NULL) {
+        mock_set_error("%s: option llm.Role is missing; it must be \"Prompt\", \"Decoder\" or \"Mix\"", fn);
+        return LLM_PARAM_INVALID;
+    }
+    if ((c->role = role_of(role)) == 0) {
+        mock_set_error("%s: option llm.Role \"%s\" is not \"Prompt\", \"Decoder\" or \"Mix\"", fn, role);
+        return LLM_PARAM_INVALID;
+    }
+    const char *cm = engine_opt_get(o, n, "llm.EnableCacheManager");
+    int v2 = cm != NULL && strcmp(cm, "1") == 0;
+    const char *comm = engine_opt_get(o, n, "llm.LocalCommRes");
+    const char *backend = engine_opt_get(o, n, "llm.TransferBackend");
+    if (!v2 && comm != NULL) {
+        mock_set_error("%s: option llm.LocalCommRes needs CacheManager mode (llm.EnableCacheManager = \"1\")", fn);
+        return LLM_PARAM_INVALID;
+    }
+    if (!v2 && backend != NULL) {
+        mock_set_error("%s: option llm.TransferBackend needs CacheManager mode (llm.EnableCacheManager = \"1\")",
+                       fn);
+        return LLM_PARAM_INVALID;
+    }
+    const char *dev = engine_opt_get(o, n, "ge.exec.deviceId");
+    if (!v2)
+        return parse_ext_v1_options(fn, o, n, dev, c);
+    return parse_ext_v2_options(fn, o, n, dev, backend, comm, c);
 }
 
 MOCK_EXPORT lldd_status lldd_ext_initialize(lldd_engine *e, const lldd_option *options, size_t num_options)

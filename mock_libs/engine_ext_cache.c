@@ -3,146 +3,24 @@
  * allocate_blocks_cache / deallocate_cache / remove_cache_key (v2 and v1)
  * (docs/reference/semantics.md §2.2, §3, §9; docs/reference/python-api.md §11.1, §11.5, §12).
  *
- * The key table maps a key's identity to its binding. Identities live in two
- * namespaces: request keys (req_id, model_id), which blocks keys share as
- * (2**64-1, model_id), and prefix keys (prefix_id, model_id). A binding names a
- * cache and a batch slot; the cache keeps the list of its keys and, per slot, the
- * key bound there, so that a pull by id finds the key of its slot (§9.4) and a
- * removed cache takes its keys with it.
+ * The key table and the release rule are the core's (engine_keys.c); this file binds
+ * keys at registration and allocation and drops the id's reference.
  *
  * Reference counting (§9.5): an owned non-blocks cache holds one reference for its
  * id (ext_ref, dropped by deallocate) and one per bound request or prefix key; the
  * remaining-tensor set R is a bitmap over its tensors, filled when keys are bound
  * at allocation. When the last reference goes the cache is freed.
- *
- * Every binding gets a sequence number from a per-engine counter, so that a direct-
- * mode table copy (§9.7) sees exactly the bindings that existed when it was taken
- * (PR-19). Request and blocks key bindings count 24 bytes each towards the 1 MiB
- * published table in direct mode; prefix bindings are never published.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache_table.h"
 #include "engine.h"
-#include "engine_ext.h"
-
-/* ---------------------------------------------------------------------------------------------
- * the key table
- * ------------------------------------------------------------------------------------------ */
-
-static size_t key_hash(uint32_t ns, uint64_t id, uint64_t model)
-{
-    uint64_t h = id * 0x9E3779B97F4A7C15ull ^ (model + 0x632BE59BD9B4E019ull) * 0xC2B2AE3D27D4EB4Full ^ ns;
-    h ^= h >> 31;
-    return (size_t)(h * 0x94D049BB133111EBull >> 7);
-}
-
-keynode *key_find_locked(engine *e, uint32_t ns, uint64_t id, uint64_t model)
-{
-    if (e->keys.nbuckets == 0)
-        return NULL;
-    for (keynode *k = e->keys.buckets[key_hash(ns, id, model) & (e->keys.nbuckets - 1)]; k != NULL; k = k->hnext)
-        if (k->ns == ns && k->id == id && k->model == model)
-            return k;
-    return NULL;
-}
-
-static int keytab_reserve(keytab *t, size_t more)
-{
-    if (t->count + more <= t->nbuckets)
-        return 0;
-    size_t n = t->nbuckets ? t->nbuckets : 64;
-    while (n < t->count + more)
-        n *= 2;
-    keynode **b = calloc(n, sizeof *b);
-    if (b == NULL)
-        return -1;
-    for (size_t i = 0; i < t->nbuckets; i++) {
-        keynode *k = t->buckets[i];
-        while (k != NULL) {
-            keynode *next = k->hnext;
-            size_t j = key_hash(k->ns, k->id, k->model) & (n - 1);
-            k->hnext = b[j];
-            b[j] = k;
-            k = next;
-        }
-    }
-    free(t->buckets);
-    t->buckets = b;
-    t->nbuckets = n;
-    return 0;
-}
-
-static int publishes(const engine *e, uint32_t ns)
-{
-    return e->mode == MODE_DIRECT && ns == KEY_NS_REQ;
-}
-
-/* Binds a key to slot `slot` of c. The table has room (keytab_reserve) and c has its
- * slot array when slot keys are bound. mu held. */
-static keynode *key_bind_locked(engine *e, mcache *c, uint32_t ns, uint64_t id, uint64_t model, uint64_t slot,
-                                int blocks)
-{
-    keynode *k = calloc(1, sizeof *k);
-    if (k == NULL)
-        return NULL;
-    k->c = c;
-    k->ns = ns;
-    k->blocks = (uint32_t)blocks;
-    k->id = id;
-    k->model = model;
-    k->slot = slot;
-    k->seq = e->next_bind++;
-    size_t j = key_hash(ns, id, model) & (e->keys.nbuckets - 1);
-    k->hnext = e->keys.buckets[j];
-    e->keys.buckets[j] = k;
-    e->keys.count++;
-    k->cnext = c->keys;
-    if (c->keys != NULL)
-        c->keys->cprev = k;
-    c->keys = k;
-    if (!blocks) {
-        c->slot_key[slot] = k;
-        c->req_keys++;
-    }
-    if (publishes(e, ns))
-        e->table_bytes += TABLE_KEY_BYTES;
-    return k;
-}
-
-void key_unbind_locked(engine *e, keynode *k)
-{
-    size_t j = key_hash(k->ns, k->id, k->model) & (e->keys.nbuckets - 1);
-    for (keynode **pp = &e->keys.buckets[j]; *pp != NULL; pp = &(*pp)->hnext) {
-        if (*pp == k) {
-            *pp = k->hnext;
-            break;
-        }
-    }
-    e->keys.count--;
-    mcache *c = k->c;
-    if (k->cprev != NULL)
-        k->cprev->cnext = k->cnext;
-    else
-        c->keys = k->cnext;
-    if (k->cnext != NULL)
-        k->cnext->cprev = k->cprev;
-    if (!k->blocks) {
-        c->slot_key[k->slot] = NULL;
-        c->req_keys--;
-    }
-    if (publishes(e, k->ns))
-        e->table_bytes -= TABLE_KEY_BYTES;
-    free(k);
-}
-
-void keys_teardown(engine *e)
-{
-    /* every key went with its cache; only the buckets are left */
-    free(e->keys.buckets);
-    memset(&e->keys, 0, sizeof e->keys);
-}
+#include "ext.h"
+#include "keys.h"
+#include "mock_internal.h"
+#include "transport.h"
 
 /* ---------------------------------------------------------------------------------------------
  * identities
@@ -154,21 +32,6 @@ typedef struct ident {
     int placeholder;
     size_t pos;
 } ident;
-
-/* docs/reference/python-api.md §7.4: a CacheKey is looked up by (prefix_id, model_id) when prefix_id
- * is given, else by (req_id, model_id); a placeholder has the identity of the blocks
- * key of its model; a BlocksCacheKey is (2**64-1, model_id). */
-void ext_key_ident(const lldd_key *k, uint32_t *ns, uint64_t *id, uint64_t *model)
-{
-    *model = k->model_id;
-    if (k->kind == LLDD_KEY_CACHE && k->prefix_id != UINT64_MAX) {
-        *ns = KEY_NS_PREFIX;
-        *id = k->prefix_id;
-    } else {
-        *ns = KEY_NS_REQ;
-        *id = k->kind == LLDD_KEY_CACHE ? k->req_id : UINT64_MAX;
-    }
-}
 
 static void describe_ident(char *buf, size_t n, uint32_t ns, uint64_t id, uint64_t model, int placeholder)
 {
@@ -231,7 +94,7 @@ static lldd_status plan_slot_keys(engine *e, const char *fn, const lldd_key *key
         return LLM_FAILED;
     }
     for (size_t i = 0; i < n; i++) {
-        ext_key_ident(&keys[i], &v[i].ns, &v[i].id, &v[i].model);
+        key_ident(&keys[i], &v[i].ns, &v[i].id, &v[i].model);
         v[i].placeholder = v[i].ns == KEY_NS_REQ && v[i].id == UINT64_MAX;
         v[i].pos = i;
         out->bind[i] = !v[i].placeholder;
@@ -316,7 +179,7 @@ static void bind_slot_keys(engine *e, mcache *c, const lldd_key *keys, size_t n,
             continue;
         uint32_t ns;
         uint64_t id, model;
-        ext_key_ident(&keys[i], &ns, &id, &model);
+        key_ident(&keys[i], &ns, &id, &model);
         key_bind_locked(e, c, ns, id, model, i, 0);
     }
 }
@@ -386,62 +249,50 @@ static void apply_kind(cache_wire *w, uint32_t kind, int v1)
  * register_cache / register_blocks_cache / unregister_cache (v2)
  * ------------------------------------------------------------------------------------------ */
 
-MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache_desc *desc, const uint64_t *addrs,
-                                                size_t num_addrs, uint32_t kind, uint32_t remote_accessible,
-                                                const lldd_key *keys, size_t num_keys, int64_t *cache_id)
+/* The checks of a registration before it takes an id: the generation, kind and keys,
+ * remote access (not after a rank-table link, §2.6), the rank, the address count. */
+static lldd_status register_checks(engine *e, const char *fn, const lldd_cache_desc *desc, size_t num_addrs,
+                                   uint32_t kind, uint32_t remote_accessible, const lldd_key *keys,
+                                   size_t num_keys)
 {
-    static const char fn[] = "lldd_ext_register_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL || desc == NULL || cache_id == NULL || (addrs == NULL && num_addrs > 0) ||
-        (keys == NULL && num_keys > 0) || (desc->shape == NULL && desc->shape_len > 0)) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : desc == NULL ? "cache_desc" : cache_id == NULL ? "cache_id"
-                       : addrs == NULL && num_addrs > 0 ? "addrs (num_addrs > 0)"
-                       : keys == NULL && num_keys > 0 ? "keys (num_keys > 0)" : "cache_desc.shape (shape_len > 0)");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
-    mcache *c = NULL;
-    key_plan kp = {NULL, 0, 0};
+    lldd_status st;
     if (e->gen == GEN_V1) {
         mock_set_error("%s: registration does not exist in KvCacheManager (v1) mode; use allocate_cache", fn);
-        st = LLM_FEATURE_NOT_ENABLED;
-        goto out;
+        return LLM_FEATURE_NOT_ENABLED;
     }
     if ((st = check_kind_and_keys(fn, kind, keys, num_keys)) != LLM_SUCCESS)
-        goto out;
+        return st;
     if (remote_accessible > 1) {
         mock_set_error("%s: remote_accessible %u must be 0 or 1", fn, (unsigned)remote_accessible);
-        st = LLM_PARAM_INVALID;
-        goto out;
+        return LLM_PARAM_INVALID;
     }
     pthread_mutex_lock(&e->mu);
     int linked = e->rank_linked;
     pthread_mutex_unlock(&e->mu);
     if (linked && remote_accessible) {
         mock_set_error("%s: you can not register remote accessible cache after link (docs/reference/semantics.md §2.6)", fn);
-        st = LLM_PARAM_INVALID;
-        goto out;
+        return LLM_PARAM_INVALID;
     }
     if ((st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
-        goto out;
+        return st;
     if (num_addrs == 0 || num_addrs != desc->num_tensors) {
         mock_set_error("%s: %zu addrs given for cache_desc.num_tensors = %u; they must be equal and not 0", fn,
                        num_addrs, (unsigned)desc->num_tensors);
-        st = LLM_PARAM_INVALID;
-        goto out;
+        return LLM_PARAM_INVALID;
     }
-    /* From here on the call consumes an id, also when it fails (§3.1); the id is taken
-     * in the locked step that inserts the cache (docs/security.md §1.1). */
-    cache_wire w;
-    st = cache_layout(fn, desc, &w);
+    return LLM_SUCCESS;
+}
+
+/* A registration's description and record: the layout, no address 0, the ranges (E-16);
+ * *out is the record (NULL on failure). */
+static lldd_status register_record(const char *fn, const lldd_cache_desc *desc, const uint64_t *addrs,
+                                   size_t num_addrs, uint32_t kind, uint32_t remote_accessible, cache_wire *w,
+                                   mcache **out)
+{
+    lldd_status st = cache_layout(fn, desc, w);
     if (st == LLM_SUCCESS) {
-        w.remote_accessible = remote_accessible;
-        apply_kind(&w, kind, 0);
+        w->remote_accessible = remote_accessible;
+        apply_kind(w, kind, 0);
         for (size_t i = 0; i < num_addrs && st == LLM_SUCCESS; i++) {
             if (addrs[i] == 0) {
                 /* the vendor rejects it only for remote-accessible registrations; any later
@@ -452,9 +303,36 @@ MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache
         }
     }
     if (st == LLM_SUCCESS)
-        st = cache_check_ranges(fn, addrs, num_addrs, w.tensor_size);
-    if (st == LLM_SUCCESS && (c = cache_record_new(fn, &w, addrs, num_addrs)) == NULL)
+        st = cache_check_ranges(fn, addrs, num_addrs, w->tensor_size);
+    if (st == LLM_SUCCESS && (*out = cache_record_new(fn, w, addrs, num_addrs)) == NULL)
         st = LLM_FAILED;
+    return st;
+}
+
+MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache_desc *desc, const uint64_t *addrs,
+                                                size_t num_addrs, uint32_t kind, uint32_t remote_accessible,
+                                                const lldd_key *keys, size_t num_keys, int64_t *cache_id)
+{
+    static const char fn[] = "lldd_ext_register_cache";
+    uint32_t code;
+    if (mock_fault_take(fn, &code))
+        return code;
+    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : desc == NULL ? "cache_desc"
+                                       : cache_id == NULL ? "cache_id"
+                                       : addrs == NULL && num_addrs > 0 ? "addrs (num_addrs > 0)"
+                                       : keys == NULL && num_keys > 0 ? "keys (num_keys > 0)"
+                                       : desc->shape == NULL && desc->shape_len > 0 ? "cache_desc.shape (shape_len > 0)"
+                                       : NULL);
+    if (st != LLM_SUCCESS)
+        return st;
+    mcache *c = NULL;
+    key_plan kp = {NULL, 0, 0};
+    if ((st = register_checks(e, fn, desc, num_addrs, kind, remote_accessible, keys, num_keys)) != LLM_SUCCESS)
+        goto out;
+    /* From here on the call consumes an id, also when it fails (§3.1); the id is taken
+     * in the locked step that inserts the cache (docs/security.md §1.1). */
+    cache_wire w;
+    st = register_record(fn, desc, addrs, num_addrs, kind, remote_accessible, &w, &c);
     pthread_mutex_lock(&e->mu);
     int64_t id = cache_take_id_locked(e);
     if (st != LLM_SUCCESS) {
@@ -474,7 +352,7 @@ MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache
                        (unsigned long long)(e->table_bytes + cache_entry_bytes(w.num_tensors) + keys_bytes));
         st = LLM_PARAM_INVALID;
     }
-    if (st == LLM_SUCCESS && (cache_key_room(c, kp.binds, 0) != 0 || keytab_reserve(&e->keys, num_keys) != 0 ||
+    if (st == LLM_SUCCESS && (cache_key_room(c, kp.binds, 0) != 0 || key_table_reserve(&e->keys, num_keys) != 0 ||
                               table_insert_locked(e, c) != 0)) {
         mock_set_error("%s: out of host memory", fn);
         st = LLM_FAILED;
@@ -597,6 +475,53 @@ static void give_memory_locked(mcache *c)
     }
 }
 
+/* The checks of an allocation before it takes an id: kind and keys, a pool, the tensor
+ * count and the room for their addresses, the role's key rules (v1), the placement;
+ * *pool_out is the pool the cache comes from (NULL: v1 straight from the device). */
+static lldd_status allocate_checks(engine *e, const char *fn, const lldd_cache_desc *desc, uint32_t kind,
+                                   const lldd_key *keys, size_t num_keys, const uint64_t *tensor_addrs,
+                                   size_t addrs_capacity, mpool **pool_out)
+{
+    int v1 = e->gen == GEN_V1;
+    int role = atomic_load(&e->role);
+    lldd_status st;
+    if ((st = check_kind_and_keys(fn, kind, keys, num_keys)) != LLM_SUCCESS)
+        return st;
+    if (!v1 && !any_pool(e)) {
+        mock_set_error("%s: no memory pool is configured (llm.MemPoolConfig / llm.HostMemPoolConfig); "
+                       "allocate_cache needs one", fn);
+        return LLM_FEATURE_NOT_ENABLED;
+    }
+    if (desc->num_tensors == 0) {
+        mock_set_error("%s: cache_desc.num_tensors is 0", fn);
+        return LLM_PARAM_INVALID;
+    }
+    if (tensor_addrs == NULL || addrs_capacity < desc->num_tensors) {
+        mock_set_error("%s: tensor_addrs has room for %zu addresses, %u needed", fn,
+                       tensor_addrs == NULL ? (size_t)0 : addrs_capacity, (unsigned)desc->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    if (v1 && num_keys > 0 && kind == LLDD_CACHE_KIND_CACHE && role != LLDD_ROLE_PROMPT) {
+        mock_set_error("%s: allocate_cache with cache_keys is not supported by %s (only a PROMPT binds keys, "
+                       "docs/reference/semantics.md §11)", fn, ext_role_name(role));
+        return LLM_PARAM_INVALID;
+    }
+    if (v1 && num_keys > 0 && kind == LLDD_CACHE_KIND_BLOCKS && role == LLDD_ROLE_DECODER) {
+        mock_set_error("%s: allocate_blocks_cache with a blocks_cache_key is not supported by DECODER "
+                       "(docs/reference/semantics.md §11)", fn);
+        return LLM_PARAM_INVALID;
+    }
+    if (v1) {
+        if (desc->placement != LLDD_PLACEMENT_DEVICE) {
+            mock_set_error("%s: cache_desc.placement must be DEVICE: only support allocate device cache (v1)", fn);
+            return LLM_PARAM_INVALID;
+        }
+        *pool_out = e->v1_unlimited ? NULL : &e->dev_pool;
+        return LLM_SUCCESS;
+    }
+    return cache_pool_for(e, fn, desc, pool_out);
+}
+
 MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache_desc *desc, uint32_t kind,
                                                 const lldd_key *keys, size_t num_keys, int64_t *cache_id,
                                                 uint64_t *tensor_addrs, size_t addrs_capacity)
@@ -605,71 +530,20 @@ MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
-    if (e == NULL || desc == NULL || cache_id == NULL || (keys == NULL && num_keys > 0) ||
-        (desc->shape == NULL && desc->shape_len > 0)) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : desc == NULL ? "cache_desc" : cache_id == NULL ? "cache_id"
-                       : keys == NULL && num_keys > 0 ? "keys (num_keys > 0)" : "cache_desc.shape (shape_len > 0)");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : desc == NULL ? "cache_desc"
+                                       : cache_id == NULL ? "cache_id"
+                                       : keys == NULL && num_keys > 0 ? "keys (num_keys > 0)"
+                                       : desc->shape == NULL && desc->shape_len > 0 ? "cache_desc.shape (shape_len > 0)"
+                                       : NULL);
     if (st != LLM_SUCCESS)
         return st;
     mcache *c = NULL;
     key_plan kp = {NULL, 0, 0};
     int v1 = e->gen == GEN_V1;
-    int role = atomic_load(&e->role);
-    if ((st = check_kind_and_keys(fn, kind, keys, num_keys)) != LLM_SUCCESS)
-        goto out;
-    if (!v1 && !any_pool(e)) {
-        mock_set_error("%s: no memory pool is configured (llm.MemPoolConfig / llm.HostMemPoolConfig); "
-                       "allocate_cache needs one", fn);
-        st = LLM_FEATURE_NOT_ENABLED;
-        goto out;
-    }
-    if (desc->num_tensors == 0) {
-        mock_set_error("%s: cache_desc.num_tensors is 0", fn);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    if (tensor_addrs == NULL || addrs_capacity < desc->num_tensors) {
-        mock_set_error("%s: tensor_addrs has room for %zu addresses, %u needed", fn,
-                       tensor_addrs == NULL ? (size_t)0 : addrs_capacity, (unsigned)desc->num_tensors);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    if (v1 && num_keys > 0 && kind == LLDD_CACHE_KIND_CACHE && role != LLDD_ROLE_PROMPT) {
-        mock_set_error("%s: allocate_cache with cache_keys is not supported by %s (only a PROMPT binds keys, "
-                       "docs/reference/semantics.md §11)", fn, ext_role_name(role));
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    if (v1 && num_keys > 0 && kind == LLDD_CACHE_KIND_BLOCKS && role == LLDD_ROLE_DECODER) {
-        mock_set_error("%s: allocate_blocks_cache with a blocks_cache_key is not supported by DECODER "
-                       "(docs/reference/semantics.md §11)", fn);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
     mpool *pool = NULL;
-    if (v1) {
-        if (desc->placement != LLDD_PLACEMENT_DEVICE) {
-            mock_set_error("%s: cache_desc.placement must be DEVICE: only support allocate device cache (v1)", fn);
-            st = LLM_PARAM_INVALID;
-            goto out;
-        }
-        pool = e->v1_unlimited ? NULL : &e->dev_pool;
-    } else {
-        pool = desc->placement == LLDD_PLACEMENT_DEVICE ? &e->dev_pool
-               : desc->placement == LLDD_PLACEMENT_HOST ? &e->host_pool : NULL;
-        if (pool == NULL || !pool->present) {
-            mock_set_error("%s: cache_desc.placement %u has no memory pool (%s)", fn, (unsigned)desc->placement,
-                           desc->placement == LLDD_PLACEMENT_DEVICE ? "llm.MemPoolConfig was not given"
-                           : desc->placement == LLDD_PLACEMENT_HOST ? "llm.HostMemPoolConfig was not given"
-                           : "not HOST or DEVICE");
-            st = LLM_PARAM_INVALID;
-            goto out;
-        }
-    }
+    if ((st = allocate_checks(e, fn, desc, kind, keys, num_keys, tensor_addrs, addrs_capacity, &pool)) !=
+        LLM_SUCCESS)
+        goto out;
     if (!v1 && (st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
         goto out;
     /* From here on the call consumes an id, also when it fails (§3.1; v1 also when the
@@ -724,7 +598,7 @@ MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache
                        "bindings", fn, (unsigned long long)keys_bytes);
         st = LLM_PARAM_INVALID;
     }
-    if (st == LLM_SUCCESS && (cache_key_room(c, kp.binds, 1) != 0 || keytab_reserve(&e->keys, num_keys) != 0 ||
+    if (st == LLM_SUCCESS && (cache_key_room(c, kp.binds, 1) != 0 || key_table_reserve(&e->keys, num_keys) != 0 ||
                               table_insert_locked(e, c) != 0)) {
         mock_set_error("%s: out of host memory", fn);
         st = LLM_FAILED;
@@ -747,15 +621,6 @@ out:
     cache_destroy(c);
     engine_leave(e);
     return st;
-}
-
-/* The last reference of an owned cache is gone: take it out (mu held). */
-static mcache *maybe_free_locked(engine *e, mcache *c)
-{
-    if (!c->w.owned || c->ext_ref > 0 || c->req_keys > 0 || c->removed)
-        return NULL;
-    table_remove_locked(e, c);
-    return c;
 }
 
 MOCK_EXPORT lldd_status lldd_ext_deallocate_cache(lldd_engine *e, int64_t cache_id)
@@ -789,7 +654,7 @@ MOCK_EXPORT lldd_status lldd_ext_deallocate_cache(lldd_engine *e, int64_t cache_
             gone = c;
         } else {
             c->ext_ref = 0;
-            gone = maybe_free_locked(e, c); /* deferred while keys are bound (§9.8) */
+            gone = cache_free_if_unreferenced_locked(e, c); /* deferred while keys are bound (§9.8) */
         }
     }
     pthread_mutex_unlock(&e->mu);
@@ -799,54 +664,13 @@ out:
     return st;
 }
 
-/* R := R \ X (X NULL: R := ∅) and the release rule of §9.5 for key k; returns a cache
- * that lost its last reference (to destroy without mu). mu held. */
-static mcache *release_key_locked(engine *e, keynode *k, const uint64_t *x, uint64_t nx)
-{
-    mcache *c = k->c;
-    if (c->remaining != NULL) {
-        if (x == NULL) {
-            memset(c->remaining, 0, ((size_t)c->w.num_tensors + 63) / 64 * sizeof *c->remaining);
-            c->remaining_count = 0;
-        } else {
-            for (uint64_t i = 0; i < nx; i++) {
-                uint64_t t = x[i];
-                if (t >= c->w.num_tensors)
-                    continue;
-                uint64_t bit = 1ull << (t % 64);
-                if (c->remaining[t / 64] & bit) {
-                    c->remaining[t / 64] &= ~bit;
-                    c->remaining_count--;
-                }
-            }
-        }
-    }
-    if (c->remaining != NULL && c->remaining_count > 0)
-        return NULL;
-    key_unbind_locked(e, k);
-    return maybe_free_locked(e, c);
-}
-
-mcache *ext_release_locked(engine *e, const release_req *q, const uint64_t *tensors)
-{
-    keynode *k = key_find_locked(e, q->key_ns, q->key_id, q->key_model);
-    if (k == NULL || k->blocks || k->ns != KEY_NS_REQ || k->c->w.id != q->cache_id || k->slot != q->slot ||
-        !k->c->w.owned || k->c->w.kind != KIND_CACHE)
-        return NULL; /* released or re-bound meanwhile, or not releasable */
-    return release_key_locked(e, k, q->all ? NULL : tensors, q->count);
-}
-
 MOCK_EXPORT lldd_status lldd_ext_remove_cache_key(lldd_engine *e, const lldd_key *key)
 {
     static const char fn[] = "lldd_ext_remove_cache_key";
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
-    if (e == NULL || key == NULL) {
-        mock_set_error("%s: %s must not be NULL", fn, e == NULL ? "engine" : "key");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : key == NULL ? "key" : NULL);
     if (st != LLM_SUCCESS)
         return st;
     mcache *gone = NULL;
@@ -878,13 +702,13 @@ MOCK_EXPORT lldd_status lldd_ext_remove_cache_key(lldd_engine *e, const lldd_key
     }
     uint32_t ns;
     uint64_t id, model;
-    ext_key_ident(key, &ns, &id, &model);
+    key_ident(key, &ns, &id, &model);
     pthread_mutex_lock(&e->mu);
     keynode *k = key_find_locked(e, ns, id, model);
     /* unknown: success; a registered cache keeps its key (§9.6); a placeholder-shaped
      * key has the identity of its model's blocks key and releases it (PR-41) */
     if (k != NULL && k->c->w.owned)
-        gone = release_key_locked(e, k, NULL, 0);
+        gone = key_release_locked(e, k, NULL, 0);
     pthread_mutex_unlock(&e->mu);
 out:
     cache_destroy(gone);

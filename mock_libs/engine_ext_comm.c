@@ -36,8 +36,13 @@
 #include <unistd.h>
 #include <netinet/in.h>
 
-#include "engine_ext.h"
+#include "cache_table.h"
+#include "engine.h"
 #include "json.h"
+#include "links.h"
+#include "mock_internal.h"
+#include "options.h"
+#include "transport.h"
 
 enum { MAX_COMMS = 512, MAX_MEMBERS = 4, POLL_MS = 20, NAME_MAX_LEN = 127 };
 
@@ -298,7 +303,7 @@ static void *comm_main(void *arg)
  * the communicator table
  * ------------------------------------------------------------------------------------------ */
 
-size_t comm_count(engine *e)
+static size_t comm_count(engine *e)
 {
     pthread_mutex_lock(&e->mu);
     size_t n = 0;
@@ -318,7 +323,7 @@ static void comm_stop(comm *c)
     free(c);
 }
 
-void comms_teardown(engine *e)
+static void comms_teardown(engine *e)
 {
     for (;;) {
         pthread_mutex_lock(&e->mu);
@@ -331,6 +336,9 @@ void comms_teardown(engine *e)
         comm_stop(c);
     }
 }
+
+/* What the core calls through e->comm_hooks (engine.h): it does not call up into this layer. */
+static const comm_hooks k_comm_hooks = {.teardown = comms_teardown, .count = comm_count};
 
 static lldd_status comm_create(const char *fn, comm *c)
 {
@@ -384,6 +392,36 @@ static lldd_status comm_create(const char *fn, comm *c)
     return LLM_SUCCESS;
 }
 
+/* The members of a rank-table communicator: 2 to MAX_MEMBERS, ranks ascending, no
+ * cluster id twice; *self is this engine's position (num_members if absent). */
+static lldd_status link_members_checks(const engine *e, const char *fn, const uint64_t *cluster_ids,
+                                       const uint32_t *ranks, size_t num_members, size_t *self)
+{
+    if (num_members < 2 || num_members > MAX_MEMBERS) {
+        mock_set_error("%s: cluster_rank_info has %zu members; a communicator has 2 to %d", fn, num_members,
+                       MAX_MEMBERS);
+        return LLM_PARAM_INVALID;
+    }
+    *self = num_members;
+    for (size_t i = 0; i < num_members; i++) {
+        if (i > 0 && ranks[i] < ranks[i - 1]) {
+            mock_set_error("%s: ranks must be in ascending order; rank %u of member %zu follows rank %u", fn,
+                           (unsigned)ranks[i], i, (unsigned)ranks[i - 1]);
+            return LLM_PARAM_INVALID;
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (cluster_ids[j] == cluster_ids[i]) {
+                mock_set_error("%s: cluster id %llu appears twice in cluster_rank_info", fn,
+                               (unsigned long long)cluster_ids[i]);
+                return LLM_PARAM_INVALID;
+            }
+        }
+        if (cluster_ids[i] == e->cluster_id)
+            *self = i;
+    }
+    return LLM_SUCCESS;
+}
+
 MOCK_EXPORT lldd_status lldd_ext_link(lldd_engine *e, const char *comm_name, const uint64_t *cluster_ids,
                                       const uint32_t *ranks, size_t num_members, const char *rank_table,
                                       uint64_t *comm_id)
@@ -392,15 +430,9 @@ MOCK_EXPORT lldd_status lldd_ext_link(lldd_engine *e, const char *comm_name, con
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
-    if (e == NULL || comm_name == NULL || ((cluster_ids == NULL || ranks == NULL) && num_members > 0) ||
-        rank_table == NULL || comm_id == NULL) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : comm_name == NULL ? "comm_name"
-                       : (cluster_ids == NULL || ranks == NULL) && num_members > 0 ? "cluster_ids and ranks"
-                       : rank_table == NULL ? "rank_table" : "comm_id");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : comm_name == NULL ? "comm_name"
+                                       : (cluster_ids == NULL || ranks == NULL) && num_members > 0 ? "cluster_ids and ranks"
+                                       : rank_table == NULL ? "rank_table" : comm_id == NULL ? "comm_id" : NULL);
     if (st != LLM_SUCCESS)
         return st;
     comm *c = NULL;
@@ -415,31 +447,9 @@ MOCK_EXPORT lldd_status lldd_ext_link(lldd_engine *e, const char *comm_name, con
         st = LLM_PARAM_INVALID;
         goto out;
     }
-    if (num_members < 2 || num_members > MAX_MEMBERS) {
-        mock_set_error("%s: cluster_rank_info has %zu members; a communicator has 2 to %d", fn, num_members,
-                       MAX_MEMBERS);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
     size_t self = num_members;
-    for (size_t i = 0; i < num_members; i++) {
-        if (i > 0 && ranks[i] < ranks[i - 1]) {
-            mock_set_error("%s: ranks must be in ascending order; rank %u of member %zu follows rank %u", fn,
-                           (unsigned)ranks[i], i, (unsigned)ranks[i - 1]);
-            st = LLM_PARAM_INVALID;
-            goto out;
-        }
-        for (size_t j = 0; j < i; j++) {
-            if (cluster_ids[j] == cluster_ids[i]) {
-                mock_set_error("%s: cluster id %llu appears twice in cluster_rank_info", fn,
-                               (unsigned long long)cluster_ids[i]);
-                st = LLM_PARAM_INVALID;
-                goto out;
-            }
-        }
-        if (cluster_ids[i] == e->cluster_id)
-            self = i;
-    }
+    if ((st = link_members_checks(e, fn, cluster_ids, ranks, num_members, &self)) != LLM_SUCCESS)
+        goto out;
     json_value doc;
     char why[96];
     if (json_parse(rank_table, strlen(rank_table), &doc, why, sizeof why) != 0) {
@@ -490,6 +500,7 @@ MOCK_EXPORT lldd_status lldd_ext_link(lldd_engine *e, const char *comm_name, con
     c->id = e->next_comm_id++;
     c->next = e->comms;
     e->comms = c;
+    e->comm_hooks = &k_comm_hooks;
     e->rank_linked = 1;
     pthread_mutex_unlock(&e->mu);
     *comm_id = c->id;
@@ -545,11 +556,7 @@ MOCK_EXPORT lldd_status lldd_ext_query_register_mem_status(lldd_engine *e, uint6
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
-    if (e == NULL || status == NULL) {
-        mock_set_error("%s: %s must not be NULL", fn, e == NULL ? "engine" : "status");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : status == NULL ? "status" : NULL);
     if (st != LLM_SUCCESS)
         return st;
     if ((st = comm_call_checks(e, fn)) == LLM_SUCCESS) {
@@ -581,11 +588,9 @@ MOCK_EXPORT lldd_status lldd_ext_remap_registered_memory(lldd_engine *e, const u
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
-    if (e == NULL || ((addrs == NULL || sizes == NULL) && num > 0)) {
-        mock_set_error("%s: %s must not be NULL", fn, e == NULL ? "engine" : "addrs and sizes (num > 0)");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine"
+                                       : (addrs == NULL || sizes == NULL) && num > 0 ? "addrs and sizes (num > 0)"
+                                       : NULL);
     if (st != LLM_SUCCESS)
         return st;
     if (e->gen != GEN_V2) {

@@ -16,7 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_ext.h"
+#include "blocks.h"
+#include "cache_table.h"
+#include "engine.h"
+#include "mock_internal.h"
 
 MOCK_EXPORT lldd_status lldd_ext_copy_cache(lldd_engine *e, int64_t dst_cache_id, int64_t src_cache_id,
                                             uint32_t dst_batch_index, uint32_t src_batch_index, uint64_t offset,
@@ -188,6 +191,109 @@ static lldd_status check_swap_range(engine *e, const char *fn, const char *side,
     return LLM_SUCCESS;
 }
 
+/* The byte ranges [*slo, *shi) and [*dlo, *dhi) that the pairs' source and destination
+ * blocks span within a tensor; PARAM_INVALID when one overflows. */
+static lldd_status swap_spans(const char *fn, const uint64_t *pairs, size_t num_pairs, uint64_t block_size,
+                              uint64_t *slo, uint64_t *shi, uint64_t *dlo, uint64_t *dhi)
+{
+    uint64_t smax = 0, smin = UINT64_MAX, dmax = 0, dmin = UINT64_MAX;
+    for (size_t k = 0; k < num_pairs; k++) {
+        uint64_t s = pairs[2 * k], d = pairs[2 * k + 1];
+        smin = s < smin ? s : smin;
+        smax = s > smax ? s : smax;
+        dmin = d < dmin ? d : dmin;
+        dmax = d > dmax ? d : dmax;
+    }
+    if (smax == UINT64_MAX || dmax == UINT64_MAX || __builtin_mul_overflow(smin, block_size, slo) ||
+        __builtin_mul_overflow(smax + 1, block_size, shi) || __builtin_mul_overflow(dmin, block_size, dlo) ||
+        __builtin_mul_overflow(dmax + 1, block_size, dhi)) {
+        mock_set_error("%s: a block index times block_size %llu overflows", fn, (unsigned long long)block_size);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+/* A repeated destination block: the PR-5 lint. */
+static lldd_status swap_dst_repeats(const char *fn, const uint64_t *pairs, size_t num_pairs)
+{
+    size_t pos, earlier;
+    uint64_t *dsts = malloc(num_pairs * sizeof *dsts);
+    if (dsts == NULL) {
+        mock_set_error("%s: out of host memory", fn);
+        return LLM_FAILED;
+    }
+    for (size_t k = 0; k < num_pairs; k++)
+        dsts[k] = pairs[2 * k + 1];
+    int rc = find_repeat(dsts, num_pairs, &pos, &earlier);
+    uint64_t repeated = pos != SIZE_MAX ? dsts[pos] : 0;
+    free(dsts);
+    if (rc != 0) {
+        mock_set_error("%s: out of host memory", fn);
+        return LLM_FAILED;
+    }
+    if (pos != SIZE_MAX &&
+        mock_lint(5, "%s: destination block %llu appears more than once (pairs %zu and %zu); the last pair in "
+                     "order wins (PR-5)", fn, (unsigned long long)repeated, earlier, pos))
+        return LLM_PARAM_INVALID;
+    return LLM_SUCCESS;
+}
+
+/* Per tensor: both addresses given, the spans inside the address space and inside
+ * allocations of the right placement (pinned into pins, *npins of them), and the source
+ * and destination spans apart (PR-24). */
+static lldd_status swap_tensor_checks(engine *e, const char *fn, const uint64_t *src_addrs, const uint64_t *dst_addrs,
+                                      size_t num_tensors, uint32_t swap_in, uint64_t slo, uint64_t shi, uint64_t dlo,
+                                      uint64_t dhi, mcache **pins, size_t *npins)
+{
+    lldd_status st;
+    uint32_t src_place = swap_in ? LLDD_PLACEMENT_HOST : LLDD_PLACEMENT_DEVICE;
+    uint32_t dst_place = swap_in ? LLDD_PLACEMENT_DEVICE : LLDD_PLACEMENT_HOST;
+    for (size_t t = 0; t < num_tensors; t++) {
+        uint64_t s_end, d_end;
+        if (src_addrs[t] == 0 || dst_addrs[t] == 0) {
+            mock_set_error("%s: %s_addrs[%zu] is 0", fn, src_addrs[t] == 0 ? "src" : "dst", t);
+            return LLM_PARAM_INVALID;
+        }
+        if (__builtin_add_overflow(src_addrs[t], shi, &s_end) || __builtin_add_overflow(dst_addrs[t], dhi, &d_end)) {
+            mock_set_error("%s: tensor %zu: the swapped blocks run past the end of the address space", fn, t);
+            return LLM_PARAM_INVALID;
+        }
+        if ((st = check_swap_range(e, fn, "source", t, src_addrs[t], slo, shi, src_place, &pins[*npins])) !=
+            LLM_SUCCESS)
+            return st;
+        *npins += pins[*npins] != NULL;
+        if ((st = check_swap_range(e, fn, "destination", t, dst_addrs[t], dlo, dhi, dst_place, &pins[*npins])) !=
+            LLM_SUCCESS)
+            return st;
+        *npins += pins[*npins] != NULL;
+        if (src_addrs[t] + slo < d_end && dst_addrs[t] + dlo < s_end) {
+            mock_set_error("%s: tensor %zu: the source blocks [0x%llx, 0x%llx) and destination blocks [0x%llx, "
+                           "0x%llx) overlap (PR-24)", fn, t, (unsigned long long)(src_addrs[t] + slo),
+                           (unsigned long long)s_end, (unsigned long long)(dst_addrs[t] + dlo),
+                           (unsigned long long)d_end);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    return LLM_SUCCESS;
+}
+
+/* The bytes: the runs of the mapping in its order (§7.3), in every tensor. */
+static void swap_move(const uint64_t *src_addrs, const uint64_t *dst_addrs, size_t num_tensors, uint64_t block_size,
+                      const uint64_t *pairs, size_t num_pairs)
+{
+    for (size_t k = 0; k < num_pairs;) {
+        size_t j = k + 1;
+        while (j < num_pairs && pairs[2 * j] == pairs[2 * j - 2] + 1 && pairs[2 * j + 1] == pairs[2 * j - 1] + 1)
+            j++;
+        uint64_t s0 = pairs[2 * k], d0 = pairs[2 * k + 1], len = (uint64_t)(j - k) * block_size;
+        for (size_t t = 0; t < num_tensors; t++)
+            memmove((char *)(uintptr_t)(dst_addrs[t] + d0 * block_size),
+                    (const char *)(uintptr_t)(src_addrs[t] + s0 * block_size), (size_t)len);
+        mock_bytes_moved_add(len * num_tensors);
+        k = j;
+    }
+}
+
 MOCK_EXPORT lldd_status lldd_ext_swap_blocks(lldd_engine *e, const uint64_t *src_addrs, const uint64_t *dst_addrs,
                                              size_t num_tensors, uint64_t block_size, const uint64_t *pairs,
                                              size_t num_pairs, uint32_t swap_in)
@@ -211,7 +317,6 @@ MOCK_EXPORT lldd_status lldd_ext_swap_blocks(lldd_engine *e, const uint64_t *src
         return st;
     mcache **pins = NULL;
     size_t npins = 0;
-    uint64_t smax = 0, smin = UINT64_MAX, dmax = 0, dmin = UINT64_MAX;
     uint64_t slo, shi, dlo, dhi;
     if (num_tensors == 0 || block_size == 0) {
         mock_set_error("%s: %s is 0", fn, num_tensors == 0 ? "num_tensors" : "block_size");
@@ -229,94 +334,19 @@ MOCK_EXPORT lldd_status lldd_ext_swap_blocks(lldd_engine *e, const uint64_t *src
             st = LLM_PARAM_INVALID;
         goto out;
     }
-    for (size_t k = 0; k < num_pairs; k++) {
-        uint64_t s = pairs[2 * k], d = pairs[2 * k + 1];
-        smin = s < smin ? s : smin;
-        smax = s > smax ? s : smax;
-        dmin = d < dmin ? d : dmin;
-        dmax = d > dmax ? d : dmax;
-    }
-    if (smax == UINT64_MAX || dmax == UINT64_MAX || __builtin_mul_overflow(smin, block_size, &slo) ||
-        __builtin_mul_overflow(smax + 1, block_size, &shi) || __builtin_mul_overflow(dmin, block_size, &dlo) ||
-        __builtin_mul_overflow(dmax + 1, block_size, &dhi)) {
-        mock_set_error("%s: a block index times block_size %llu overflows", fn, (unsigned long long)block_size);
-        st = LLM_PARAM_INVALID;
+    if ((st = swap_spans(fn, pairs, num_pairs, block_size, &slo, &shi, &dlo, &dhi)) != LLM_SUCCESS ||
+        (st = swap_dst_repeats(fn, pairs, num_pairs)) != LLM_SUCCESS)
         goto out;
-    }
-    {
-        size_t pos, earlier;
-        uint64_t *dsts = malloc(num_pairs * sizeof *dsts);
-        if (dsts == NULL) {
-            mock_set_error("%s: out of host memory", fn);
-            st = LLM_FAILED;
-            goto out;
-        }
-        for (size_t k = 0; k < num_pairs; k++)
-            dsts[k] = pairs[2 * k + 1];
-        int rc = find_repeat(dsts, num_pairs, &pos, &earlier);
-        uint64_t repeated = pos != SIZE_MAX ? dsts[pos] : 0;
-        free(dsts);
-        if (rc != 0) {
-            mock_set_error("%s: out of host memory", fn);
-            st = LLM_FAILED;
-            goto out;
-        }
-        if (pos != SIZE_MAX &&
-            mock_lint(5, "%s: destination block %llu appears more than once (pairs %zu and %zu); the last pair in "
-                         "order wins (PR-5)", fn, (unsigned long long)repeated, earlier, pos)) {
-            st = LLM_PARAM_INVALID;
-            goto out;
-        }
-    }
     pins = calloc(2 * num_tensors, sizeof *pins);
     if (pins == NULL) {
         mock_set_error("%s: out of host memory", fn);
         st = LLM_FAILED;
         goto out;
     }
-    uint32_t src_place = swap_in ? LLDD_PLACEMENT_HOST : LLDD_PLACEMENT_DEVICE;
-    uint32_t dst_place = swap_in ? LLDD_PLACEMENT_DEVICE : LLDD_PLACEMENT_HOST;
-    for (size_t t = 0; t < num_tensors; t++) {
-        uint64_t s_end, d_end;
-        if (src_addrs[t] == 0 || dst_addrs[t] == 0) {
-            mock_set_error("%s: %s_addrs[%zu] is 0", fn, src_addrs[t] == 0 ? "src" : "dst", t);
-            st = LLM_PARAM_INVALID;
-            goto out;
-        }
-        if (__builtin_add_overflow(src_addrs[t], shi, &s_end) || __builtin_add_overflow(dst_addrs[t], dhi, &d_end)) {
-            mock_set_error("%s: tensor %zu: the swapped blocks run past the end of the address space", fn, t);
-            st = LLM_PARAM_INVALID;
-            goto out;
-        }
-        if ((st = check_swap_range(e, fn, "source", t, src_addrs[t], slo, shi, src_place, &pins[npins])) !=
-            LLM_SUCCESS)
-            goto out;
-        npins += pins[npins] != NULL;
-        if ((st = check_swap_range(e, fn, "destination", t, dst_addrs[t], dlo, dhi, dst_place, &pins[npins])) !=
-            LLM_SUCCESS)
-            goto out;
-        npins += pins[npins] != NULL;
-        if (src_addrs[t] + slo < d_end && dst_addrs[t] + dlo < s_end) {
-            mock_set_error("%s: tensor %zu: the source blocks [0x%llx, 0x%llx) and destination blocks [0x%llx, "
-                           "0x%llx) overlap (PR-24)", fn, t, (unsigned long long)(src_addrs[t] + slo),
-                           (unsigned long long)s_end, (unsigned long long)(dst_addrs[t] + dlo),
-                           (unsigned long long)d_end);
-            st = LLM_PARAM_INVALID;
-            goto out;
-        }
-    }
-    /* runs of the mapping in its order (§7.3) */
-    for (size_t k = 0; k < num_pairs;) {
-        size_t j = k + 1;
-        while (j < num_pairs && pairs[2 * j] == pairs[2 * j - 2] + 1 && pairs[2 * j + 1] == pairs[2 * j - 1] + 1)
-            j++;
-        uint64_t s0 = pairs[2 * k], d0 = pairs[2 * k + 1], len = (uint64_t)(j - k) * block_size;
-        for (size_t t = 0; t < num_tensors; t++)
-            memmove((char *)(uintptr_t)(dst_addrs[t] + d0 * block_size),
-                    (const char *)(uintptr_t)(src_addrs[t] + s0 * block_size), (size_t)len);
-        mock_bytes_moved_add(len * num_tensors);
-        k = j;
-    }
+    if ((st = swap_tensor_checks(e, fn, src_addrs, dst_addrs, num_tensors, swap_in, slo, shi, dlo, dhi, pins,
+                                 &npins)) != LLM_SUCCESS)
+        goto out;
+    swap_move(src_addrs, dst_addrs, num_tensors, block_size, pairs, num_pairs);
 out:
     if (npins > 0) {
         pthread_mutex_lock(&e->mu);

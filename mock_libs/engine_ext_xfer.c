@@ -1,7 +1,7 @@
 /* Pulls of the extension ABI (pull_cache and pull_blocks of both generations,
  * docs/reference/python-api.md §11.2 step 10, §12), in the engine order of docs/reference/semantics.md §8.0.
  *
- * The source is resolved on the engine that holds it, for every request:
+ * The source is resolved on the engine that holds it (engine_resolve.c), for every request:
  *   server-assisted (v2) and v1   live: the holder's current key table and caches;
  *                                  a by-id source on a slot bound to a request key is
  *                                  a pull through that key (§9.4);
@@ -21,133 +21,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine_ext.h"
+#include "blocks.h"
+#include "cache_table.h"
+#include "engine.h"
+#include "ext.h"
+#include "keys.h"
+#include "links.h"
+#include "mock_internal.h"
+#include "resolve.h"
+#include "transfers.h"
+#include "transport.h"
 
 /* server-assisted request limits (§15) */
 enum { SA_MAX_ENTRIES = 7160, SA_MAX_TENSORS = 2043, SA_D2H_MAX_BLOCKS = 61440, DIRECT_MAX_ENTRIES = 131064 };
 #define STAGING_BYTES (32ull << 20)
-
-/* ---------------------------------------------------------------------------------------------
- * the holder's side
- * ------------------------------------------------------------------------------------------ */
-
-lldd_status ext_resolve_locked(engine *e, mlink *link, const resolve_req *q, mcache **out, resolve_reply *r,
-                               char *why, size_t why_len)
-{
-    memset(r, 0, sizeof *r);
-    *out = NULL;
-    int direct = q->direct != 0;
-    int64_t id_mark = q->id_mark != 0 ? q->id_mark : e->next_id;
-    uint64_t bind_mark = q->id_mark != 0 ? q->bind_mark : e->next_bind;
-    r->id_mark = id_mark;
-    r->bind_mark = bind_mark;
-    if (q->v1 && link != NULL && atomic_load(&link->busy)) {
-        /* v1: this side is itself transferring over the link (§10.5) */
-        snprintf(why, why_len, "the link is busy: cluster %llu is serving another request on it",
-                 (unsigned long long)e->cluster_id);
-        return LLM_LINK_BUSY;
-    }
-    mcache *c = NULL;
-    uint64_t slot = 0;
-    if (q->key_kind == LLDD_KEY_BY_ID) {
-        if (q->cache_id <= 0) {
-            snprintf(why, why_len, "cache id %lld never names a cache (ids start at 1, PR-20)",
-                     (long long)q->cache_id);
-            return LLM_KV_CACHE_NOT_EXIST;
-        }
-        c = (!direct || q->cache_id < id_mark) ? cache_find_locked(e, q->cache_id) : NULL;
-        if (c == NULL) {
-            if (direct && q->cache_id >= id_mark)
-                snprintf(why, why_len, "cache %lld is not in this link's copy of cluster %llu's cache table, taken "
-                         "at the link's first transfer (docs/reference/semantics.md §9.7)", (long long)q->cache_id,
-                         (unsigned long long)e->cluster_id);
-            else
-                snprintf(why, why_len, "cache %lld does not exist on cluster %llu (never there, or freed: PR-7)",
-                         (long long)q->cache_id, (unsigned long long)e->cluster_id);
-            return LLM_KV_CACHE_NOT_EXIST;
-        }
-        slot = q->batch_index;
-        keynode *k = (!direct && c->slot_key != NULL && slot < c->w.batches) ? c->slot_key[slot] : NULL;
-        if (k != NULL) {
-            r->through_key = 1;
-            r->key_ns = k->ns;
-            r->key_id = k->id;
-            r->key_model = k->model;
-        } else if (!q->push && slot >= c->w.batches) {
-            snprintf(why, why_len, "batch_index %llu is out of range: cache %lld on cluster %llu has %llu batches%s",
-                     (unsigned long long)slot, (long long)c->w.id, (unsigned long long)e->cluster_id,
-                     (unsigned long long)c->w.batches, direct ? " (PR-6)" : "");
-            return LLM_KV_CACHE_NOT_EXIST;
-        }
-    } else {
-        lldd_key key;
-        memset(&key, 0, sizeof key);
-        key.kind = q->key_kind;
-        key.req_id = q->req_id;
-        key.prefix_id = q->prefix_id;
-        key.model_id = q->model_id;
-        uint32_t ns;
-        uint64_t id, model;
-        ext_key_ident(&key, &ns, &id, &model);
-        if (direct && ns == KEY_NS_PREFIX) {
-            snprintf(why, why_len, "prefix key (prefix_id %llu, model_id %llu): prefix bindings are never published "
-                     "in direct mode (docs/reference/semantics.md §9.4)", (unsigned long long)id, (unsigned long long)model);
-            return LLM_KV_CACHE_NOT_EXIST;
-        }
-        keynode *k = key_find_locked(e, ns, id, model);
-        int blocks = q->key_kind == LLDD_KEY_BLOCKS;
-        if (k != NULL && (int)k->blocks != blocks)
-            k = NULL;
-        if (k != NULL && direct && (k->seq >= bind_mark || k->c->w.id >= id_mark)) {
-            snprintf(why, why_len, "the %s was bound on cluster %llu after this link's copy of its cache table was "
-                     "taken (docs/reference/semantics.md §9.7, PR-19)", blocks ? "blocks key" : "key", (unsigned long long)e->cluster_id);
-            return LLM_KV_CACHE_NOT_EXIST;
-        }
-        if (k == NULL) {
-            if (blocks)
-                snprintf(why, why_len, "no cache on cluster %llu is bound to the blocks key of model_id %llu",
-                         (unsigned long long)e->cluster_id, (unsigned long long)model);
-            else
-                snprintf(why, why_len, "no cache on cluster %llu is bound to the %s key (%s_id %llu, model_id %llu)",
-                         (unsigned long long)e->cluster_id, ns == KEY_NS_PREFIX ? "prefix" : "request",
-                         ns == KEY_NS_PREFIX ? "prefix" : "req", (unsigned long long)id, (unsigned long long)model);
-            return LLM_KV_CACHE_NOT_EXIST;
-        }
-        c = k->c;
-        slot = k->slot;
-        if (!blocks) {
-            r->through_key = 1;
-            r->key_ns = k->ns;
-            r->key_id = k->id;
-            r->key_model = k->model;
-        }
-    }
-    r->w = c->w;
-    r->slot = slot;
-    r->dev_pool = e->dev_pool.present ? 1 : 0;
-    *out = c;
-    return LLM_SUCCESS;
-}
-
-mcache *ext_find_addr_locked(engine *e, uint64_t addr, uint64_t len, uint32_t *tensor)
-{
-    uint64_t end;
-    if (__builtin_add_overflow(addr, len, &end))
-        return NULL;
-    for (size_t i = 0; i < e->cache_count; i++) {
-        mcache *c = e->caches[i];
-        if (!c->w.remote_accessible)
-            continue;
-        for (uint32_t t = 0; t < c->w.num_tensors; t++) {
-            uint64_t base = c->addrs[t];
-            if (addr >= base && end <= base + c->w.tensor_size && addr - base <= c->w.tensor_size) {
-                *tensor = t;
-                return c;
-            }
-        }
-    }
-    return NULL;
-}
 
 /* ---------------------------------------------------------------------------------------------
  * the puller's side: resolve and release
@@ -202,7 +89,7 @@ static lldd_status src_resolve_q(xlink *x, const char *fn, const resolve_req *q,
             return st;
         mlink *their = link_peer_side_locked(peer, l);
         mcache *c;
-        st = ext_resolve_locked(peer, their, q, &c, &s->r, why, sizeof why);
+        st = holder_resolve_locked(peer, their, q, &c, &s->r, why, sizeof why);
         if (q->direct)
             link_note_table_copy(l, s->r.id_mark, s->r.bind_mark);
         if (st == LLM_SUCCESS) {
@@ -239,7 +126,7 @@ static lldd_status src_resolve_q(xlink *x, const char *fn, const resolve_req *q,
             return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
         tp_sanitize_text(text.text, sizeof text.text);
         mock_set_error("%s: %s", fn, text.text);
-        /* the codes a holder's lookup gives (ext_resolve_locked); anything else is a
+        /* the codes a holder's lookup gives (holder_resolve_locked); anything else is a
          * broken peer */
         if (h.status != LLM_KV_CACHE_NOT_EXIST && h.status != LLM_LINK_BUSY && h.status != LLM_PARAM_INVALID)
             return link_timeout(x, fn, "the peer answered a lookup with status 0x%08X", (unsigned)h.status);
@@ -284,7 +171,7 @@ static void src_release(xlink *x, xsrc *s, const uint64_t *tensors, uint64_t cou
         engine *peer = x->peer;
         pthread_mutex_lock(&peer->mu);
         cache_unpin_locked(peer, s->pc.pc);
-        mcache *gone = ext_release_locked(peer, &q, tensors);
+        mcache *gone = key_release_request_locked(peer, &q, tensors);
         pthread_mutex_unlock(&peer->mu);
         cache_destroy(gone);
     } else {
@@ -445,22 +332,45 @@ static lldd_status c2b_check_chunks(const char *fn, size_t count, uint64_t block
     return LLM_SUCCESS;
 }
 
-static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int form, mcache *lc, xlink *xl,
-                                xsrc *src, int *release)
+/* What the steps of one extension pull share: its arguments, and what the earlier steps
+ * found for the later ones. */
+typedef struct pull_state {
+    engine *e;
+    const char *fn;
+    const epull *a;
+    int form;
+    mcache *lc;
+    xlink *xl;
+    xsrc *src;
+    int v1, direct, sa;
+    const cache_wire *lw;        /* the local (destination) cache */
+    const cache_wire *rw;        /* the source, once resolved (step 7) */
+    uint64_t dst_off, src_off;   /* the offsets, -1 read as 0 */
+    uint64_t len;                /* C2C: bytes per tensor */
+    uint64_t pairs;              /* tensor pairs */
+    uint64_t chunks_or_runs;     /* B2B runs, C2B blocks, 1 for C2C */
+    uint64_t b_src;              /* the source batch */
+    uint64_t src_base;           /* where the source batch starts */
+    uint64_t c2b_len;            /* C2B: the source region's length */
+    int d2h;                     /* a server-assisted DEVICE to HOST pull (staged) */
+} pull_state;
+
+/* Step 4: the local cache's placement, batch, kind and sizes, and its tensor ranges. */
+static lldd_status pull_local_checks(pull_state *s)
 {
-    int v1 = e->gen == GEN_V1, direct = e->mode == MODE_DIRECT, sa = e->mode == MODE_SERVER_ASSISTED;
-    const cache_wire *lw = &lc->w;
+    const char *fn = s->fn;
+    const epull *a = s->a;
+    const cache_wire *lw = s->lw;
     lldd_status st;
-    *release = 0;
-    /* step 4: local checks */
-    if (v1 && lw->placement != LLDD_PLACEMENT_DEVICE) {
+    if (s->v1 && lw->placement != LLDD_PLACEMENT_DEVICE) {
         mock_set_error("%s: the local cache %lld is HOST-placed: Only support device cache (v1)", fn,
                        (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    uint64_t dst_off = a->doff > 0 ? (uint64_t)a->doff : 0, src_off = a->soff > 0 ? (uint64_t)a->soff : 0;
-    uint64_t len = 0;
-    if (form == PLAN_C2C) {
+    s->dst_off = a->doff > 0 ? (uint64_t)a->doff : 0;
+    s->src_off = a->soff > 0 ? (uint64_t)a->soff : 0;
+    s->len = 0;
+    if (s->form == PLAN_C2C) {
         if (a->batch >= lw->batches) {
             mock_set_error("%s: batch_index %u is out of range: cache %lld has %llu batches", fn, (unsigned)a->batch,
                            (long long)lw->id, (unsigned long long)lw->batches);
@@ -471,31 +381,37 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
                            (long long)lw->id);
             return LLM_PARAM_INVALID;
         }
-        if (!v1 && a->size > 0 && (uint64_t)a->size > lw->stride) {
+        if (!s->v1 && a->size > 0 && (uint64_t)a->size > lw->stride) {
             mock_set_error("%s: size %lld is larger than the destination stride %llu", fn, (long long)a->size,
                            (unsigned long long)lw->stride);
             return LLM_PARAM_INVALID;
         }
-        len = a->size > 0 ? (uint64_t)a->size : (dst_off < lw->stride ? lw->stride - dst_off : 0);
-        if (v1 && (len == 0 || dst_off > lw->stride || len > lw->stride - dst_off)) {
+        uint64_t dst_off = s->dst_off;
+        uint64_t len = a->size > 0 ? (uint64_t)a->size : (dst_off < lw->stride ? lw->stride - dst_off : 0);
+        if (s->v1 && (len == 0 || dst_off > lw->stride || len > lw->stride - dst_off)) {
             mock_set_error("%s: dst_cache_offset %llu + %llu bytes do not fit the destination stride %llu", fn,
                            (unsigned long long)dst_off, (unsigned long long)len, (unsigned long long)lw->stride);
             return LLM_PARAM_INVALID;
         }
-    } else if (form != FORM_B2C && !kind_has_blocks(lw)) {
+        s->len = len;
+    } else if (s->form != FORM_B2C && !kind_has_blocks(lw)) {
         mock_set_error("%s: request expect local cache is blocks: cache %lld has no blocks", fn, (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    if ((st = pull_local_tensors(fn, a, lw, v1)) != LLM_SUCCESS)
+    if ((st = pull_local_tensors(fn, a, lw, s->v1)) != LLM_SUCCESS)
         return st;
-    uint64_t pairs = a->ndt > 0 ? a->ndt : (a->nst > 0 ? a->nst : lw->num_tensors);
+    s->pairs = a->ndt > 0 ? a->ndt : (a->nst > 0 ? a->nst : lw->num_tensors);
+    return LLM_SUCCESS;
+}
 
-    /* step 5: the link */
-    if ((st = link_acquire_ex(e, fn, a->src->cluster_id, xl, v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS)
-        return st;
-
-    /* step 6: the request */
-    uint64_t chunks_or_runs = 1;
+/* Step 6: the request's form, its destination blocks, and its size in entries (§15). */
+static lldd_status pull_request_checks(pull_state *s)
+{
+    const char *fn = s->fn;
+    const epull *a = s->a;
+    int form = s->form;
+    lldd_status st;
+    s->chunks_or_runs = 1;
     if (form == FORM_B2C) {
         mock_set_error("%s: Pulling from discrete memory to continuous memory is not supported (src_blocks without "
                        "dst_blocks)", fn);
@@ -508,12 +424,13 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
     if (form != PLAN_C2C) {
         if ((st = check_repeats(fn, "dst_blocks", a->dblk, a->ndb, 1)) != LLM_SUCCESS)
             return st;
-        if ((st = check_blocks(fn, "dst_blocks", a->dblk, a->ndb, lw->blocks, "local")) != LLM_SUCCESS)
+        if ((st = check_blocks(fn, "dst_blocks", a->dblk, a->ndb, s->lw->blocks, "local")) != LLM_SUCCESS)
             return st;
-        chunks_or_runs = form == PLAN_B2B ? count_runs(a->sblk, a->dblk, a->nsb) : a->ndb;
+        s->chunks_or_runs = form == PLAN_B2B ? count_runs(a->sblk, a->dblk, a->nsb) : a->ndb;
     }
+    uint64_t pairs = s->pairs, chunks_or_runs = s->chunks_or_runs;
     uint64_t entries = pairs + 2 * chunks_or_runs;
-    if (sa && (pairs > SA_MAX_TENSORS || entries > SA_MAX_ENTRIES)) {
+    if (s->sa && (pairs > SA_MAX_TENSORS || entries > SA_MAX_ENTRIES)) {
         mock_set_error("%s: the request has %llu entries (%llu tensors + 2 x %llu %s); server-assisted mode allows "
                        "at most %d entries and %d tensors (docs/reference/semantics.md §15)", fn, (unsigned long long)entries,
                        (unsigned long long)pairs, (unsigned long long)chunks_or_runs,
@@ -521,45 +438,66 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
                        SA_MAX_TENSORS);
         return LLM_PARAM_INVALID;
     }
-    if (direct && entries > DIRECT_MAX_ENTRIES) {
+    if (s->direct && entries > DIRECT_MAX_ENTRIES) {
         mock_set_error("%s: the request has %llu entries (%llu tensors + 2 x %llu), over the direct-mode limit of %d "
                        "(docs/reference/semantics.md §15)", fn, (unsigned long long)entries, (unsigned long long)pairs,
                        (unsigned long long)chunks_or_runs, DIRECT_MAX_ENTRIES);
         return LLM_PARAM_INVALID;
     }
+    return LLM_SUCCESS;
+}
 
-    /* step 7: the source */
+/* Step 7: the source, resolved on the engine that holds it and pinned. */
+static lldd_status pull_resolve_source(pull_state *s)
+{
+    const lldd_key *key = s->a->src;
     resolve_req q;
     memset(&q, 0, sizeof q);
-    q.key_kind = a->src->kind;
-    q.batch_index = a->src->batch_index;
-    q.req_id = a->src->req_id;
-    q.prefix_id = a->src->prefix_id;
-    q.model_id = a->src->model_id;
-    q.cache_id = a->src->cache_id;
-    q.direct = (uint32_t)direct;
-    q.v1 = (uint32_t)v1;
-    q.id_mark = xl->l->watermark;
-    q.bind_mark = xl->l->bind_watermark;
-    q.requester = e->cluster_id;
-    if ((st = src_resolve(xl, fn, &q, src)) != LLM_SUCCESS)
+    q.key_kind = key->kind;
+    q.batch_index = key->batch_index;
+    q.req_id = key->req_id;
+    q.prefix_id = key->prefix_id;
+    q.model_id = key->model_id;
+    q.cache_id = key->cache_id;
+    q.direct = (uint32_t)s->direct;
+    q.v1 = (uint32_t)s->v1;
+    q.id_mark = s->xl->l->watermark;
+    q.bind_mark = s->xl->l->bind_watermark;
+    q.requester = s->e->cluster_id;
+    lldd_status st = src_resolve(s->xl, s->fn, &q, s->src);
+    if (st != LLM_SUCCESS)
         return st;
-    const cache_wire *rw = &src->pc.w;
-    uint64_t b_src = src->r.slot;
+    s->rw = &s->src->pc.w;
+    s->b_src = s->src->r.slot;
+    return LLM_SUCCESS;
+}
 
-    /* step 8: remote access */
-    if (direct && (!rw->remote_accessible || !lw->remote_accessible)) {
+/* Step 8: remote access (direct mode) and the caches' registration times (PR-32). */
+static lldd_status pull_access_checks(const pull_state *s)
+{
+    const char *fn = s->fn;
+    const cache_wire *lw = s->lw, *rw = s->rw;
+    lldd_status st;
+    if (s->direct && (!rw->remote_accessible || !lw->remote_accessible)) {
         mock_set_error("%s: the %s cache %lld is not remote accessible; direct mode needs both caches "
                        "remote accessible", fn, !rw->remote_accessible ? "remote" : "local",
                        (long long)(!rw->remote_accessible ? rw->id : lw->id));
         return LLM_PARAM_INVALID;
     }
-    if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
+    if ((st = pr32_check_local(fn, s->xl->l, lw)) != LLM_SUCCESS)
         return st;
-    if ((st = pr32_check_peer(fn, xl->l, rw, a->src->cluster_id)) != LLM_SUCCESS)
-        return st;
+    return pr32_check_peer(fn, s->xl->l, rw, s->a->src->cluster_id);
+}
 
-    /* step 9: the source's checks */
+/* Step 9, first part: the source's kind, tensor counts and strides, and where its batch
+ * starts. */
+static lldd_status pull_source_shape_checks(pull_state *s)
+{
+    const char *fn = s->fn;
+    const epull *a = s->a;
+    const cache_wire *lw = s->lw, *rw = s->rw;
+    int form = s->form, v1 = s->v1, direct = s->direct;
+    uint64_t len = s->len, src_off = s->src_off, b_src = s->b_src;
     if (form != PLAN_B2B && !kind_has_batches(rw)) {
         mock_set_error("%s: request pull block = false, but the source cache %lld is a blocks cache (PR-15)", fn,
                        (long long)rw->id);
@@ -610,50 +548,70 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
                        (unsigned long long)len, (unsigned long long)rw->tensor_size);
         return LLM_PARAM_INVALID;
     }
-    int d2h = 0;
-    uint64_t c2b_len = 0;
-    if (sa) {
-        uint32_t sp = rw->placement, dp = lw->placement;
-        if (sp == LLDD_PLACEMENT_HOST && dp == LLDD_PLACEMENT_HOST) {
-            mock_set_error("%s: a server-assisted transfer between two HOST caches is not supported (docs/reference/semantics.md §1.3)",
-                           fn);
-            return LLM_FEATURE_NOT_ENABLED;
-        }
-        if (sp == LLDD_PLACEMENT_DEVICE && dp == LLDD_PLACEMENT_HOST) {
-            uint64_t src_blocks = form == PLAN_B2B ? a->nsb : form == PLAN_C2B ? a->ndb : 1;
-            if (!e->dev_pool.present) {
-                mock_set_error("%s: a DEVICE to HOST pull needs a device memory pool on this engine "
-                               "(llm.MemPoolConfig) for its staging buffers (docs/reference/semantics.md §1.3)", fn);
-                return LLM_PARAM_INVALID;
-            }
-            if (src_blocks > SA_D2H_MAX_BLOCKS || src_blocks > SA_MAX_ENTRIES - pairs) {
-                mock_set_error("%s: a DEVICE to HOST pull moves at most %d source blocks and at most %d - %llu; this "
-                               "one has %llu (docs/reference/semantics.md §15)", fn, SA_D2H_MAX_BLOCKS, SA_MAX_ENTRIES,
-                               (unsigned long long)pairs, (unsigned long long)src_blocks);
-                return LLM_PARAM_INVALID;
-            }
-            d2h = 1;
-        }
-        if (sp == LLDD_PLACEMENT_HOST && dp == LLDD_PLACEMENT_DEVICE && !src->r.dev_pool) {
-            mock_set_error("%s: a HOST to DEVICE pull needs a device memory pool on the host-side cluster %llu "
-                           "(docs/reference/semantics.md §1.3)", fn, (unsigned long long)a->src->cluster_id);
+    s->src_base = src_base;
+    return LLM_SUCCESS;
+}
+
+/* Step 9, server-assisted: the placement pairs of §1.3 and a DEVICE to HOST pull's limits. */
+static lldd_status pull_placement_checks(pull_state *s)
+{
+    const char *fn = s->fn;
+    const epull *a = s->a;
+    int form = s->form;
+    s->d2h = 0;
+    if (!s->sa)
+        return LLM_SUCCESS;
+    uint32_t sp = s->rw->placement, dp = s->lw->placement;
+    if (sp == LLDD_PLACEMENT_HOST && dp == LLDD_PLACEMENT_HOST) {
+        mock_set_error("%s: a server-assisted transfer between two HOST caches is not supported (docs/reference/semantics.md §1.3)",
+                       fn);
+        return LLM_FEATURE_NOT_ENABLED;
+    }
+    if (sp == LLDD_PLACEMENT_DEVICE && dp == LLDD_PLACEMENT_HOST) {
+        uint64_t src_blocks = form == PLAN_B2B ? a->nsb : form == PLAN_C2B ? a->ndb : 1;
+        if (!s->e->dev_pool.present) {
+            mock_set_error("%s: a DEVICE to HOST pull needs a device memory pool on this engine "
+                           "(llm.MemPoolConfig) for its staging buffers (docs/reference/semantics.md §1.3)", fn);
             return LLM_PARAM_INVALID;
         }
+        if (src_blocks > SA_D2H_MAX_BLOCKS || src_blocks > SA_MAX_ENTRIES - s->pairs) {
+            mock_set_error("%s: a DEVICE to HOST pull moves at most %d source blocks and at most %d - %llu; this "
+                           "one has %llu (docs/reference/semantics.md §15)", fn, SA_D2H_MAX_BLOCKS, SA_MAX_ENTRIES,
+                           (unsigned long long)s->pairs, (unsigned long long)src_blocks);
+            return LLM_PARAM_INVALID;
+        }
+        s->d2h = 1;
     }
-    if (form == PLAN_C2B) {
+    if (sp == LLDD_PLACEMENT_HOST && dp == LLDD_PLACEMENT_DEVICE && !s->src->r.dev_pool) {
+        mock_set_error("%s: a HOST to DEVICE pull needs a device memory pool on the host-side cluster %llu "
+                       "(docs/reference/semantics.md §1.3)", fn, (unsigned long long)a->src->cluster_id);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+/* Step 9, last part: block sizes and the source's blocks or chunks (C2B, B2B). */
+static lldd_status pull_source_block_checks(pull_state *s)
+{
+    const char *fn = s->fn;
+    const epull *a = s->a;
+    const cache_wire *lw = s->lw, *rw = s->rw;
+    lldd_status st;
+    s->c2b_len = 0;
+    if (s->form == PLAN_C2B) {
         if (lw->stride > rw->stride) {
             mock_set_error("%s: tensor size < required size: a destination block (%llu bytes) is larger than a source "
                            "batch (%llu bytes)", fn, (unsigned long long)lw->stride, (unsigned long long)rw->stride);
             return LLM_PARAM_INVALID;
         }
-        if ((st = c2b_check_chunks(fn, a->ndb, lw->stride, rw->stride, rw->tensor_size, &c2b_len)) != LLM_SUCCESS)
+        if ((st = c2b_check_chunks(fn, a->ndb, lw->stride, rw->stride, rw->tensor_size, &s->c2b_len)) != LLM_SUCCESS)
             return st;
-        if (direct && b_src != 0 &&
+        if (s->direct && s->b_src != 0 &&
             mock_lint(16, "%s: in direct mode a cache-to-blocks pull reads source batch 0; the source key names "
-                      "batch %llu, which is ignored (PR-16)", fn, (unsigned long long)b_src))
+                      "batch %llu, which is ignored (PR-16)", fn, (unsigned long long)s->b_src))
             return LLM_PARAM_INVALID;
     }
-    if (form == PLAN_B2B) {
+    if (s->form == PLAN_B2B) {
         if ((st = check_blocks(fn, "src_blocks", a->sblk, a->nsb, rw->blocks, "source")) != LLM_SUCCESS)
             return st;
         if (rw->stride != lw->stride) {
@@ -662,63 +620,108 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
             return LLM_PARAM_INVALID;
         }
     }
+    return LLM_SUCCESS;
+}
 
-    /* step 10: the bytes (a device-to-host pull stages through two buffers of the
-     * puller's device pool) */
-    uint64_t stage_first[2] = {0, 0}, stage_pages = 0;
+/* A device-to-host pull stages through two 32 MiB buffers of the puller's device pool:
+ * takes them (stage_first[0], [1], each `pages` pages), or fails with OUT_OF_MEMORY. */
+static lldd_status staging_take(engine *e, const char *fn, uint64_t stage_first[2], uint64_t *pages)
+{
     int staged = 0;
-    if (d2h) {
-        pthread_mutex_lock(&e->mu);
-        mpool *pool = &e->dev_pool;
-        uint64_t page = 1ull << pool->page_shift;
-        stage_pages = STAGING_BYTES / page + (STAGING_BYTES % page != 0);
-        if (pool_take(pool, stage_pages, &stage_first[0]) == 0) {
-            if (pool_take(pool, stage_pages, &stage_first[1]) == 0)
-                staged = 2;
-            else
-                pool_give(pool, stage_first[0], stage_pages);
-        }
-        pthread_mutex_unlock(&e->mu);
-        if (staged != 2) {
-            mock_set_error("%s: the device memory pool cannot supply the two 32 MiB staging buffers of a DEVICE to "
-                           "HOST pull (docs/reference/semantics.md §15)", fn);
-            return LLM_OUT_OF_MEMORY;
-        }
+    pthread_mutex_lock(&e->mu);
+    mpool *pool = &e->dev_pool;
+    uint64_t page = 1ull << pool->page_shift;
+    *pages = STAGING_BYTES / page + (STAGING_BYTES % page != 0);
+    if (pool_take(pool, *pages, &stage_first[0]) == 0) {
+        if (pool_take(pool, *pages, &stage_first[1]) == 0)
+            staged = 2;
+        else
+            pool_give(pool, stage_first[0], *pages);
     }
+    pthread_mutex_unlock(&e->mu);
+    if (staged != 2) {
+        mock_set_error("%s: the device memory pool cannot supply the two 32 MiB staging buffers of a DEVICE to "
+                       "HOST pull (docs/reference/semantics.md §15)", fn);
+        return LLM_OUT_OF_MEMORY;
+    }
+    return LLM_SUCCESS;
+}
+
+static void staging_give(engine *e, const uint64_t stage_first[2], uint64_t pages)
+{
+    pthread_mutex_lock(&e->mu);
+    pool_give(&e->dev_pool, stage_first[0], pages);
+    pool_give(&e->dev_pool, stage_first[1], pages);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Step 10: the bytes. */
+static lldd_status pull_move(const pull_state *s)
+{
+    const epull *a = s->a;
+    uint64_t stage_first[2] = {0, 0}, stage_pages = 0;
+    lldd_status st;
+    if (s->d2h && (st = staging_take(s->e, s->fn, stage_first, &stage_pages)) != LLM_SUCCESS)
+        return st;
     plan p;
     memset(&p, 0, sizeof p);
-    p.form = form;
-    p.pairs = (uint32_t)pairs;
+    p.form = s->form;
+    p.pairs = (uint32_t)s->pairs;
     p.smap = a->nst > 0 ? a->st : NULL;
     p.dmap = a->ndt > 0 ? a->dt : NULL;
-    p.src_addrs = src->pc.addrs;
-    p.dst_addrs = lc->addrs;
-    if (form == PLAN_C2C) {
-        p.soff = src_base + src_off;
-        p.doff = (uint64_t)a->batch * lw->stride + dst_off;
-        p.len = len;
-    } else if (form == PLAN_B2B) {
+    p.src_addrs = s->src->pc.addrs;
+    p.dst_addrs = s->lc->addrs;
+    if (s->form == PLAN_C2C) {
+        p.soff = s->src_base + s->src_off;
+        p.doff = (uint64_t)a->batch * s->lw->stride + s->dst_off;
+        p.len = s->len;
+    } else if (s->form == PLAN_B2B) {
         p.sblk = a->sblk;
         p.dblk = a->dblk;
         p.nblk = a->nsb;
-        p.block = lw->stride;
+        p.block = s->lw->stride;
     } else {
-        p.soff = src_base;
-        p.len = c2b_len;
+        p.soff = s->src_base;
+        p.len = s->c2b_len;
         p.dblk = a->dblk;
         p.nblk = a->ndb;
-        p.block = lw->stride;
+        p.block = s->lw->stride;
     }
-    st = move_bytes(xl, fn, &p, 1, rw->id);
-    if (staged) {
-        pthread_mutex_lock(&e->mu);
-        pool_give(&e->dev_pool, stage_first[0], stage_pages);
-        pool_give(&e->dev_pool, stage_first[1], stage_pages);
-        pthread_mutex_unlock(&e->mu);
-    }
+    st = move_bytes(s->xl, s->fn, &p, 1, s->rw->id);
+    if (s->d2h)
+        staging_give(s->e, stage_first, stage_pages);
+    return st;
+}
+
+/* Steps 4 to 11 of an extension pull (§8.0), each a function above, in this order. */
+static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int form, mcache *lc, xlink *xl,
+                                xsrc *src, int *release)
+{
+    pull_state s;
+    memset(&s, 0, sizeof s);
+    s.e = e;
+    s.fn = fn;
+    s.a = a;
+    s.form = form;
+    s.lc = lc;
+    s.xl = xl;
+    s.src = src;
+    s.v1 = e->gen == GEN_V1;
+    s.direct = e->mode == MODE_DIRECT;
+    s.sa = e->mode == MODE_SERVER_ASSISTED;
+    s.lw = &lc->w;
+    lldd_status st;
+    *release = 0;
+    if ((st = pull_local_checks(&s)) != LLM_SUCCESS ||
+        (st = link_acquire_ex(e, fn, a->src->cluster_id, xl, s.v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS ||
+        (st = pull_request_checks(&s)) != LLM_SUCCESS || (st = pull_resolve_source(&s)) != LLM_SUCCESS ||
+        (st = pull_access_checks(&s)) != LLM_SUCCESS || (st = pull_source_shape_checks(&s)) != LLM_SUCCESS ||
+        (st = pull_placement_checks(&s)) != LLM_SUCCESS || (st = pull_source_block_checks(&s)) != LLM_SUCCESS)
+        return st;
+    st = pull_move(&s);
     /* step 11: which successful pulls release their key (§9.5) */
-    *release = st == LLM_SUCCESS && !direct && form != PLAN_B2B && src->r.through_key &&
-               src->r.key_ns == KEY_NS_REQ && !(v1 && (a->soff != -1 || a->doff != -1));
+    *release = st == LLM_SUCCESS && !s.direct && form != PLAN_B2B && src->r.through_key &&
+               src->r.key_ns == KEY_NS_REQ && !(s.v1 && (a->soff != -1 || a->doff != -1));
     return st;
 }
 
@@ -733,18 +736,12 @@ MOCK_EXPORT lldd_status lldd_ext_pull(lldd_engine *e, const lldd_key *src, int64
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
-    if (e == NULL || src == NULL || (src_blocks == NULL && num_src_blocks > 0) ||
-        (dst_blocks == NULL && num_dst_blocks > 0) || (src_tensors == NULL && num_src_tensors > 0) ||
-        (dst_tensors == NULL && num_dst_tensors > 0)) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : src == NULL ? "src"
-                       : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
-                       : dst_blocks == NULL && num_dst_blocks > 0 ? "dst_blocks (num_dst_blocks > 0)"
-                       : src_tensors == NULL && num_src_tensors > 0 ? "src_tensors (num_src_tensors > 0)"
-                       : "dst_tensors (num_dst_tensors > 0)");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
+    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : src == NULL ? "src"
+                                       : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
+                                       : dst_blocks == NULL && num_dst_blocks > 0 ? "dst_blocks (num_dst_blocks > 0)"
+                                       : src_tensors == NULL && num_src_tensors > 0 ? "src_tensors (num_src_tensors > 0)"
+                                       : dst_tensors == NULL && num_dst_tensors > 0 ? "dst_tensors (num_dst_tensors > 0)"
+                                       : NULL);
     if (st != LLM_SUCCESS)
         return st;
     epull a = {src, dst_cache_id, batch_index, size, src_blocks, dst_blocks, src_tensors, dst_tensors,
@@ -810,20 +807,22 @@ static uint64_t c2c_batches(const cache_wire *w, int block0)
     return block0 && !kind_has_batches(w) ? w->blocks : w->batches;
 }
 
-static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcache *lc, xlink *xl, xsrc *dst)
+/* Steps 3 and 4: the link, and the local cache's remote access and registration time. */
+static lldd_status push_local_access(engine *e, const char *fn, const epush *a, const cache_wire *lw, xlink *xl)
 {
-    const cache_wire *lw = &lc->w;
     lldd_status st;
-    /* step 3: the link; step 4: the local cache's remote access */
     if ((st = link_acquire_ex(e, fn, a->dst->cluster_id, xl, 0)) != LLM_SUCCESS)
         return st;
     if (!lw->remote_accessible) {
         mock_set_error("%s: the local cache %lld is not remote accessible", fn, (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
-        return st;
-    /* step 5: the destination, in the table copy */
+    return pr32_check_local(fn, xl->l, lw);
+}
+
+/* Step 5: the destination, in the table copy. */
+static lldd_status push_resolve_destination(engine *e, const char *fn, const epush *a, xlink *xl, xsrc *dst)
+{
     resolve_req q;
     memset(&q, 0, sizeof q);
     q.key_kind = a->dst->kind;
@@ -837,10 +836,20 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
     q.id_mark = xl->l->watermark;
     q.bind_mark = xl->l->bind_watermark;
     q.requester = e->cluster_id;
-    if ((st = src_resolve(xl, fn, &q, dst)) != LLM_SUCCESS)
-        return st;
-    const cache_wire *rw = &dst->pc.w;
-    /* step 6: the destination's checks */
+    return src_resolve(xl, fn, &q, dst);
+}
+
+/* The destination batch of a cache-to-cache push (0 when block0 names block 0). */
+static uint32_t push_dst_batch(const epush *a)
+{
+    return a->block0 ? 0 : a->dst->batch_index;
+}
+
+/* Step 6: the destination's access, layer, batch and shape. */
+static lldd_status push_destination_checks(const char *fn, const epush *a, const cache_wire *lw, const cache_wire *rw,
+                                           const xlink *xl)
+{
+    lldd_status st;
     if ((st = push_dst_access_checks(fn, rw, xl->l, a->dst->cluster_id)) != LLM_SUCCESS)
         return st;
     if (a->dst_layer >= rw->num_tensors / a->n) {
@@ -848,7 +857,7 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
                        (unsigned)a->dst_layer, (unsigned)rw->num_tensors, (unsigned)a->n);
         return LLM_PARAM_INVALID;
     }
-    uint32_t dst_batch = a->block0 ? 0 : a->dst->batch_index;
+    uint32_t dst_batch = push_dst_batch(a);
     if (!a->b2b && dst_batch >= c2c_batches(rw, a->block0)) {
         mock_set_error("%s: dst.batch_index %u is out of range: the remote cache %lld has %llu batches", fn,
                        (unsigned)dst_batch, (long long)rw->id, (unsigned long long)c2c_batches(rw, a->block0));
@@ -860,10 +869,14 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
                            (unsigned long long)lw->stride, (unsigned long long)rw->stride);
             return LLM_PARAM_INVALID;
         }
-    } else if ((st = push_dst_shape_checks(fn, a->b2b, lw, rw, a->dblk, a->ndb)) != LLM_SUCCESS) {
-        return st;
+        return LLM_SUCCESS;
     }
-    /* step 7: the source's checks */
+    return push_dst_shape_checks(fn, a->b2b, lw, rw, a->dblk, a->ndb);
+}
+
+/* Step 7: the source's layer, kind, batch and blocks. */
+static lldd_status push_source_checks(const char *fn, const epush *a, const cache_wire *lw)
+{
     if (a->src_layer >= lw->num_tensors / a->n) {
         mock_set_error("%s: source layer %u is out of range: the local cache has %u tensors, %u per layer", fn,
                        (unsigned)a->src_layer, (unsigned)lw->num_tensors, (unsigned)a->n);
@@ -888,9 +901,15 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
         mock_set_error("%s: the local cache %lld has no blocks", fn, (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    if (a->b2b && (st = check_blocks(fn, "src_blocks", a->sblk, a->nsb, lw->blocks, "local")) != LLM_SUCCESS)
-        return st;
-    /* step 8: the bytes */
+    if (a->b2b)
+        return check_blocks(fn, "src_blocks", a->sblk, a->nsb, lw->blocks, "local");
+    return LLM_SUCCESS;
+}
+
+/* Step 8: the bytes. */
+static lldd_status push_move(xlink *xl, const char *fn, const epush *a, const mcache *lc, const xsrc *dst)
+{
+    const cache_wire *lw = &lc->w, *rw = &dst->pc.w;
     plan p;
     memset(&p, 0, sizeof p);
     p.form = a->b2b ? PLAN_B2B : PLAN_C2C;
@@ -906,10 +925,23 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
         p.block = lw->stride;
     } else {
         p.soff = (uint64_t)a->src_batch * lw->stride;
-        p.doff = (uint64_t)dst_batch * rw->stride;
+        p.doff = (uint64_t)push_dst_batch(a) * rw->stride;
         p.len = lw->stride;
     }
     return move_bytes(xl, fn, &p, 0, rw->id);
+}
+
+/* Steps 3 to 8 of an extension push, each a function above, in this order. */
+static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcache *lc, xlink *xl, xsrc *dst)
+{
+    const cache_wire *lw = &lc->w;
+    lldd_status st;
+    if ((st = push_local_access(e, fn, a, lw, xl)) != LLM_SUCCESS ||
+        (st = push_resolve_destination(e, fn, a, xl, dst)) != LLM_SUCCESS ||
+        (st = push_destination_checks(fn, a, lw, &dst->pc.w, xl)) != LLM_SUCCESS ||
+        (st = push_source_checks(fn, a, lw)) != LLM_SUCCESS)
+        return st;
+    return push_move(xl, fn, a, lc, dst);
 }
 
 MOCK_EXPORT lldd_status lldd_ext_push_layer(lldd_engine *e, int64_t src_cache_id, uint32_t src_batch_index,
@@ -992,7 +1024,7 @@ static lldd_status peer_pin_addr(xlink *x, const char *fn, uint64_t addr, uint64
         lldd_status st = peer_local_enter(x, fn);
         if (st != LLM_SUCCESS)
             return st;
-        mcache *c = ext_find_addr_locked(peer, addr, len, tensor);
+        mcache *c = holder_find_addr_locked(peer, addr, len, tensor);
         if (c != NULL) {
             c->pins++;
             pc->w = c->w;
@@ -1060,11 +1092,9 @@ typedef struct etransfer {
     int form;
 } etransfer;
 
-static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *a, mcache *lc, xlink *xl,
-                                    peer_cache pcs[2])
+/* The source's checks, before the link: placement, layer, kind, batch and blocks. */
+static lldd_status transfer_source_checks(const char *fn, const etransfer *a, const cache_wire *lw, int v1)
 {
-    const cache_wire *lw = &lc->w;
-    int v1 = e->gen == GEN_V1;
     lldd_status st;
     if (!v1 && lw->placement != LLDD_PLACEMENT_DEVICE) {
         mock_set_error("%s: the source cache %lld is HOST-placed; transfer_cache_async needs a DEVICE source", fn,
@@ -1096,39 +1126,47 @@ static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *
                        (unsigned)a->src_batch, (long long)lw->id, (unsigned long long)lw->batches);
         return LLM_PARAM_INVALID;
     }
-    uint64_t S = lw->stride, lo = 0, hi = 0;
     if (a->form == PLAN_B2B) {
         if ((st = check_blocks(fn, "src_block_indices", a->sblk, a->nsb, lw->blocks, "source")) != LLM_SUCCESS)
             return st;
-        if (a->bms != 0 && a->bms != S) {
+        if (a->bms != 0 && a->bms != lw->stride) {
             mock_set_error("%s: dst_block_memory_size %llu differs from the source block size %llu (docs/reference/semantics.md §7.5)",
-                           fn, (unsigned long long)a->bms, (unsigned long long)S);
+                           fn, (unsigned long long)a->bms, (unsigned long long)lw->stride);
             return LLM_PARAM_INVALID;
         }
     }
-    if ((st = link_acquire_ex(e, fn, a->dst_cluster, xl, v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS)
-        return st;
-    if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
-        return st;
-    /* The device's layer job checks the block size and cuts the chunks after it found the
-     * link; the spans need the chunks' lengths. */
-    uint64_t c2b_len = 0;
-    if (a->form == PLAN_C2B) {
-        if (a->bms >= lw->tensor_size) {
-            mock_set_error("%s: dst_block_memory_size %llu must be < the source tensor size %llu when transferring "
-                           "from a contiguous cache to blocks", fn, (unsigned long long)a->bms,
-                           (unsigned long long)lw->tensor_size);
-            return LLM_PARAM_INVALID;
-        }
-        if ((st = c2b_check_chunks(fn, a->ndb, a->bms, S, lw->tensor_size, &c2b_len)) != LLM_SUCCESS)
-            return st;
+    return LLM_SUCCESS;
+}
+
+/* After the link: a cache-to-blocks transfer's block size and chunks. The device's layer
+ * job checks the block size and cuts the chunks after it found the link; the spans need
+ * the chunks' lengths (*c2b_len). */
+static lldd_status transfer_c2b_checks(const char *fn, const etransfer *a, const cache_wire *lw, uint64_t *c2b_len)
+{
+    *c2b_len = 0;
+    if (a->form != PLAN_C2B)
+        return LLM_SUCCESS;
+    if (a->bms >= lw->tensor_size) {
+        mock_set_error("%s: dst_block_memory_size %llu must be < the source tensor size %llu when transferring "
+                       "from a contiguous cache to blocks", fn, (unsigned long long)a->bms,
+                       (unsigned long long)lw->tensor_size);
+        return LLM_PARAM_INVALID;
     }
-    /* the span each destination address is written at (PR-40) */
+    return c2b_check_chunks(fn, a->ndb, a->bms, lw->stride, lw->tensor_size, c2b_len);
+}
+
+/* The span [lo, hi) each destination address is written at (PR-40), and that it does not
+ * wrap past 2^64 from either address. */
+static lldd_status transfer_dst_span(const char *fn, const etransfer *a, uint64_t S, uint64_t c2b_len, uint64_t *lo,
+                                     uint64_t *hi)
+{
+    *lo = 0;
+    *hi = 0;
     if (a->form == PLAN_C2C) {
-        hi = S;
+        *hi = S;
     } else {
         uint64_t block = a->form == PLAN_B2B ? S : a->bms;
-        lo = UINT64_MAX;
+        *lo = UINT64_MAX;
         for (size_t k = 0; k < a->ndb; k++) {
             uint64_t len = a->form == PLAN_B2B || k + 1 < a->ndb ? block : c2b_len - k * block;
             uint64_t start, end;
@@ -1137,18 +1175,26 @@ static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *
                                (unsigned long long)a->dblk[k]);
                 return LLM_PARAM_INVALID;
             }
-            lo = start < lo ? start : lo;
-            hi = end > hi ? end : hi;
+            *lo = start < *lo ? start : *lo;
+            *hi = end > *hi ? end : *hi;
         }
     }
     for (int j = 0; j < 2; j++) {
         uint64_t end;
-        if (__builtin_add_overflow(a->dst_addrs[j], hi, &end)) {
-            mock_set_error("%s: dst_addrs[%d] + %llu overflows (PR-40)", fn, j, (unsigned long long)hi);
+        if (__builtin_add_overflow(a->dst_addrs[j], *hi, &end)) {
+            mock_set_error("%s: dst_addrs[%d] + %llu overflows (PR-40)", fn, j, (unsigned long long)*hi);
             return LLM_PARAM_INVALID;
         }
     }
-    uint32_t tensors[2];
+    return LLM_SUCCESS;
+}
+
+/* The peer's caches that hold the two destination spans, pinned (tensors[j]: the tensor
+ * of span j), each registered before the link (PR-32). */
+static lldd_status transfer_pin_destinations(xlink *xl, const char *fn, const etransfer *a, uint64_t lo, uint64_t hi,
+                                             peer_cache pcs[2], uint32_t tensors[2])
+{
+    lldd_status st;
     for (int j = 0; j < 2; j++) {
         if ((st = peer_pin_addr(xl, fn, a->dst_addrs[j] + lo, hi - lo, &pcs[j], &tensors[j])) != LLM_SUCCESS)
             return st;
@@ -1159,6 +1205,15 @@ static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *
             return LLM_PARAM_INVALID;
         }
     }
+    return LLM_SUCCESS;
+}
+
+/* The bytes: the layer's two tensors, each to its destination. */
+static lldd_status transfer_move(xlink *xl, const char *fn, const etransfer *a, const mcache *lc,
+                                 const peer_cache pcs[2], const uint32_t tensors[2], uint64_t c2b_len)
+{
+    uint64_t S = lc->w.stride;
+    lldd_status st;
     for (int j = 0; j < 2; j++) {
         plan p;
         memset(&p, 0, sizeof p);
@@ -1188,6 +1243,25 @@ static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *
             return st;
     }
     return LLM_SUCCESS;
+}
+
+/* A transfer by address, each step a function above, in this order. */
+static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *a, mcache *lc, xlink *xl,
+                                    peer_cache pcs[2])
+{
+    const cache_wire *lw = &lc->w;
+    int v1 = e->gen == GEN_V1;
+    uint64_t c2b_len = 0, lo = 0, hi = 0;
+    uint32_t tensors[2];
+    lldd_status st;
+    if ((st = transfer_source_checks(fn, a, lw, v1)) != LLM_SUCCESS ||
+        (st = link_acquire_ex(e, fn, a->dst_cluster, xl, v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS ||
+        (st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS ||
+        (st = transfer_c2b_checks(fn, a, lw, &c2b_len)) != LLM_SUCCESS ||
+        (st = transfer_dst_span(fn, a, lw->stride, c2b_len, &lo, &hi)) != LLM_SUCCESS ||
+        (st = transfer_pin_destinations(xl, fn, a, lo, hi, pcs, tensors)) != LLM_SUCCESS)
+        return st;
+    return transfer_move(xl, fn, a, lc, pcs, tensors, c2b_len);
 }
 
 MOCK_EXPORT lldd_status lldd_ext_transfer_layer(lldd_engine *e, int64_t src_cache_id, uint32_t src_batch_index,

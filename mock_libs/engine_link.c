@@ -30,8 +30,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache_table.h"
 #include "engine.h"
 #include "json.h"
+#include "links.h"
+#include "mock_internal.h"
+#include "peer_id.h"
+#include "pub.h"
+#include "sha256.h"
+#include "shared_map.h"
+#include "transport.h"
 
 enum {
     LINK_WORKERS = 16,

@@ -29,7 +29,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cache_table.h"
 #include "engine.h"
+#include "links.h"
+#include "mock_internal.h"
+#include "pub.h"
+#include "transport.h"
 
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010

@@ -19,7 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache_table.h"
 #include "engine.h"
+#include "keys.h"
+#include "links.h"
+#include "resolve.h"
+#include "transport.h"
 
 enum { SERVE_IDLE_MS = BOUND_SERVE_IDLE_MS };
 
@@ -228,7 +233,7 @@ static int serve_resolve(engine *e, mlink *l, int fd, const msg_hdr *h, pin_list
     q.direct = q.push ? 1u : (uint32_t)(e->mode == MODE_DIRECT);
     q.v1 = (uint32_t)(e->gen == GEN_V1);
     q.requester = l->peer_cluster;
-    lldd_status st = ext_resolve_locked(e, l, &q, &c, &r, why, sizeof why);
+    lldd_status st = holder_resolve_locked(e, l, &q, &c, &r, why, sizeof why);
     char *body = NULL;
     size_t addr_bytes = 0;
     if (st == LLM_SUCCESS) {
@@ -298,7 +303,7 @@ static int serve_release(engine *e, int fd, const msg_hdr *h, pin_list *pins)
         cache_unpin_locked(e, c);
         pins->items[i] = pins->items[--pins->count];
         if (e->state == ENGINE_READY)
-            gone = ext_release_locked(e, &q, tensors);
+            gone = key_release_request_locked(e, &q, tensors);
     }
     pthread_mutex_unlock(&e->mu);
     cache_destroy(gone);
@@ -318,7 +323,7 @@ static int serve_pin_addr(engine *e, mlink *l, int fd, const msg_hdr *h, pin_lis
         pthread_mutex_unlock(&e->mu);
         return -1;
     }
-    mcache *c = ext_find_addr_locked(e, h->a, h->b, &tensor);
+    mcache *c = holder_find_addr_locked(e, h->a, h->b, &tensor);
     if (c == NULL) {
         pthread_mutex_unlock(&e->mu);
         return send_status(fd, MSG_PIN_ADDR_REPLY, LLM_PARAM_INVALID, 0, 0);

@@ -24,6 +24,11 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "links.h"
+#include "peer_id.h"
+#include "pub.h"
+#include "shared_map.h"
+#include "transport.h"
 
 enum { MAP_RETRY_MS = 200, MAP_WAIT_MS = 2000 };
 #define MAP_BOUND_BYTES ((uint64_t)1 << 40)   /* 1 TiB of address space, all links together */

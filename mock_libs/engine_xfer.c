@@ -23,7 +23,16 @@
 #include <sys/uio.h>
 #include <time.h>
 
+#include "blocks.h"
+#include "cache_table.h"
 #include "engine.h"
+#include "links.h"
+#include "mock_internal.h"
+#include "peer_id.h"
+#include "pub.h"
+#include "shared_map.h"
+#include "transfers.h"
+#include "transport.h"
 
 enum { DIRECT_REQUEST_ENTRIES = 131064, VM_BATCH = 1024 };
 
@@ -966,12 +975,17 @@ lldd_status check_repeats(const char *fn, const char *name, const uint64_t *v, s
     return LLM_PARAM_INVALID;
 }
 
-static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, mcache *lc, xlink *xl, peer_cache *pc)
+/* What the steps of one native pull find for the later ones. */
+typedef struct pull_found {
+    uint64_t pairs, s_base, d_base;  /* tensor pairs and the ranges' first tensors (step 4) */
+    const cache_wire *rw;            /* the source (step 7) */
+    uint64_t len, soff;              /* C2C: bytes per tensor, where the source batch starts (step 9) */
+} pull_found;
+
+/* Step 4: the local cache's batch, kind and size, and the layer ranges. */
+static lldd_status pull_local_checks(const char *fn, const pull_args *a, const cache_wire *lw, pull_found *f)
 {
-    const cache_wire *lw = &lc->w;
     const ext_norm *x = &a->x;
-    lldd_status st;
-    /* step 4: local checks */
     if (!a->b2b) {
         if (a->batch_index >= lw->batches) {
             mock_set_error("%s: batch_index %u is out of range: cache %lld has %llu batches", fn,
@@ -998,7 +1012,9 @@ static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, m
                        (unsigned)x->n, (unsigned)lw->num_tensors);
         return LLM_PARAM_INVALID;
     }
-    uint64_t pairs = lw->num_tensors, s_base = 0, d_base = 0;
+    f->pairs = lw->num_tensors;
+    f->s_base = 0;
+    f->d_base = 0;
     if (x->has_range) {
         uint64_t dcount = (uint64_t)(x->ds - x->df + 1) * x->n, scount = (uint64_t)(x->ss - x->sf + 1) * x->n;
         if ((uint64_t)(x->ds + 1) * x->n > lw->num_tensors) {
@@ -1012,14 +1028,17 @@ static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, m
                            (unsigned long long)scount, (unsigned long long)dcount);
             return LLM_PARAM_INVALID;
         }
-        pairs = dcount;
-        s_base = (uint64_t)x->sf * x->n;
-        d_base = (uint64_t)x->df * x->n;
+        f->pairs = dcount;
+        f->s_base = (uint64_t)x->sf * x->n;
+        f->d_base = (uint64_t)x->df * x->n;
     }
-    /* step 5: the link */
-    if ((st = link_acquire(e, fn, a->src->cluster_id, xl)) != LLM_SUCCESS)
-        return st;
-    /* step 6: the request */
+    return LLM_SUCCESS;
+}
+
+/* Step 6: the destination blocks and the request's size in entries. */
+static lldd_status pull_request_checks(const char *fn, const pull_args *a, const cache_wire *lw, const pull_found *f)
+{
+    lldd_status st;
     uint64_t runs = 1;
     if (a->b2b) {
         if ((st = check_repeats(fn, "dst_blocks", a->dblk, a->nblk, 1)) != LLM_SUCCESS)
@@ -1028,32 +1047,51 @@ static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, m
             return st;
         runs = count_runs(a->sblk, a->dblk, a->nblk);
     }
-    if (pairs + 2 * runs > DIRECT_REQUEST_ENTRIES) {
+    if (f->pairs + 2 * runs > DIRECT_REQUEST_ENTRIES) {
         mock_set_error("%s: the request has %llu entries (%llu tensors + 2 x %llu runs), over the direct-mode limit "
-                       "of %d", fn, (unsigned long long)(pairs + 2 * runs), (unsigned long long)pairs,
+                       "of %d", fn, (unsigned long long)(f->pairs + 2 * runs), (unsigned long long)f->pairs,
                        (unsigned long long)runs, DIRECT_REQUEST_ENTRIES);
         return LLM_PARAM_INVALID;
     }
-    /* step 7: the source */
-    if ((st = peer_pin(xl, fn, a->src->cache_id, pc)) != LLM_SUCCESS)
+    return LLM_SUCCESS;
+}
+
+/* Step 7: the source, pinned, and its batch index. */
+static lldd_status pull_source(xlink *xl, const char *fn, const pull_args *a, peer_cache *pc, pull_found *f)
+{
+    lldd_status st = peer_pin(xl, fn, a->src->cache_id, pc);
+    if (st != LLM_SUCCESS)
         return st;
-    const cache_wire *rw = &pc->w;
+    const cache_wire *rw = f->rw = &pc->w;
     if (!a->b2b && a->src->batch_index >= rw->batches) {
         mock_set_error("%s: src_cache_index.batch_index %u is out of range: cache %lld on cluster %llu has %llu "
                        "batches (PR-6)", fn, (unsigned)a->src->batch_index, (long long)rw->id,
                        (unsigned long long)a->src->cluster_id, (unsigned long long)rw->batches);
         return LLM_KV_CACHE_NOT_EXIST;
     }
-    /* step 8: remote access */
+    return LLM_SUCCESS;
+}
+
+/* Step 8: remote access and the caches' registration times (PR-32). */
+static lldd_status pull_access_checks(const xlink *xl, const char *fn, const pull_args *a, const cache_wire *lw,
+                                      const cache_wire *rw)
+{
+    lldd_status st;
     if (!rw->remote_accessible || !lw->remote_accessible) {
         mock_set_error("%s: the %s cache is not remote accessible", fn, !rw->remote_accessible ? "remote" : "local");
         return LLM_PARAM_INVALID;
     }
     if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
         return st;
-    if ((st = pr32_check_peer(fn, xl->l, rw, a->src->cluster_id)) != LLM_SUCCESS)
-        return st;
-    /* step 9: source checks */
+    return pr32_check_peer(fn, xl->l, rw, a->src->cluster_id);
+}
+
+/* Step 9: the source's kind, tensors, stride and blocks. */
+static lldd_status pull_source_checks(const char *fn, const pull_args *a, const cache_wire *lw, pull_found *f)
+{
+    const ext_norm *x = &a->x;
+    const cache_wire *rw = f->rw;
+    lldd_status st;
     if (!a->b2b && !has_batches(rw)) {
         mock_set_error("%s: the source cache %lld is a blocks cache; a contiguous pull needs batches (PR-15)", fn,
                        (long long)rw->id);
@@ -1101,23 +1139,49 @@ static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, m
             return LLM_PARAM_INVALID;
         }
     }
-    /* step 10: the bytes */
+    f->len = len;
+    f->soff = soff;
+    return LLM_SUCCESS;
+}
+
+/* Step 10: the bytes. */
+static lldd_status pull_move(xlink *xl, const char *fn, const pull_args *a, const mcache *lc, const peer_cache *pc,
+                             const pull_found *f)
+{
+    const cache_wire *lw = &lc->w;
     plan p;
     memset(&p, 0, sizeof p);
     p.form = a->b2b ? PLAN_B2B : PLAN_C2C;
-    p.s_base = (uint32_t)s_base;
-    p.d_base = (uint32_t)d_base;
-    p.pairs = (uint32_t)pairs;
+    p.s_base = (uint32_t)f->s_base;
+    p.d_base = (uint32_t)f->d_base;
+    p.pairs = (uint32_t)f->pairs;
     p.src_addrs = pc->addrs;
     p.dst_addrs = lc->addrs;
-    p.soff = a->b2b ? 0 : soff;
+    p.soff = a->b2b ? 0 : f->soff;
     p.doff = a->b2b ? 0 : (uint64_t)a->batch_index * lw->stride;
-    p.len = len;
+    p.len = f->len;
     p.sblk = a->sblk;
     p.dblk = a->dblk;
     p.nblk = a->nblk;
     p.block = lw->stride;
-    return move_bytes(xl, fn, &p, 1, rw->id);
+    return move_bytes(xl, fn, &p, 1, f->rw->id);
+}
+
+/* Steps 4 to 10 of a native pull (§8.0), each a function above, in this order. */
+static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, mcache *lc, xlink *xl, peer_cache *pc)
+{
+    const cache_wire *lw = &lc->w;
+    pull_found f;
+    memset(&f, 0, sizeof f);
+    lldd_status st;
+    if ((st = pull_local_checks(fn, a, lw, &f)) != LLM_SUCCESS ||
+        (st = link_acquire(e, fn, a->src->cluster_id, xl)) != LLM_SUCCESS ||
+        (st = pull_request_checks(fn, a, lw, &f)) != LLM_SUCCESS ||
+        (st = pull_source(xl, fn, a, pc, &f)) != LLM_SUCCESS ||
+        (st = pull_access_checks(xl, fn, a, lw, f.rw)) != LLM_SUCCESS ||
+        (st = pull_source_checks(fn, a, lw, &f)) != LLM_SUCCESS)
+        return st;
+    return pull_move(xl, fn, a, lc, pc, &f);
 }
 
 static lldd_status do_pull(engine *e, const char *fn, const pull_args *a)

@@ -15,7 +15,7 @@ enum { MOCK_ERROR_CAPACITY = 1024 };
 static _Thread_local char t_message[MOCK_ERROR_CAPACITY];
 static _Thread_local int t_has_message;
 
-void mock_set_error_v(const char *fmt, va_list ap)
+static void mock_set_error_v(const char *fmt, va_list ap)
 {
     int n = vsnprintf(t_message, sizeof t_message, fmt, ap);
     if (n < 0)

@@ -18,7 +18,6 @@
  * and aclGetRecentErrMsg() read the same text. Set on every failure, never cleared
  * by a success. */
 void mock_set_error(const char *fmt, ...) MOCK_PRINTF(1, 2);
-void mock_set_error_v(const char *fmt, va_list ap);
 /* NULL when this thread has had no failure yet. */
 const char *mock_error_or_null(void);
 
@@ -68,7 +67,6 @@ int mock_acl_device_valid(int32_t device);
  * calling thread. Returns an ACL code. */
 aclError mock_acl_alloc_device(int32_t device, size_t size, void **out);
 aclError mock_acl_free_device(void *ptr);
-uint64_t mock_acl_live_count(void);
 
 /* ---- acl_mock.c: the shared arenas (docs/security.md §2.7) ----
  * Chunks are numbered from 0 in the order they were made and live as long as the

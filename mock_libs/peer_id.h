@@ -25,22 +25,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-/* ---- sha256.c ---- */
-typedef struct sha256_ctx {
-    uint32_t h[8];
-    uint64_t total;
-    uint8_t buf[64];
-    size_t used;
-} sha256_ctx;
-
-void sha256_init(sha256_ctx *s);
-void sha256_update(sha256_ctx *s, const void *data, size_t len);
-void sha256_final(sha256_ctx *s, uint8_t out[32]);
-/* HMAC-SHA-256 of the concatenation of nparts byte strings. */
-void hmac_sha256(const void *key, size_t key_len, const void *const *parts, const size_t *lens, size_t nparts,
-                 uint8_t out[32]);
-/* 1 if equal; the time taken does not depend on where they differ. */
-int bytes_equal_ct(const void *a, const void *b, size_t n);
+#include "sha256.h"
 
 /* ---- peer_id.c ---- */
 enum { NONCE_LEN = 16, PROOF_LEN = 32, ID_NAME_LEN = 40, SECRET_MAX = 256 };

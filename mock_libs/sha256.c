@@ -4,7 +4,14 @@
  */
 #include <string.h>
 
-#include "peer_id.h"
+#include "sha256.h"
+
+typedef struct sha256_ctx {
+    uint32_t h[8];
+    uint64_t total;
+    uint8_t buf[64];
+    size_t used;
+} sha256_ctx;
 
 static const uint32_t K[64] = {
     0x428a2f98u, 0x71374491u, 0xb5c0fbcfu, 0xe9b5dba5u, 0x3956c25bu, 0x59f111f1u, 0x923f82a4u, 0xab1c5ed5u,
@@ -56,7 +63,7 @@ static void compress(uint32_t h[8], const uint8_t block[64])
     h[7] += k;
 }
 
-void sha256_init(sha256_ctx *s)
+static void sha256_init(sha256_ctx *s)
 {
     static const uint32_t iv[8] = {0x6a09e667u, 0xbb67ae85u, 0x3c6ef372u, 0xa54ff53au,
                                    0x510e527fu, 0x9b05688cu, 0x1f83d9abu, 0x5be0cd19u};
@@ -65,7 +72,7 @@ void sha256_init(sha256_ctx *s)
     s->used = 0;
 }
 
-void sha256_update(sha256_ctx *s, const void *data, size_t len)
+static void sha256_update(sha256_ctx *s, const void *data, size_t len)
 {
     const uint8_t *p = data;
     s->total += len;
@@ -82,7 +89,7 @@ void sha256_update(sha256_ctx *s, const void *data, size_t len)
     }
 }
 
-void sha256_final(sha256_ctx *s, uint8_t out[32])
+static void sha256_final(sha256_ctx *s, uint8_t out[32])
 {
     uint64_t bits = s->total * 8;
     uint8_t pad = 0x80;

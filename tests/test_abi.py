@@ -7,11 +7,13 @@ and cffi agree on every struct's size and field offsets and on every constant.
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -197,3 +199,120 @@ def test_injecting_a_fault_into_an_unknown_function_is_rejected() -> None:
         mock_control.inject_fault("lldd_no_such_function", 0x5010B005)
     assert info.value.status_code == llm_datadist_ffi.LLMStatusCode.LLM_PARAM_INVALID
     assert "lldd_no_such_function" in str(info.value)
+
+
+def _build_mock_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("build_mock", REPO / "mock_libs" / "build_mock.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _mock_sources_with(tmp_path: Path, extra_file: str) -> Path:
+    src = tmp_path / "src"
+    src.mkdir()
+    for path in (REPO / "mock_libs").iterdir():
+        if path.suffix in (".c", ".h"):
+            shutil.copy(path, src / path.name)
+    (src / "zz_extra.c").write_text(extra_file)
+    return src
+
+
+def test_every_function_of_the_mock_is_reached_from_an_exported_one(tmp_path: Path) -> None:
+    assert _build_mock_module().unused_functions(tmp_path) == []
+
+
+def test_the_unused_function_check_names_a_function_that_nothing_calls(tmp_path: Path) -> None:
+    src = _mock_sources_with(tmp_path, "int zz_never_called(int x);\nint zz_never_called(int x) { return x + 1; }\n")
+    assert _build_mock_module().unused_functions(tmp_path / "out", src) == ["zz_never_called"]
+
+
+def test_a_mock_function_without_a_prototype_does_not_compile(tmp_path: Path) -> None:
+    # -Wmissing-prototypes: a file-local function must be static (then -Wunused-function
+    # reports it once nothing calls it).
+    src = _mock_sources_with(tmp_path, "int zz_no_prototype(int x) { return x + 1; }\n")
+    with pytest.raises(subprocess.CalledProcessError) as info:
+        _build_mock_module().unused_functions(tmp_path / "out", src)
+    # The compiler quotes the name with the locale's quotation marks.
+    assert re.search(r"error: no previous prototype for \W?zz_no_prototype\W", info.value.stderr)
+
+
+def _null_argument_calls(e: object) -> list[tuple[str, tuple[object, ...], str]]:
+    """(function, arguments, the first NULL argument's name in its message) per case."""
+    NULL = ffi.NULL
+    shape = ffi.new("int64_t[]", [1, 4])
+    desc = ffi.new("lldd_cache_desc *", {"placement": 1, "num_tensors": 1, "data_type": 4, "shape": shape,
+                                         "shape_len": 2})
+    shapeless = ffi.new("lldd_cache_desc *", {"placement": 1, "num_tensors": 1, "data_type": 4, "shape": NULL,
+                                              "shape_len": 2})
+    key = ffi.new("lldd_key *", {"kind": 1, "req_id": 1, "prefix_id": 2**64 - 1, "model_id": 0})
+    addrs, cid, out = ffi.new("uint64_t[]", 1), ffi.new("int64_t *"), ffi.new("uint64_t *")
+    no_pull_lists = (NULL, 0, NULL, 0, NULL, 0)
+    return [
+        ("lldd_register_kv_cache", (NULL, desc, addrs, 1, cid), "engine"),
+        ("lldd_register_kv_cache", (e, desc, NULL, 1, cid), "addrs (num_addrs > 0)"),
+        ("lldd_register_kv_cache", (e, shapeless, addrs, 1, cid), "cache_desc.shape (shape_len > 0)"),
+        ("lldd_ext_register_cache", (e, NULL, addrs, 1, 1, 1, key, 1, cid), "cache_desc"),
+        ("lldd_ext_register_cache", (e, desc, addrs, 1, 1, 1, NULL, 1, cid), "keys (num_keys > 0)"),
+        ("lldd_ext_register_cache", (e, shapeless, addrs, 1, 1, 1, key, 1, cid), "cache_desc.shape (shape_len > 0)"),
+        ("lldd_ext_allocate_cache", (e, desc, 1, key, 1, NULL, addrs, 1), "cache_id"),
+        ("lldd_ext_allocate_cache", (e, desc, 1, NULL, 1, cid, addrs, 1), "keys (num_keys > 0)"),
+        ("lldd_ext_remove_cache_key", (e, NULL), "key"),
+        ("lldd_ext_link", (e, NULL, NULL, NULL, 0, b"{}", out), "comm_name"),
+        ("lldd_ext_link", (e, b"c", NULL, NULL, 2, b"{}", out), "cluster_ids and ranks"),
+        ("lldd_ext_link", (e, b"c", NULL, NULL, 0, NULL, out), "rank_table"),
+        ("lldd_ext_link", (e, b"c", NULL, NULL, 0, b"{}", NULL), "comm_id"),
+        ("lldd_ext_query_register_mem_status", (e, 1, NULL), "status"),
+        ("lldd_ext_remap_registered_memory", (e, NULL, NULL, 1), "addrs and sizes (num > 0)"),
+        ("lldd_ext_pull", (e, NULL, 1, 0, -1, *no_pull_lists, NULL, 0, -1, -1, 1), "src"),
+        ("lldd_ext_pull", (e, key, 1, 0, -1, NULL, 2, *no_pull_lists[2:], NULL, 0, -1, -1, 1),
+         "src_blocks (num_src_blocks > 0)"),
+        ("lldd_ext_pull", (e, key, 1, 0, -1, *no_pull_lists, NULL, 2, -1, -1, 1), "dst_tensors (num_dst_tensors > 0)"),
+    ]
+
+
+@pytest.mark.mock_only(reason="the wording of the mock's NULL-argument messages")
+def test_the_first_null_argument_is_named_in_the_refusal() -> None:
+    engine = ffi.new("lldd_engine **")
+    assert lldd_lib.lldd_create(1, 1, engine) == 0
+    try:
+        for name, args, missing in _null_argument_calls(engine[0]):
+            assert (name, getattr(lldd_lib, name)(*args)) == (name, llm_datadist_ffi.LLMStatusCode.LLM_PARAM_INVALID)
+            assert _capi.last_error() == f"{name}: {missing} must not be NULL"
+        # with every argument given, the entry goes on to the engine, which is not initialized
+        assert lldd_lib.lldd_ext_query_register_mem_status(engine[0], 1, ffi.new("uint32_t *")) == \
+            llm_datadist_ffi.LLMStatusCode.LLM_FAILED
+    finally:
+        lldd_lib.lldd_destroy(engine[0])
+
+
+def _without_preload() -> dict[str, str]:
+    # the suite may run with a sanitizer runtime preloaded; the tools must not get it
+    return {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+
+
+def _symbols(obj: Path, *flags: str) -> set[str]:
+    listing = subprocess.run(["nm", "--format=just-symbols", *flags, str(obj)], check=True, capture_output=True,
+                             text=True, env=_without_preload()).stdout
+    return set(listing.split())
+
+
+def test_the_core_of_the_mock_calls_nothing_of_its_extension_layer(tmp_path: Path) -> None:
+    # docs/design.md, "The mock's modules": the extension layer (engine_ext*.c) sits on the
+    # core; the core reaches it only through hooks the extension layer sets.
+    defined: dict[str, set[str]] = {}
+    needed: dict[str, set[str]] = {}
+    for source in sorted((REPO / "mock_libs").glob("*.c")):
+        obj = tmp_path / (source.stem + ".o")
+        subprocess.run([os.environ.get("CC", "cc"), "-std=c11", "-D_GNU_SOURCE", "-fPIC", "-c", f"-I{REPO / 'include'}",
+                        f"-I{REPO / 'mock_libs'}", str(source), "-o", str(obj)], check=True, env=_without_preload())
+        defined[source.name] = _symbols(obj, "--defined-only", "--extern-only")
+        needed[source.name] = _symbols(obj, "--undefined-only")
+    extension = {name for name in defined if name.startswith("engine_ext")}
+    of_extension = set().union(*(defined[name] for name in extension))
+    called_up = {name: sorted(needed[name] & of_extension) for name in defined if name not in extension}
+    assert {name: calls for name, calls in called_up.items() if calls} == {}
+    # not vacuous: the extension layer does call the core
+    assert {"holder_resolve_locked", "key_bind_locked", "link_acquire_ex"} <= needed["engine_ext_xfer.c"] | \
+        needed["engine_ext_cache.c"]
