@@ -800,13 +800,19 @@ static mlink *memory_peer_locked(engine *e, uint64_t token, const peer_cred *cre
 /* MAP: the descriptors and memfds of this process's arena chunks, to a memory peer
  * (above) that proves it can read our memory with process_vm_readv (the kernel's own
  * access check, which e.g. Yama narrows). */
-static void on_map(engine *e, int fd, const map_request *req, const peer_cred *cred)
+/* Whether the asking process is a memory peer (above) that proves, by the challenge,
+ * that it can read our memory with process_vm_readv. */
+static int memory_peer_proven(engine *e, int fd, const map_request *req, const peer_cred *cred)
 {
     pthread_mutex_lock(&e->mu);
     int ok = memory_peer_locked(e, req->token, cred) != NULL;
     pthread_mutex_unlock(&e->mu);
-    if (ok)
-        ok = idch_map_challenge(fd, tp_deadline(IDENTIFY_WAIT_MS));
+    return ok && idch_map_challenge(fd, tp_deadline(IDENTIFY_WAIT_MS));
+}
+
+static void on_map(engine *e, int fd, const map_request *req, const peer_cred *cred)
+{
+    int ok = memory_peer_proven(e, fd, req, cred);
     mock_arena_chunk chunks[MAP_BATCH];
     map_desc descs[MAP_BATCH];
     int fds[MAP_BATCH];
@@ -826,11 +832,7 @@ static void on_map(engine *e, int fd, const map_request *req, const peer_cred *c
  * taken now, if the peer has not taken it, and answered with. */
 static void on_table(engine *e, int fd, const map_request *req, const peer_cred *cred)
 {
-    pthread_mutex_lock(&e->mu);
-    int ok = memory_peer_locked(e, req->token, cred) != NULL;
-    pthread_mutex_unlock(&e->mu);
-    if (ok)
-        ok = idch_map_challenge(fd, tp_deadline(IDENTIFY_WAIT_MS));
+    int ok = memory_peer_proven(e, fd, req, cred);
     int fds[2] = {-1, -1};
     int64_t id_mark = 0;
     uint64_t bind_mark = 0;
