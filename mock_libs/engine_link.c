@@ -1040,7 +1040,25 @@ static lldd_status check_comm_res(engine *e, const lldd_cluster_info *ci, char *
     return st;
 }
 
-static lldd_status link_one(cluster_job *job)
+/* One link attempt, as link_one's steps share it. */
+typedef struct {
+    cluster_job *job;
+    engine *e;
+    char *msg;
+    const char *ip;
+    uint16_t port;
+    uint64_t peer_id;
+    uint64_t token;
+    int64_t deadline;
+    int c1, c2;
+    hello_body mine, peer;
+    peer_cred cred;
+    mlink *l; /* our placeholder, not ready until link_install: nobody else uses it */
+} link_try;
+
+/* The checks before anything is sent: one remote address, the local communication
+ * resource, and (HIXL) not this engine's own listen address. */
+static lldd_status link_checks(cluster_job *job)
 {
     engine *e = job->e;
     const lldd_cluster_info *ci = job->ci;
@@ -1055,7 +1073,6 @@ static lldd_status link_one(cluster_job *job)
         return st;
     /* A remote_cluster_id equal to our own is no error (E-7): the vendor's v1 samples
      * link two engines that share a cluster id, and an engine may link to itself. */
-    uint64_t peer_id = ci->remote_cluster_id;
     const char *ip = ci->remote_ip_infos[0].ip;
     uint16_t port = ci->remote_ip_infos[0].port;
     if (e->hixl) {
@@ -1069,184 +1086,190 @@ static lldd_status link_one(cluster_job *job)
             return LLM_PARAM_INVALID;
         }
     }
-    int64_t deadline = tp_deadline(job->timeout_ms);
-    int c1 = -1, c2 = -1, err;
-    hello_body mine, peer;
-    eng_thread *server = NULL;
-    mlink *l = NULL;
-    msg_hdr h;
-    /* docs/reference/cpp-api.md §6.7 step 5: the connection first (refused: LINK_FAILED; not in
-     * time: TIMEOUT), then the handshake, which reports an existing link (PR-42) */
-    int r;
-    uint64_t token = new_token();
-    if (e->hixl) {
-        /* HIXL (PR-42): links are the client's, one per remote address, found before
-         * any connection; the listener keeps none, so B -> A is a link of its own */
-        pthread_mutex_lock(&e->mu);
-        mlink *same = link_find_addr_locked(e, ip, port);
-        if (same == NULL && (l = link_new(e, peer_id, token)) != NULL) {
-            l->orphan = 1; /* invisible under its cluster id until it is ready */
-            snprintf(l->peer_ip, sizeof l->peer_ip, "%s", ip);
-            l->peer_port = port;
-            l->next = e->links;
-            e->links = l;
-        }
-        pthread_mutex_unlock(&e->mu);
-        if (same != NULL) {
-            snprintf(msg, MSG_LEN, "%s:%u is already linked (as cluster %llu)", ip, (unsigned)port,
-                     (unsigned long long)same->peer_cluster);
-            return LLM_ALREADY_LINK;
-        }
-        if (l == NULL) {
-            snprintf(msg, MSG_LEN, "out of host memory");
-            return LLM_FAILED;
-        }
+    return LLM_SUCCESS;
+}
+
+/* HIXL (PR-42): links are the client's, one per remote address, found before any
+ * connection; the listener keeps none, so B -> A is a link of its own. The
+ * placeholder is taken here, before the connection. */
+static lldd_status link_hixl_claim(link_try *t)
+{
+    engine *e = t->e;
+    pthread_mutex_lock(&e->mu);
+    mlink *same = link_find_addr_locked(e, t->ip, t->port);
+    if (same == NULL && (t->l = link_new(e, t->peer_id, t->token)) != NULL) {
+        t->l->orphan = 1; /* invisible under its cluster id until it is ready */
+        snprintf(t->l->peer_ip, sizeof t->l->peer_ip, "%s", t->ip);
+        t->l->peer_port = t->port;
+        t->l->next = e->links;
+        e->links = t->l;
     }
-    r = tp_connect(ip, port, deadline, &c1, &err);
-    if (r != TP_OK) {
-        st = connect_status(r, err, 0, msg, ip, port);
-        goto fail;
+    pthread_mutex_unlock(&e->mu);
+    if (same != NULL) {
+        snprintf(t->msg, MSG_LEN, "%s:%u is already linked (as cluster %llu)", t->ip, (unsigned)t->port,
+                 (unsigned long long)same->peer_cluster);
+        return LLM_ALREADY_LINK;
     }
-    fill_hello(e, &mine, peer_id, token, (uint32_t)job->timeout_ms);
-    mine.instance = e->instance;
-    if (e->secret_len > 0) {
-        mine.auth = 1;
-        secret_proof(e->secret, e->secret_len, "lldd-hello", mine.nonce, mine.nonce, token, mine.proof);
+    if (t->l == NULL) {
+        snprintf(t->msg, MSG_LEN, "out of host memory");
+        return LLM_FAILED;
     }
-    mlink *existing = NULL;
-    int existing_ready = 0;
+    return LLM_SUCCESS;
+}
+
+/* The default backend's placeholder, unless a link to the peer exists already: then
+ * the HELLO only checks the listener's identity and the attempt ends ALREADY_LINK. */
+static lldd_status link_placeholder(link_try *t, mlink **existing, int *existing_ready)
+{
+    engine *e = t->e;
     if (!e->hixl) {
         pthread_mutex_lock(&e->mu);
-        existing = link_find_locked(e, peer_id);
-        existing_ready = existing != NULL && existing->ready;
-        if (existing == NULL) {
-            l = link_new(e, peer_id, token);
-            if (l != NULL) {
-                snprintf(l->peer_ip, sizeof l->peer_ip, "%s", ip);
-                l->peer_port = port;
-                l->next = e->links;
-                e->links = l;
+        *existing = link_find_locked(e, t->peer_id);
+        *existing_ready = *existing != NULL && (*existing)->ready;
+        if (*existing == NULL) {
+            t->l = link_new(e, t->peer_id, t->token);
+            if (t->l != NULL) {
+                snprintf(t->l->peer_ip, sizeof t->l->peer_ip, "%s", t->ip);
+                t->l->peer_port = t->port;
+                t->l->next = e->links;
+                e->links = t->l;
             }
         }
         pthread_mutex_unlock(&e->mu);
     }
-    if (existing == NULL && l == NULL) {
-        snprintf(msg, MSG_LEN, "out of host memory");
-        st = LLM_FAILED;
-        goto fail;
+    if (*existing == NULL && t->l == NULL) {
+        snprintf(t->msg, MSG_LEN, "out of host memory");
+        return LLM_FAILED;
     }
+    return LLM_SUCCESS;
+}
+
+/* A send of the handshake on fd failed with r. */
+static lldd_status link_send_failed(link_try *t, int r)
+{
+    snprintf(t->msg, MSG_LEN, "sending the handshake to %s:%u failed", t->ip, (unsigned)t->port);
+    return r == TP_TIMEOUT ? LLM_TIMEOUT : LLM_LINK_FAILED;
+}
+
+/* HELLO on c1 and its reply: the listener's hello, and its proof of the secret. */
+static lldd_status link_hello(link_try *t, int check_only)
+{
+    engine *e = t->e;
+    msg_hdr h;
     msg_init(&h, MSG_HELLO);
-    h.a = existing != NULL ? HELLO_CHECK_ONLY : HELLO_LINK;
-    h.b = job->comm_key;
-    h.payload_len = sizeof mine;
-    r = msg_send(c1, &h, &mine, sizeof mine, deadline);
-    if (r != TP_OK) {
-        st = r == TP_TIMEOUT ? LLM_TIMEOUT : LLM_LINK_FAILED;
-        snprintf(msg, MSG_LEN, "sending the handshake to %s:%u failed", ip, (unsigned)port);
-        goto fail;
-    }
-    if ((st = recv_reply(c1, MSG_HELLO_REPLY, deadline, &peer, msg, 0, "link handshake", NULL)) != LLM_SUCCESS)
-        goto fail;
-    peer.id_channel[sizeof peer.id_channel - 1] = '\0';
+    h.a = check_only ? HELLO_CHECK_ONLY : HELLO_LINK;
+    h.b = t->job->comm_key;
+    h.payload_len = sizeof t->mine;
+    int r = msg_send(t->c1, &h, &t->mine, sizeof t->mine, t->deadline);
+    if (r != TP_OK)
+        return link_send_failed(t, r);
+    lldd_status st = recv_reply(t->c1, MSG_HELLO_REPLY, t->deadline, &t->peer, t->msg, 0, "link handshake", NULL);
+    if (st != LLM_SUCCESS)
+        return st;
+    t->peer.id_channel[sizeof t->peer.id_channel - 1] = '\0';
     if (e->secret_len > 0) {
         uint8_t want[PROOF_LEN];
-        secret_proof(e->secret, e->secret_len, "lldd-server", mine.nonce, peer.nonce, token, want);
-        if (peer.auth != 1 || !bytes_equal_ct(want, peer.proof, sizeof want)) {
-            snprintf(msg, MSG_LEN, "the listener at %s:%u did not prove the shared secret "
-                     "(llm_datadist_ffi.mock.LinkSecret or LLM_DATADIST_FFI_LINK_SECRET)", ip, (unsigned)port);
-            st = LLM_LINK_FAILED;
-            goto fail;
+        secret_proof(e->secret, e->secret_len, "lldd-server", t->mine.nonce, t->peer.nonce, t->token, want);
+        if (t->peer.auth != 1 || !bytes_equal_ct(want, t->peer.proof, sizeof want)) {
+            snprintf(t->msg, MSG_LEN, "the listener at %s:%u did not prove the shared secret "
+                     "(llm_datadist_ffi.mock.LinkSecret or LLM_DATADIST_FFI_LINK_SECRET)", t->ip, (unsigned)t->port);
+            return LLM_LINK_FAILED;
         }
     }
-    if (peer.cluster_id != peer_id) {
+    if (t->peer.cluster_id != t->peer_id) {
         /* PR-28 (lint): the listener is another cluster than the one named. In strict
          * mode the listener refused above. */
-        snprintf(job->lint, MSG_LEN, "remote_cluster_id %llu names cluster %llu's listener at %s:%u; the device "
-                 "links anyway and keys the link by %llu (PR-28)", (unsigned long long)peer_id,
-                 (unsigned long long)peer.cluster_id, ip, (unsigned)port,
-                 (unsigned long long)(e->hixl ? peer_id : peer.cluster_id));
+        snprintf(t->job->lint, MSG_LEN, "remote_cluster_id %llu names cluster %llu's listener at %s:%u; the device "
+                 "links anyway and keys the link by %llu (PR-28)", (unsigned long long)t->peer_id,
+                 (unsigned long long)t->peer.cluster_id, t->ip, (unsigned)t->port,
+                 (unsigned long long)(e->hixl ? t->peer_id : t->peer.cluster_id));
     }
-    if (existing != NULL) {
-        snprintf(msg, MSG_LEN, "cluster %llu is already linked%s", (unsigned long long)peer_id,
-                 existing_ready ? "" : " (a link to it is being made)");
-        st = LLM_ALREADY_LINK;
-        goto fail;
-    }
-    /* who the listener is, if the kernel can say (peer_id.h); otherwise sockets only */
-    peer_cred cred;
-    memset(&cred, 0, sizeof cred);
-    if (peer.id_channel[0] != '\0') {
+    return LLM_SUCCESS;
+}
+
+/* Our other links that the listener's side may be (keyed by its id, or to this
+ * address and still being made by another job of this call): it may replace one of
+ * them with this link (PR-28 keying). Proofs over its nonce, not the tokens: a
+ * listener that is not that link's peer learns nothing it could use elsewhere. */
+static void link_replaces(link_try *t, reverse_body *rbody)
+{
+    engine *e = t->e;
+    uint64_t tokens[REVERSE_REPLACES];
+    int n = 0;
+    pthread_mutex_lock(&e->mu);
+    for (mlink *o = e->links; o != NULL && n < REVERSE_REPLACES; o = o->next)
+        if (o != t->l && !o->orphan && !o->removed &&
+            (o->peer_cluster == t->peer.cluster_id || (o->peer_port == t->port && strcmp(o->peer_ip, t->ip) == 0)))
+            tokens[n++] = o->token;
+    pthread_mutex_unlock(&e->mu);
+    for (int i = 0; i < n; i++)
+        token_proof(tokens[i], "lldd-replace", t->peer.nonce, rbody->replaces[i]);
+}
+
+/* Who the listener is, if the kernel can say (peer_id.h); otherwise sockets only.
+ * Then REVERSE on a second connection, c2, and its reply. */
+static lldd_status link_reverse(link_try *t)
+{
+    engine *e = t->e;
+    if (t->peer.id_channel[0] != '\0') {
         int64_t id_deadline = tp_deadline(IDENTIFY_WAIT_MS);
-        idch_prove(peer.id_channel, token, c1, id_deadline < deadline ? id_deadline : deadline, &cred);
+        idch_prove(t->peer.id_channel, t->token, t->c1, id_deadline < t->deadline ? id_deadline : t->deadline,
+                   &t->cred);
     }
-    r = tp_connect(ip, port, deadline, &c2, &err);
-    if (r != TP_OK) {
-        st = connect_status(r, err, 0, msg, ip, port);
-        goto fail;
-    }
+    int err;
+    int r = tp_connect(t->ip, t->port, t->deadline, &t->c2, &err);
+    if (r != TP_OK)
+        return connect_status(r, err, 0, t->msg, t->ip, t->port);
+    msg_hdr h;
     msg_init(&h, MSG_REVERSE);
-    h.a = token;
+    h.a = t->token;
     h.b = e->cluster_id;
     reverse_body rbody;
     memset(&rbody, 0, sizeof rbody);
     if (e->secret_len > 0)
-        secret_proof(e->secret, e->secret_len, "lldd-client", peer.nonce, mine.nonce, token, rbody.proof);
-    if (!e->hixl) {
-        /* our other links that the listener's side may be (keyed by its id, or to this
-         * address and still being made by another job of this call): it may replace one
-         * of them with this link (PR-28 keying). Proofs over its nonce, not the tokens: a
-         * listener that is not that link's peer learns nothing it could use elsewhere. */
-        uint64_t tokens[REVERSE_REPLACES];
-        int n = 0;
-        pthread_mutex_lock(&e->mu);
-        for (mlink *o = e->links; o != NULL && n < REVERSE_REPLACES; o = o->next)
-            if (o != l && !o->orphan && !o->removed &&
-                (o->peer_cluster == peer.cluster_id || (o->peer_port == port && strcmp(o->peer_ip, ip) == 0)))
-                tokens[n++] = o->token;
-        pthread_mutex_unlock(&e->mu);
-        for (int i = 0; i < n; i++)
-            token_proof(tokens[i], "lldd-replace", peer.nonce, rbody.replaces[i]);
-    }
+        secret_proof(e->secret, e->secret_len, "lldd-client", t->peer.nonce, t->mine.nonce, t->token, rbody.proof);
+    if (!e->hixl)
+        link_replaces(t, &rbody);
     h.payload_len = sizeof rbody;
-    r = msg_send(c2, &h, &rbody, sizeof rbody, deadline);
-    if (r != TP_OK) {
-        st = r == TP_TIMEOUT ? LLM_TIMEOUT : LLM_LINK_FAILED;
-        snprintf(msg, MSG_LEN, "sending the handshake to %s:%u failed", ip, (unsigned)port);
-        goto fail;
-    }
-    if ((st = recv_reply(c2, MSG_REVERSE_REPLY, deadline, NULL, msg, 0, "link handshake", NULL)) != LLM_SUCCESS)
-        goto fail;
+    r = msg_send(t->c2, &h, &rbody, sizeof rbody, t->deadline);
+    if (r != TP_OK)
+        return link_send_failed(t, r);
+    return recv_reply(t->c2, MSG_REVERSE_REPLY, t->deadline, NULL, t->msg, 0, "link handshake", NULL);
+}
 
-    server = calloc(1, sizeof *server);
+/* The link takes both connections and its server thread, then is installed under the
+ * vendor's key: HIXL keys the client's link by the given id and replaces (orphans) an
+ * older link to another address under that id; the default backend keys it by the id
+ * the listener reported, replacing an older link to it. */
+static lldd_status link_install(link_try *t)
+{
+    engine *e = t->e;
+    mlink *l = t->l;
+    eng_thread *server = calloc(1, sizeof *server);
     if (server == NULL) {
-        st = LLM_FAILED;
-        snprintf(msg, MSG_LEN, "out of host memory");
-        goto fail;
+        snprintf(t->msg, MSG_LEN, "out of host memory");
+        return LLM_FAILED;
     }
     server->fd = -1;
-    l->req_fd = c1;
-    l->srv_fd = c2;
-    c1 = c2 = -1;
-    link_set_peer(e, l, &cred, peer.serial);
-    snprintf(l->peer_id_channel, sizeof l->peer_id_channel, "%s", peer.id_channel);
-    l->own_next_at_link = mine.next_cache_id;
-    l->comm_key = job->comm_key;
-    atomic_store(&l->comm_pending, job->comm_key != 0);
-    l->peer_next_at_link = peer.next_cache_id;
+    l->req_fd = t->c1;
+    l->srv_fd = t->c2;
+    t->c1 = t->c2 = -1;
+    link_set_peer(e, l, &t->cred, t->peer.serial);
+    snprintf(l->peer_id_channel, sizeof l->peer_id_channel, "%s", t->peer.id_channel);
+    l->own_next_at_link = t->mine.next_cache_id;
+    l->comm_key = t->job->comm_key;
+    atomic_store(&l->comm_pending, t->job->comm_key != 0);
+    l->peer_next_at_link = t->peer.next_cache_id;
     link_ref(l); /* held by the server thread */
     l->server = server;
     if (thread_start(e, server, link_server_main, l) != 0) {
         l->server = NULL;
         free(server);
         link_unref(l);
-        st = LLM_FAILED;
-        snprintf(msg, MSG_LEN, "cannot start a thread");
-        goto fail;
+        snprintf(t->msg, MSG_LEN, "cannot start a thread");
+        return LLM_FAILED;
     }
-    /* Install under the vendor's key: HIXL keys the client's link by the given id and
-     * replaces (orphans) an older link to another address under that id; the default
-     * backend keys it by the id the listener reported, replacing an older link to it. */
-    uint64_t key = e->hixl ? peer_id : peer.cluster_id;
+    uint64_t key = e->hixl ? t->peer_id : t->peer.cluster_id;
     mlink *replaced = NULL;
     pthread_mutex_lock(&e->mu);
     for (mlink *o = e->links; o != NULL; o = o->next) {
@@ -1269,12 +1292,64 @@ static lldd_status link_one(cluster_job *job)
         link_unref(replaced);
     }
     return LLM_SUCCESS;
+}
 
-fail:
-    tp_close(&c1);
-    tp_close(&c2);
-    if (l != NULL)
-        link_drop(e, l); /* our placeholder, not ready: nobody else uses it */
+/* docs/reference/cpp-api.md §6.7 step 5: the connection first (refused: LINK_FAILED;
+ * not in time: TIMEOUT), then the handshake, which reports an existing link (PR-42). */
+static lldd_status link_handshake(link_try *t)
+{
+    engine *e = t->e;
+    int err;
+    int r = tp_connect(t->ip, t->port, t->deadline, &t->c1, &err);
+    if (r != TP_OK)
+        return connect_status(r, err, 0, t->msg, t->ip, t->port);
+    fill_hello(e, &t->mine, t->peer_id, t->token, (uint32_t)t->job->timeout_ms);
+    t->mine.instance = e->instance;
+    if (e->secret_len > 0) {
+        t->mine.auth = 1;
+        secret_proof(e->secret, e->secret_len, "lldd-hello", t->mine.nonce, t->mine.nonce, t->token, t->mine.proof);
+    }
+    mlink *existing = NULL;
+    int existing_ready = 0;
+    lldd_status st = link_placeholder(t, &existing, &existing_ready);
+    if (st == LLM_SUCCESS)
+        st = link_hello(t, existing != NULL);
+    if (st != LLM_SUCCESS)
+        return st;
+    if (existing != NULL) {
+        snprintf(t->msg, MSG_LEN, "cluster %llu is already linked%s", (unsigned long long)t->peer_id,
+                 existing_ready ? "" : " (a link to it is being made)");
+        return LLM_ALREADY_LINK;
+    }
+    st = link_reverse(t);
+    return st != LLM_SUCCESS ? st : link_install(t);
+}
+
+static lldd_status link_one(cluster_job *job)
+{
+    lldd_status st = link_checks(job);
+    if (st != LLM_SUCCESS)
+        return st;
+    link_try t;
+    memset(&t, 0, sizeof t);
+    t.job = job;
+    t.e = job->e;
+    t.msg = job->msg;
+    t.ip = job->ci->remote_ip_infos[0].ip;
+    t.port = job->ci->remote_ip_infos[0].port;
+    t.peer_id = job->ci->remote_cluster_id;
+    t.deadline = tp_deadline(job->timeout_ms);
+    t.c1 = t.c2 = -1;
+    t.token = new_token();
+    if (t.e->hixl && (st = link_hixl_claim(&t)) != LLM_SUCCESS)
+        return st;
+    st = link_handshake(&t);
+    if (st != LLM_SUCCESS) {
+        tp_close(&t.c1);
+        tp_close(&t.c2);
+        if (t.l != NULL)
+            link_drop(t.e, t.l); /* our placeholder, not ready: nobody else uses it */
+    }
     return st;
 }
 
