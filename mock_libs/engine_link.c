@@ -434,88 +434,86 @@ static int link_gone_within(engine *e, mlink *l, int64_t ms)
     }
 }
 
-/* HELLO on c1. On success the thread waits for REVERSE, then serves the link. */
-static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h)
+/* Whether a HELLO proves the listener's secret: the client proves it over its own nonce
+ * and the token (a replayed HELLO gets no further than REVERSE, which needs a proof over
+ * our fresh nonce). */
+static int hello_proven(engine *e, const hello_body *peer)
 {
-    hello_body peer;
-    char text[MSG_LEN];
-    if (h->payload_len != sizeof peer || (h->a != HELLO_LINK && h->a != HELLO_CHECK_ONLY) ||
-        tp_recv_all(fd, &peer, sizeof peer, tp_deadline(FIRST_MESSAGE_WAIT_MS)) != TP_OK)
-        return;
-    serve_delay(e);
-    hello_body mine;
-    fill_hello(e, &mine, peer.cluster_id, peer.token, 0);
-    lldd_status st = LLM_SUCCESS;
-    text[0] = '\0';
-    pending_link *p = NULL;
-    int serve_only = serve_only_side(e, &peer, NULL);
+    if (e->secret_len == 0)
+        return 1;
     uint8_t proof[PROOF_LEN];
-    int proven = 1;
-    if (e->secret_len > 0) {
-        /* the client proves the secret over its own nonce and the token (a replayed HELLO
-         * gets no further than REVERSE, which needs a proof over our fresh nonce) */
-        secret_proof(e->secret, e->secret_len, "lldd-hello", peer.nonce, peer.nonce, peer.token, proof);
-        proven = peer.auth == 1 && bytes_equal_ct(proof, peer.proof, sizeof proof);
-    }
-    pthread_mutex_lock(&e->mu);
-    mlink *existing = serve_only ? NULL : link_find_locked(e, peer.cluster_id);
+    secret_proof(e->secret, e->secret_len, "lldd-hello", peer->nonce, peer->nonce, peer->token, proof);
+    return peer->auth == 1 && bytes_equal_ct(proof, peer->proof, sizeof proof);
+}
+
+/* The listener's checks of a HELLO, in order; e->mu held. existing is our link to the
+ * client, if any. A HELLO that only checks identity passes once the identity is right. */
+static lldd_status hello_refusal_locked(engine *e, const msg_hdr *h, const hello_body *peer, const mlink *existing,
+                                        int proven, char *text)
+{
     if (e->state != ENGINE_READY) {
-        st = LLM_LINK_FAILED;
-        snprintf(text, sizeof text, "the listener is finalizing");
-    } else if (!proven) {
-        st = LLM_LINK_FAILED;
-        snprintf(text, sizeof text, "the handshake did not prove the listener's shared secret "
+        snprintf(text, MSG_LEN, "the listener is finalizing");
+        return LLM_LINK_FAILED;
+    }
+    if (!proven) {
+        snprintf(text, MSG_LEN, "the handshake did not prove the listener's shared secret "
                  "(llm_datadist_ffi.mock.LinkSecret or LLM_DATADIST_FFI_LINK_SECRET)");
-    } else if (peer.strict_ids && peer.expected_cluster_id != e->cluster_id) {
+        return LLM_LINK_FAILED;
+    }
+    if (peer->strict_ids && peer->expected_cluster_id != e->cluster_id) {
         /* strict mode only: otherwise the client links and warns (PR-28). The text
          * does not name our cluster id: a refused peer learns nothing about us. */
-        st = LLM_PARAM_INVALID;
-        snprintf(text, sizeof text, "remote cluster id mismatch: the listener at this address is not cluster %llu "
-                 "(PR-28)", (unsigned long long)peer.expected_cluster_id);
-    } else if (peer.hixl != (uint32_t)e->hixl) {
-        st = LLM_LINK_FAILED;
-        snprintf(text, sizeof text, "transfer backends differ: cluster %llu uses %s, the client %s",
+        snprintf(text, MSG_LEN, "remote cluster id mismatch: the listener at this address is not cluster %llu "
+                 "(PR-28)", (unsigned long long)peer->expected_cluster_id);
+        return LLM_PARAM_INVALID;
+    }
+    if (peer->hixl != (uint32_t)e->hixl) {
+        snprintf(text, MSG_LEN, "transfer backends differ: cluster %llu uses %s, the client %s",
                  (unsigned long long)e->cluster_id, e->hixl ? "hixl" : "the default backend",
-                 peer.hixl ? "hixl" : "the default backend");
-    } else if (h->a == HELLO_CHECK_ONLY) {
-        /* the client holds a link already: identity checked, nothing changes here */
-    } else if (peer.mode != e->mode) {
-        st = LLM_PARAM_INVALID;
-        snprintf(text, sizeof text, "transfer modes differ: cluster %llu is in %s mode, the client in %s mode "
+                 peer->hixl ? "hixl" : "the default backend");
+        return LLM_LINK_FAILED;
+    }
+    if (h->a == HELLO_CHECK_ONLY)
+        return LLM_SUCCESS; /* the client holds a link already: identity checked, nothing changes here */
+    if (peer->mode != e->mode) {
+        snprintf(text, MSG_LEN, "transfer modes differ: cluster %llu is in %s mode, the client in %s mode "
                  "(docs/reference/semantics.md §1.4)", (unsigned long long)e->cluster_id,
                  e->mode == MODE_DIRECT ? "direct" : "server-assisted",
-                 peer.mode == MODE_DIRECT ? "direct" : "server-assisted");
-    } else if (existing != NULL && !existing->ready) {
-        st = LLM_ALREADY_LINK;
-        snprintf(text, sizeof text, "cluster %llu is itself linking to cluster %llu right now",
-                 (unsigned long long)e->cluster_id, (unsigned long long)peer.cluster_id);
-    } else if ((p = calloc(1, sizeof *p)) == NULL) {
-        st = LLM_LINK_FAILED;
-        snprintf(text, sizeof text, "out of host memory");
-    } else {
-        p->peer = peer;
-        memcpy(p->nonce, mine.nonce, sizeof p->nonce);
-        p->comm_key = h->b;
-        p->c1_fd = fd;
-        p->c1_thread = self;
-        p->next = e->pending;
-        e->pending = p;
+                 peer->mode == MODE_DIRECT ? "direct" : "server-assisted");
+        return LLM_PARAM_INVALID;
     }
-    if (p != NULL)
-        snprintf(mine.id_channel, sizeof mine.id_channel, "%s", e->id_name);
-    pthread_mutex_unlock(&e->mu);
-    if (e->secret_len > 0) {
-        mine.auth = 1;
-        secret_proof(e->secret, e->secret_len, "lldd-server", peer.nonce, mine.nonce, peer.token, mine.proof);
+    if (existing != NULL && !existing->ready) {
+        snprintf(text, MSG_LEN, "cluster %llu is itself linking to cluster %llu right now",
+                 (unsigned long long)e->cluster_id, (unsigned long long)peer->cluster_id);
+        return LLM_ALREADY_LINK;
     }
-    reply_status(fd, MSG_HELLO_REPLY, st, &mine, text, 0);
-    if (p == NULL)
-        return;
+    return LLM_SUCCESS;
+}
 
-    /* wait for REVERSE: a little longer than the client will, but the client's
-     * timeout is only its word: never longer than BOUND_REVERSE_MS, and not after
-     * the client closed c1 */
-    uint32_t wait_ms = peer.timeout_ms < BOUND_REVERSE_MS ? peer.timeout_ms : BOUND_REVERSE_MS;
+/* The handshake this HELLO starts, waiting for its REVERSE; e->mu held. NULL when out
+ * of host memory. */
+static pending_link *hello_pending_add_locked(engine *e, eng_thread *self, int fd, const msg_hdr *h,
+                                              const hello_body *peer, const hello_body *mine)
+{
+    pending_link *p = calloc(1, sizeof *p);
+    if (p == NULL)
+        return NULL;
+    p->peer = *peer;
+    memcpy(p->nonce, mine->nonce, sizeof p->nonce);
+    p->comm_key = h->b;
+    p->c1_fd = fd;
+    p->c1_thread = self;
+    p->next = e->pending;
+    e->pending = p;
+    return p;
+}
+
+/* Waits for p's REVERSE: a little longer than the client will, but the client's
+ * timeout is only its word: never longer than BOUND_REVERSE_MS, and not after the
+ * client closed c1. Takes p out of the list and frees it; the link it made, if any. */
+static mlink *hello_await_reverse(engine *e, pending_link *p, int fd)
+{
+    uint32_t wait_ms = p->peer.timeout_ms < BOUND_REVERSE_MS ? p->peer.timeout_ms : BOUND_REVERSE_MS;
     int64_t deadline = tp_deadline((int64_t)wait_ms + BOUND_REVERSE_SLACK_MS);
     mlink *l = NULL;
     pthread_mutex_lock(&e->mu);
@@ -539,6 +537,43 @@ static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h)
     }
     pthread_mutex_unlock(&e->mu);
     free(p);
+    return l;
+}
+
+/* HELLO on c1. On success the thread waits for REVERSE, then serves the link. */
+static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h)
+{
+    hello_body peer;
+    char text[MSG_LEN];
+    if (h->payload_len != sizeof peer || (h->a != HELLO_LINK && h->a != HELLO_CHECK_ONLY) ||
+        tp_recv_all(fd, &peer, sizeof peer, tp_deadline(FIRST_MESSAGE_WAIT_MS)) != TP_OK)
+        return;
+    serve_delay(e);
+    hello_body mine;
+    fill_hello(e, &mine, peer.cluster_id, peer.token, 0);
+    text[0] = '\0';
+    pending_link *p = NULL;
+    int serve_only = serve_only_side(e, &peer, NULL);
+    int proven = hello_proven(e, &peer);
+    pthread_mutex_lock(&e->mu);
+    mlink *existing = serve_only ? NULL : link_find_locked(e, peer.cluster_id);
+    lldd_status st = hello_refusal_locked(e, h, &peer, existing, proven, text);
+    if (st == LLM_SUCCESS && h->a != HELLO_CHECK_ONLY &&
+        (p = hello_pending_add_locked(e, self, fd, h, &peer, &mine)) == NULL) {
+        st = LLM_LINK_FAILED;
+        snprintf(text, sizeof text, "out of host memory");
+    }
+    if (p != NULL)
+        snprintf(mine.id_channel, sizeof mine.id_channel, "%s", e->id_name);
+    pthread_mutex_unlock(&e->mu);
+    if (e->secret_len > 0) {
+        mine.auth = 1;
+        secret_proof(e->secret, e->secret_len, "lldd-server", peer.nonce, mine.nonce, peer.token, mine.proof);
+    }
+    reply_status(fd, MSG_HELLO_REPLY, st, &mine, text, 0);
+    if (p == NULL)
+        return;
+    mlink *l = hello_await_reverse(e, p, fd);
     if (l != NULL)
         link_serve(l); /* this thread now belongs to the link, which joins it */
 }
@@ -555,132 +590,161 @@ static int pending_still_there_locked(engine *e, const pending_link *p, uint64_t
     return 0;
 }
 
-/* REVERSE on c2: installs the server side of the link. */
-static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
-{
-    char text[MSG_LEN];
-    text[0] = '\0';
-    reverse_body body;
-    if (h->payload_len != sizeof body || tp_recv_all(fd, &body, sizeof body, tp_deadline(FIRST_MESSAGE_WAIT_MS)) != TP_OK)
-        return;
-    serve_delay(e);
-    uint64_t token = h->a, client = h->b;
-    lldd_status st = LLM_SUCCESS;
-    mlink *stale = NULL;
+/* A REVERSE's handshake as on_reverse's steps share it. */
+typedef struct {
+    uint64_t token, client;
+    pending_link *p; /* found under e->mu; only pending_still_there_locked says if it still is */
     hello_body peer;
     peer_cred cred;
     uint8_t our_nonce[NONCE_LEN];
-    int serve_only = 0;
-    served_reap(e);
+    int serve_only;
+    mlink *stale; /* referenced: our link to the client that this one would replace */
+    char text[MSG_LEN];
+} reverse_try;
+
+/* The waiting handshake of this token and client, its proof, and the link to the
+ * client it would replace. */
+static lldd_status reverse_find(engine *e, const reverse_body *body, reverse_try *t)
+{
+    lldd_status st = LLM_SUCCESS;
     pthread_mutex_lock(&e->mu);
     pending_link *p = e->pending;
-    while (p != NULL && !(p->state == 0 && p->peer.token == token && p->peer.cluster_id == client))
+    while (p != NULL && !(p->state == 0 && p->peer.token == t->token && p->peer.cluster_id == t->client))
         p = p->next;
+    t->p = p;
     int proven = 1;
     if (p != NULL && e->secret_len > 0) {
         uint8_t want[PROOF_LEN];
-        secret_proof(e->secret, e->secret_len, "lldd-client", p->nonce, p->peer.nonce, token, want);
-        proven = bytes_equal_ct(want, body.proof, sizeof want);
+        secret_proof(e->secret, e->secret_len, "lldd-client", p->nonce, p->peer.nonce, t->token, want);
+        proven = bytes_equal_ct(want, body->proof, sizeof want);
     }
     if (p == NULL || e->state != ENGINE_READY) {
         st = LLM_LINK_FAILED;
-        snprintf(text, sizeof text, "no handshake in progress for this link (it timed out)");
+        snprintf(t->text, sizeof t->text, "no handshake in progress for this link (it timed out)");
     } else if (!proven) {
         st = LLM_LINK_FAILED;
         p->state = 2; /* one try per handshake */
         pthread_cond_broadcast(&e->cv);
-        snprintf(text, sizeof text, "the handshake did not prove the listener's shared secret "
+        snprintf(t->text, sizeof t->text, "the handshake did not prove the listener's shared secret "
                  "(llm_datadist_ffi.mock.LinkSecret or LLM_DATADIST_FFI_LINK_SECRET)");
     } else {
-        peer = p->peer;
-        cred = p->cred;
-        memcpy(our_nonce, p->nonce, sizeof our_nonce);
-        serve_only = serve_only_side(e, &peer, &cred);
-        stale = serve_only ? NULL : link_find_locked(e, client);
-        if (stale != NULL && !stale->ready) {
+        t->peer = p->peer;
+        t->cred = p->cred;
+        memcpy(t->our_nonce, p->nonce, sizeof t->our_nonce);
+        t->serve_only = serve_only_side(e, &t->peer, &t->cred);
+        t->stale = t->serve_only ? NULL : link_find_locked(e, t->client);
+        if (t->stale != NULL && !t->stale->ready) {
             st = LLM_ALREADY_LINK;
-            snprintf(text, sizeof text, "cluster %llu is itself linking to cluster %llu right now",
-                     (unsigned long long)e->cluster_id, (unsigned long long)client);
-            stale = NULL;
-        } else if (stale != NULL) {
-            link_ref(stale);
+            snprintf(t->text, sizeof t->text, "cluster %llu is itself linking to cluster %llu right now",
+                     (unsigned long long)e->cluster_id, (unsigned long long)t->client);
+            t->stale = NULL;
+        } else if (t->stale != NULL) {
+            link_ref(t->stale);
         }
     }
     pthread_mutex_unlock(&e->mu);
-    if (st != LLM_SUCCESS) {
-        reply_status(fd, MSG_REVERSE_REPLY, st, NULL, text, 0);
-        return;
+    return st;
+}
+
+/* The client replaces its own link (it names that link's token: PR-28 keying), or no
+ * longer has it (§10.4: it force-unlinked, finalized or died, so its connections are
+ * closed). A live link is never replaced by anyone else: whoever else claims its
+ * cluster id is refused (GUARD E-25, docs/security.md §2.4). Drops the reference. */
+static lldd_status reverse_replace_stale(engine *e, const reverse_body *body, reverse_try *t)
+{
+    uint8_t want[PROOF_LEN];
+    token_proof(t->stale->token, "lldd-replace", t->our_nonce, want);
+    int own = 0;
+    for (int i = 0; i < REVERSE_REPLACES; i++)
+        own |= bytes_equal_ct(want, body->replaces[i], PROOF_LEN);
+    if (own || link_gone_within(e, t->stale, STALE_LINK_WAIT_MS)) {
+        link_drop(e, t->stale);
+        link_unref(t->stale);
+        return LLM_SUCCESS;
     }
-    if (stale != NULL) {
-        /* The client replaces its own link (it names that link's token: PR-28 keying),
-         * or no longer has it (§10.4: it force-unlinked, finalized or died, so its
-         * connections are closed). A live link is never replaced by anyone else: whoever
-         * else claims its cluster id is refused (GUARD E-25, docs/security.md §2.4). */
-        uint8_t want[PROOF_LEN];
-        token_proof(stale->token, "lldd-replace", our_nonce, want);
-        int own = 0;
-        for (int i = 0; i < REVERSE_REPLACES; i++)
-            own |= bytes_equal_ct(want, body.replaces[i], PROOF_LEN);
-        if (own || link_gone_within(e, stale, STALE_LINK_WAIT_MS)) {
-            link_drop(e, stale);
-            link_unref(stale);
-        } else {
-            link_unref(stale);
-            snprintf(text, sizeof text, "cluster %llu has a live link to this listener already; a second link under "
-                     "that cluster id is refused until the first is unlinked or its process ends (GUARD E-25)",
-                     (unsigned long long)client);
-            reply_status(fd, MSG_REVERSE_REPLY, LLM_ALREADY_LINK, NULL, text, 0);
-            return;
+    link_unref(t->stale);
+    snprintf(t->text, sizeof t->text, "cluster %llu has a live link to this listener already; a second link under "
+             "that cluster id is refused until the first is unlinked or its process ends (GUARD E-25)",
+             (unsigned long long)t->client);
+    return LLM_ALREADY_LINK;
+}
+
+/* Installs l as the server side of the handshake, unless this engine started linking
+ * to the client meanwhile or the handshake was abandoned; e->mu held. */
+static lldd_status reverse_install_locked(engine *e, eng_thread *self, int fd, reverse_try *t, mlink *l)
+{
+    pending_link *p = t->p;
+    if (!t->serve_only && link_find_locked(e, t->client) != NULL) {
+        /* this engine started linking to the client meanwhile */
+        snprintf(t->text, sizeof t->text, "cluster %llu is itself linking to cluster %llu right now",
+                 (unsigned long long)e->cluster_id, (unsigned long long)t->client);
+        return LLM_ALREADY_LINK;
+    }
+    if (!pending_still_there_locked(e, p, t->token, t->client) || e->state != ENGINE_READY) {
+        snprintf(t->text, sizeof t->text, "the handshake was abandoned (timed out or finalized)");
+        return LLM_LINK_FAILED;
+    }
+    l->srv_fd = p->c1_fd;
+    l->req_fd = fd;
+    l->own_next_at_link = e->next_id;
+    l->comm_key = p->comm_key;
+    atomic_store(&l->comm_pending, p->comm_key != 0);
+    l->ready = 1;
+    /* c1's thread becomes the link's server thread; c2 belongs to the link */
+    for (eng_thread **pp = &e->conns; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == p->c1_thread) {
+            *pp = p->c1_thread->next;
+            break;
         }
     }
-    mlink *l = link_new(e, client, token);
+    p->c1_thread->next = NULL;
+    p->c1_thread->fd = -1;
+    l->server = p->c1_thread;
+    self->fd = -1;
+    link_ref(l); /* held by the server thread */
+    mlink **table = t->serve_only ? &e->served : &e->links;
+    l->next = *table;
+    *table = l;
+    p->link = l;
+    p->state = 1;
+    pthread_cond_broadcast(&e->cv);
+    return LLM_SUCCESS;
+}
+
+/* REVERSE on c2: installs the server side of the link. */
+static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
+{
+    reverse_body body;
+    if (h->payload_len != sizeof body || tp_recv_all(fd, &body, sizeof body, tp_deadline(FIRST_MESSAGE_WAIT_MS)) != TP_OK)
+        return;
+    serve_delay(e);
+    reverse_try t;
+    memset(&t, 0, sizeof t);
+    t.token = h->a;
+    t.client = h->b;
+    served_reap(e);
+    lldd_status st = reverse_find(e, &body, &t);
+    if (st == LLM_SUCCESS && t.stale != NULL)
+        st = reverse_replace_stale(e, &body, &t);
+    if (st != LLM_SUCCESS) {
+        reply_status(fd, MSG_REVERSE_REPLY, st, NULL, t.text, 0);
+        return;
+    }
+    mlink *l = link_new(e, t.client, t.token);
     if (l == NULL) {
         reply_status(fd, MSG_REVERSE_REPLY, LLM_LINK_FAILED, NULL, "out of host memory", 0);
         return;
     }
-    link_set_peer(e, l, &cred, peer.serial);
-    l->peer_next_at_link = peer.next_cache_id;
+    link_set_peer(e, l, &t.cred, t.peer.serial);
+    l->peer_next_at_link = t.peer.next_cache_id;
     /* Our transfers ask on c2, where the reply below still has to go: the link is
      * usable once that reply is sent, so hold its transfer lock until then. */
-    l->served_only = serve_only;
+    l->served_only = t.serve_only;
     pthread_rwlock_wrlock(&l->xfer_mu);
     pthread_mutex_lock(&e->mu);
-    if (!serve_only && link_find_locked(e, client) != NULL) {
-        /* this engine started linking to the client meanwhile */
-        st = LLM_ALREADY_LINK;
-        snprintf(text, sizeof text, "cluster %llu is itself linking to cluster %llu right now",
-                 (unsigned long long)e->cluster_id, (unsigned long long)client);
-    } else if (!pending_still_there_locked(e, p, token, client) || e->state != ENGINE_READY) {
-        st = LLM_LINK_FAILED;
-        snprintf(text, sizeof text, "the handshake was abandoned (timed out or finalized)");
-    } else {
-        l->srv_fd = p->c1_fd;
-        l->req_fd = fd;
-        l->own_next_at_link = e->next_id;
-        l->comm_key = p->comm_key;
-        atomic_store(&l->comm_pending, p->comm_key != 0);
-        l->ready = 1;
-        /* c1's thread becomes the link's server thread; c2 belongs to the link */
-        for (eng_thread **pp = &e->conns; *pp != NULL; pp = &(*pp)->next) {
-            if (*pp == p->c1_thread) {
-                *pp = p->c1_thread->next;
-                break;
-            }
-        }
-        p->c1_thread->next = NULL;
-        p->c1_thread->fd = -1;
-        l->server = p->c1_thread;
-        self->fd = -1;
-        link_ref(l); /* held by the server thread */
-        mlink **table = serve_only ? &e->served : &e->links;
-        l->next = *table;
-        *table = l;
-        p->link = l;
-        p->state = 1;
-        pthread_cond_broadcast(&e->cv);
-    }
+    st = reverse_install_locked(e, self, fd, &t, l);
     pthread_mutex_unlock(&e->mu);
-    reply_status(fd, MSG_REVERSE_REPLY, st, NULL, text, 0);
+    reply_status(fd, MSG_REVERSE_REPLY, st, NULL, t.text, 0);
     pthread_rwlock_unlock(&l->xfer_mu);
     if (st != LLM_SUCCESS)
         link_unref(l);
@@ -1353,97 +1417,124 @@ static lldd_status link_one(cluster_job *job)
     return st;
 }
 
-static lldd_status unlink_one(cluster_job *job)
+/* v1: the device side knows the link, and refuses while it is in use (§10.5). */
+static lldd_status unlink_v1_checks(cluster_job *job)
 {
     engine *e = job->e;
+    uint64_t peer_id = job->ci->remote_cluster_id;
+    pthread_mutex_lock(&e->mu);
+    mlink *l = link_find_locked(e, peer_id);
+    int known = l != NULL && l->ready && !l->removed, busy = known && atomic_load(&l->busy);
+    pthread_mutex_unlock(&e->mu);
+    if (!known) {
+        snprintf(job->msg, MSG_LEN, "cluster %llu is not linked", (unsigned long long)peer_id);
+        return LLM_NOT_YET_LINK;
+    }
+    if (busy) {
+        snprintf(job->msg, MSG_LEN, "the link to cluster %llu is busy with a pull or transfer",
+                 (unsigned long long)peer_id);
+        return LLM_LINK_BUSY;
+    }
+    return LLM_SUCCESS;
+}
+
+/* The answer to the listener's challenge: a proof of every link token we hold, over
+ * its nonce (which of them joins us to it we cannot always tell: on_disconnect). */
+static int disconnect_prove(engine *e, int fd, const uint8_t *nonce, int64_t deadline)
+{
+    uint64_t *tokens = malloc(DISCONNECT_MAX_PROOFS * sizeof *tokens);
+    uint8_t *proofs = malloc((size_t)DISCONNECT_MAX_PROOFS * PROOF_LEN);
+    uint32_t n = 0;
+    if (tokens != NULL && proofs != NULL) {
+        pthread_mutex_lock(&e->mu);
+        for (int list = 0; list < 2; list++)
+            for (mlink *o = list == 0 ? e->links : e->served; o != NULL && n < DISCONNECT_MAX_PROOFS; o = o->next)
+                if (o->ready && !o->removed)
+                    tokens[n++] = o->token;
+        pthread_mutex_unlock(&e->mu);
+        for (uint32_t i = 0; i < n; i++)
+            token_proof(tokens[i], "lldd-disconnect", nonce, proofs + (size_t)i * PROOF_LEN);
+    }
+    msg_hdr h;
+    msg_init(&h, MSG_DISCONNECT_PROOF);
+    h.count = n;
+    h.payload_len = (uint64_t)n * PROOF_LEN;
+    int r = msg_send(fd, &h, proofs, (size_t)h.payload_len, deadline);
+    free(tokens);
+    free(proofs);
+    return r;
+}
+
+/* DISCONNECT to the listener, its challenge, our proofs and its reply; *server_id is
+ * the cluster id the listener reports. */
+static lldd_status unlink_disconnect(cluster_job *job, int fd, int64_t deadline, uint64_t *server_id)
+{
+    engine *e = job->e;
+    msg_hdr h;
+    msg_init(&h, MSG_DISCONNECT);
+    h.a = e->cluster_id;
+    h.b = job->ci->remote_cluster_id;
+    h.count = mock_strict() ? DISCONNECT_STRICT_IDS : 0;
+    int r = msg_send(fd, &h, NULL, 0, deadline);
+    uint8_t nonce[NONCE_LEN];
+    if (r == TP_OK)
+        r = msg_recv_hdr(fd, &h, deadline);
+    if (r == TP_OK && (h.type != MSG_DISCONNECT_CHALLENGE || h.payload_len != sizeof nonce))
+        r = TP_CLOSED;
+    if (r == TP_OK)
+        r = tp_recv_all(fd, nonce, sizeof nonce, deadline);
+    if (r == TP_OK)
+        r = disconnect_prove(e, fd, nonce, deadline);
+    if (r != TP_OK) {
+        snprintf(job->msg, MSG_LEN, r == TP_TIMEOUT ? "the peer did not answer the disconnect in time"
+                                                    : "the peer closed the connection during the disconnect");
+        return r == TP_TIMEOUT ? LLM_TIMEOUT : LLM_UNLINK_FAILED;
+    }
+    return recv_reply(fd, MSG_DISCONNECT_REPLY, deadline, NULL, job->msg, 1, "disconnect", server_id);
+}
+
+/* The listener's side of an unforced unlink (default backend): it drops its link to
+ * us first; when it refuses, the local link is kept. */
+static lldd_status unlink_remote(cluster_job *job)
+{
     const lldd_cluster_info *ci = job->ci;
     char *msg = job->msg;
     uint64_t peer_id = ci->remote_cluster_id;
-    if (job->v1) {
-        /* v1: the device side knows the link, and refuses while it is in use (§10.5) */
-        pthread_mutex_lock(&e->mu);
-        mlink *l = link_find_locked(e, peer_id);
-        int known = l != NULL && l->ready && !l->removed, busy = known && atomic_load(&l->busy);
-        pthread_mutex_unlock(&e->mu);
-        if (!known) {
-            snprintf(msg, MSG_LEN, "cluster %llu is not linked", (unsigned long long)peer_id);
-            return LLM_NOT_YET_LINK;
-        }
-        if (busy) {
-            snprintf(msg, MSG_LEN, "the link to cluster %llu is busy with a pull or transfer", (unsigned long long)peer_id);
-            return LLM_LINK_BUSY;
-        }
+    if (ci->num_remote_ip_infos != 1) {
+        snprintf(msg, MSG_LEN, "remote_ip_infos has %zu entries; exactly one is needed", ci->num_remote_ip_infos);
+        return LLM_PARAM_INVALID;
     }
-    if (!job->force && !e->hixl) {
-        /* (HIXL's unlink ignores the force flag and the address list: it drops the
-         * client's link and closes its connection, below) */
-        if (ci->num_remote_ip_infos != 1) {
-            snprintf(msg, MSG_LEN, "remote_ip_infos has %zu entries; exactly one is needed",
-                     ci->num_remote_ip_infos);
-            return LLM_PARAM_INVALID;
-        }
-        const char *ip = ci->remote_ip_infos[0].ip;
-        uint16_t port = ci->remote_ip_infos[0].port;
-        int64_t deadline = tp_deadline(job->timeout_ms);
-        int fd = -1, err;
-        int r = tp_connect(ip, port, deadline, &fd, &err);
-        if (r != TP_OK)
-            return connect_status(r, err, 1, msg, ip, port);
-        msg_hdr h;
-        msg_init(&h, MSG_DISCONNECT);
-        h.a = e->cluster_id;
-        h.b = peer_id;
-        h.count = mock_strict() ? DISCONNECT_STRICT_IDS : 0;
-        r = msg_send(fd, &h, NULL, 0, deadline);
-        /* the listener's challenge, answered with a proof of every link token we hold
-         * (which of them joins us to it we cannot always tell: on_disconnect) */
-        uint8_t nonce[NONCE_LEN];
-        if (r == TP_OK)
-            r = msg_recv_hdr(fd, &h, deadline);
-        if (r == TP_OK && (h.type != MSG_DISCONNECT_CHALLENGE || h.payload_len != sizeof nonce))
-            r = TP_CLOSED;
-        if (r == TP_OK)
-            r = tp_recv_all(fd, nonce, sizeof nonce, deadline);
-        if (r == TP_OK) {
-            uint64_t *tokens = malloc(DISCONNECT_MAX_PROOFS * sizeof *tokens);
-            uint8_t *proofs = malloc((size_t)DISCONNECT_MAX_PROOFS * PROOF_LEN);
-            uint32_t n = 0;
-            if (tokens != NULL && proofs != NULL) {
-                pthread_mutex_lock(&e->mu);
-                for (int list = 0; list < 2; list++)
-                    for (mlink *o = list == 0 ? e->links : e->served; o != NULL && n < DISCONNECT_MAX_PROOFS;
-                         o = o->next)
-                        if (o->ready && !o->removed)
-                            tokens[n++] = o->token;
-                pthread_mutex_unlock(&e->mu);
-                for (uint32_t i = 0; i < n; i++)
-                    token_proof(tokens[i], "lldd-disconnect", nonce, proofs + (size_t)i * PROOF_LEN);
-            }
-            msg_init(&h, MSG_DISCONNECT_PROOF);
-            h.count = n;
-            h.payload_len = (uint64_t)n * PROOF_LEN;
-            r = msg_send(fd, &h, proofs, (size_t)h.payload_len, deadline);
-            free(tokens);
-            free(proofs);
-        }
-        lldd_status st;
-        uint64_t server_id = peer_id;
-        if (r != TP_OK) {
-            st = r == TP_TIMEOUT ? LLM_TIMEOUT : LLM_UNLINK_FAILED;
-            snprintf(msg, MSG_LEN, r == TP_TIMEOUT ? "the peer did not answer the disconnect in time"
-                                                   : "the peer closed the connection during the disconnect");
-        } else {
-            st = recv_reply(fd, MSG_DISCONNECT_REPLY, deadline, NULL, msg, 1, "disconnect", &server_id);
-        }
-        tp_close(&fd);
-        if (st != LLM_SUCCESS)
-            return st; /* the local link is kept */
-        if (server_id != peer_id)
-            snprintf(job->lint, MSG_LEN, "remote_cluster_id %llu names cluster %llu's listener at %s:%u; the device "
-                     "drops that cluster's link to this engine and this engine's link to %llu, if any (PR-28)",
-                     (unsigned long long)peer_id, (unsigned long long)server_id, ip, (unsigned)port,
-                     (unsigned long long)peer_id);
-    }
+    const char *ip = ci->remote_ip_infos[0].ip;
+    uint16_t port = ci->remote_ip_infos[0].port;
+    int64_t deadline = tp_deadline(job->timeout_ms);
+    int fd = -1, err;
+    int r = tp_connect(ip, port, deadline, &fd, &err);
+    if (r != TP_OK)
+        return connect_status(r, err, 1, msg, ip, port);
+    uint64_t server_id = peer_id;
+    lldd_status st = unlink_disconnect(job, fd, deadline, &server_id);
+    tp_close(&fd);
+    if (st != LLM_SUCCESS)
+        return st;
+    if (server_id != peer_id)
+        snprintf(job->lint, MSG_LEN, "remote_cluster_id %llu names cluster %llu's listener at %s:%u; the device "
+                 "drops that cluster's link to this engine and this engine's link to %llu, if any (PR-28)",
+                 (unsigned long long)peer_id, (unsigned long long)server_id, ip, (unsigned)port,
+                 (unsigned long long)peer_id);
+    return LLM_SUCCESS;
+}
+
+static lldd_status unlink_one(cluster_job *job)
+{
+    engine *e = job->e;
+    uint64_t peer_id = job->ci->remote_cluster_id;
+    lldd_status st = job->v1 ? unlink_v1_checks(job) : LLM_SUCCESS;
+    /* (HIXL's unlink ignores the force flag and the address list: it drops the
+     * client's link and closes its connection, below) */
+    if (st == LLM_SUCCESS && !job->force && !e->hixl)
+        st = unlink_remote(job);
+    if (st != LLM_SUCCESS)
+        return st;
     pthread_mutex_lock(&e->mu);
     mlink *l = link_find_locked(e, peer_id);
     if (l != NULL && l->ready)

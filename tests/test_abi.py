@@ -316,3 +316,43 @@ def test_the_core_of_the_mock_calls_nothing_of_its_extension_layer(tmp_path: Pat
     # not vacuous: the extension layer does call the core
     assert {"holder_resolve_locked", "key_bind_locked", "link_acquire_ex"} <= needed["engine_ext_xfer.c"] | \
         needed["engine_ext_cache.c"]
+
+
+def _function_lengths(source: str) -> dict[str, int]:
+    """Each function's body in lines, from the line of its opening brace to that of its
+    closing one, by a scan of braces outside comments, literals and preprocessor lines."""
+    def keep_lines(match: re.Match[str]) -> str:
+        return "\n" * match.group(0).count("\n")
+
+    text = re.sub(r"/\*.*?\*/", keep_lines, source, flags=re.S)
+    text = re.sub(r"//[^\n]*|^[ \t]*#(?:[^\n]*\\\n)*[^\n]*", keep_lines, text, flags=re.M)
+    text = re.sub(r'"(?:\\.|[^"\\\n])*"' + r"|'(?:\\.|[^'\\\n])*'", '""', text)
+    lengths: dict[str, int] = {}
+    depth, opened, head_from = 0, 0, 0
+    for i, char in enumerate(text):
+        if char == "{":
+            if depth == 0:
+                opened = i
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                head = text[head_from:opened]
+                name = re.search(r"(\w+)\s*\(", head)
+                if head.rstrip().endswith(")") and name is not None:  # a function, not an initializer
+                    lengths[name.group(1)] = text.count("\n", opened, i) + 1
+                head_from = i + 1
+        elif char == ";" and depth == 0:
+            head_from = i + 1
+    return lengths
+
+
+def test_no_function_of_the_mock_is_longer_than_a_hundred_lines() -> None:
+    # STYLE: a long check pipeline or handshake reads as one function per step.
+    lengths = {f"{source.name}:{name}": lines for source in sorted((REPO / "mock_libs").glob("*.c"))
+               for name, lines in _function_lengths(source.read_text()).items()}
+    assert {name: lines for name, lines in lengths.items() if lines > 100} == {}
+    # not vacuous: the scan finds the functions, with their lengths
+    assert lengths["transport.c:tp_close"] == 6 and len(lengths) > 300
+    sample = "/* { */\n#define X {\nstatic const int t[] = {\n1, 2 };\nint f(int x)\n{\n    return '{' + x;\n}\n"
+    assert _function_lengths(sample) == {"f": 3}
