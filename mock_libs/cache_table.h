@@ -155,6 +155,23 @@ lldd_status cache_copy(engine *e, const char *fn, int64_t src_id, int64_t dst_id
                        uint32_t dst_batch, uint64_t offset, int64_t size, int v1, const char *src_name,
                        const char *dst_name);
 
+/* ---- engine_cache.c: the native cache calls after their entry (api_caches.c), which
+ * has checked the arguments, entered the engine and leaves it afterwards ---- */
+lldd_status cache_register(engine *e, const char *fn, const lldd_cache_desc *desc, const uint64_t *addrs,
+                           size_t num_addrs, int64_t *cache_id);
+lldd_status cache_unregister(engine *e, const char *fn, int64_t cache_id);
+/* The entry of the PR-9 calls: FEATURE_NOT_ENABLED without a pool (also before
+ * Initialize and after Finalize, §3.6); FAILED once Finalize has begun (PR-37). */
+lldd_status pool_call_enter(engine *e, const char *fn);
+lldd_status cache_allocate(engine *e, const char *fn, const lldd_cache_desc *desc, int64_t *cache_id,
+                           uint64_t *tensor_addrs, size_t addrs_capacity);
+/* Unknown or registered: nothing happens (§3.6). */
+void cache_deallocate(engine *e, int64_t cache_id);
+/* total: the entries of dst_blocks_flat (the sum of dst_list_lens, checked by the entry). */
+lldd_status cache_copy_blocks(engine *e, const char *fn, const lldd_cache *src_cache, const lldd_cache *dst_cache,
+                              const uint64_t *src_blocks, size_t num_src_blocks, const uint64_t *dst_blocks_flat,
+                              const size_t *dst_list_lens, size_t num_dst_lists, size_t total);
+
 static inline int kind_has_batches(const cache_wire *w)
 {
     return w->kind == KIND_CACHE || w->kind == KIND_MIX;

@@ -450,20 +450,10 @@ mcache *cache_record_new(const char *fn, const cache_wire *w, const uint64_t *ad
     return c;
 }
 
-MOCK_EXPORT lldd_status lldd_register_kv_cache(lldd_engine *e, const lldd_cache_desc *desc, const uint64_t *addrs,
-                                               size_t num_addrs, int64_t *cache_id)
+lldd_status cache_register(engine *e, const char *fn, const lldd_cache_desc *desc, const uint64_t *addrs,
+                           size_t num_addrs, int64_t *cache_id)
 {
-    static const char fn[] = "lldd_register_kv_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : desc == NULL ? "cache_desc"
-                                       : cache_id == NULL ? "cache_id"
-                                       : addrs == NULL && num_addrs > 0 ? "addrs (num_addrs > 0)"
-                                       : desc->shape == NULL && desc->shape_len > 0 ? "cache_desc.shape (shape_len > 0)"
-                                       : NULL);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     mcache *c = NULL;
     if (num_addrs == 0) {
         mock_set_error("%s: addrs is empty", fn);
@@ -516,16 +506,12 @@ MOCK_EXPORT lldd_status lldd_register_kv_cache(lldd_engine *e, const lldd_cache_
     c = NULL;
 out:
     cache_destroy(c);
-    engine_leave(e);
     return st;
 }
 
-MOCK_EXPORT lldd_status lldd_unregister_kv_cache(lldd_engine *e, int64_t cache_id)
+lldd_status cache_unregister(engine *e, const char *fn, int64_t cache_id)
 {
-    static const char fn[] = "lldd_unregister_kv_cache";
-    lldd_status st = engine_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     pthread_mutex_lock(&e->mu);
     mcache *c = cache_find_locked(e, cache_id);
     if (c != NULL && c->w.owned &&
@@ -540,7 +526,6 @@ MOCK_EXPORT lldd_status lldd_unregister_kv_cache(lldd_engine *e, int64_t cache_i
     pthread_mutex_unlock(&e->mu);
     cache_destroy(c);
 out:
-    engine_leave(e);
     return st;
 }
 
@@ -550,7 +535,7 @@ out:
 
 /* FEATURE_NOT_ENABLED without a pool (also before Initialize and after Finalize,
  * §3.6); FAILED once Finalize has begun (PR-37). */
-static lldd_status pool_call_enter(engine *e, const char *fn)
+lldd_status pool_call_enter(engine *e, const char *fn)
 {
     pthread_mutex_lock(&e->mu);
     lldd_status st = LLM_SUCCESS;
@@ -606,22 +591,10 @@ static lldd_status allocate_checks(engine *e, const char *fn, const lldd_cache_d
     return st != LLM_SUCCESS ? st : cache_check_rank(fn, desc);
 }
 
-MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_desc *desc, int64_t *cache_id,
-                                            uint64_t *tensor_addrs, size_t addrs_capacity)
+lldd_status cache_allocate(engine *e, const char *fn, const lldd_cache_desc *desc, int64_t *cache_id,
+                           uint64_t *tensor_addrs, size_t addrs_capacity)
 {
-    static const char fn[] = "lldd_allocate_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL || desc == NULL || cache_id == NULL || (desc->shape == NULL && desc->shape_len > 0)) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : desc == NULL ? "cache_desc" : cache_id == NULL ? "cache_id"
-                       : "cache_desc.shape (shape_len > 0)");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = pool_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     mcache *c = NULL;
     mpool *pool = NULL;
     if ((st = allocate_checks(e, fn, desc, tensor_addrs, addrs_capacity, &pool)) != LLM_SUCCESS)
@@ -685,23 +658,11 @@ MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_des
     c = NULL;
 out:
     cache_destroy(c);
-    engine_leave(e);
     return st;
 }
 
-MOCK_EXPORT lldd_status lldd_deallocate_cache(lldd_engine *e, int64_t cache_id)
+void cache_deallocate(engine *e, int64_t cache_id)
 {
-    static const char fn[] = "lldd_deallocate_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL) {
-        mock_set_error("%s: engine must not be NULL", fn);
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = pool_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
     pthread_mutex_lock(&e->mu);
     mcache *c = cache_find_locked(e, cache_id);
     if (c != NULL && c->w.owned)
@@ -710,8 +671,6 @@ MOCK_EXPORT lldd_status lldd_deallocate_cache(lldd_engine *e, int64_t cache_id)
         c = NULL; /* unknown or registered: success, nothing happens (§3.6) */
     pthread_mutex_unlock(&e->mu);
     cache_destroy(c);
-    engine_leave(e);
-    return LLM_SUCCESS;
 }
 
 #define has_blocks kind_has_blocks
@@ -797,31 +756,6 @@ out:
         cache_unpin(e, s);
     if (d != NULL)
         cache_unpin(e, d);
-    return st;
-}
-
-MOCK_EXPORT lldd_status lldd_copy_kv_cache(lldd_engine *e, const lldd_cache *src_cache, const lldd_cache *dst_cache,
-                                           uint32_t src_batch_index, uint32_t dst_batch_index, uint64_t offset,
-                                           int64_t size)
-{
-    static const char fn[] = "lldd_copy_kv_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL || src_cache == NULL || dst_cache == NULL) {
-        mock_set_error("%s: %s must not be NULL", fn, e == NULL ? "engine" : src_cache == NULL ? "src_cache" : "dst_cache");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = cache_arg_check(fn, "src_cache", src_cache);
-    if (st == LLM_SUCCESS)
-        st = cache_arg_check(fn, "dst_cache", dst_cache);
-    if (st == LLM_SUCCESS)
-        st = pool_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = cache_copy(e, fn, src_cache->cache_id, dst_cache->cache_id, src_batch_index, dst_batch_index, offset, size, 0,
-                    "src_cache.cache_id", "dst_cache.cache_id");
-    engine_leave(e);
     return st;
 }
 
@@ -912,37 +846,11 @@ static void copy_blocks_move(const mcache *s, const mcache *d, const uint64_t *s
     }
 }
 
-MOCK_EXPORT lldd_status lldd_copy_kv_blocks(lldd_engine *e, const lldd_cache *src_cache, const lldd_cache *dst_cache,
-                                            const uint64_t *src_blocks, size_t num_src_blocks,
-                                            const uint64_t *dst_blocks_flat, const size_t *dst_list_lens,
-                                            size_t num_dst_lists)
+lldd_status cache_copy_blocks(engine *e, const char *fn, const lldd_cache *src_cache, const lldd_cache *dst_cache,
+                              const uint64_t *src_blocks, size_t num_src_blocks, const uint64_t *dst_blocks_flat,
+                              const size_t *dst_list_lens, size_t num_dst_lists, size_t total)
 {
-    static const char fn[] = "lldd_copy_kv_blocks";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    size_t total = 0;
-    int lens_ok = 1;
-    if (dst_list_lens != NULL)
-        for (size_t k = 0; k < num_dst_lists && lens_ok; k++)
-            lens_ok = !__builtin_add_overflow(total, dst_list_lens[k], &total);
-    if (e == NULL || src_cache == NULL || dst_cache == NULL || (src_blocks == NULL && num_src_blocks > 0) ||
-        (dst_list_lens == NULL && num_dst_lists > 0) || !lens_ok || (dst_blocks_flat == NULL && total > 0)) {
-        mock_set_error("%s: %s", fn,
-                       e == NULL ? "engine must not be NULL" : src_cache == NULL ? "src_cache must not be NULL"
-                       : dst_cache == NULL ? "dst_cache must not be NULL"
-                       : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks is NULL but num_src_blocks > 0"
-                       : dst_list_lens == NULL && num_dst_lists > 0 ? "dst_list_lens is NULL but num_dst_lists > 0"
-                       : !lens_ok ? "dst_list_lens overflow" : "dst_blocks_flat is NULL but the lists are not empty");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = cache_arg_check(fn, "src_cache", src_cache);
-    if (st == LLM_SUCCESS)
-        st = cache_arg_check(fn, "dst_cache", dst_cache);
-    if (st == LLM_SUCCESS)
-        st = pool_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     mcache *s = NULL, *d = NULL;
     u64set set;
     memset(&set, 0, sizeof set);
@@ -981,6 +889,5 @@ out:
         cache_unpin(e, s);
     if (d != NULL)
         cache_unpin(e, d);
-    engine_leave(e);
     return st;
 }
