@@ -309,22 +309,11 @@ static lldd_status register_record(const char *fn, const lldd_cache_desc *desc, 
     return st;
 }
 
-MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache_desc *desc, const uint64_t *addrs,
-                                                size_t num_addrs, uint32_t kind, uint32_t remote_accessible,
-                                                const lldd_key *keys, size_t num_keys, int64_t *cache_id)
+lldd_status ext_cache_register(engine *e, const char *fn, const lldd_cache_desc *desc, const uint64_t *addrs,
+                               size_t num_addrs, uint32_t kind, uint32_t remote_accessible, const lldd_key *keys,
+                               size_t num_keys, int64_t *cache_id)
 {
-    static const char fn[] = "lldd_ext_register_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : desc == NULL ? "cache_desc"
-                                       : cache_id == NULL ? "cache_id"
-                                       : addrs == NULL && num_addrs > 0 ? "addrs (num_addrs > 0)"
-                                       : keys == NULL && num_keys > 0 ? "keys (num_keys > 0)"
-                                       : desc->shape == NULL && desc->shape_len > 0 ? "cache_desc.shape (shape_len > 0)"
-                                       : NULL);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     mcache *c = NULL;
     key_plan kp = {NULL, 0, 0};
     if ((st = register_checks(e, fn, desc, num_addrs, kind, remote_accessible, keys, num_keys)) != LLM_SUCCESS)
@@ -376,16 +365,12 @@ MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache
 out:
     free(kp.bind);
     cache_destroy(c);
-    engine_leave(e);
     return st;
 }
 
-MOCK_EXPORT lldd_status lldd_ext_unregister_cache(lldd_engine *e, int64_t cache_id)
+lldd_status ext_cache_unregister(engine *e, const char *fn, int64_t cache_id)
 {
-    static const char fn[] = "lldd_ext_unregister_cache";
-    lldd_status st = engine_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     mcache *c = NULL;
     if (e->gen == GEN_V1) {
         mock_set_error("%s: registration does not exist in KvCacheManager (v1) mode", fn);
@@ -407,7 +392,6 @@ MOCK_EXPORT lldd_status lldd_ext_unregister_cache(lldd_engine *e, int64_t cache_
     pthread_mutex_unlock(&e->mu);
 out:
     cache_destroy(c);
-    engine_leave(e);
     return st;
 }
 
@@ -522,21 +506,11 @@ static lldd_status allocate_checks(engine *e, const char *fn, const lldd_cache_d
     return cache_pool_for(e, fn, desc, pool_out);
 }
 
-MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache_desc *desc, uint32_t kind,
-                                                const lldd_key *keys, size_t num_keys, int64_t *cache_id,
-                                                uint64_t *tensor_addrs, size_t addrs_capacity)
+lldd_status ext_cache_allocate(engine *e, const char *fn, const lldd_cache_desc *desc, uint32_t kind,
+                               const lldd_key *keys, size_t num_keys, int64_t *cache_id, uint64_t *tensor_addrs,
+                               size_t addrs_capacity)
 {
-    static const char fn[] = "lldd_ext_allocate_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : desc == NULL ? "cache_desc"
-                                       : cache_id == NULL ? "cache_id"
-                                       : keys == NULL && num_keys > 0 ? "keys (num_keys > 0)"
-                                       : desc->shape == NULL && desc->shape_len > 0 ? "cache_desc.shape (shape_len > 0)"
-                                       : NULL);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     mcache *c = NULL;
     key_plan kp = {NULL, 0, 0};
     int v1 = e->gen == GEN_V1;
@@ -619,16 +593,12 @@ MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache
 out:
     free(kp.bind);
     cache_destroy(c);
-    engine_leave(e);
     return st;
 }
 
-MOCK_EXPORT lldd_status lldd_ext_deallocate_cache(lldd_engine *e, int64_t cache_id)
+lldd_status ext_cache_deallocate(engine *e, const char *fn, int64_t cache_id)
 {
-    static const char fn[] = "lldd_ext_deallocate_cache";
-    lldd_status st = engine_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     mcache *gone = NULL;
     int v1 = e->gen == GEN_V1;
     if (!v1 && !any_pool(e)) {
@@ -660,19 +630,12 @@ MOCK_EXPORT lldd_status lldd_ext_deallocate_cache(lldd_engine *e, int64_t cache_
     pthread_mutex_unlock(&e->mu);
 out:
     cache_destroy(gone);
-    engine_leave(e);
     return st;
 }
 
-MOCK_EXPORT lldd_status lldd_ext_remove_cache_key(lldd_engine *e, const lldd_key *key)
+lldd_status ext_cache_remove_key(engine *e, const char *fn, const lldd_key *key)
 {
-    static const char fn[] = "lldd_ext_remove_cache_key";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : key == NULL ? "key" : NULL);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     mcache *gone = NULL;
     if (key->kind != LLDD_KEY_CACHE) {
         mock_set_error("%s: key.kind %u is not LLDD_KEY_CACHE (1); remove_cache_key takes a CacheKey", fn,
@@ -712,6 +675,5 @@ MOCK_EXPORT lldd_status lldd_ext_remove_cache_key(lldd_engine *e, const lldd_key
     pthread_mutex_unlock(&e->mu);
 out:
     cache_destroy(gone);
-    engine_leave(e);
     return st;
 }

@@ -19,37 +19,12 @@
 #include "blocks.h"
 #include "cache_table.h"
 #include "engine.h"
+#include "ext.h"
 #include "mock_internal.h"
 
-MOCK_EXPORT lldd_status lldd_ext_copy_cache(lldd_engine *e, int64_t dst_cache_id, int64_t src_cache_id,
-                                            uint32_t dst_batch_index, uint32_t src_batch_index, uint64_t offset,
-                                            int64_t size)
+lldd_status ext_copy_blocks(engine *e, const char *fn, int64_t cache_id, const uint64_t *pairs, size_t num_pairs)
 {
-    static const char fn[] = "lldd_ext_copy_cache";
-    lldd_status st = engine_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = cache_copy(e, fn, src_cache_id, dst_cache_id, src_batch_index, dst_batch_index, offset, size,
-                    e->gen == GEN_V1, "src_cache_id", "dst_cache_id");
-    engine_leave(e);
-    return st;
-}
-
-MOCK_EXPORT lldd_status lldd_ext_copy_blocks(lldd_engine *e, int64_t cache_id, const uint64_t *pairs, size_t num_pairs)
-{
-    static const char fn[] = "lldd_ext_copy_blocks";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL || (pairs == NULL && num_pairs > 0) || num_pairs > SIZE_MAX / 2 / sizeof(uint64_t)) {
-        mock_set_error("%s: %s", fn, e == NULL ? "engine must not be NULL"
-                       : pairs == NULL && num_pairs > 0 ? "pairs is NULL but num_pairs > 0"
-                       : "num_pairs is too large for an array of pairs");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     mcache *c = NULL;
     u64set set;
     memset(&set, 0, sizeof set);
@@ -118,7 +93,6 @@ out:
     u64set_free(&set);
     if (c != NULL)
         cache_unpin(e, c);
-    engine_leave(e);
     return st;
 }
 
@@ -294,27 +268,11 @@ static void swap_move(const uint64_t *src_addrs, const uint64_t *dst_addrs, size
     }
 }
 
-MOCK_EXPORT lldd_status lldd_ext_swap_blocks(lldd_engine *e, const uint64_t *src_addrs, const uint64_t *dst_addrs,
-                                             size_t num_tensors, uint64_t block_size, const uint64_t *pairs,
-                                             size_t num_pairs, uint32_t swap_in)
+lldd_status ext_swap_blocks(engine *e, const char *fn, const uint64_t *src_addrs, const uint64_t *dst_addrs,
+                            size_t num_tensors, uint64_t block_size, const uint64_t *pairs, size_t num_pairs,
+                            uint32_t swap_in)
 {
-    static const char fn[] = "lldd_ext_swap_blocks";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL || ((src_addrs == NULL || dst_addrs == NULL) && num_tensors > 0) ||
-        (pairs == NULL && num_pairs > 0) || num_pairs > SIZE_MAX / 2 / sizeof(uint64_t) ||
-        num_tensors > SIZE_MAX / 2 / sizeof(mcache *)) {
-        mock_set_error("%s: %s", fn, e == NULL ? "engine must not be NULL"
-                       : (src_addrs == NULL || dst_addrs == NULL) && num_tensors > 0
-                           ? "src_addrs and dst_addrs must not be NULL when num_tensors > 0"
-                       : pairs == NULL && num_pairs > 0 ? "pairs is NULL but num_pairs > 0"
-                       : "num_pairs or num_tensors is too large");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     mcache **pins = NULL;
     size_t npins = 0;
     uint64_t slo, shi, dlo, dhi;
@@ -355,6 +313,5 @@ out:
         pthread_mutex_unlock(&e->mu);
     }
     free(pins);
-    engine_leave(e);
     return st;
 }
