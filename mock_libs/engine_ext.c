@@ -355,12 +355,9 @@ static lldd_status parse_ext_options(const char *fn, const lldd_option *o, size_
     return parse_ext_v2_options(fn, o, n, dev, backend, comm, c);
 }
 
-MOCK_EXPORT lldd_status lldd_ext_initialize(lldd_engine *e, const lldd_option *options, size_t num_options)
+lldd_status ext_engine_initialize(engine *e, const char *fn, const lldd_option *options, size_t num_options)
 {
-    static const char fn[] = "lldd_ext_initialize";
-    lldd_status st = engine_options_call_check(e, fn, options, num_options);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     pthread_mutex_lock(&e->life_mu);
     pthread_mutex_lock(&e->mu);
     int ready = e->state == ENGINE_READY;
@@ -379,15 +376,10 @@ MOCK_EXPORT lldd_status lldd_ext_initialize(lldd_engine *e, const lldd_option *o
  * switch_role, check_link_status
  * ------------------------------------------------------------------------------------------ */
 
-MOCK_EXPORT lldd_status lldd_ext_switch_role(lldd_engine *e, int32_t role, const lldd_option *options,
-                                             size_t num_options)
+lldd_status ext_engine_switch_role(engine *e, const char *fn, int32_t role, const lldd_option *options,
+                                   size_t num_options)
 {
-    static const char fn[] = "lldd_ext_switch_role";
-    lldd_status st = engine_options_call_check(e, fn, options, num_options);
-    if (st != LLM_SUCCESS)
-        return st;
-    if ((st = engine_enter(e, fn)) != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     int v1 = e->gen == GEN_V1;
     int has = 0;
     tp_addr addr;
@@ -432,16 +424,12 @@ MOCK_EXPORT lldd_status lldd_ext_switch_role(lldd_engine *e, int32_t role, const
     if (st == LLM_SUCCESS)
         atomic_store(&e->role, role);
 out:
-    engine_leave(e);
     return st;
 }
 
-MOCK_EXPORT lldd_status lldd_ext_check_link_status(lldd_engine *e, uint64_t remote_cluster_id)
+lldd_status ext_engine_check_link_status(engine *e, const char *fn, uint64_t remote_cluster_id)
 {
-    static const char fn[] = "lldd_ext_check_link_status";
-    lldd_status st = engine_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     int role = atomic_load(&e->role);
     if (e->gen != GEN_V1) {
         mock_set_error("%s: check_link_status is not available in CacheManager mode (v1 only, docs/reference/semantics.md §10.8)", fn);
@@ -459,6 +447,5 @@ MOCK_EXPORT lldd_status lldd_ext_check_link_status(lldd_engine *e, uint64_t remo
             st = LLM_NOT_YET_LINK;
         }
     }
-    engine_leave(e);
     return st;
 }

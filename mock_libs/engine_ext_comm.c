@@ -38,6 +38,7 @@
 
 #include "cache_table.h"
 #include "engine.h"
+#include "ext.h"
 #include "json.h"
 #include "links.h"
 #include "mock_internal.h"
@@ -422,19 +423,10 @@ static lldd_status link_members_checks(const engine *e, const char *fn, const ui
     return LLM_SUCCESS;
 }
 
-MOCK_EXPORT lldd_status lldd_ext_link(lldd_engine *e, const char *comm_name, const uint64_t *cluster_ids,
-                                      const uint32_t *ranks, size_t num_members, const char *rank_table,
-                                      uint64_t *comm_id)
+lldd_status ext_comm_link(engine *e, const char *fn, const char *comm_name, const uint64_t *cluster_ids,
+                          const uint32_t *ranks, size_t num_members, const char *rank_table, uint64_t *comm_id)
 {
-    static const char fn[] = "lldd_ext_link";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : comm_name == NULL ? "comm_name"
-                                       : (cluster_ids == NULL || ranks == NULL) && num_members > 0 ? "cluster_ids and ranks"
-                                       : rank_table == NULL ? "rank_table" : comm_id == NULL ? "comm_id" : NULL);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     comm *c = NULL;
     size_t name_len = strnlen(comm_name, NAME_MAX_LEN + 1);
     if (e->gen != GEN_V2) {
@@ -505,7 +497,6 @@ MOCK_EXPORT lldd_status lldd_ext_link(lldd_engine *e, const char *comm_name, con
     pthread_mutex_unlock(&e->mu);
     *comm_id = c->id;
 out:
-    engine_leave(e);
     return st;
 }
 
@@ -522,12 +513,9 @@ static lldd_status comm_call_checks(engine *e, const char *fn)
     return LLM_SUCCESS;
 }
 
-MOCK_EXPORT lldd_status lldd_ext_unlink(lldd_engine *e, uint64_t comm_id)
+lldd_status ext_comm_unlink(engine *e, const char *fn, uint64_t comm_id)
 {
-    static const char fn[] = "lldd_ext_unlink";
-    lldd_status st = engine_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     if ((st = comm_call_checks(e, fn)) == LLM_SUCCESS) {
         comm *c = NULL;
         pthread_mutex_lock(&e->mu);
@@ -546,19 +534,12 @@ MOCK_EXPORT lldd_status lldd_ext_unlink(lldd_engine *e, uint64_t comm_id)
             comm_stop(c);
         }
     }
-    engine_leave(e);
     return st;
 }
 
-MOCK_EXPORT lldd_status lldd_ext_query_register_mem_status(lldd_engine *e, uint64_t comm_id, uint32_t *status)
+lldd_status ext_comm_query_mem_status(engine *e, const char *fn, uint64_t comm_id, uint32_t *status)
 {
-    static const char fn[] = "lldd_ext_query_register_mem_status";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : status == NULL ? "status" : NULL);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     if ((st = comm_call_checks(e, fn)) == LLM_SUCCESS) {
         st = LLM_NOT_YET_LINK;
         pthread_mutex_lock(&e->mu);
@@ -573,7 +554,6 @@ MOCK_EXPORT lldd_status lldd_ext_query_register_mem_status(lldd_engine *e, uint6
         if (st != LLM_SUCCESS)
             mock_set_error("%s: comm_id %llu is not a communicator of this engine", fn, (unsigned long long)comm_id);
     }
-    engine_leave(e);
     return st;
 }
 
@@ -581,18 +561,9 @@ MOCK_EXPORT lldd_status lldd_ext_query_register_mem_status(lldd_engine *e, uint6
  * remap_registered_memory
  * ------------------------------------------------------------------------------------------ */
 
-MOCK_EXPORT lldd_status lldd_ext_remap_registered_memory(lldd_engine *e, const uint64_t *addrs, const uint64_t *sizes,
-                                                         size_t num)
+lldd_status ext_comm_remap_memory(engine *e, const char *fn, const uint64_t *addrs, const uint64_t *sizes, size_t num)
 {
-    static const char fn[] = "lldd_ext_remap_registered_memory";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine"
-                                       : (addrs == NULL || sizes == NULL) && num > 0 ? "addrs and sizes (num > 0)"
-                                       : NULL);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     if (e->gen != GEN_V2) {
         mock_set_error("%s: remap_registered_memory does not exist in KvCacheManager (v1) mode", fn);
         st = LLM_FEATURE_NOT_ENABLED;
@@ -636,6 +607,5 @@ MOCK_EXPORT lldd_status lldd_ext_remap_registered_memory(lldd_engine *e, const u
     }
     pthread_mutex_unlock(&e->mu);
 out:
-    engine_leave(e);
     return st;
 }

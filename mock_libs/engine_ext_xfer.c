@@ -725,25 +725,13 @@ static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int f
     return st;
 }
 
-MOCK_EXPORT lldd_status lldd_ext_pull(lldd_engine *e, const lldd_key *src, int64_t dst_cache_id, uint32_t batch_index,
-                                      int64_t size, const uint64_t *src_blocks, size_t num_src_blocks,
-                                      const uint64_t *dst_blocks, size_t num_dst_blocks, const uint64_t *src_tensors,
-                                      size_t num_src_tensors, const uint64_t *dst_tensors, size_t num_dst_tensors,
-                                      int64_t src_cache_offset, int64_t dst_cache_offset,
-                                      uint32_t tensor_num_per_layer)
+lldd_status ext_xfer_pull(engine *e, const char *fn, const lldd_key *src, int64_t dst_cache_id, uint32_t batch_index,
+                          int64_t size, const uint64_t *src_blocks, size_t num_src_blocks, const uint64_t *dst_blocks,
+                          size_t num_dst_blocks, const uint64_t *src_tensors, size_t num_src_tensors,
+                          const uint64_t *dst_tensors, size_t num_dst_tensors, int64_t src_cache_offset,
+                          int64_t dst_cache_offset, uint32_t tensor_num_per_layer)
 {
-    static const char fn[] = "lldd_ext_pull";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : src == NULL ? "src"
-                                       : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
-                                       : dst_blocks == NULL && num_dst_blocks > 0 ? "dst_blocks (num_dst_blocks > 0)"
-                                       : src_tensors == NULL && num_src_tensors > 0 ? "src_tensors (num_src_tensors > 0)"
-                                       : dst_tensors == NULL && num_dst_tensors > 0 ? "dst_tensors (num_dst_tensors > 0)"
-                                       : NULL);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     epull a = {src, dst_cache_id, batch_index, size, src_blocks, dst_blocks, src_tensors, dst_tensors,
                num_src_blocks, num_dst_blocks, num_src_tensors, num_dst_tensors, src_cache_offset, dst_cache_offset,
                tensor_num_per_layer};
@@ -779,7 +767,6 @@ MOCK_EXPORT lldd_status lldd_ext_pull(lldd_engine *e, const lldd_key *src, int64
     cache_unpin(e, lc);
 out:
     st = ext_gen_status(e, st);
-    engine_leave(e);
     return st;
 }
 
@@ -944,16 +931,12 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
     return push_move(xl, fn, a, lc, dst);
 }
 
-MOCK_EXPORT lldd_status lldd_ext_push_layer(lldd_engine *e, int64_t src_cache_id, uint32_t src_batch_index,
-                                            uint32_t src_layer, const lldd_key *dst, uint32_t dst_layer,
-                                            uint32_t tensor_num_per_layer, const uint64_t *src_blocks,
-                                            size_t num_src_blocks, const uint64_t *dst_blocks, size_t num_dst_blocks)
+lldd_status ext_xfer_push_layer(engine *e, const char *fn, int64_t src_cache_id, uint32_t src_batch_index,
+                                uint32_t src_layer, const lldd_key *dst, uint32_t dst_layer,
+                                uint32_t tensor_num_per_layer, const uint64_t *src_blocks, size_t num_src_blocks,
+                                const uint64_t *dst_blocks, size_t num_dst_blocks)
 {
-    static const char fn[] = "lldd_ext_push_layer";
-    lldd_status st = xfer_call_enter(e, fn, "dst", dst,
-                                     NULL, NULL, src_blocks, num_src_blocks, dst_blocks, num_dst_blocks);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     int block0 = dst->kind == LLDD_KEY_BLOCKS && num_src_blocks == 0 && num_dst_blocks == 0;
     epush a = {src_cache_id, src_batch_index, src_layer, dst_layer, tensor_num_per_layer, dst, src_blocks, dst_blocks,
                num_src_blocks, num_dst_blocks, dst->kind == LLDD_KEY_BLOCKS && !block0, block0};
@@ -1002,7 +985,6 @@ MOCK_EXPORT lldd_status lldd_ext_push_layer(lldd_engine *e, int64_t src_cache_id
         link_release(&xl);
         cache_unpin(e, lc);
     }
-    engine_leave(e);
     return st;
 }
 
@@ -1264,17 +1246,12 @@ static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *
     return transfer_move(xl, fn, a, lc, pcs, tensors, c2b_len);
 }
 
-MOCK_EXPORT lldd_status lldd_ext_transfer_layer(lldd_engine *e, int64_t src_cache_id, uint32_t src_batch_index,
-                                                uint32_t layer, uint64_t dst_cluster_id, const uint64_t *dst_addrs,
-                                                const uint64_t *src_blocks, size_t num_src_blocks,
-                                                const uint64_t *dst_blocks, size_t num_dst_blocks,
-                                                uint64_t dst_block_memory_size)
+lldd_status ext_xfer_transfer_layer(engine *e, const char *fn, int64_t src_cache_id, uint32_t src_batch_index,
+                                    uint32_t layer, uint64_t dst_cluster_id, const uint64_t *dst_addrs,
+                                    const uint64_t *src_blocks, size_t num_src_blocks, const uint64_t *dst_blocks,
+                                    size_t num_dst_blocks, uint64_t dst_block_memory_size)
 {
-    static const char fn[] = "lldd_ext_transfer_layer";
-    lldd_status st = xfer_call_enter(e, fn, "dst_addrs (two addresses)", dst_addrs,
-                                     NULL, NULL, src_blocks, num_src_blocks, dst_blocks, num_dst_blocks);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st = LLM_SUCCESS;
     int role = atomic_load(&e->role);
     etransfer a = {src_cache_id, src_batch_index, layer, dst_cluster_id, dst_addrs, src_blocks, dst_blocks,
                    num_src_blocks, num_dst_blocks, dst_block_memory_size,
@@ -1326,6 +1303,5 @@ MOCK_EXPORT lldd_status lldd_ext_transfer_layer(lldd_engine *e, int64_t src_cach
         cache_unpin(e, lc);
     }
     st = ext_gen_status(e, st);
-    engine_leave(e);
     return st;
 }
