@@ -20,7 +20,7 @@ from llm_datadist_ffi import _capi, _cdef, mock_control
 from llm_datadist_ffi._loader import const, ffi, lldd_lib, loaded
 
 INCLUDE = _cdef.include_dir()
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def declared_functions(fragment: str) -> list[str]:
@@ -176,7 +176,7 @@ def test_every_failing_function_can_be_given_an_injected_fault() -> None:
 @pytest.mark.parametrize("name", [n for n in fallible_functions() if n.startswith("lldd_")])
 def test_an_injected_fault_is_what_the_function_returns_first(name: str) -> None:
     # Arguments are all NULL or zero: the fault is answered before any of them is read.
-    # (tests/test_acl.py makes every ACL function of the table fail the same way.)
+    # (tests/acl/test_acl.py makes every ACL function of the table fail the same way.)
     function = getattr(lldd_lib, name)
     args = [ffi.NULL if arg.kind == "pointer" else 0 for arg in ffi.typeof(function).args]
     with mock_control.fault(name, 0x5010B01A, count=1):

@@ -14,7 +14,7 @@ from llm_datadist_ffi import _capi, configs, mock_control, native
 from llm_datadist_ffi.data_type import ELEMENT_BITS, GeDataType
 from llm_datadist_ffi.v2 import llm_types
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def members(enum_class: type) -> dict[str, int]:

@@ -21,7 +21,7 @@ import pytest
 
 from llm_datadist_ffi import _loader
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LIB = Path("llm_datadist_ffi") / "_lib" / _loader.MOCK_LIB_NAME
 IGNORED = shutil.ignore_patterns("_lib", "__pycache__", ".hypothesis", ".pytest_cache", "*.so", "*.egg-info")
 
@@ -62,7 +62,7 @@ def test_info_in_the_root_of_an_unbuilt_source_tree_builds_and_loads_its_own_moc
 
 
 def test_python_m_pytest_runs_in_the_root_of_a_source_tree(source_tree: Path) -> None:
-    result = run_in(source_tree, "-m", "pytest", "-p", "no:cacheprovider", "tests/test_engine_lifecycle.py",
+    result = run_in(source_tree, "-m", "pytest", "-p", "no:cacheprovider", "tests/native/test_engine_lifecycle.py",
                     "-k", "test_live_engine_count_follows_create_and_destroy")
     assert result.returncode == 0, result.stdout + result.stderr
     # conftest's report header names the package and library the run used: the copy's

@@ -23,7 +23,7 @@ from typing import Iterator
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOUBLE = ROOT / "tests" / "vendor_double"
 SHIM_SOURCE = ROOT / "llm_datadist_ffi" / "_shim" / "lldd_shim.cpp"
 UMBRELLA = ROOT / "include" / "llm_datadist_ffi.h"

@@ -31,7 +31,7 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOUBLE = ROOT / "tests" / "vendor_double"
 CXX = os.environ.get("CXX", "") or "g++"
 

@@ -26,7 +26,7 @@ from llm_datadist_ffi.status import (
     map_status,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # docs/reference/status-codes.md §2, "Declaration order of the Python enum", with the values of the table.
 SPEC_MEMBERS = [

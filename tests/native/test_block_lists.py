@@ -23,7 +23,7 @@ from llm_datadist_ffi._blocklists import ints_to_u64, plain_u64, smallest_repeat
 from llm_datadist_ffi._vendor_checks import UINT64, check_int_items
 from llm_datadist_ffi.native import Cache, CacheIndex
 
-import vendor_support as vs  # noqa: E402
+import vendor_support as vs
 from lint_support import lenient
 
 U64_MAX = 2**64 - 1

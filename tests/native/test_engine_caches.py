@@ -2,10 +2,6 @@
 unregister, the memory pools of PR-9/PR-34, and the local copies."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Callable
 
 import numpy as np
@@ -16,18 +12,9 @@ from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import acl, lint, mock_control, native
 from llm_datadist_ffi.native import Cache, GeDataType
 
-
-def _support() -> ModuleType:
-    if "engine_support" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("engine_support", Path(__file__).with_name("engine_support.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["engine_support"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["engine_support"]
+import engine_support as sup
 
 
-sup = _support()
 raw = sup.Raw()
 
 Engines = Callable[..., native.LlmDataDist]

@@ -3,13 +3,9 @@ PR-37): creation, Initialize and its options, Finalize, destroy, SetRole, NULL
 arguments and the control functions."""
 from __future__ import annotations
 
-import importlib.util
 import socket
-import sys
 import threading
 import time
-from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable
 
 import numpy as np
@@ -19,18 +15,9 @@ from llm_datadist_ffi import LLMException
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import acl, lint, mock_control, native
 
-
-def _support() -> ModuleType:
-    if "engine_support" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("engine_support", Path(__file__).with_name("engine_support.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["engine_support"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["engine_support"]
+import engine_support as sup
 
 
-sup = _support()
 raw = sup.Raw()
 
 Engines = Callable[..., native.LlmDataDist]

@@ -3,14 +3,11 @@ PR-35, PR-42): argument checks, handshakes over loopback TCP in one process and
 between processes, unlink in both forms, peers that go away."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import socket
-import sys
 import threading
 import time
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -20,20 +17,10 @@ from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import lint, mock_control, native
 from llm_datadist_ffi.native import Cache, CacheIndex, ClusterInfo, IpInfo
 
+import engine_support as sup
 import wire_support as wire
 
 
-def _support() -> ModuleType:
-    if "engine_support" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("engine_support", Path(__file__).with_name("engine_support.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["engine_support"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["engine_support"]
-
-
-sup = _support()
 raw = sup.Raw()
 
 Engines = Callable[..., native.LlmDataDist]

@@ -4,13 +4,9 @@ and PR-32, timeouts (PR-31, PR-35), in one process and between processes over bo
 data paths (process_vm_readv/writev and the socket fall-back)."""
 from __future__ import annotations
 
-import importlib.util
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import ModuleType
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -21,19 +17,9 @@ from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import lint, mock_control, native
 from llm_datadist_ffi.native import Cache, CacheDesc, CacheIndex, KvCacheExtParam
 from lint_support import lenient, mode_for, strict
+import engine_support as sup
 
 
-def _support() -> ModuleType:
-    if "engine_support" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("engine_support", Path(__file__).with_name("engine_support.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["engine_support"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["engine_support"]
-
-
-sup = _support()
 raw = sup.Raw()
 
 P, NX, NL, T = S.LLM_PARAM_INVALID, S.LLM_KV_CACHE_NOT_EXIST, S.LLM_NOT_YET_LINK, S.LLM_TIMEOUT

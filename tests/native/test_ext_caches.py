@@ -18,7 +18,7 @@ from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import lint
 
 
-import ext_support as xs  # noqa: E402
+import ext_support as xs
 U64 = xs.U64
 pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
 

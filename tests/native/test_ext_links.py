@@ -14,7 +14,7 @@ import pytest
 from llm_datadist_ffi import LLMStatusCode as S
 
 
-import ext_support as xs  # noqa: E402
+import ext_support as xs
 pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
 
 

@@ -21,8 +21,8 @@ from hypothesis import given, strategies as st
 from llm_datadist_ffi import LLMStatusCode as S
 
 
-import ext_support as xs  # noqa: E402
-from lint_support import STRICT_ENV  # noqa: E402
+import ext_support as xs
+from lint_support import STRICT_ENV
 pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
 
 

@@ -18,8 +18,8 @@ import pytest
 from llm_datadist_ffi import LLMStatusCode as S
 
 
-import ext_support as xs  # noqa: E402
-from lint_support import lenient, mode_for, strict  # noqa: E402
+import ext_support as xs
+from lint_support import lenient, mode_for, strict
 pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
 SA, DIRECT, V1 = "server-assisted", "direct", "v1"
 

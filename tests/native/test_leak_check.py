@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 
 LEAKY_TESTS = '''
 from llm_datadist_ffi import acl, native
@@ -37,7 +37,7 @@ def test_keeps_an_engine_of_its_own(engines):
 
 @pytest.mark.mock_only(reason="counts the mock's live engines and allocations")
 def test_the_engines_fixture_fails_a_test_that_leaks_an_engine_or_an_allocation(tmp_path: Path) -> None:
-    shutil.copyfile(HERE / "conftest.py", tmp_path / "conftest.py")
+    shutil.copyfile(TESTS / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_leaky.py").write_text(LEAKY_TESTS, encoding="utf-8")
     # -c /dev/null: the copied conftest alone, without the project's pytest configuration.
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-c", "/dev/null",

@@ -21,7 +21,7 @@ oracle's never-initialised engine.
 
 The delay is long enough that the transfer is waiting on B before Finalize starts on
 a loaded 2-core machine (the same margin as the example test
-``tests/test_engine_lifecycle.py::test_finalize_waits_for_running_calls_and_calls_after_it_began_fail``).
+``tests/native/test_engine_lifecycle.py::test_finalize_waits_for_running_calls_and_calls_after_it_began_fail``).
 """
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import mock_control, native
 from llm_datadist_ffi.native import CachePlacement, GeDataType as G, LlmRole
 
-from oracle.driver import Harness, observe  # noqa: E402
-from vendor_support import free_port  # noqa: E402
+from native_driver import Harness, observe
+from vendor_support import free_port
 
 pytestmark = pytest.mark.mock_only(reason="uses the mock's serve delay to hold a transfer while Finalize runs")
 

@@ -22,10 +22,8 @@ docs/testing.md maps every rule to the tests here.
 from __future__ import annotations
 
 import socket
-import sys
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
@@ -37,9 +35,8 @@ from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import acl, mock_control, native
 from llm_datadist_ffi.native import CachePlacement, GeDataType as G, LlmRole
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle import Ext, tensor_layout  # noqa: E402
-from oracle.driver import Harness, observe  # noqa: E402
+from oracle import Ext, tensor_layout
+from native_driver import Harness, observe
 
 pytestmark = pytest.mark.mock_only(reason="property tests of the mock's rules against the oracle")
 

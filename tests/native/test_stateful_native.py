@@ -24,8 +24,6 @@ first-fit pool pages after deallocations (PR-34).
 from __future__ import annotations
 
 import socket
-import sys
-from pathlib import Path
 from typing import Any, Iterator, Optional
 
 import pytest
@@ -37,9 +35,8 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, initial
 from llm_datadist_ffi.native import CachePlacement, GeDataType as G, LlmRole
 from llm_datadist_ffi.testing import strategies as lst
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle import CacheModel, Ext  # noqa: E402
-from oracle.driver import Harness  # noqa: E402
+from oracle import CacheModel, Ext
+from native_driver import Harness
 
 pytestmark = pytest.mark.mock_only(reason="stateful tests of the mock's rules against the oracle")
 

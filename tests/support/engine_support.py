@@ -1,4 +1,4 @@
-"""Support for the engine tests (tests/test_engine_*.py), loaded with ``load()``.
+"""Support for the engine tests (tests/native/test_engine_*.py).
 
 - ``PeerProcess``: a native engine in another process. This file is also that
   process's program: it reads one JSON command per line on stdin and answers one

@@ -1,7 +1,8 @@
-"""The test driver: runs each call on the package and on the oracle, and compares.
+"""The driver of the native oracle: runs each call on the package and on the oracle,
+and compares.
 
-Not part of the oracle (it imports ``llm_datadist_ffi.native`` to make the calls);
-``tests/oracle/__init__`` does not import it. A ``Harness`` holds native engines in
+It lives beside the other helpers, outside ``tests/oracle/``, because it imports
+``llm_datadist_ffi.native`` to make the calls, which the oracle never does. A ``Harness`` holds native engines in
 this process, their models in one ``World``, and the memory of every cache: for a
 registered cache a numpy buffer holding its tensors between random guard bytes, for
 an allocated cache the pool addresses the engine returned. Each call:
@@ -27,10 +28,10 @@ from llm_datadist_ffi import LLMException
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import lint, native
 
-from .dtypes import tensor_layout
-from .memory import apply_copies
-from .model import ClusterArg, Ext, World
-from .outcome import Outcome
+from oracle.dtypes import tensor_layout
+from oracle.memory import apply_copies
+from oracle.model import ClusterArg, Ext, World
+from oracle.outcome import Outcome
 
 GUARD = 64                   # random bytes before, between and after the tensors of a buffer
 MAX_BACKED = 4 << 20         # larger valid caches are registered on a stand-in address, never moved

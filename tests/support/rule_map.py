@@ -34,14 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterator, List, Sequence, Tuple
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 TESTS = REPO / "tests"
 PAGE = DOCS / "rule-map.md"
 
-REGENERATE_COMMAND = "python tests/rule_map.py > docs/rule-map.md"
+REGENERATE_COMMAND = "python tests/support/rule_map.py > docs/rule-map.md"
 
-GENERATED_NOTICE = ("<!-- Generated from the `rules` markers of the tests by tests/rule_map.py; do not edit. "
+GENERATED_NOTICE = ("<!-- Generated from the `rules` markers of the tests by tests/support/rule_map.py; do not edit. "
                     f"Regenerate with: {REGENERATE_COMMAND} -->")
 
 # The rule documents, in the order the map lists them: (file under docs/, what kind of
@@ -174,7 +174,7 @@ def markers_in(source: str, module: str) -> Dict[str, List[str]]:
 
 
 def collect(tests: Path = TESTS) -> Dict[str, Dict[str, List[str]]]:
-    """Rule ids by module (``test_engine_caches.py``, or a path below ``tests/``) and test."""
+    """Rule ids by module (its path below ``tests/``, ``native/test_engine_caches.py``) and test."""
     markers: Dict[str, Dict[str, List[str]]] = {}
     for path in sorted(tests.rglob("test_*.py")):
         module = path.relative_to(tests).as_posix()

@@ -1,6 +1,6 @@
 """Runs a Prompt and a Decoder in two network namespaces joined by a veth pair.
 
-Started by tests/test_testing_netns.py as ``unshare -Urn python topology_netns_driver.py``:
+Started by tests/tools/test_testing_netns.py as ``unshare -Urn python topology_netns_driver.py``:
 this process is then in a new user and network namespace ("A"), with the rights to
 configure it. It creates a second network namespace ("B", held by a ``sleep``), a veth
 pair 10.200.0.1 (A) – 10.200.0.2 (B), and a topology whose Prompt listens in A and
@@ -13,14 +13,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import topology_support as ts  # noqa: E402
-from llm_datadist_ffi.testing.topology import DECODER, PROMPT, EngineSpec, Topology  # noqa: E402
+import topology_support as ts
+from llm_datadist_ffi.testing.topology import DECODER, PROMPT, EngineSpec, Topology
 
 
 #: the network tools run without the sanitizer runtime that CI preloads into the tests

@@ -1,6 +1,6 @@
 """The harness of the vendor-API property and stateful tests: not part of the oracle.
 
-Like ``driver.py`` for the native oracle, this module makes each call on the package
+Like ``native_driver.py`` for the native oracle, this module makes each call on the package
 (one ``LLMDataDist`` in this process) and on the oracle (``vendor_checks``), and
 compares their outcomes and every byte of cache memory: registered numpy buffers with
 their guard bytes, and pool tensors read through their addresses with ctypes.
@@ -23,8 +23,8 @@ from llm_datadist_ffi.vendor import (
     Placement,
 )
 
-from .vendor_checks import Checks, Key, Mode, Ref, Verdict
-from .vendor_local import DEVICE, HOST, Engine
+from oracle.vendor_checks import Checks, Key, Mode, Ref, Verdict
+from oracle.vendor_local import DEVICE, HOST, Engine
 
 U32, I64, U64 = 2**32 - 1, 2**63 - 1, 2**64 - 1
 #: keys bound at set-up: a request key of "c", then (pool modes) a request key, a

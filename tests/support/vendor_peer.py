@@ -24,8 +24,6 @@ from typing import Any, Dict
 
 import numpy as np
 
-sys.path.insert(0, sys.argv[1])        # the tests directory, for vendor_support
-
 import llm_datadist_ffi.compat  # noqa: E402
 
 llm_datadist_ffi.compat.install()

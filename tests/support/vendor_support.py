@@ -1,4 +1,4 @@
-"""Support for the vendor-API tests (tests/test_vendor_*.py).
+"""Support for the vendor-API tests (tests/vendor/test_vendor_*.py).
 
 - ``fill``: the reproducible content of a cache tensor, so that a test computes the
   bytes a peer holds from the seed alone;
@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Type
 
 import numpy as np
 
-TESTS = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parent
 
 #: A rank table for the rank-table link (the mock only parses it as JSON, PR-39).
 RANK_TABLE = '{"version": "1.0", "server_count": "1", "server_list": []}'
@@ -62,7 +62,7 @@ class Peer:
         #: the lint rule ids the last command warned about in the peer
         self.last_lints: frozenset = frozenset()
         self.process = subprocess.Popen(
-            [sys.executable, str(TESTS / "vendor_peer.py"), str(TESTS)], stdin=subprocess.PIPE,
+            [sys.executable, str(SUPPORT / "vendor_peer.py")], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, text=True, cwd=tempfile.gettempdir(), env=full_env)
 
     def run(self, code: str = "", value: Optional[str] = None) -> Any:

@@ -11,7 +11,7 @@ from llm_datadist_ffi import _codegen
 from llm_datadist_ffi.status import STATUS_TABLE
 from llm_datadist_ffi._loader import acl_lib, const
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STATUS_HEADER = Path("include/lldd/status.h")
 ACL_TYPES = Path("include/acl/types.h")
 SHIM = Path("llm_datadist_ffi/_shim/lldd_shim.cpp")

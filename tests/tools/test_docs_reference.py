@@ -13,7 +13,7 @@ import pytest
 
 from llm_datadist_ffi import _docgen, native
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "docs" / "reference"
 NATIVE_PAGE = REFERENCE / "native-api.md"
 

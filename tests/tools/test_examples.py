@@ -18,7 +18,7 @@ import pytest
 # LLM_FEATURE_NOT_ENABLED for them (docs/ascend.md).
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 EXPECTED = {
     "v1_pull_cache.py": "v1 pull_cache: every byte verified",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import llm_datadist_ffi
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _toml_section(name: str) -> str:

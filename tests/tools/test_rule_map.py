@@ -1,4 +1,4 @@
-"""docs/rule-map.md is generated from the tests' ``rules`` markers (tests/rule_map.py):
+"""docs/rule-map.md is generated from the tests' ``rules`` markers (tests/support/rule_map.py):
 the committed page is never stale, every marker names a rule some document defines,
 the markers the generator reads are the ones pytest sees, and the decisions of
 docs/semantics.md are headings that every reference links to."""
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import rule_map
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SEMANTICS = REPO / "docs" / "semantics.md"
 
 
@@ -65,12 +65,14 @@ def test_the_map_lists_each_rule_once_with_its_tests_by_module(tmp_path: Path) -
 def test_a_changed_marker_makes_the_committed_page_stale(tmp_path: Path) -> None:
     # The staleness test compares with a rendering of the current markers: one marker
     # more changes the rendering.
-    source = (REPO / "tests" / "test_engine_links.py").read_text(encoding="utf-8")
+    tests = REPO / "tests"
+    changed_module = tests / "native" / "test_engine_links.py"
+    source = changed_module.read_text(encoding="utf-8")
     changed = source.replace("@pytest.mark.rules(", '@pytest.mark.rules("§14", ', 1)
     assert changed != source
-    for path in sorted((REPO / "tests").glob("test_*.py")):
-        write_tests(tmp_path, changed if path.name == "test_engine_links.py" else path.read_text(encoding="utf-8"),
-                    name=path.name)
+    for path in sorted(tests.rglob("test_*.py")):
+        write_tests(tmp_path / path.parent.relative_to(tests),
+                    changed if path == changed_module else path.read_text(encoding="utf-8"), name=path.name)
     assert rule_map.render(tests=tmp_path) != rule_map.PAGE.read_text(encoding="utf-8")
 
 

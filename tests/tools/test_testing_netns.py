@@ -6,15 +6,15 @@ import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 import topology_support as ts
+from paths import SUPPORT
 
 pytestmark = pytest.mark.mock_only(reason="the engines of the topology are the mock's")
 
-DRIVER = Path(__file__).resolve().parent / "topology_netns_driver.py"
+DRIVER = SUPPORT / "topology_netns_driver.py"
 
 
 def missing_rights() -> str:

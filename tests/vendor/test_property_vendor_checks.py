@@ -32,8 +32,6 @@ needs a listener or a live link (EXIST_LINK, docs/reference/semantics.md §10.3 
 from __future__ import annotations
 
 import socket
-import sys
-from pathlib import Path
 from typing import Any, Dict, Iterator, List, Tuple
 
 import numpy as np
@@ -49,12 +47,11 @@ from llm_datadist_ffi.vendor import (
     Memtype, TransferConfig, TransferWithCacheKeyConfig,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle.vendor_checks import (  # noqa: E402
+from oracle.vendor_checks import (
     Cfg, Cluster, Key, Mem, Mode, Ref, check_link_status, init_selection, link_clusters, remap_registered_memory,
     switch_role, transfer_cache_async, unlink_clusters)
-from oracle.vendor_local import DEVICE, HOST  # noqa: E402
-from oracle.vendor_local_driver import (  # noqa: E402
+from oracle.vendor_local import DEVICE, HOST
+from vendor_local_driver import (
     BOUND, CLUSTER, I64, MODES, U32, U64, Env, _free_port, assert_agrees, one_call, options, outcome_of)
 
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API runs on the mock's extension functions")

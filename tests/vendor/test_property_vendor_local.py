@@ -17,8 +17,6 @@ behind ``vendor_checks``), both generations where the call exists:
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Dict, Iterator, List, Tuple
 
 import numpy as np
@@ -28,10 +26,9 @@ from hypothesis import strategies as st
 
 from llm_datadist_ffi import LLMStatusCode as S
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle.vendor_checks import Key, Ref  # noqa: E402
-from oracle.vendor_local import DEVICE, TABLE_LIMIT  # noqa: E402
-from oracle.vendor_local_driver import Env, one_call  # noqa: E402
+from oracle.vendor_checks import Key, Ref
+from oracle.vendor_local import DEVICE, TABLE_LIMIT
+from vendor_local_driver import Env, one_call
 
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API runs on the mock's extension functions")
 

@@ -31,8 +31,6 @@ memory: the sources' seed bytes with exactly the oracle's copies applied.
 from __future__ import annotations
 
 import ctypes
-import sys
-from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -47,17 +45,17 @@ from llm_datadist_ffi.vendor import (
     TransferConfig,
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle.memory import apply_copies  # noqa: E402
-from oracle.outcome import Outcome  # noqa: E402
-from oracle.vendor_v1 import (  # noqa: E402
+from oracle.memory import apply_copies
+from oracle.outcome import Outcome
+from oracle.vendor_v1 import (
     U64_MAX, BlocksKey, ById, Key, TransferConfigArg, V1Engine, identity, link_v1,
 )
+
+import vendor_support as vs
 
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
 
 
-import vendor_support as vs  # noqa: E402
 P_ID, D_ID, STRANGER = 1, 2, 99
 Memory = Dict[Tuple[int, int], List[np.ndarray]]
 

@@ -19,17 +19,14 @@ so ``--hypothesis-show-statistics`` shows what the examples covered.
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any, Iterator, Optional, Tuple
 
 import pytest
 from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import vendor_v2_peer_support as v2s  # noqa: E402
-from oracle import vendor_v2 as oracle  # noqa: E402
+import vendor_v2_peer_support as v2s
+from oracle import vendor_v2 as oracle
 
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
 

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-import sys
 import time
-from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import pytest
@@ -40,18 +38,18 @@ from hypothesis.stateful import (
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi.vendor import CacheDesc, CacheKey, DataType, LLMDataDist, LLMRole, RegisterMemStatus
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle.outcome import Outcome  # noqa: E402
-from oracle.vendor_life import (  # noqa: E402
+from oracle.outcome import Outcome
+from oracle.vendor_life import (
     ProcessModel, link, orphan_comms, rank_table_link, second_rank_table_link, shares_a_link, stale,
     unlink_forced,
 )
-from oracle.vendor_v1 import U64_MAX, Key  # noqa: E402
+from oracle.vendor_v1 import U64_MAX, Key
+
+import vendor_support as vs
 
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
 
 
-import vendor_support as vs  # noqa: E402
 HERE, THERE = 1, 2
 ROLES = [LLMRole.PROMPT, LLMRole.DECODER, LLMRole.MIX]
 KEYS = [Key(HERE, 10), Key(HERE, 11), Key(HERE, 12), Key(HERE, U64_MAX, 0, 30), Key(HERE, U64_MAX)]

@@ -20,8 +20,6 @@ last key of a deallocated cache frees it so that a copy from it then gives
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
@@ -30,10 +28,9 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle.vendor_checks import Key, Ref  # noqa: E402
-from oracle.vendor_local import DEVICE, HOST  # noqa: E402
-from oracle.vendor_local_driver import Env, one_call  # noqa: E402
+from oracle.vendor_checks import Key, Ref
+from oracle.vendor_local import DEVICE, HOST
+from vendor_local_driver import Env, one_call
 
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API runs on the mock's extension functions")
 

@@ -16,8 +16,6 @@ equals the oracle's memory.
 from __future__ import annotations
 
 import itertools
-import sys
-from pathlib import Path
 from typing import Any, Iterator, List, Optional, Tuple
 
 import pytest
@@ -28,9 +26,8 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initia
 
 from llm_datadist_ffi.testing import strategies as lst
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import vendor_v2_peer_support as v2s  # noqa: E402
-from oracle import vendor_v2 as oracle  # noqa: E402
+import vendor_v2_peer_support as v2s
+from oracle import vendor_v2 as oracle
 
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
 

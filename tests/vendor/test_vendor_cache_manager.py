@@ -28,6 +28,9 @@ from llm_datadist_ffi.vendor import (
 )
 from llm_datadist_ffi.v2.cache_manager import CacheManager
 
+import vendor_support as vs
+from lint_support import lenient, strict
+
 # The vendor-compatible API runs on the extension functions (include/lldd/ext.h): keys, cache
 # kinds and modes that the public C++ class cannot express, so the ascend shim answers
 # LLM_FEATURE_NOT_ENABLED for them (docs/ascend.md).
@@ -41,8 +44,6 @@ def _device_behaviour_unless_a_test_asks_for_strict(monkeypatch: pytest.MonkeyPa
     lenient(monkeypatch)
 
 
-import vendor_support as vs  # noqa: E402
-from lint_support import lenient, strict  # noqa: E402
 raises, lx, fill = vs.raises, vs.lx, vs.fill
 S = LLMStatusCode
 U64_MAX = 2**64 - 1

@@ -24,13 +24,14 @@ from llm_datadist_ffi.vendor import (
 )
 from llm_datadist_ffi.v2.cache_manager import CacheManager, KvCacheManager
 
+import vendor_support as vs
+
 # The vendor-compatible API runs on the extension functions (include/lldd/ext.h): keys, cache
 # kinds and modes that the public C++ class cannot express, so the ascend shim answers
 # LLM_FEATURE_NOT_ENABLED for them (docs/ascend.md).
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
 
 
-import vendor_support as vs  # noqa: E402
 raises, lx = vs.raises, vs.lx
 S = LLMStatusCode
 U64_MAX = 2**64 - 1

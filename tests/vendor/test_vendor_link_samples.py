@@ -24,13 +24,10 @@ from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi.vendor import (BlocksCacheKey, CacheDesc, DataType, LLMClusterInfo, LLMConfig, LLMDataDist,
                                      LLMException, LLMRole)
 
+import vendor_support as vs
+
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
 
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).parent))
-import vendor_support as vs  # noqa: E402
 
 BLOCKS, BLOCK_BYTES = 3, 40          # the hixl sample: 3 blocks of 10 float32
 

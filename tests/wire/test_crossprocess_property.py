@@ -3,7 +3,7 @@
 Engine A (cluster 1) lives in the test process; engine B (cluster 2) in a helper process
 started from this very file (``python test_crossprocess_property.py --serve``), which
 reads one JSON command per line and answers one JSON line. The helper registers its
-caches in numpy buffers laid out and filled exactly as ``oracle.driver.CacheMemory``
+caches in numpy buffers laid out and filled exactly as ``native_driver.CacheMemory``
 does from a seed, so the test knows their bytes, and sends a whole buffer back on
 request. The oracle models both engines in one ``World``; A pulls from and pushes to
 B (over the mock's cross-process data path), links are made from either side, and
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -35,10 +34,10 @@ from llm_datadist_ffi import native
 from llm_datadist_ffi.native import CachePlacement, GeDataType as G, LlmRole
 from llm_datadist_ffi.testing import strategies as lst
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from oracle import Ext, Outcome, tensor_layout  # noqa: E402
-from oracle.driver import CacheMemory, Harness, Mismatch  # noqa: E402
-from oracle.model import ClusterArg  # noqa: E402
+from oracle import Ext, Outcome, tensor_layout
+from native_driver import CacheMemory, Harness, Mismatch
+from oracle.model import ClusterArg
+from paths import helper_env
 
 pytestmark = pytest.mark.mock_only(reason="cross-process property tests of the mock's rules against the oracle")
 
@@ -116,7 +115,7 @@ class Peer:
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--serve"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=helper_env())
 
     def request(self, op: str, **args: Any) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None

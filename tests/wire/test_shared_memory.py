@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -24,6 +23,7 @@ import pytest
 
 import engine_support as sup
 import wire_support as wire
+from paths import helper_env
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import acl, mock_control, native
 
@@ -225,10 +225,9 @@ def test_a_transfer_to_a_peer_that_was_killed_after_a_shared_transfer_fails(pair
 
 RAW_PEER = textwrap.dedent("""
     import json, os, sys
-    sys.path.insert(0, sys.argv[1])
     import wire_support as wire
-    port, identify, token_xor = int(sys.argv[2]), sys.argv[3] == "1", int(sys.argv[4])
-    proof = bytes(32) if sys.argv[5] == "forge" else None
+    port, identify, token_xor = int(sys.argv[1]), sys.argv[2] == "1", int(sys.argv[3])
+    proof = bytes(32) if sys.argv[4] == "forge" else None
     peer = wire.RawLink(port, cluster_id=66, expected=1)
     hello = peer.hello()
     if identify:
@@ -242,9 +241,9 @@ RAW_PEER = textwrap.dedent("""
 
 
 def raw_peer_map(port: int, identify: bool, token_xor: int = 0, forge: bool = False) -> dict[str, Any]:
-    child = subprocess.Popen([sys.executable, "-c", RAW_PEER, str(Path(__file__).parent), str(port),
+    child = subprocess.Popen([sys.executable, "-c", RAW_PEER, str(port),
                               "1" if identify else "0", str(token_xor), "forge" if forge else "read"],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=helper_env())
     try:
         assert child.stdout is not None
         reply: dict[str, Any] = json.loads(child.stdout.readline())

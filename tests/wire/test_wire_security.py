@@ -22,6 +22,7 @@ import pytest
 import engine_support as sup
 import ext_support as xs
 import wire_support as wire
+from paths import helper_env
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import mock_control, native
 
@@ -281,9 +282,8 @@ def test_an_identity_claim_needs_the_links_token_and_its_own_connection(engines:
 
 ATTACKER = textwrap.dedent("""
     import socket, struct, sys
-    sys.path.insert(0, sys.argv[1])
     import wire_support as wire
-    port, victim_cache, secret_addr = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    port, victim_cache, secret_addr = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     peer = wire.RawLink(port, cluster_id=66, expected=1)
     hello = peer.hello(next_cache_id=100)       # its caches 1..99 "existed at link time" (PR-32)
     assert wire.identify(hello.id_channel, peer.token, peer.c1) == 0   # as itself: all it can claim
@@ -306,9 +306,9 @@ def test_a_peer_cannot_make_the_engine_read_its_own_memory_for_it(engines: Any) 
     secret = np.frombuffer(b"TOPSECRET-" * 10, dtype=np.uint8)[:64].copy()          # never registered
     dst = [np.zeros((1, 64), np.uint8)]
     dst_id = sup.register(victim, dst, dtype=native.DataType.DT_UINT8)
-    attacker = subprocess.Popen([sys.executable, "-c", ATTACKER, str(Path(__file__).parent), str(victim.listen_port),
+    attacker = subprocess.Popen([sys.executable, "-c", ATTACKER, str(victim.listen_port),
                                  str(dst_id), str(secret.ctypes.data)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, text=True, env=helper_env())
     try:
         assert attacker.stdout is not None and attacker.stdout.readline().strip() == "ready"
         assert mock_control.link_path(victim, 66) == "process_vm"   # the attacker's own process
