@@ -59,7 +59,7 @@ class Pair:
 
 
 @pytest.fixture
-def pair(engines: Callable[..., native.LlmDataDist], monkeypatch: pytest.MonkeyPatch) -> Iterator[Pair]:
+def linked(engines: Callable[..., native.LlmDataDist], monkeypatch: pytest.MonkeyPatch) -> Iterator[Pair]:
     lenient(monkeypatch)
     yield Pair(engines)
 
@@ -95,9 +95,9 @@ CONTAINERS: list[tuple[str, Callable[[list[int]], Any]]] = [
 
 
 @pytest.mark.parametrize("make", [c[1] for c in CONTAINERS], ids=[c[0] for c in CONTAINERS])
-def test_every_accepted_block_list_kind_moves_the_blocks_it_names(pair: Pair, make: Callable[[list[int]], Any]) -> None:
-    pair.pull(make([3, 1, 0]), make([2, 0, 1]))
-    for src, dst in zip(pair.src, pair.dst):
+def test_every_accepted_block_list_kind_moves_the_blocks_it_names(linked: Pair, make: Callable[[list[int]], Any]) -> None:
+    linked.pull(make([3, 1, 0]), make([2, 0, 1]))
+    for src, dst in zip(linked.src, linked.dst):
         expected = np.zeros_like(dst)
         expected[[2, 0, 1]] = src[[3, 1, 0]]
         assert (dst == expected).all()
@@ -134,36 +134,36 @@ NATIVE_REJECTIONS: list[tuple[str, Any, type, str]] = [
 
 @pytest.mark.parametrize("value,exc_type,message", [c[1:] for c in NATIVE_REJECTIONS],
                          ids=[c[0] for c in NATIVE_REJECTIONS])
-def test_native_block_lists_are_rejected_with_the_documented_error(pair: Pair, value: Any, exc_type: type,
+def test_native_block_lists_are_rejected_with_the_documented_error(linked: Pair, value: Any, exc_type: type,
                                                                    message: str) -> None:
     with pytest.raises(exc_type, match=f"^{re.escape(message)}$"):
-        pair.pull([0, 1] if len(value) == 2 else [0, 1, 2], value)
-    assert all((dst == 0).all() for dst in pair.dst)
+        linked.pull([0, 1] if len(value) == 2 else [0, 1, 2], value)
+    assert all((dst == 0).all() for dst in linked.dst)
 
 
-def test_the_largest_uint64_passes_python_and_the_backend_refuses_it_as_out_of_range(pair: Pair) -> None:
+def test_the_largest_uint64_passes_python_and_the_backend_refuses_it_as_out_of_range(linked: Pair) -> None:
     for value in ([0, U64_MAX], np.array([0, U64_MAX], dtype=np.uint64)):
         with pytest.raises(LLMException, match=r"dst_blocks\[1\] = 18446744073709551615 is out of range") as info:
-            pair.pull([0, 1], value)
+            linked.pull([0, 1], value)
         assert info.value.status_code == LLMStatusCode.LLM_PARAM_INVALID
 
 
-def test_a_repeated_destination_block_warns_with_the_smallest_repeated_block(pair: Pair) -> None:
+def test_a_repeated_destination_block_warns_with_the_smallest_repeated_block(linked: Pair) -> None:
     src_blocks, dst_blocks = [0, 1, 2, 3, 4, 5], [9, 5, 3, 9, 3, 1]
     with pytest.warns(lint.RepeatedDestinationBlockWarning, match="dst_blocks contains block 3 more than once"):
-        pair.pull(src_blocks, dst_blocks)
-    for src, dst in zip(pair.src, pair.dst):
+        linked.pull(src_blocks, dst_blocks)
+    for src, dst in zip(linked.src, linked.dst):
         expected = np.zeros_like(dst)
         for s, d in zip(src_blocks, dst_blocks):      # in list order: the last write wins
             expected[d] = src[s]
         assert (dst == expected).all()
 
 
-def test_repeats_among_huge_scattered_blocks_are_found_too(pair: Pair) -> None:
+def test_repeats_among_huge_scattered_blocks_are_found_too(linked: Pair) -> None:
     dst_blocks = np.array([2**63, 6, 2**40, 2**63, 6], dtype=np.uint64)
     with pytest.warns(lint.RepeatedDestinationBlockWarning, match="dst_blocks contains block 6 more than once"):
         with pytest.raises(LLMException, match="out of range") as info:
-            pair.pull([0, 1, 2, 3, 4], dst_blocks)
+            linked.pull([0, 1, 2, 3, 4], dst_blocks)
     assert info.value.status_code == LLMStatusCode.LLM_PARAM_INVALID
 
 

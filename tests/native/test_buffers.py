@@ -34,20 +34,20 @@ class Pair:
 
 
 @pytest.fixture
-def pair() -> Iterator[Pair]:
+def prompt_and_decoder() -> Iterator[Pair]:
     made = Pair()
     yield made
     made.decoder.close()
     made.prompt.close()
 
 
-def test_arrays_register_as_their_memory_and_receive_the_pulled_bytes(pair: Pair) -> None:
-    prompt, decoder = pair.prompt, pair.decoder
+def test_arrays_register_as_their_memory_and_receive_the_pulled_bytes(prompt_and_decoder: Pair) -> None:
+    prompt, decoder = prompt_and_decoder.prompt, prompt_and_decoder.decoder
     src = [np.arange(64, dtype=np.uint8).reshape(4, 16) + 7 * t for t in range(2)]
     dst = [np.zeros((4, 16), np.uint8), bytearray(64)]             # an array and a bytearray
     sid = prompt.register_kv_cache(DESC, src)
     did = decoder.register_kv_cache(DESC, dst)
-    pair.link()
+    prompt_and_decoder.link()
     decoder.pull_kv_blocks(CacheIndex(1, sid), Cache(did), [3, 0], [1, 2])
     expected = np.zeros((2, 4, 16), np.uint8)
     expected[:, 1], expected[:, 2] = np.stack(src)[:, 3], np.stack(src)[:, 0]
@@ -62,15 +62,15 @@ def test_arrays_register_as_their_memory_and_receive_the_pulled_bytes(pair: Pair
     (lambda: "64 bytes", TypeError, "addrs[0] must be an int (uint64), not str"),
 ])
 def test_memory_that_cannot_hold_the_tensor_is_refused_and_nothing_is_registered(
-        pair: Pair, memory: Any, error: type, words: str) -> None:
-    decoder = pair.decoder
+        prompt_and_decoder: Pair, memory: Any, error: type, words: str) -> None:
+    decoder = prompt_and_decoder.decoder
     with pytest.raises(error, match=re.escape(words)):
         decoder.register_kv_cache(DESC, [memory(), np.zeros((4, 16), np.uint8)])
     assert decoder.register_kv_cache(DESC, [np.zeros((4, 16), np.uint8) for _ in range(2)]) == 1   # no id taken
 
 
-def test_registered_memory_stays_alive_until_unregistered_and_until_finalize(pair: Pair) -> None:
-    decoder = pair.decoder
+def test_registered_memory_stays_alive_until_unregistered_and_until_finalize(prompt_and_decoder: Pair) -> None:
+    decoder = prompt_and_decoder.decoder
     arrays = [np.zeros((4, 16), np.uint8) for _ in range(4)]
     refs = [weakref.ref(a) for a in arrays]
     first = decoder.register_kv_cache(DESC, arrays[:2])
@@ -118,13 +118,13 @@ class DlpackOnly:
         return self.array.__dlpack_device__()
 
 
-def test_torch_tensors_and_dlpack_objects_register_as_their_memory(pair: Pair) -> None:
-    prompt, decoder = pair.prompt, pair.decoder
+def test_torch_tensors_and_dlpack_objects_register_as_their_memory(prompt_and_decoder: Pair) -> None:
+    prompt, decoder = prompt_and_decoder.prompt, prompt_and_decoder.decoder
     src = [np.full((4, 16), 5 + t, np.uint8) for t in range(2)]
     sid = prompt.register_kv_cache(DESC, [TorchLike(src[0]), DlpackOnly(src[1])])
     dst = [np.zeros((4, 16), np.uint8) for _ in range(2)]
     did = decoder.register_kv_cache(DESC, [TorchLike(dst[0]), dst[1]])
-    pair.link()
+    prompt_and_decoder.link()
     decoder.pull_kv_cache(CacheIndex(1, sid, 2), Cache(did), batch_index=3)
     assert (dst[0][3] == 5).all() and (dst[1][3] == 6).all() and not dst[0][:3].any()
     with pytest.raises(ValueError, match=r"addrs\[0\] is a tensor on cuda"):

@@ -50,7 +50,7 @@ def silent_port() -> Iterator[int]:
 
 
 @pytest.fixture
-def pair(engines: Engines) -> tuple[native.LlmDataDist, native.LlmDataDist]:
+def server_and_client(engines: Engines) -> tuple[native.LlmDataDist, native.LlmDataDist]:
     """(server, client): cluster 1 listens, cluster 2 does not."""
     return engines(1, listen=True), engines(2, options={}, device_id=1)
 
@@ -72,8 +72,8 @@ def pull(engine: native.LlmDataDist, cluster_id: int, src: int, dst: int) -> int
 # ---- argument checks ----------------------------------------------------------------------
 
 @pytest.mark.rules("§10.2", "§10.3", "cpp-api §6.7", "cpp-api §6.8")
-def test_link_checks_timeout_and_addresses_before_any_cluster(pair: Any) -> None:
-    server, client = pair
+def test_link_checks_timeout_and_addresses_before_any_cluster(server_and_client: Any) -> None:
+    server, client = server_and_client
     good = sup.cluster(1, server.listen_port)
     assert client.link_llm_clusters([good], 0) == (S.LLM_PARAM_INVALID, [])
     assert client.link_llm_clusters([good], -5) == (S.LLM_PARAM_INVALID, [])
@@ -92,23 +92,23 @@ def test_link_checks_timeout_and_addresses_before_any_cluster(pair: Any) -> None
 
 
 @pytest.mark.rules("§10.2", "cpp-api §6.7")
-def test_link_checks_remote_addresses_before_local_ones(pair: Any) -> None:
-    _, client = pair
+def test_link_checks_remote_addresses_before_local_ones(server_and_client: Any) -> None:
+    _, client = server_and_client
     both_bad = ClusterInfo(1, 0, [IpInfo("::1", 0)], [IpInfo("", 5)])
     assert client.link_llm_clusters([both_bad]) == (S.LLM_PARAM_INVALID, [])
     assert "clusters[0].remote_ip_infos[0].ip is empty" in raw.last_error()
 
 
 @pytest.mark.rules("§10.1")
-def test_a_link_call_takes_any_number_of_clusters(pair: Any) -> None:
-    _, client = pair
+def test_a_link_call_takes_any_number_of_clusters(server_and_client: Any) -> None:
+    _, client = server_and_client
     clusters = [sup.cluster(100 + i, sup.free_port()) for i in range(20)]        # nobody listens
     assert client.link_llm_clusters(clusters, 500) == (S.LLM_LINK_FAILED, [S.LLM_LINK_FAILED] * 20)
 
 
 @pytest.mark.rules("§10.2")
-def test_link_checks_each_cluster_and_returns_the_last_failure(pair: Any, silent_port: int) -> None:
-    server, client = pair
+def test_link_checks_each_cluster_and_returns_the_last_failure(server_and_client: Any, silent_port: int) -> None:
+    server, client = server_and_client
     clusters = [
         sup.cluster(1, server.listen_port),                                  # fine
         ClusterInfo(3, 0, [IpInfo("127.0.0.1", 0)], []),                     # no remote address
@@ -125,8 +125,8 @@ def test_link_checks_each_cluster_and_returns_the_last_failure(pair: Any, silent
 
 
 @pytest.mark.rules("§10.2")
-def test_a_listener_needs_no_local_address_and_a_first_link_generates_the_resource(pair: Any) -> None:
-    server, client = pair
+def test_a_listener_needs_no_local_address_and_a_first_link_generates_the_resource(server_and_client: Any) -> None:
+    server, client = server_and_client
     other = client  # client has no listener: its first link needs exactly one local address
     assert server.link_llm_clusters([ClusterInfo(9, 0, [], [IpInfo("127.0.0.1", sup.free_port())])])[1] == \
         [S.LLM_LINK_FAILED]
@@ -157,8 +157,8 @@ def test_local_comm_res_is_checked_by_each_link(engines: Engines, res: str, stat
 
 
 @pytest.mark.rules("§10.2", "§13")
-def test_linking_to_a_silent_listener_times_out(pair: Any, silent_port: int) -> None:
-    _, client = pair
+def test_linking_to_a_silent_listener_times_out(server_and_client: Any, silent_port: int) -> None:
+    _, client = server_and_client
     start = time.monotonic()
     assert client.link_llm_clusters([sup.cluster(1, silent_port)], 200) == (S.LLM_TIMEOUT, [S.LLM_TIMEOUT])
     assert 0.18 <= time.monotonic() - start < 2
@@ -187,8 +187,8 @@ def test_clusters_of_one_call_are_linked_concurrently(engines: Engines) -> None:
 
 @pytest.mark.rules("§10.2", "§13")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
-def test_a_serve_delay_makes_the_handshake_time_out(pair: Any) -> None:
-    server, client = pair
+def test_a_serve_delay_makes_the_handshake_time_out(server_and_client: Any) -> None:
+    server, client = server_and_client
     mock_control.set_serve_delay(server, 500)
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)], 100)[1] == [S.LLM_TIMEOUT]
     mock_control.set_serve_delay(server, 0)
@@ -197,8 +197,8 @@ def test_a_serve_delay_makes_the_handshake_time_out(pair: Any) -> None:
 
 @pytest.mark.rules("§10.1", "PR-28")
 @pytest.mark.mock_only(reason=PR28)
-def test_a_wrong_remote_cluster_id_warns_and_keys_the_link_by_the_listeners_id(pair: Any, lenient: None) -> None:
-    server, client = pair
+def test_a_wrong_remote_cluster_id_warns_and_keys_the_link_by_the_listeners_id(server_and_client: Any, lenient: None) -> None:
+    server, client = server_and_client
     s_src, c_dst = pullable(client, server)
     with pytest.warns(lint.ClusterIdMismatchWarning, match=r"remote_cluster_id 7 .* keys the link by 1 \(PR-28\)"):
         assert client.link_llm_clusters([sup.cluster(7, server.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
@@ -209,8 +209,8 @@ def test_a_wrong_remote_cluster_id_warns_and_keys_the_link_by_the_listeners_id(p
 
 
 @pytest.mark.rules("§10.1", "PR-28")
-def test_a_wrong_remote_cluster_id_links_nothing_in_strict_mode(pair: Any, strict: None) -> None:
-    server, client = pair
+def test_a_wrong_remote_cluster_id_links_nothing_in_strict_mode(server_and_client: Any, strict: None) -> None:
+    server, client = server_and_client
     status, rets = client.link_llm_clusters([sup.cluster(7, server.listen_port)])
     assert (status, rets) == (S.LLM_PARAM_INVALID, [S.LLM_PARAM_INVALID])
     assert "PR-28" in raw.last_error()
@@ -219,10 +219,10 @@ def test_a_wrong_remote_cluster_id_links_nothing_in_strict_mode(pair: Any, stric
 
 
 @pytest.mark.rules("§10.2")
-def test_an_engine_links_to_itself_over_loopback(pair: Any) -> None:
+def test_an_engine_links_to_itself_over_loopback(server_and_client: Any) -> None:
     """The vendor's Python tests link an engine to its own listener (E-7); a pull from
     the own cluster id stays refused in v2, by the vendor's pull check."""
-    server, _ = pair
+    server, _ = server_and_client
     own, other = pullable(server, server)
     itself = sup.cluster(1, server.listen_port)
     assert server.link_llm_clusters([itself]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
@@ -251,8 +251,8 @@ def test_two_engines_that_share_a_cluster_id_link(engines: Engines) -> None:
 # ---- links and their use -------------------------------------------------------------------
 
 @pytest.mark.rules("§1.2", "§10.1", "PR-10")
-def test_a_link_is_usable_in_both_directions(pair: Any) -> None:
-    server, client = pair
+def test_a_link_is_usable_in_both_directions(server_and_client: Any) -> None:
+    server, client = server_and_client
     s_src, c_dst = pullable(client, server)
     c_src, s_dst = pullable(server, client)
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
@@ -261,8 +261,8 @@ def test_a_link_is_usable_in_both_directions(pair: Any) -> None:
 
 
 @pytest.mark.rules("§10.1", "§10.2", "PR-42")
-def test_linking_again_is_already_link_and_leaves_the_peer_unchanged(pair: Any) -> None:
-    server, client = pair
+def test_linking_again_is_already_link_and_leaves_the_peer_unchanged(server_and_client: Any) -> None:
+    server, client = server_and_client
     s_src, c_dst = pullable(client, server)
     c_src, s_dst = pullable(server, client)
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
@@ -277,8 +277,8 @@ def test_linking_again_is_already_link_and_leaves_the_peer_unchanged(pair: Any) 
 
 
 @pytest.mark.rules("§10.2", "§10.4", "PR-42")
-def test_a_stale_link_to_a_peer_that_stopped_listening_fails_to_connect(pair: Any, silent_port: int) -> None:
-    server, client = pair
+def test_a_stale_link_to_a_peer_that_stopped_listening_fails_to_connect(server_and_client: Any, silent_port: int) -> None:
+    server, client = server_and_client
     port = server.listen_port
     assert client.link_llm_clusters([sup.cluster(1, port)])[0] == S.LLM_SUCCESS
     assert client.link_llm_clusters([sup.cluster(1, silent_port)], 150)[1] == [S.LLM_TIMEOUT]
@@ -307,8 +307,8 @@ def test_an_existing_link_still_gets_the_cluster_id_check_in_strict_mode(engines
 
 
 @pytest.mark.rules("§10.1", "PR-29")
-def test_a_cluster_repeated_in_one_call_is_processed_in_order(pair: Any) -> None:
-    server, client = pair
+def test_a_cluster_repeated_in_one_call_is_processed_in_order(server_and_client: Any) -> None:
+    server, client = server_and_client
     info = sup.cluster(1, server.listen_port)
     assert client.link_llm_clusters([info, info, info])[1] == [S.LLM_SUCCESS, S.LLM_ALREADY_LINK,
                                                                S.LLM_ALREADY_LINK]
@@ -317,8 +317,8 @@ def test_a_cluster_repeated_in_one_call_is_processed_in_order(pair: Any) -> None
 
 
 @pytest.mark.rules("§10.3", "cpp-api §6.8")
-def test_a_non_forced_unlink_drops_both_sides(pair: Any) -> None:
-    server, client = pair
+def test_a_non_forced_unlink_drops_both_sides(server_and_client: Any) -> None:
+    server, client = server_and_client
     s_src, c_dst = pullable(client, server)
     c_src, s_dst = pullable(server, client)
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
@@ -329,15 +329,15 @@ def test_a_non_forced_unlink_drops_both_sides(pair: Any) -> None:
 
 
 @pytest.mark.rules("§10.3", "cpp-api §6.8")
-def test_unlinking_a_cluster_never_linked_succeeds(pair: Any) -> None:
-    server, client = pair
+def test_unlinking_a_cluster_never_linked_succeeds(server_and_client: Any) -> None:
+    server, client = server_and_client
     assert client.unlink_llm_clusters([sup.cluster(1, server.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
     assert client.unlink_llm_clusters([sup.cluster(8, 1)], force_flag=True) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
 
 
 @pytest.mark.rules("§10.3", "§13", "cpp-api §6.8")
-def test_a_non_forced_unlink_needs_the_peer_and_keeps_the_link_otherwise(pair: Any, silent_port: int) -> None:
-    server, client = pair
+def test_a_non_forced_unlink_needs_the_peer_and_keeps_the_link_otherwise(server_and_client: Any, silent_port: int) -> None:
+    server, client = server_and_client
     s_src, c_dst = pullable(client, server)
     port = server.listen_port
     assert client.link_llm_clusters([sup.cluster(1, port)])[0] == S.LLM_SUCCESS
@@ -352,8 +352,8 @@ def test_a_non_forced_unlink_needs_the_peer_and_keeps_the_link_otherwise(pair: A
 
 
 @pytest.mark.rules("§10.3", "cpp-api §6.8")
-def test_unlink_reports_each_cluster_and_returns_the_last_failure(pair: Any) -> None:
-    server, client = pair
+def test_unlink_reports_each_cluster_and_returns_the_last_failure(server_and_client: Any) -> None:
+    server, client = server_and_client
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
     refused = sup.cluster(5, sup.free_port())                      # nobody listens there
     no_remote = ClusterInfo(6, 0, [], [])
@@ -365,8 +365,8 @@ def test_unlink_reports_each_cluster_and_returns_the_last_failure(pair: Any) -> 
 
 
 @pytest.mark.rules("§10.2", "§10.3", "§10.4", "cpp-api §6.8", "PR-31")
-def test_the_peer_of_a_forced_unlink_sees_a_dead_link_until_it_unlinks(pair: Any) -> None:
-    server, client = pair
+def test_the_peer_of_a_forced_unlink_sees_a_dead_link_until_it_unlinks(server_and_client: Any) -> None:
+    server, client = server_and_client
     s_src, c_dst = pullable(client, server)
     c_src, s_dst = pullable(server, client)
     info = sup.cluster(1, server.listen_port)
@@ -382,8 +382,8 @@ def test_the_peer_of_a_forced_unlink_sees_a_dead_link_until_it_unlinks(pair: Any
 
 
 @pytest.mark.rules("§10.2", "PR-42")
-def test_the_side_still_holding_a_link_gets_already_link_until_it_force_unlinks(pair: Any) -> None:
-    server, client = pair
+def test_the_side_still_holding_a_link_gets_already_link_until_it_force_unlinks(server_and_client: Any) -> None:
+    server, client = server_and_client
     s_src, c_dst = pullable(client, server)
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
     assert server.unlink_llm_clusters([sup.cluster(2, 1)], force_flag=True)[1] == [S.LLM_SUCCESS]
@@ -396,8 +396,8 @@ def test_the_side_still_holding_a_link_gets_already_link_until_it_force_unlinks(
 
 @pytest.mark.rules("§10.4", "PR-31")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
-def test_dropped_connections_leave_dead_links_on_both_sides(pair: Any) -> None:
-    server, client = pair
+def test_dropped_connections_leave_dead_links_on_both_sides(server_and_client: Any) -> None:
+    server, client = server_and_client
     s_src, c_dst = pullable(client, server)
     c_src, s_dst = pullable(server, client)
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
@@ -412,8 +412,8 @@ def test_dropped_connections_leave_dead_links_on_both_sides(pair: Any) -> None:
 
 
 @pytest.mark.rules("§10.4", "PR-31")
-def test_a_finalized_peer_makes_transfers_time_out(pair: Any) -> None:
-    server, client = pair
+def test_a_finalized_peer_makes_transfers_time_out(server_and_client: Any) -> None:
+    server, client = server_and_client
     s_src, c_dst = pullable(client, server)
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
     server.finalize()
@@ -422,8 +422,8 @@ def test_a_finalized_peer_makes_transfers_time_out(pair: Any) -> None:
 
 @pytest.mark.rules("§10.3", "§14", "cpp-api §6.8")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
-def test_unlink_waits_for_a_transfer_in_flight(pair: Any) -> None:
-    server, client = pair
+def test_unlink_waits_for_a_transfer_in_flight(server_and_client: Any) -> None:
+    server, client = server_and_client
     s_src, c_dst = pullable(client, server)
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
     mock_control.set_serve_delay(server, 400)
@@ -532,8 +532,8 @@ def handshake(port: int, mode: int, cluster_id: int, expected: int, hixl: int = 
 
 
 @pytest.mark.rules("§1.3", "§1.4", "§10.1", "PR-28")
-def test_a_peer_in_another_transfer_mode_is_refused(pair: Any) -> None:
-    server, _ = pair
+def test_a_peer_in_another_transfer_mode_is_refused(server_and_client: Any) -> None:
+    server, _ = server_and_client
     status, text = handshake(server.listen_port, 2, 9, 1)          # 2: server-assisted
     assert status == S.LLM_PARAM_INVALID and "transfer modes differ" in text
     status, text = handshake(server.listen_port, 1, 9, 4)

@@ -9,7 +9,7 @@ that fills the pool blocks the next allocation until it is freed).
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,13 +23,6 @@ U64 = xs.U64
 pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
 
 POOL_16M = '{"memory_size": 16777216, "page_shift": 12}'
-
-
-@pytest.fixture
-def x() -> Iterator[Any]:
-    ext = xs.Ext()
-    yield ext
-    ext.close()
 
 
 def arrays(n: int, shape: tuple[int, ...] = (4, 16), seed: int = 0) -> list[np.ndarray]:

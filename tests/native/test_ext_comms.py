@@ -13,7 +13,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,13 +25,6 @@ import ext_support as xs
 pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
 OK, PREPARING, FAILED = 0, 1, 2
 RANK_TABLE = b'{"version": "1.0", "server_count": "1", "server_list": []}'
-
-
-@pytest.fixture
-def x() -> Iterator[Any]:
-    ext = xs.Ext()
-    yield ext
-    ext.close()
 
 
 def unique(prefix: str) -> bytes:

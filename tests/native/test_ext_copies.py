@@ -5,7 +5,7 @@ allocations where they lie in one.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,13 +16,6 @@ from llm_datadist_ffi import lint
 
 import ext_support as xs
 pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
-
-
-@pytest.fixture
-def x() -> Iterator[Any]:
-    ext = xs.Ext()
-    yield ext
-    ext.close()
 
 
 def rand(n: int, shape: tuple[int, ...], seed: int) -> list[np.ndarray]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,13 +16,6 @@ from llm_datadist_ffi import LLMStatusCode as S
 
 import ext_support as xs
 pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
-
-
-@pytest.fixture
-def x() -> Iterator[Any]:
-    ext = xs.Ext()
-    yield ext
-    ext.close()
 
 
 def prompt(x: Any, cluster: int = 1, **extra: str) -> tuple[Any, int]:

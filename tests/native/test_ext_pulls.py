@@ -10,7 +10,7 @@ come from numpy copies of the caches; untouched bytes are compared too.
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import pytest
@@ -22,13 +22,6 @@ import ext_support as xs
 from lint_support import lenient, mode_for, strict
 pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
 SA, DIRECT, V1 = "server-assisted", "direct", "v1"
-
-
-@pytest.fixture
-def x() -> Iterator[Any]:
-    ext = xs.Ext()
-    yield ext
-    ext.close()
 
 
 def options(mode: str, role: str, **extra: str) -> dict[str, str]:

@@ -54,7 +54,7 @@ EXAMPLES = max(5, settings.default.max_examples // 4)
 
 
 @pytest.fixture(scope="module")
-def pair() -> Iterator[Harness]:
+def harness() -> Iterator[Harness]:
     h = Harness(seed=37)
     pa, pb = free_port(), free_port()
     h.add(A, LlmRole.DECODER, {"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{pa}",
@@ -180,9 +180,9 @@ def _after_call(h: Harness, name: str, cache_id: int) -> None:
 @pytest.mark.rules("§12.3", "PR-37")
 @settings(max_examples=EXAMPLES)
 @given(ex=examples())
-def test_finalize_waits_for_the_running_transfer_and_fails_calls_that_start_later(pair: Harness,
+def test_finalize_waits_for_the_running_transfer_and_fails_calls_that_start_later(harness: Harness,
                                                                                   ex: dict[str, Any]) -> None:
-    h = pair
+    h = harness
     mock_control.set_serve_delay(h.engine(B), 0)
     h.reset()
     shape = list(ex["shape"])

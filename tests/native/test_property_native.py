@@ -54,7 +54,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def pair() -> Iterator[Harness]:
+def harness() -> Iterator[Harness]:
     """Engines A (pools) and B (no pool), each listening on 127.0.0.1."""
     h = Harness(seed=20240601)
     pa, pb = _free_port(), _free_port()
@@ -495,17 +495,17 @@ def in_acl_memory(h: Harness, num_tensors: int, data_type: int, shape: tuple[int
 @example(steps=[(2, int(G.DT_UINT8), (4, 8), DEVICE, "acl-1")])                     # PR-30
 @example(steps=[(131_061, int(G.DT_UINT8), (1,), DEVICE, "own"),
                 (1, int(G.DT_UINT8), (1,), DEVICE, "own")])                         # §15: 1 MiB table
-def test_register_kv_cache_agrees_with_oracle(pair: Harness, steps: list[Any]) -> None:
+def test_register_kv_cache_agrees_with_oracle(harness: Harness, steps: list[Any]) -> None:
     """Registration: codes, ids consumed (§3.1), sizes, ranks and data types (§2.3, §2.4),
     mock-ACL bounds (PR-30), the published table's 1 MiB (§15)."""
-    pair.reset()
+    harness.reset()
     keep: list[np.ndarray] = []
     for num_tensors, data_type, shape, placement, addresses in steps:
         if addresses == "own":
-            pair.register(A, num_tensors, data_type, shape, placement)
+            harness.register(A, num_tensors, data_type, shape, placement)
             continue
         if addresses.startswith("acl"):
-            in_acl_memory(pair, num_tensors, data_type, shape, placement, int(addresses[3:]))
+            in_acl_memory(harness, num_tensors, data_type, shape, placement, int(addresses[3:]))
             continue
         buffer = np.ones(64, dtype=np.uint8)            # a stand-in: these descriptions never move bytes
         keep.append(buffer)
@@ -514,8 +514,8 @@ def test_register_kv_cache_agrees_with_oracle(pair: Harness, steps: list[Any]) -
             addrs[-1] = 0
         elif addresses == "count":
             addrs.append(int(buffer.ctypes.data))
-        pair.register(A, num_tensors, data_type, shape, placement, addrs=addrs)
-    tear_down(pair, A, B, linked=False)
+        harness.register(A, num_tensors, data_type, shape, placement, addrs=addrs)
+    tear_down(harness, A, B, linked=False)
 
 
 @pytest.mark.rules("§1.2", "§1.5", "§2.3", "§2.4", "§2.6", "§3.1", "§3.4", "§3.6", "§15", "PR-9", "PR-17", "PR-34",
@@ -525,18 +525,18 @@ def test_register_kv_cache_agrees_with_oracle(pair: Harness, steps: list[Any]) -
 @given(steps=st.lists(st.tuples(st.sampled_from(["allocate", "allocate", "deallocate"]), registrations(),
                                  st.integers(0, 5)), min_size=1, max_size=8),
        cluster=weighted((5, st.just(A)), (1, st.just(B))))
-def test_allocate_and_deallocate_agree_with_oracle(pair: Harness, steps: list[Any], cluster: int) -> None:
+def test_allocate_and_deallocate_agree_with_oracle(harness: Harness, steps: list[Any], cluster: int) -> None:
     """PR-9, §3.6, PR-34: pools, placements, first-fit pages and exhaustion."""
-    pair.reset()
+    harness.reset()
     for action, (num_tensors, data_type, shape, placement, _), pick in steps:
         if action == "allocate":
             if len(shape) == 2 and 0 < shape[0] < 10:       # large tensors, to reach exhaustion
                 shape = (shape[0], 4096 * (1 + pick))
-            pair.allocate(cluster, num_tensors, data_type, shape, placement)
+            harness.allocate(cluster, num_tensors, data_type, shape, placement)
         else:
-            ids = sorted(pair.world.engines[cluster].caches) + [UNKNOWN_ID]
-            pair.deallocate(cluster, ids[pick % len(ids)])
-    tear_down(pair, A, B, linked=False)
+            ids = sorted(harness.world.engines[cluster].caches) + [UNKNOWN_ID]
+            harness.deallocate(cluster, ids[pick % len(ids)])
+    tear_down(harness, A, B, linked=False)
 
 
 # ---- transfers ----------------------------------------------------------------------------------
@@ -659,9 +659,9 @@ def make_call(h: Harness, call: str, case: Case, peer: int, src_id: int, dst_id:
                    "PR-3", "PR-6", "PR-11", "PR-12", "PR-17", "PR-20", "PR-32", "N-1", "N-2", "N-3")
 @pytest.mark.parametrize("focus", FOCUS_OF["pull_kv_cache"])
 @given(data=st.data())
-def test_pull_kv_cache_agrees_with_oracle(pair: Harness, focus: str, data: Any) -> None:
+def test_pull_kv_cache_agrees_with_oracle(harness: Harness, focus: str, data: Any) -> None:
     """§4, §5, §6.1, §6.2, §8.0 (pull), §8.2, §9.7, PR-1, PR-3, PR-6, PR-7, PR-11, PR-12, PR-20, PR-32."""
-    run_case(pair, "pull_kv_cache", data.draw(cases("pull_kv_cache", focus), "case"))
+    run_case(harness, "pull_kv_cache", data.draw(cases("pull_kv_cache", focus), "case"))
 
 
 @pytest.mark.rules("§2.1", "§2.2", "§2.3", "§2.6", "§3.2", "§4.1", "§4.2", "§4.4", "§4.5", "§5", "§6.2", "§7.1", "§7.2",
@@ -670,9 +670,9 @@ def test_pull_kv_cache_agrees_with_oracle(pair: Harness, focus: str, data: Any) 
                    "N-1", "N-2", "N-3")
 @pytest.mark.parametrize("focus", FOCUS_OF["pull_kv_blocks"])
 @given(data=st.data())
-def test_pull_kv_blocks_agrees_with_oracle(pair: Harness, focus: str, data: Any) -> None:
+def test_pull_kv_blocks_agrees_with_oracle(harness: Harness, focus: str, data: Any) -> None:
     """§7, §8.3 and the pull rules: PR-4, PR-5, PR-13 on top of those of pull_kv_cache."""
-    run_case(pair, "pull_kv_blocks", data.draw(cases("pull_kv_blocks", focus), "case"))
+    run_case(harness, "pull_kv_blocks", data.draw(cases("pull_kv_blocks", focus), "case"))
 
 
 @pytest.mark.rules("§2.1", "§2.2", "§2.3", "§2.5", "§2.6", "§3.2", "§4.1", "§4.3", "§4.4", "§4.5", "§5", "§6.2", "§6.5",
@@ -680,9 +680,9 @@ def test_pull_kv_blocks_agrees_with_oracle(pair: Harness, focus: str, data: Any)
                    "PR-3", "PR-11", "PR-14", "PR-17", "PR-20", "PR-32", "PR-33", "N-1", "N-2", "N-3")
 @pytest.mark.parametrize("focus", FOCUS_OF["push_kv_cache"])
 @given(data=st.data())
-def test_push_kv_cache_agrees_with_oracle(pair: Harness, focus: str, data: Any) -> None:
+def test_push_kv_cache_agrees_with_oracle(harness: Harness, focus: str, data: Any) -> None:
     """§4.4, §6.5, §8.0 (push), §8.5, §8.12, PR-14, PR-15, PR-33 and the link/table rules."""
-    run_case(pair, "push_kv_cache", data.draw(cases("push_kv_cache", focus), "case"))
+    run_case(harness, "push_kv_cache", data.draw(cases("push_kv_cache", focus), "case"))
 
 
 @pytest.mark.rules("§2.1", "§2.2", "§2.3", "§2.5", "§2.6", "§3.2", "§4.1", "§4.3", "§4.4", "§4.5", "§5", "§6.2", "§7.2",
@@ -691,9 +691,9 @@ def test_push_kv_cache_agrees_with_oracle(pair: Harness, focus: str, data: Any) 
                    "N-1", "N-2", "N-3")
 @pytest.mark.parametrize("focus", FOCUS_OF["push_kv_blocks"])
 @given(data=st.data())
-def test_push_kv_blocks_agrees_with_oracle(pair: Harness, focus: str, data: Any) -> None:
+def test_push_kv_blocks_agrees_with_oracle(harness: Harness, focus: str, data: Any) -> None:
     """§7, §8.6 for pushes: PR-4, PR-5, PR-13 on top of those of push_kv_cache."""
-    run_case(pair, "push_kv_blocks", data.draw(cases("push_kv_blocks", focus), "case"))
+    run_case(harness, "push_kv_blocks", data.draw(cases("push_kv_blocks", focus), "case"))
 
 
 # ---- local copies -------------------------------------------------------------------------------
@@ -718,10 +718,10 @@ def make_copy_caches(h: Harness, cluster: int, src: Spec, dst: Spec, same: bool)
 @pytest.mark.rules("§1.2", "§3.6", "§6.6", "§7.4", "§8.8", "§8.12", "§15", "PR-9", "PR-24", "N-1", "N-2")
 @pytest.mark.parametrize("focus", [g for g in COPY_FOCUS if g not in (*BLOCK_GROUPS, "destination lists")])
 @given(data=st.data())
-def test_copy_kv_cache_agrees_with_oracle(pair: Harness, focus: str, data: Any) -> None:
+def test_copy_kv_cache_agrees_with_oracle(harness: Harness, focus: str, data: Any) -> None:
     """PR-9, §3.6, §6.6, §8.8, PR-24: local copies between (or within) caches."""
     f, cluster, src, dst, same = data.draw(copy_setups(8, focus), "caches")
-    src_id, dst_id = make_copy_caches(pair, cluster, src, dst, same)
+    src_id, dst_id = make_copy_caches(harness, cluster, src, dst, same)
     if same:
         dst = src
     s_src, s_dst = stride_of(src), stride_of(dst)
@@ -732,19 +732,19 @@ def test_copy_kv_cache_agrees_with_oracle(pair: Harness, focus: str, data: Any) 
                          st.sampled_from([s_src, s_dst, max(s_src, s_dst) + 1, U64_MAX, U64_MAX + 1]), 6), "offset")
     size = data.draw(f("size", weighted((1, st.just(-1)), (1, st.integers(1, max(min(s_src, s_dst) - offset, 1)))),
                        st.sampled_from([0, -2, s_src, s_dst + 1, I64_MAX + 1]), 6), "size")
-    with pair.layer(data.draw(c_abi(half=f.chosen is not None), "C ABI")):
-        event(pair.copy_kv_cache(cluster, src_id, dst_id, src_batch, dst_batch, offset, size).describe())
-    tear_down(pair, A, B, linked=False)
+    with harness.layer(data.draw(c_abi(half=f.chosen is not None), "C ABI")):
+        event(harness.copy_kv_cache(cluster, src_id, dst_id, src_batch, dst_batch, offset, size).describe())
+    tear_down(harness, A, B, linked=False)
 
 
 @pytest.mark.rules("§1.2", "§3.6", "§7.2", "§7.3", "§7.4", "§7.5", "§8.9", "§8.12", "PR-4", "PR-5", "PR-9", "PR-13",
                    "PR-24", "N-1", "N-2")
 @pytest.mark.parametrize("focus", [g for g in COPY_FOCUS if g not in ("batch indexes", "offset", "size")])
 @given(data=st.data())
-def test_copy_kv_blocks_agrees_with_oracle(pair: Harness, focus: str, data: Any) -> None:
+def test_copy_kv_blocks_agrees_with_oracle(harness: Harness, focus: str, data: Any) -> None:
     """PR-9, §3.6, §8.9, PR-5 (within and across lists), PR-24."""
     f, cluster, src, dst, same = data.draw(copy_setups(16, focus), "caches")
-    src_id, dst_id = make_copy_caches(pair, cluster, src, dst, same)
+    src_id, dst_id = make_copy_caches(harness, cluster, src, dst, same)
     if same:
         dst = src
     # valid: 1 to 3 destination lists of one length, all destinations distinct (PR-5 spans
@@ -765,9 +765,9 @@ def test_copy_kv_blocks_agrees_with_oracle(pair: Harness, focus: str, data: Any)
         dst_lists.append(list(dst_lists[0]))
     elif flaw == "empty":
         dst_lists = []
-    with pair.layer(data.draw(c_abi(half=f.chosen is not None), "C ABI")):
-        event(pair.copy_kv_blocks(cluster, src_id, dst_id, sblk, dst_lists).describe())
-    tear_down(pair, A, B, linked=False)
+    with harness.layer(data.draw(c_abi(half=f.chosen is not None), "C ABI")):
+        event(harness.copy_kv_blocks(cluster, src_id, dst_id, sblk, dst_lists).describe())
+    tear_down(harness, A, B, linked=False)
 
 
 # ---- long block lists ---------------------------------------------------------------------------
@@ -814,76 +814,76 @@ def long_block_lists(draw: st.DrawFn) -> tuple[int, int, Any, Any]:
 @pytest.mark.rules("§2.2", "§7.3", "§7.4", "§8.1", "§8.2", "§8.3", "§8.5", "§8.6", "PR-4", "PR-5")
 @scaled(2)
 @given(lists=long_block_lists(), push=st.booleans(), tensors=st.sampled_from([1, 2, 4]), raw=c_abi())
-def test_long_block_lists_agree_with_oracle(pair: Harness, lists: tuple[int, int, Any, Any], push: bool,
+def test_long_block_lists_agree_with_oracle(harness: Harness, lists: tuple[int, int, Any, Any], push: bool,
                                             tensors: int, raw: bool) -> None:
     """pull_kv_blocks / push_kv_blocks with up to 10,000 pairs (A is the local engine)."""
     nb_src, nb_dst, sblk, dblk = lists
     src = Spec(tensors, U8, (nb_src, 2))
     dst = Spec(tensors, U8, (nb_dst, 2))
     if push:
-        made = set_up(pair, A, B, {"src": (A, src), "dst": (B, dst)}, linked=True)
-        with pair.layer(raw):
-            outcome = pair.push_kv_blocks(A, made.ids["src"], (B, made.ids["dst"], 0), sblk, dblk, Ext(n=1),
+        made = set_up(harness, A, B, {"src": (A, src), "dst": (B, dst)}, linked=True)
+        with harness.layer(raw):
+            outcome = harness.push_kv_blocks(A, made.ids["src"], (B, made.ids["dst"], 0), sblk, dblk, Ext(n=1),
                                           (DEVICE, tensors))
     else:
-        made = set_up(pair, A, B, {"src": (B, src), "dst": (A, dst)}, linked=True)
-        with pair.layer(raw):
-            outcome = pair.pull_kv_blocks(A, (B, made.ids["src"], 0), made.ids["dst"], sblk, dblk, Ext(n=1))
+        made = set_up(harness, A, B, {"src": (B, src), "dst": (A, dst)}, linked=True)
+        with harness.layer(raw):
+            outcome = harness.pull_kv_blocks(A, (B, made.ids["src"], 0), made.ids["dst"], sblk, dblk, Ext(n=1))
     event(outcome.describe())
-    tear_down(pair, A, B, linked=True)
+    tear_down(harness, A, B, linked=True)
 
 
 # ---- regressions found by the property and stateful tests -----------------------------------------
 
 @pytest.mark.rules("§10.2", "PR-42", "E-21")
-def test_link_from_a_stale_side_to_a_silent_peer_fails_to_connect(pair: Harness) -> None:
+def test_link_from_a_stale_side_to_a_silent_peer_fails_to_connect(harness: Harness) -> None:
     """Found by the stateful test; a mock bug until the mock connected before reporting
     ALREADY_LINK (docs/reference/cpp-api.md §6.7 step 5, §10.2, PR-42; docs/semantics.md E-21)."""
-    pair.reset()
-    assert pair.link(A, B).ok
-    pair.finalize(B)                       # B drops its side and stops listening; A keeps its side
+    harness.reset()
+    assert harness.link(A, B).ok
+    harness.finalize(B)                       # B drops its side and stops listening; A keeps its side
     try:
-        pair.link(A, B)                    # the oracle expects per-cluster LLM_LINK_FAILED
+        harness.link(A, B)                    # the oracle expects per-cluster LLM_LINK_FAILED
     finally:
-        pair.reset()
+        harness.reset()
 
 
 @pytest.mark.rules("§1.5", "§3.4", "§3.6")
-def test_deallocate_of_a_registered_cache_keeps_the_package_record(pair: Harness) -> None:
+def test_deallocate_of_a_registered_cache_keeps_the_package_record(harness: Harness) -> None:
     """Found by the stateful test; a package bug until native.deallocate_cache kept a
     registered cache in the package's record (docs/reference/semantics.md §3.6: a no-op; N-2)."""
-    pair.reset()
-    cache_id = pair.register(A, 1, U8, [1, 4]).value
-    assert pair.deallocate(A, cache_id).ok                      # registered: nothing happens
+    harness.reset()
+    cache_id = harness.register(A, 1, U8, [1, 4]).value
+    assert harness.deallocate(A, cache_id).ok                      # registered: nothing happens
     try:
         # tensor_num_per_layer 2 > 1 tensor: PR-3 in Python, before the engine's link check
-        pair.push_kv_cache(A, cache_id, (B, cache_id, 0), 0, -1, None, (DEVICE, 1))
+        harness.push_kv_cache(A, cache_id, (B, cache_id, 0), 0, -1, None, (DEVICE, 1))
     finally:
-        pair.reset()
+        harness.reset()
 
 
 
 @pytest.mark.parametrize("raw", [False, True])
-def test_layer_ranges_up_to_int32_max_agree_with_oracle(pair: Harness, raw: bool) -> None:
+def test_layer_ranges_up_to_int32_max_agree_with_oracle(harness: Harness, raw: bool) -> None:
     """Found by the property tests: pairs such as {0, 2^31 - 1} once made the oracle build
     lists of 2^31 tensor indexes (the process ran out of memory); every such pull and push
     is PARAM_INVALID (§4.2, §4.3) and moves nothing."""
-    made = set_up(pair, A, B, {"src": (B, Spec(2, U8, (2, 8))), "dst": (A, Spec(2, U8, (2, 8)))}, linked=True)
-    with pair.layer(raw):
+    made = set_up(harness, A, B, {"src": (B, Spec(2, U8, (2, 8))), "dst": (A, Spec(2, U8, (2, 8)))}, linked=True)
+    with harness.layer(raw):
         for pairs in [((0, I32_MAX), (0, I32_MAX)), ((I32_MAX, I32_MAX), (0, 0)), ((0, 0), (I32_MAX, I32_MAX))]:
             for n in (1, 2, 255):
                 ext = Ext(pairs[0], pairs[1], n)
-                assert not pair.pull_kv_cache(A, (B, made.ids["src"], 0), made.ids["dst"], 0, -1, ext).ok
-                assert not pair.pull_kv_blocks(A, (B, made.ids["src"], 0), made.ids["dst"], [0], [1], ext).ok
-                assert not pair.push_kv_cache(B, made.ids["src"], (A, made.ids["dst"], 0), 0, -1, ext, (DEVICE, 2)).ok
-                assert not pair.push_kv_blocks(B, made.ids["src"], (A, made.ids["dst"], 0), [0], [1], ext,
+                assert not harness.pull_kv_cache(A, (B, made.ids["src"], 0), made.ids["dst"], 0, -1, ext).ok
+                assert not harness.pull_kv_blocks(A, (B, made.ids["src"], 0), made.ids["dst"], [0], [1], ext).ok
+                assert not harness.push_kv_cache(B, made.ids["src"], (A, made.ids["dst"], 0), 0, -1, ext, (DEVICE, 2)).ok
+                assert not harness.push_kv_blocks(B, made.ids["src"], (A, made.ids["dst"], 0), [0], [1], ext,
                                                (DEVICE, 2)).ok
-    tear_down(pair, A, B, linked=True)
+    tear_down(harness, A, B, linked=True)
 
 @pytest.mark.rules("§15")
 @pytest.mark.parametrize("tensors", [1, 4])
 @pytest.mark.parametrize("runs_over_limit", [-1, 0, 1])
-def test_pull_requests_are_limited_by_their_entries(pair: Harness, tensors: int, runs_over_limit: int) -> None:
+def test_pull_requests_are_limited_by_their_entries(harness: Harness, tensors: int, runs_over_limit: int) -> None:
     """§15, direct mode: a pull request has E = T + 2·R entries (T destination tensors, R
     runs of block pairs), at most 131,064; pushes send no request (E-13). Scattered
     pairs make one run each; the oracle decides each side of the boundary."""
@@ -892,13 +892,13 @@ def test_pull_requests_are_limited_by_their_entries(pair: Harness, tensors: int,
     rng = np.random.default_rng(runs)
     dst = rng.permutation(nb)[:runs].astype(np.uint64)
     src = dst[::-1].copy()                     # descending against a random order: runs of one pair
-    made = set_up(pair, A, B, {"src": (B, Spec(tensors, U8, (nb, 1))), "dst": (A, Spec(tensors, U8, (nb, 1)))},
+    made = set_up(harness, A, B, {"src": (B, Spec(tensors, U8, (nb, 1))), "dst": (A, Spec(tensors, U8, (nb, 1)))},
                   linked=True)
-    expected = pair.pull_kv_blocks(A, (B, made.ids["src"], 0), made.ids["dst"], src, dst, Ext(n=1))
+    expected = harness.pull_kv_blocks(A, (B, made.ids["src"], 0), made.ids["dst"], src, dst, Ext(n=1))
     assert (expected.status == S.LLM_PARAM_INVALID) == (tensors + 2 * len(runs_of(src, dst)) > 131_064)
-    pushed = pair.push_kv_blocks(B, made.ids["src"], (A, made.ids["dst"], 0), src, dst, Ext(n=1), (DEVICE, tensors))
+    pushed = harness.push_kv_blocks(B, made.ids["src"], (A, made.ids["dst"], 0), src, dst, Ext(n=1), (DEVICE, tensors))
     assert pushed.ok
-    tear_down(pair, A, B, linked=True)
+    tear_down(harness, A, B, linked=True)
 
 
 def runs_of(src: Any, dst: Any) -> list[tuple[int, int, int]]:
@@ -911,7 +911,7 @@ def runs_of(src: Any, dst: Any) -> list[tuple[int, int, int]]:
 @pytest.mark.rules("§8.1", "§8.2", "§8.3", "§8.5", "§8.6", "§10.1", "§14")
 @scaled(1)
 @given(data=st.data(), threads=st.integers(2, 6))
-def test_concurrent_transfers_agree_with_oracle(pair: Harness, data: Any, threads: int) -> None:
+def test_concurrent_transfers_agree_with_oracle(harness: Harness, data: Any, threads: int) -> None:
     """§14: calls from several threads at once. Each thread pulls into (or pushes from) its
     own caches over the one link between A and B, in either direction; each call must give
     what the oracle says of it alone (the calls touch disjoint destinations), and memory
@@ -925,12 +925,12 @@ def test_concurrent_transfers_agree_with_oracle(pair: Harness, data: Any, thread
         push = call.startswith("push")
         caches[f"src{i}"] = (local if push else remote, Spec(tensors, U8, (count, 16)))
         caches[f"dst{i}"] = (remote if push else local, Spec(tensors, U8, (count, 16)))
-    made = set_up(pair, A, B, caches, linked=True)
+    made = set_up(harness, A, B, caches, linked=True)
     prepared = []
     for i, (call, (local, remote), tensors, count) in enumerate(calls):
         src, dst = made.ids[f"src{i}"], made.ids[f"dst{i}"]
         blocks = data.draw(st.permutations(list(range(count))), f"blocks {i}")
-        engine, world = pair.engine(local), pair.world
+        engine, world = harness.engine(local), harness.world
         if call == "pull_kv_cache":
             b = data.draw(st.integers(0, count - 1), f"batch {i}")
             prepared.append((world.pull_kv_cache(local, (remote, src, b), dst, count - 1 - b),
@@ -971,9 +971,9 @@ def test_concurrent_transfers_agree_with_oracle(pair: Harness, data: Any, thread
         want = ("ok", S.LLM_SUCCESS) if expected.ok else ("LLMException", expected.status)
         assert (kind, status) == want, f"{call}: the oracle expects {expected.describe()}, got {kind} {status}: " \
                                        f"{message}"
-        pair._apply(expected)
-    pair.check_memory()
-    tear_down(pair, A, B, linked=True)
+        harness._apply(expected)
+    harness.check_memory()
+    tear_down(harness, A, B, linked=True)
 
 
 # ---- slow peers ------------------------------------------------------------------------------------
@@ -986,7 +986,7 @@ SLOW_STEPS = st.sampled_from([("pull", A), ("pull", B), ("push", A), ("push", B)
 @settings(max_examples=max(10, settings.default.max_examples // 2))
 @given(steps=st.lists(SLOW_STEPS, min_size=1, max_size=8))
 @example(steps=[("delay", B, 100), ("pull", A), ("delay", B, 0), ("pull", A), ("relink",), ("pull", A)])
-def test_slow_peers_time_out_as_the_oracle_says(pair: Harness, steps: list[Any]) -> None:
+def test_slow_peers_time_out_as_the_oracle_says(harness: Harness, steps: list[Any]) -> None:
     """§13, PR-35, E-15: with llm.SyncKvCacheWaitTime = 60 ms on both engines, a peer
     whose answers are delayed by 100 ms makes a transfer time out and poisons the link on
     that side until it is linked again; 20 ms is in time.
@@ -994,40 +994,40 @@ def test_slow_peers_time_out_as_the_oracle_says(pair: Harness, steps: list[Any])
     The other side learns of the timeout when its serving thread sees the connection
     close (E-9), at a moment no test can observe; so after a timeout only the side that
     timed out transfers until the next re-link (E-9 itself: example tests)."""
-    pair.reset()
+    harness.reset()
     for cluster in (A, B):
-        pair.finalize(cluster)
-        pair.initialize(cluster, {**pair.nodes[cluster].options, "llm.SyncKvCacheWaitTime": "60"})
-    ids = {(cluster, role): pair.register(cluster, 2, U8, [2, 16]).value
+        harness.finalize(cluster)
+        harness.initialize(cluster, {**harness.nodes[cluster].options, "llm.SyncKvCacheWaitTime": "60"})
+    ids = {(cluster, role): harness.register(cluster, 2, U8, [2, 16]).value
            for cluster in (A, B) for role in ("src", "dst")}
-    pair.link(A, B)
+    harness.link(A, B)
     timed_out: Optional[int] = None            # the side that timed out since the last link
     try:
         for step in steps:
             if step[0] == "delay":
-                mock_control.set_serve_delay(pair.engine(step[1]), step[2])
-                pair.world.serve_delay[step[1]] = step[2]
+                mock_control.set_serve_delay(harness.engine(step[1]), step[2])
+                harness.world.serve_delay[step[1]] = step[2]
             elif step[0] == "relink":
                 for cluster in (A, B):
-                    mock_control.set_serve_delay(pair.engine(cluster), 0)
-                    pair.world.serve_delay[cluster] = 0
-                pair.unlink(A, B)
-                pair.link(A, B)
+                    mock_control.set_serve_delay(harness.engine(cluster), 0)
+                    harness.world.serve_delay[cluster] = 0
+                harness.unlink(A, B)
+                harness.link(A, B)
                 timed_out = None
             elif timed_out is not None and step[1] != timed_out:
                 continue
             else:
                 local, remote = step[1], B if step[1] == A else A
                 if step[0] == "pull":
-                    outcome = pair.pull_kv_cache(local, (remote, ids[remote, "src"], 1), ids[local, "dst"], 0)
+                    outcome = harness.pull_kv_cache(local, (remote, ids[remote, "src"], 1), ids[local, "dst"], 0)
                 else:
-                    outcome = pair.push_kv_cache(local, ids[local, "src"], (remote, ids[remote, "dst"], 1), 0, -1,
+                    outcome = harness.push_kv_cache(local, ids[local, "src"], (remote, ids[remote, "dst"], 1), 0, -1,
                                                  None, (DEVICE, 2))
                 if outcome.status == S.LLM_TIMEOUT:
                     timed_out = local
                 event(outcome.describe())
     finally:
         for cluster in (A, B):
-            mock_control.set_serve_delay(pair.engine(cluster), 0)
-            pair.world.serve_delay[cluster] = 0
-    pair.reset()
+            mock_control.set_serve_delay(harness.engine(cluster), 0)
+            harness.world.serve_delay[cluster] = 0
+    harness.reset()

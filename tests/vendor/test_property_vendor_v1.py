@@ -53,7 +53,8 @@ from oracle.vendor_v1 import (
 
 import vendor_support as vs
 
-pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
+pytestmark = [pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions"),
+              pytest.mark.usefixtures("no_engine_left")]
 
 
 P_ID, D_ID, STRANGER = 1, 2, 99
@@ -66,15 +67,6 @@ def peer() -> Iterator[Any]:
         made.run("import vendor_v1_peer_support as ps")
         yield made
         made.run("ps.stop()")
-
-
-@pytest.fixture(autouse=True)
-def no_engine_left() -> Iterator[None]:
-    yield
-    leftover = LLMDataDist.llm_engine_instance
-    if leftover is not None:
-        leftover.finalize()
-        pytest.fail("a test left an initialised LLMDataDist behind")
 
 
 # ---- making calls and comparing them with the oracle ------------------------------------------------

@@ -19,7 +19,7 @@ so ``--hypothesis-show-statistics`` shows what the examples covered.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import pytest
 from hypothesis import event, example, given, settings
@@ -41,11 +41,6 @@ PUSH_FLAWS = ["server mode", "unknown destination", "id <= 0", "kinds", "block b
               "layer range past the destination", "layer range past the source", "n non-divisor",
               "destination batch", "source batch", "stride", "remote_accessible False",
               "withdrawn after the table copy", "registered late", "mode mismatch"]
-
-
-@pytest.fixture(scope="module")
-def pair() -> Iterator[v2s.Pair]:
-    yield from v2s.module_pair(oracle)
 
 
 def request_key(req_id: int, model_id: int = 0) -> Tuple[Any, ...]:

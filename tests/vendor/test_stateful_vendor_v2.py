@@ -16,7 +16,7 @@ equals the oracle's memory.
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import pytest
 from hypothesis import settings
@@ -27,7 +27,6 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, initia
 from llm_datadist_ffi.testing import strategies as lst
 
 import vendor_v2_peer_support as v2s
-from oracle import vendor_v2 as oracle
 
 pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
 
@@ -250,11 +249,6 @@ class V2Machine(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         self.pair.stop()
-
-
-@pytest.fixture(scope="module")
-def pair() -> Iterator[v2s.Pair]:
-    yield from v2s.module_pair(oracle)
 
 
 @pytest.mark.rules("§1.3", "§3.5", "§8.2", "§8.3", "§8.4", "§8.5", "§8.6", "§8.12", "§9.2", "§9.3", "§9.4", "§9.5",

@@ -29,23 +29,14 @@ import vendor_support as vs
 # The vendor-compatible API runs on the extension functions (include/lldd/ext.h): keys, cache
 # kinds and modes that the public C++ class cannot express, so the ascend shim answers
 # LLM_FEATURE_NOT_ENABLED for them (docs/ascend.md).
-pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
+pytestmark = [pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions"),
+              pytest.mark.usefixtures("no_engine_left")]
 
 
 raises, lx = vs.raises, vs.lx
 S = LLMStatusCode
 U64_MAX = 2**64 - 1
 NOT_INITIALIZED = "llm datadist is not initialized"
-
-
-@pytest.fixture(autouse=True)
-def no_engine_left() -> Iterator[None]:
-    """Every test leaves the process without an initialised engine."""
-    yield
-    leftover = LLMDataDist.llm_engine_instance
-    if leftover is not None:
-        leftover.finalize()
-        pytest.fail("a test left an initialised LLMDataDist behind")
 
 
 @pytest.fixture

@@ -32,7 +32,8 @@ from lint_support import lenient, strict
 # The vendor-compatible API runs on the extension functions (include/lldd/ext.h): keys, cache
 # kinds and modes that the public C++ class cannot express, so the ascend shim answers
 # LLM_FEATURE_NOT_ENABLED for them (docs/ascend.md).
-pytestmark = pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions")
+pytestmark = [pytest.mark.mock_only(reason="the vendor-compatible API needs the mock's extension functions"),
+              pytest.mark.usefixtures("no_engine_left")]
 
 
 @pytest.fixture(autouse=True)
@@ -46,15 +47,6 @@ raises, lx, fill = vs.raises, vs.lx, vs.fill
 S = LLMStatusCode
 U64_MAX = 2**64 - 1
 P_ID, D_ID = 1, 2
-
-
-@pytest.fixture(autouse=True)
-def no_engine_left() -> Iterator[None]:
-    yield
-    leftover = LLMDataDist.llm_engine_instance
-    if leftover is not None:
-        leftover.finalize()
-        pytest.fail("a test left an initialised LLMDataDist behind")
 
 
 def engine(role: LLMRole, **extra: str) -> LLMDataDist:

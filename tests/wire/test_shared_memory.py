@@ -72,7 +72,7 @@ class Pair:
 
 
 @pytest.fixture
-def pair() -> Iterator[Any]:
+def linked_to_peer() -> Iterator[Any]:
     made: list[Pair] = []
 
     def make(env: dict[str, str] | None = None, pool: bool = False) -> Pair:
@@ -97,10 +97,10 @@ def peer_tensors(p: Pair, cache_id: int) -> list[np.ndarray]:
 # ---- bytes through the shared path ------------------------------------------------------------
 
 @pytest.mark.parametrize("where", ["register_shared", "allocate"])
-def test_a_block_pull_between_library_memory_copies_between_mappings(pair: Any, where: str) -> None:
-    p = pair()
+def test_a_block_pull_between_library_memory_copies_between_mappings(linked_to_peer: Any, where: str) -> None:
+    p = linked_to_peer()
     if where == "allocate":                                   # caches in the peer's pool (PR-9)
-        p = pair(pool=True)
+        p = linked_to_peer(pool=True)
     src = p.peer.call(where, num_tensors=2, shape=SHAPE, seed=1)
     dst, mine = p.shared(seed=-1)
     p.link()
@@ -112,8 +112,8 @@ def test_a_block_pull_between_library_memory_copies_between_mappings(pair: Any, 
         assert not got[[0, 3, 4, 5, 7]].any()
 
 
-def test_a_contiguous_pull_between_library_memory_copies_between_mappings(pair: Any) -> None:
-    p = pair()
+def test_a_contiguous_pull_between_library_memory_copies_between_mappings(linked_to_peer: Any) -> None:
+    p = linked_to_peer()
     src = p.peer.call("register_shared", num_tensors=2, shape=SHAPE, seed=1)
     dst, mine = p.shared(seed=-1)
     p.link()
@@ -124,8 +124,8 @@ def test_a_contiguous_pull_between_library_memory_copies_between_mappings(pair: 
         assert not got[[0, 1, 2, 3, 4, 6, 7]].any()
 
 
-def test_block_and_contiguous_pushes_into_library_memory_copy_between_mappings(pair: Any) -> None:
-    p = pair()
+def test_block_and_contiguous_pushes_into_library_memory_copy_between_mappings(linked_to_peer: Any) -> None:
+    p = linked_to_peer()
     dst = p.peer.call("register_shared", num_tensors=2, shape=SHAPE, seed=-1)
     src, _ = p.shared(seed=3)
     p.link()
@@ -142,8 +142,8 @@ def test_block_and_contiguous_pushes_into_library_memory_copy_between_mappings(p
         assert not got[[0, 1, 3, 5, 6]].any()
 
 
-def test_registered_user_memory_on_either_side_keeps_the_process_vm_path(pair: Any) -> None:
-    p = pair()
+def test_registered_user_memory_on_either_side_keeps_the_process_vm_path(linked_to_peer: Any) -> None:
+    p = linked_to_peer()
     user_src = p.peer.call("register", num_tensors=2, shape=SHAPE, seed=4)
     shared_src = p.peer.call("register_shared", num_tensors=2, shape=SHAPE, seed=5)
     user = [np.zeros(SHAPE, np.uint8) for _ in range(2)]
@@ -161,9 +161,9 @@ def test_registered_user_memory_on_either_side_keeps_the_process_vm_path(pair: A
 
 
 def test_without_process_vm_library_memory_moves_over_the_socket_and_nothing_is_mapped(
-        pair: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        linked_to_peer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LLDD_MOCK_NO_PROCESS_VM", "1")
-    p = pair()
+    p = linked_to_peer()
     src = p.peer.call("register_shared", num_tensors=2, shape=SHAPE, seed=6)
     dst, mine = p.shared(seed=-1)
     p.link()
@@ -175,8 +175,8 @@ def test_without_process_vm_library_memory_moves_over_the_socket_and_nothing_is_
 
 # ---- the mappings' life ----------------------------------------------------------------------------
 
-def test_the_peers_memory_is_mapped_at_the_first_shared_transfer_and_unmapped_with_the_link(pair: Any) -> None:
-    p = pair()
+def test_the_peers_memory_is_mapped_at_the_first_shared_transfer_and_unmapped_with_the_link(linked_to_peer: Any) -> None:
+    p = linked_to_peer()
     src = p.peer.call("register_shared", num_tensors=2, shape=SHAPE, seed=1)
     dst, _ = p.shared(seed=-1)
     before = sup.foreign_arena_bytes()
@@ -191,8 +191,8 @@ def test_the_peers_memory_is_mapped_at_the_first_shared_transfer_and_unmapped_wi
 
 # ---- refusals stay what they were ------------------------------------------------------------------
 
-def test_a_cache_freed_on_the_peer_side_is_refused_as_before(pair: Any) -> None:
-    p = pair()
+def test_a_cache_freed_on_the_peer_side_is_refused_as_before(linked_to_peer: Any) -> None:
+    p = linked_to_peer()
     src = p.peer.call("register_shared", num_tensors=2, shape=SHAPE, seed=1)
     dst, mine = p.shared(seed=-1)
     p.link()
@@ -206,8 +206,8 @@ def test_a_cache_freed_on_the_peer_side_is_refused_as_before(pair: Any) -> None:
     assert (mine[0] == 9).all()                               # nothing moved
 
 
-def test_a_transfer_to_a_peer_that_was_killed_after_a_shared_transfer_fails(pair: Any) -> None:
-    p = pair()
+def test_a_transfer_to_a_peer_that_was_killed_after_a_shared_transfer_fails(linked_to_peer: Any) -> None:
+    p = linked_to_peer()
     dst = p.peer.call("register_shared", num_tensors=2, shape=SHAPE, seed=-1)
     src, _ = p.shared(seed=2)
     p.link()
