@@ -28,14 +28,15 @@ This module is pure Python and imports only ``status`` and ``_cints`` from the p
 from __future__ import annotations
 
 import socket
-from typing import Any, Final, NoReturn, Tuple, Type, Union
+from typing import Any, Final, NoReturn, Sequence, Tuple, Type, Union, cast
 
 from ._cints import INT32, INT64, UINT16, UINT32, UINT64, CInt, int_converter, plain_ints
 from .status import LLMException, LLMStatusCode, ParamInvalidError
 
 __all__ = [
     "INT32", "INT64", "UINT16", "UINT32", "UINT64", "INVALID_ID",
-    "IntRange", "check_int", "check_type", "check_int_list", "check_int_items", "check_layer_range",
+    "IntRange", "check_int", "check_type", "check_int_list", "check_int_elements", "check_int_items",
+    "check_layer_range",
     "int_to_ip", "ip_to_int", "param_invalid", "raise_param_invalid", "type_name", "none_error",
 ]
 
@@ -108,9 +109,16 @@ def check_int_list(value: object, name: str, *, containers: TypeSpec = (list, tu
             False), or an element that is not an ``int``.
     """
     check_type(value, containers, name, allow_none=allow_none)
-    if value is None:
-        return
-    items: Any = value
+    if value is not None:
+        check_int_elements(cast(Sequence[Any], value), name)
+
+
+def check_int_elements(items: Sequence[Any], name: str) -> None:
+    """The vendor's type check of the elements of a list or tuple of ``int``.
+
+    Raises:
+        TypeError: an element that is not an ``int``, named ``name[index]``.
+    """
     if plain_ints(items):   # the common case in C-level passes
         return
     for index, item in enumerate(items):

@@ -31,11 +31,11 @@ import numpy as np
 
 from .. import _capi
 from .._capi import const, ffi
-from .._cints import UINT64, first_outside, plain_ints
+from .._cints import UINT64, first_outside
 from .._marshal import (
     CData, Blocks, U64Buffer, block_pointer, c_array, c_blocks, c_cache_desc, u64_block_array, u64_block_list,
 )
-from .._vendor_checks import none_error, param_invalid, type_name
+from .._vendor_checks import check_int_elements, none_error, param_invalid, type_name
 from ..status import LLMException, LLMStatusCode, exception_for
 from .llm_types import AnyCacheKey, BlocksCacheKey, CacheKeyByIdAndIndex, CoreCacheDesc, core_key
 
@@ -278,12 +278,7 @@ def check_block_types(value: Any, name: str, containers: Tuple[type, ...] = (lis
     if not isinstance(value, containers):
         raise TypeError(f"{name} must be {' | '.join(c.__name__ for c in containers)} of int, not "
                         f"{type_name(value)}")
-    items = cast(Sequence[Any], value)   # a list or tuple, checked above
-    if plain_ints(items):
-        return
-    for index, item in enumerate(items):
-        if not isinstance(item, int):
-            raise TypeError(f"{name}[{index}] must be int, not {type_name(item)}")
+    check_int_elements(cast(Sequence[Any], value), name)   # a list or tuple, checked above
 
 
 def block_count(value: Any, name: str) -> int:
