@@ -7,7 +7,7 @@ checked values to the conversions here. A conversion that can still find a value
 wrong (an option that is not a str, a block index outside uint64) raises the error the
 caller's factory builds, so the words stay the tier's.
 
-Block lists are converted on every transfer, so they have a fast path (``c_blocks``):
+Block lists are converted on every transfer, so they have a fast path (``blocks_converter``):
 a C-contiguous ``uint64`` numpy array or a list of plain ints within uint64 reaches C
 without a Python loop; anything else takes the caller's own path, which checks the
 value and words its errors. ``_blocklists`` holds the numeric helpers beneath (packing,
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CData", "c_array", "OptionError", "c_options", "c_cache_desc", "Endpoint", "ClusterEntry", "c_clusters",
-    "BlockError", "Blocks", "U64Buffer", "c_blocks", "block_pointer", "u64_block_array", "u64_block_list",
+    "BlockError", "Blocks", "U64Buffer", "blocks_converter", "block_pointer", "u64_block_array", "u64_block_list",
     "lint_repeated_blocks",
 ]
 
@@ -128,25 +128,30 @@ object that holds the values (keep it referenced while C reads the pointer)."""
 U64Buffer = Union["np.ndarray[Any, Any]", "array.array[int]"]
 
 
-def c_blocks(general: Callable[[Any, str], U64Buffer], value: Any, name: str) -> Blocks:
-    """A block list for C. A non-empty, C-contiguous one-dimensional ``uint64`` numpy
-    array is used as it is, without a copy; a non-empty list or tuple of plain ints
-    within uint64 is packed in one C loop, without numpy (which would add about a
-    microsecond however short the list, and most transfers name a few blocks).
+def blocks_converter(general: Callable[[Any, str], U64Buffer]) -> Callable[[Any, str], Blocks]:
+    """A tier's conversion of a block list, named for messages, for C.
 
-    Anything else goes to ``general(value, name)``, the caller's own path, which
-    checks the value, raises the caller's errors, and returns it as a C-contiguous
-    ``uint64`` numpy array or ``array.array``.
+    A non-empty, C-contiguous one-dimensional ``uint64`` numpy array is used as it is,
+    without a copy; a non-empty list or tuple of plain ints within uint64 is packed in
+    one C loop, without numpy (which would add about a microsecond however short the
+    list, and most transfers name a few blocks). Anything else goes to
+    ``general(value, name)``, the tier's own path, which checks the value, raises the
+    tier's errors, and returns it as a C-contiguous ``uint64`` numpy array or
+    ``array.array``.
     """
-    # each fast case is taken only when nothing in it can fail
-    if type(value) is np.ndarray:
-        if value.dtype is _U64_DTYPE and value.ndim == 1 and value.size and value.flags.c_contiguous:
-            return ffi.from_buffer(_U64_ARRAY, value), int(value.size), value
-    elif type(value) is list or type(value) is tuple:
-        packed = packed_u64(value)
-        if packed is not None:
-            return ffi.from_buffer(_U64_ARRAY, packed), len(packed), packed
-    return block_pointer(general(value, name))
+    # A closure rather than a function taking ``general``: it is called on every
+    # transfer, and a partial application would add a call's cost.
+    def convert(value: Any, name: str) -> Blocks:
+        # each fast case is taken only when nothing in it can fail
+        if type(value) is np.ndarray:
+            if value.dtype is _U64_DTYPE and value.ndim == 1 and value.size and value.flags.c_contiguous:
+                return ffi.from_buffer(_U64_ARRAY, value), int(value.size), value
+        elif type(value) is list or type(value) is tuple:
+            packed = packed_u64(value)
+            if packed is not None:
+                return ffi.from_buffer(_U64_ARRAY, packed), len(packed), packed
+        return block_pointer(general(value, name))
+    return convert
 
 
 def block_pointer(blocks: U64Buffer) -> Blocks:

@@ -42,7 +42,7 @@ from ._capi import ffi
 from ._blocklists import plain_u64
 from ._cints import INT32, INT64, UINT16, UINT32, UINT64, CInt, int_converter, plain_ints
 from ._marshal import (
-    ClusterEntry, Endpoint, U64Buffer, block_pointer, c_array, c_blocks, c_cache_desc, c_clusters, c_options,
+    ClusterEntry, Endpoint, U64Buffer, block_pointer, blocks_converter, c_array, c_cache_desc, c_clusters, c_options,
     lint_repeated_blocks, u64_block_array, u64_block_list,
 )
 from .data_type import ELEMENT_BITS, DataType, GeDataType, data_type_value
@@ -159,7 +159,7 @@ def _block_array(value: Any, name: str) -> U64Buffer:
 
 #: A block list as (C pointer, count, object the caller keeps alive while C reads the
 #: pointer and passes to ``lint_repeated_blocks``).
-_blocks = functools.partial(c_blocks, _block_array)
+_blocks = blocks_converter(_block_array)
 
 
 def _refuse_option(name: str, key: Any, value: Any) -> TypeError:

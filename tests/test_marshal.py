@@ -18,7 +18,7 @@ from llm_datadist_ffi._cints import (
     INT32, INT64, UINT16, UINT32, UINT64, first_outside, int_converter, plain_ints,
 )
 from llm_datadist_ffi._marshal import (
-    block_pointer, c_array, c_blocks, c_cache_desc, c_clusters, c_options, lint_repeated_blocks, u64_block_array,
+    block_pointer, blocks_converter, c_array, c_cache_desc, c_clusters, c_options, lint_repeated_blocks, u64_block_array,
     u64_block_list,
 )
 from llm_datadist_ffi._vendor_checks import check_int
@@ -177,7 +177,7 @@ class Recorder:
 def test_a_contiguous_uint64_array_reaches_c_without_a_copy_or_the_general_path() -> None:
     general = Recorder()
     blocks = np.array([5, 0, 9], dtype=np.uint64)
-    pointer, count, kept = c_blocks(general, blocks, "dst_blocks")
+    pointer, count, kept = blocks_converter(general)(blocks, "dst_blocks")
     assert kept is blocks and count == 3 and address(pointer) == blocks.ctypes.data
     assert general.calls == []
 
@@ -185,7 +185,7 @@ def test_a_contiguous_uint64_array_reaches_c_without_a_copy_or_the_general_path(
 def test_a_list_or_tuple_of_plain_ints_is_packed_without_the_general_path() -> None:
     general = Recorder()
     for value in ([3, 1, 2**64 - 1], (3, True, 0)):
-        pointer, count, kept = c_blocks(general, value, "src_blocks")
+        pointer, count, kept = blocks_converter(general)(value, "src_blocks")
         assert isinstance(kept, array.array) and kept.typecode == "Q"
         assert [pointer[i] for i in range(count)] == [int(v) for v in value]
     assert general.calls == []
@@ -197,15 +197,15 @@ def test_every_other_block_list_takes_the_callers_general_path_with_its_name() -
                          strided, np.zeros(0, dtype=np.uint64), np.array([[1]], dtype=np.uint64)]
     for value in others:
         general = Recorder()
-        c_blocks(general, value, "blocks")
+        blocks_converter(general)(value, "blocks")
         assert len(general.calls) == 1
         assert general.calls[0][0] is value and general.calls[0][1] == "blocks"
 
 
 def test_the_general_paths_answer_reaches_c_and_an_empty_one_is_null() -> None:
-    pointer, count, kept = c_blocks(lambda value, name: np.array([8, 6], dtype=np.uint64), [Colour.RED], "b")
+    pointer, count, kept = blocks_converter(lambda value, name: np.array([8, 6], dtype=np.uint64))([Colour.RED], "b")
     assert count == 2 and [pointer[0], pointer[1]] == [8, 6] and list(kept) == [8, 6]
-    pointer, count, _kept = c_blocks(lambda value, name: np.zeros(0, dtype=np.uint64), [], "b")
+    pointer, count, _kept = blocks_converter(lambda value, name: np.zeros(0, dtype=np.uint64))([], "b")
     assert pointer == ffi.NULL and count == 0
 
 

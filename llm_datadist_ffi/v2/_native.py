@@ -33,7 +33,7 @@ from .. import _capi
 from .._capi import const, ffi
 from .._cints import UINT64, first_outside
 from .._marshal import (
-    CData, Blocks, U64Buffer, block_pointer, c_array, c_blocks, c_cache_desc, u64_block_array, u64_block_list,
+    CData, Blocks, U64Buffer, block_pointer, blocks_converter, c_array, c_cache_desc, u64_block_array, u64_block_list,
 )
 from .._vendor_checks import check_int_elements, none_error, param_invalid, type_name
 from ..status import LLMException, LLMStatusCode, exception_for
@@ -239,6 +239,7 @@ def _checked_blocks(value: Any, name: str) -> U64Buffer:
     return u64_block_list(list(value), name, _block_outside)
 
 
+_blocks = blocks_converter(_checked_blocks)
 _EMPTY_BLOCKS = np.empty(0, dtype=np.uint64)
 
 
@@ -256,7 +257,7 @@ def block_list(value: Any, name: str) -> BlockArray:
     """
     if value is None:
         return BlockArray(block_pointer(_EMPTY_BLOCKS))
-    return BlockArray(c_blocks(_checked_blocks, value, name))
+    return BlockArray(_blocks(value, name))
 
 
 def check_block_types(value: Any, name: str, containers: Tuple[type, ...] = (list, tuple)) -> None:
