@@ -398,10 +398,10 @@ def test_a_contiguous_uint64_array_crosses_without_a_copy() -> None:
 
 
 @pytest.mark.parametrize("make", [list, tuple, ListSubclass], ids=["list", "tuple", "list subclass"])
-def test_a_repeat_in_a_destination_list_warns_whatever_its_container(pair: Pair, make: Callable[[list[int]], Any]) -> None:
+def test_a_repeat_in_a_destination_list_warns_whatever_its_container(linked: Pair, make: Callable[[list[int]], Any]) -> None:
     with pytest.warns(lint.RepeatedDestinationBlockWarning, match="dst_blocks contains block 4 more than once"):
-        pair.pull(make([0, 1, 2]), make([7, 4, 4]))
-    expected = [np.zeros_like(d) for d in pair.dst]
-    for src, want in zip(pair.src, expected):
+        linked.pull(make([0, 1, 2]), make([7, 4, 4]))
+    expected = [np.zeros_like(d) for d in linked.dst]
+    for src, want in zip(linked.src, expected):
         want[7], want[4] = src[0], src[2]          # the last write to block 4 wins
-    assert all((dst == want).all() for dst, want in zip(pair.dst, expected))
+    assert all((dst == want).all() for dst, want in zip(linked.dst, expected))

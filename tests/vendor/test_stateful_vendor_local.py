@@ -151,6 +151,9 @@ class VendorLocalMachine(RuleBasedStateMachine):
             pair.reverse()
         if any(r.deallocated for r in pair):
             return                                   # no addresses left to swap with (§3.4)
+        followed = self.env.memory()
+        if any(r.name not in followed for r in pair):
+            return                                   # a pool cache whose pages went back (PR-23): bytes undefined
         one_call(self.env, "swap_blocks", [*pair, mapping], {})
 
     @invariant()
