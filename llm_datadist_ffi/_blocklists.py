@@ -8,7 +8,7 @@ microsecond per entry; the helpers here do the common case in C-level passes (``
 takes its element-by-element path, which is the one that words the errors. So the fast
 path never decides an error, and every error stays exactly what the slow path says.
 
-This module imports only numpy and the standard library.
+This module imports only numpy, the standard library and ``_cints``.
 """
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["U64_CODE", "ints_to_u64", "packed_u64", "plain_ints", "plain_u64", "smallest_repeat"]
+from ._cints import plain_ints
 
-_PLAIN = frozenset((int, bool))
+__all__ = ["U64_CODE", "ints_to_u64", "packed_u64", "plain_u64", "smallest_repeat"]
+
 # The array typecode of a uint64: 'Q' is unsigned long long, 8 bytes wherever numpy and
 # cffi run; a platform where it is not would send wrong block indexes, so it cannot import.
 U64_CODE = "Q"
@@ -35,23 +36,9 @@ _COUNT_SPAN_FLOOR = 4096
 # Each numpy call costs about a microsecond however short the array; short lists (most
 # transfers) are cheaper in plain Python.
 _SHORT_LIST = 64
-# ... and below this length a loop beats building a set of the element types
-_TINY_LIST = 4
 # Up to this length a set of the values (about 30 ns per entry) finds whether a list has a
 # repeat sooner than numpy's comparisons and counting (several microseconds at any length).
 _SET_LIST = 256
-
-
-def plain_ints(values: Sequence[Any]) -> bool:
-    """Whether every element of the list or tuple ``values`` is exactly an ``int`` or a
-    ``bool`` (subclasses such as ``IntEnum`` and numpy scalars are not plain: the
-    callers' own loops decide about those)."""
-    if len(values) <= _TINY_LIST:
-        for value in values:
-            if type(value) is not int and type(value) is not bool:
-                return False
-        return True
-    return set(map(type, values)) <= _PLAIN
 
 
 def plain_u64(values: Sequence[Any]) -> Optional["np.ndarray[Any, Any]"]:

@@ -12,7 +12,7 @@ code added to the table reaches C by running one command rather than by three ed
   ``include/acl/types.h``, which is where the project declares the ACL codes.
 
 Without ``--check`` the command rewrites what is stale in a source checkout; with it,
-it changes nothing and exits 1 naming each stale file. tests/test_codegen.py runs the
+it changes nothing and exits 1 naming each stale file. tests/tools/test_codegen.py runs the
 same comparison, so a table edit without a regeneration fails the suite.
 """
 from __future__ import annotations

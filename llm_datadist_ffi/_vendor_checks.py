@@ -20,36 +20,33 @@ type but raises it before any native call with a message naming the parameter;
 Every message names the parameter and the rule. Vendor texts that clients may match
 are kept verbatim where docs/reference/python-api.md quotes them.
 
-This module is pure Python and imports only ``status`` from the package.
+The bounds of the C integer types and the range conversion itself are shared with
+the C++-shaped tier (``_cints``); the words of the errors are this tier's.
+
+This module is pure Python and imports only ``status`` and ``_cints`` from the package.
 """
 from __future__ import annotations
 
 import socket
-from typing import Any, Final, NoReturn, Tuple, Type, Union
+from typing import Any, Final, NoReturn, Sequence, Tuple, Type, Union, cast
 
+from ._cints import INT32, INT64, UINT16, UINT32, UINT64, CInt, int_converter, plain_ints
 from .status import LLMException, LLMStatusCode, ParamInvalidError
 
 __all__ = [
     "INT32", "INT64", "UINT16", "UINT32", "UINT64", "INVALID_ID",
-    "IntRange", "check_int", "check_type", "check_int_list", "check_int_items", "check_layer_range",
+    "IntRange", "check_int", "check_type", "check_int_list", "check_int_elements", "check_int_items",
+    "check_layer_range",
     "int_to_ip", "ip_to_int", "param_invalid", "raise_param_invalid", "type_name", "none_error",
 ]
 
-IntRange = Tuple[str, int, int]
+IntRange = CInt
 """A C integer type as (name, lowest, highest)."""
-
-UINT16: Final[IntRange] = ("uint16", 0, 2**16 - 1)
-UINT32: Final[IntRange] = ("uint32", 0, 2**32 - 1)
-UINT64: Final[IntRange] = ("uint64", 0, 2**64 - 1)
-INT32: Final[IntRange] = ("int32", -(2**31), 2**31 - 1)
-INT64: Final[IntRange] = ("int64", -(2**63), 2**63 - 1)
 
 #: The id the vendor uses for "no request / no prefix": ``2**64 - 1``.
 INVALID_ID: Final = 2**64 - 1
 
 TypeSpec = Union[Type[Any], Tuple[Type[Any], ...]]
-
-_PLAIN_INTS: Final = frozenset((int, bool))
 
 
 def type_name(value: object) -> str:
@@ -112,10 +109,17 @@ def check_int_list(value: object, name: str, *, containers: TypeSpec = (list, tu
             False), or an element that is not an ``int``.
     """
     check_type(value, containers, name, allow_none=allow_none)
-    if value is None:
-        return
-    items: Any = value
-    if set(map(type, items)) <= _PLAIN_INTS:   # the common case in one C-level pass
+    if value is not None:
+        check_int_elements(cast(Sequence[Any], value), name)
+
+
+def check_int_elements(items: Sequence[Any], name: str) -> None:
+    """The vendor's type check of the elements of a list or tuple of ``int``.
+
+    Raises:
+        TypeError: an element that is not an ``int``, named ``name[index]``.
+    """
+    if plain_ints(items):   # the common case in C-level passes
         return
     for index, item in enumerate(items):
         if not isinstance(item, int):
@@ -133,25 +137,28 @@ def check_int_items(values: object, name: str, int_range: IntRange) -> None:
     items: Any = values or ()
     # block lists reach 65,000 entries; plain ints in range are decided by three C-level
     # passes, anything else by the loop that words the error
-    if set(map(type, items)) <= _PLAIN_INTS and (not items or int_range[1] <= min(items) <= max(items) <= int_range[2]):
+    if plain_ints(items) and (not items or int_range.low <= min(items) <= max(items) <= int_range.high):
         return
     for index, item in enumerate(items):
         check_int(item, f"{name}[{index}]", int_range)
 
 
-def check_int(value: object, name: str, int_range: IntRange) -> int:
-    """The vendor's range check for a C integer type; returns the value as an int.
+def _not_an_int(name: str, value: Any, int_range: IntRange) -> TypeError:
+    return TypeError(f"{name} must be an int ({int_range.name}), not {type_name(value)}")
 
-    Raises:
-        TypeError: ``value`` is ``None`` or not an ``int`` (``bool`` is an int).
-        ValueError: ``value`` lies outside the C type's range.
-    """
-    kind, low, high = int_range
-    if not isinstance(value, int):
-        raise TypeError(f"{name} must be an int ({kind}), not {type_name(value)}")
-    if not low <= value <= high:
-        raise ValueError(f"{name} is {value}, outside the {kind} range [{low}, {high}]")
-    return int(value)
+
+def _int_outside(name: str, value: Any, int_range: IntRange) -> ValueError:
+    return ValueError(f"{name} is {value}, outside the {int_range.name} range [{int_range.low}, {int_range.high}]")
+
+
+check_int: Final = int_converter(int, _not_an_int, _int_outside)
+"""``check_int(value, name, int_range)``: the vendor's range check for a C integer
+type; returns the value as an int.
+
+Raises:
+    TypeError: ``value`` is ``None`` or not an ``int`` (``bool`` is an int).
+    ValueError: ``value`` lies outside the C type's range.
+"""
 
 
 def check_layer_range(value: object, name: str, *, allow_none: bool = True) -> None:

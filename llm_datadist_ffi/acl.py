@@ -57,7 +57,7 @@ __all__ = [
 
 # ---- constants ------------------------------------------------------------------------------
 # Names as in the vendor's headers; values read from the declarations in include/acl/types.h
-# (tests/test_acl.py checks that every enumerator there is exported here).
+# (tests/acl/test_acl.py checks that every enumerator there is exported here).
 
 # aclrtMemcpyKind
 ACL_MEMCPY_HOST_TO_HOST: Final[int] = acl_lib.ACL_MEMCPY_HOST_TO_HOST

@@ -39,7 +39,12 @@ import numpy as np
 from . import _buffers, _capi, lint
 from ._trace import traced
 from ._capi import ffi
-from ._blocklists import packed_u64, plain_ints, plain_u64, smallest_repeat
+from ._blocklists import plain_u64
+from ._cints import INT32, INT64, UINT16, UINT32, UINT64, CInt, int_converter, plain_ints
+from ._marshal import (
+    ClusterEntry, Endpoint, U64Buffer, block_pointer, blocks_converter, c_array, c_cache_desc, c_clusters, c_options,
+    lint_repeated_blocks, u64_block_array, u64_block_list,
+)
 from .data_type import ELEMENT_BITS, DataType, GeDataType, data_type_value
 from .status import LLMException, LLMStatusCode, exception_for, map_status
 
@@ -83,16 +88,6 @@ OPTION_NAMES = (OPTION_LISTEN_IP_INFO, OPTION_DEVICE_ID, OPTION_SYNC_CACHE_WAIT_
 
 DEFAULT_TENSOR_NUM_PER_LAYER = 2
 
-_U16 = (0, 2**16 - 1)
-_U32 = (0, 2**32 - 1)
-_U64 = (0, 2**64 - 1)
-_I32 = (-(2**31), 2**31 - 1)
-_I64 = (-(2**63), 2**63 - 1)
-
-_U64_ARRAY = ffi.typeof("uint64_t[]")
-_U64_DTYPE = np.dtype(np.uint64)
-
-
 class LlmRole(IntEnum):
     """``llm_datadist::LlmRole``."""
 
@@ -112,15 +107,19 @@ BlockList = Union[Sequence[int], "np.ndarray[Any, Any]"]
 
 
 # ---- argument conversion ----------------------------------------------------------------------
+#
+# This tier's checks and their words; the conversions into C structs are ``_marshal``'s.
 
-def _int(value: Any, name: str, bounds: tuple[int, int], type_name: str) -> int:
-    """An int within ``bounds``; ``bool`` passes as in the vendor's checks."""
-    if isinstance(value, (int, np.integer)):
-        number = int(value)
-        if not bounds[0] <= number <= bounds[1]:
-            raise ValueError(f"{name} {number} is outside {type_name} [{bounds[0]}, {bounds[1]}]")
-        return number
-    raise TypeError(f"{name} must be an int ({type_name}), not {type(value).__name__}")
+def _not_an_int(name: str, value: Any, c_type: CInt) -> TypeError:
+    return TypeError(f"{name} must be an int ({c_type.name}), not {type(value).__name__}")
+
+
+def _int_outside(name: str, value: Any, c_type: CInt) -> ValueError:
+    return ValueError(f"{name} {int(value)} is outside {c_type.name} [{c_type.low}, {c_type.high}]")
+
+
+#: An int of a C type; ``bool`` and numpy integers pass, as in the vendor's checks.
+_int = int_converter((int, np.integer), _not_an_int, _int_outside)
 
 
 def _require(value: Any, cls: type, name: str) -> None:
@@ -131,38 +130,21 @@ def _require(value: Any, cls: type, name: str) -> None:
 def _pair(value: Any, name: str) -> tuple[int, int]:
     if not isinstance(value, (tuple, list)) or len(value) != 2:
         raise TypeError(f"{name} must be a pair (first, second) of two ints, not {value!r}")
-    return (_int(value[0], f"{name}[0]", _I32, "int32"), _int(value[1], f"{name}[1]", _I32, "int32"))
+    return (_int(value[0], f"{name}[0]", INT32), _int(value[1], f"{name}[1]", INT32))
 
 
-def _blocks(value: Any, name: str) -> tuple[Any, int, Any]:
-    """A block list as (C pointer, count, object the caller keeps alive while C reads
-    the pointer and passes to ``_check_distinct``)."""
-    # The common cases first, each taken only when nothing in it can fail; anything
-    # else takes the general path below, which decides and words every error.
-    if type(value) is np.ndarray:
-        if value.dtype is _U64_DTYPE and value.ndim == 1 and value.size and value.flags.c_contiguous:
-            return ffi.from_buffer(_U64_ARRAY, value), int(value.size), value
-    elif type(value) is list or type(value) is tuple:
-        # Packed in one C loop and handed to C as it is: numpy would add about a
-        # microsecond however short the list, and most transfers name a few blocks.
-        packed = packed_u64(value)
-        if packed is not None:
-            return ffi.from_buffer(_U64_ARRAY, packed), len(packed), packed
-    return _block_pointer(_block_array(value, name))
+def _block_outside(name: str, index: Optional[int], value: Any) -> ValueError:
+    return ValueError(f"{name} holds {int(value)}; block indexes are uint64")
 
 
-def _block_array(value: Any, name: str) -> "np.ndarray[Any, Any]":
+def _block_array(value: Any, name: str) -> U64Buffer:
     """A block list as a C-contiguous uint64 array, or the error it deserves."""
     if isinstance(value, np.ndarray):
         if value.ndim != 1:
             raise TypeError(f"{name} must be one-dimensional, got an array of shape {value.shape}")
         if value.dtype.kind not in "iu":
             raise TypeError(f"{name} must hold integers, got dtype {value.dtype}")
-        if value.dtype == np.uint64 and value.flags.c_contiguous:
-            return value
-        if value.dtype.kind == "i" and value.size and int(value.min()) < 0:
-            raise ValueError(f"{name} holds {int(value.min())}; block indexes are uint64")
-        return np.ascontiguousarray(value, dtype=np.uint64)
+        return u64_block_array(value, name, _block_outside)
     if isinstance(value, (list, tuple)):
         fast = plain_u64(value)
         if fast is not None:
@@ -171,18 +153,17 @@ def _block_array(value: Any, name: str) -> "np.ndarray[Any, Any]":
         for i, item in enumerate(value):
             if not isinstance(item, (int, np.integer)):
                 raise TypeError(f"{name}[{i}] must be an int, not {type(item).__name__}")
-        # checked before converting: numpy may wrap a negative numpy integer silently
-        bad = next((int(v) for v in value if not _U64[0] <= int(v) <= _U64[1]), None)
-        if bad is not None:
-            raise ValueError(f"{name} holds {bad}; block indexes are uint64")
-        return np.array(value, dtype=np.uint64)
+        return u64_block_list(value, name, _block_outside)
     raise TypeError(f"{name} must be a list, tuple or 1-D integer numpy array, not {type(value).__name__}")
 
 
-def _block_pointer(array: "np.ndarray[Any, Any]") -> tuple[Any, int, "np.ndarray[Any, Any]"]:
-    if array.size == 0:
-        return ffi.NULL, 0, array
-    return ffi.from_buffer(_U64_ARRAY, array), int(array.size), array
+#: A block list as (C pointer, count, object the caller keeps alive while C reads the
+#: pointer and passes to ``lint_repeated_blocks``).
+_blocks = blocks_converter(_block_array)
+
+
+def _refuse_option(name: str, key: Any, value: Any) -> TypeError:
+    return TypeError(f"{name} keys and values must be str, got {key!r}: {value!r}")
 
 
 def _options(options: Optional[Mapping[str, str]], name: str) -> tuple[Any, int, list[Any]]:
@@ -190,15 +171,7 @@ def _options(options: Optional[Mapping[str, str]], name: str) -> tuple[Any, int,
         return ffi.NULL, 0, []
     if not isinstance(options, Mapping):
         raise TypeError(f"{name} must be a dict[str, str], not {type(options).__name__}")
-    keep: list[Any] = []
-    array = ffi.new("lldd_option[]", max(len(options), 1))
-    for i, (key, value) in enumerate(options.items()):
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"{name} keys and values must be str, got {key!r}: {value!r}")
-        k, v = ffi.new("char[]", key.encode()), ffi.new("char[]", value.encode())
-        keep += [k, v]
-        array[i].key, array[i].value = k, v
-    return array, len(options), keep
+    return c_options(options, name, _refuse_option)
 
 
 def _param_invalid(tag: str, message: str) -> LLMException:
@@ -254,17 +227,13 @@ class CacheDesc:
     placement: CachePlacement = CachePlacement.DEVICE
 
     def _to_c(self, name: str) -> tuple[Any, list[Any]]:
-        num_tensors = _int(self.num_tensors, f"{name}.num_tensors", _U32, "uint32")
+        num_tensors = _int(self.num_tensors, f"{name}.num_tensors", UINT32)
         dtype = data_type_value(self.data_type, f"{name}.data_type")
-        placement = _int(self.placement, f"{name}.placement", _U32, "uint32")
+        placement = _int(self.placement, f"{name}.placement", UINT32)
         if not isinstance(self.shape, (list, tuple)):
             raise TypeError(f"{name}.shape must be a list or tuple of ints, not {type(self.shape).__name__}")
-        dims = [_int(d, f"{name}.shape[{i}]", _I64, "int64") for i, d in enumerate(self.shape)]
-        shape = ffi.new("int64_t[]", dims) if dims else ffi.NULL
-        desc = ffi.new("lldd_cache_desc *")
-        desc.placement, desc.num_tensors, desc.data_type = placement, num_tensors, dtype
-        desc.shape, desc.shape_len = shape, len(dims)
-        return desc, [shape]
+        dims = [_int(d, f"{name}.shape[{i}]", INT64) for i, d in enumerate(self.shape)]
+        return c_cache_desc(placement, num_tensors, dtype, dims)
 
 
 @dataclass
@@ -304,13 +273,13 @@ class Cache:
 
     def _convert(self, name: str) -> tuple[Any, list[Any]]:
         cache = ffi.new("lldd_cache *")
-        cache.cache_id = _int(self.cache_id, f"{name}.cache_id", _I64, "int64")
+        cache.cache_id = _int(self.cache_id, f"{name}.cache_id", INT64)
         keep: list[Any] = []
         if not isinstance(self.tensor_addrs, (list, tuple)):
             raise TypeError(f"{name}.tensor_addrs must be a list of ints")
-        addrs = [_int(a, f"{name}.tensor_addrs[{i}]", _U64, "uint64") for i, a in enumerate(self.tensor_addrs)]
+        addrs = [_int(a, f"{name}.tensor_addrs[{i}]", UINT64) for i, a in enumerate(self.tensor_addrs)]
         if addrs:
-            buf = ffi.new("uint64_t[]", addrs)
+            buf = c_array(UINT64, addrs)
             keep.append(buf)
             cache.tensor_addrs, cache.num_tensor_addrs = buf, len(addrs)
         if self.cache_desc is None:
@@ -340,9 +309,9 @@ class CacheIndex:
             if known is not None:
                 return known
         index = ffi.new("lldd_cache_index *")
-        index.cluster_id = _int(self.cluster_id, f"{name}.cluster_id", _U64, "uint64")
-        index.cache_id = _int(self.cache_id, f"{name}.cache_id", _I64, "int64")
-        index.batch_index = _int(self.batch_index, f"{name}.batch_index", _U32, "uint32")
+        index.cluster_id = _int(self.cluster_id, f"{name}.cluster_id", UINT64)
+        index.cache_id = _int(self.cache_id, f"{name}.cache_id", INT64)
+        index.batch_index = _int(self.batch_index, f"{name}.batch_index", UINT32)
         if plain:
             _remember(_index_structs, key, index)
         return index
@@ -360,7 +329,7 @@ class KvCacheExtParam:
     def _to_c(self) -> Any:
         src = _pair(self.src_layer_range, "ext_param.src_layer_range")
         dst = _pair(self.dst_layer_range, "ext_param.dst_layer_range")
-        n = _int(self.tensor_num_per_layer, "ext_param.tensor_num_per_layer", _U32, "uint32")
+        n = _int(self.tensor_num_per_layer, "ext_param.tensor_num_per_layer", UINT32)
         ext = ffi.new("lldd_ext_param *")
         ext.src_layer_first, ext.src_layer_second = src
         ext.dst_layer_first, ext.dst_layer_second = dst
@@ -399,30 +368,27 @@ class ClusterInfo:
 def _clusters(clusters: Any) -> tuple[Any, int, list[Any]]:
     if not isinstance(clusters, (list, tuple)):
         raise TypeError(f"clusters must be a list of ClusterInfo, not {type(clusters).__name__}")
-    keep: list[Any] = []
-    array = ffi.new("lldd_cluster_info[]", max(len(clusters), 1))
+    entries: list[ClusterEntry] = []
     for i, cluster in enumerate(clusters):
         _require(cluster, ClusterInfo, f"clusters[{i}]")
-        entry = array[i]
-        entry.remote_cluster_id = _int(cluster.remote_cluster_id, f"clusters[{i}].remote_cluster_id", _U64, "uint64")
-        entry.remote_role_type = _int(cluster.remote_role_type, f"clusters[{i}].remote_role_type", _I32, "int32")
-        for side in ("local_ip_infos", "remote_ip_infos"):
-            infos = getattr(cluster, side)
-            if not isinstance(infos, (list, tuple)):
-                raise TypeError(f"clusters[{i}].{side} must be a list of IpInfo")
-            buf = ffi.new("lldd_ip_info[]", max(len(infos), 1))
-            keep.append(buf)
-            for j, info in enumerate(infos):
-                _require(info, IpInfo, f"clusters[{i}].{side}[{j}]")
-                if not isinstance(info.ip, str):
-                    raise TypeError(f"clusters[{i}].{side}[{j}].ip must be a str")
-                ip = ffi.new("char[]", info.ip.encode())
-                keep.append(ip)
-                buf[j].ip = ip
-                buf[j].port = _int(info.port, f"clusters[{i}].{side}[{j}].port", _U16, "uint16")
-            setattr(entry, side, buf)
-            setattr(entry, "num_" + side, len(infos))
-    return array, len(clusters), keep
+        remote_id = _int(cluster.remote_cluster_id, f"clusters[{i}].remote_cluster_id", UINT64)
+        role_type = _int(cluster.remote_role_type, f"clusters[{i}].remote_role_type", INT32)
+        local = _endpoints(cluster.local_ip_infos, f"clusters[{i}].local_ip_infos")
+        remote = _endpoints(cluster.remote_ip_infos, f"clusters[{i}].remote_ip_infos")
+        entries.append((remote_id, role_type, local, remote))
+    return c_clusters(entries)
+
+
+def _endpoints(infos: Any, name: str) -> list[Endpoint]:
+    if not isinstance(infos, (list, tuple)):
+        raise TypeError(f"{name} must be a list of IpInfo")
+    endpoints = []
+    for j, info in enumerate(infos):
+        _require(info, IpInfo, f"{name}[{j}]")
+        if not isinstance(info.ip, str):
+            raise TypeError(f"{name}[{j}].ip must be a str")
+        endpoints.append((info.ip.encode(), _int(info.port, f"{name}[{j}].port", UINT16)))
+    return endpoints
 
 
 # ---- project rules checked in Python (docs/semantics.md, scope [all]) ----------------------
@@ -472,14 +438,6 @@ def _ext_param_lints(ext: KvCacheExtParam, tag: str) -> list[tuple[str, str]]:
         lints.append(("PR-1", f"[{tag}] ext_param.src_layer_range {{{src[0]}, {src[1]}}} and dst_layer_range "
                               f"{{{dst[0]}, {dst[1]}}}: only one of them is a range"))
     return lints
-
-
-def _check_distinct(blocks: Any, name: str, tag: str) -> None:
-    """PR-5 (lint): a destination block listed twice; the last write wins on the device.
-    ``blocks`` is the kept object of ``_blocks``: a numpy array or a packed ``array.array``."""
-    repeated = smallest_repeat(blocks) if len(blocks) > 1 else None
-    if repeated is not None:
-        lint.lint("PR-5", f"[{tag}] {name} contains block {repeated} more than once")
 
 
 def _tensor_bytes(cache_desc: "CacheDesc") -> int:
@@ -551,8 +509,8 @@ class LlmDataDist:
     """
 
     def __init__(self, cluster_id: int, role: Union[LlmRole, int]) -> None:
-        self._cluster_id = _int(cluster_id, "cluster_id", _U64, "uint64")
-        self._role = _int(role, "role", _I32, "int32")
+        self._cluster_id = _int(cluster_id, "cluster_id", UINT64)
+        self._role = _int(role, "role", INT32)
         # guards _handle, _users, _closing; _mutex is the condition's own lock, taken
         # directly where nothing waits (Condition's own ``with`` costs a Python call more)
         self._mutex = threading.RLock()
@@ -722,7 +680,7 @@ class LlmDataDist:
                 an invalid role or listen address, ``LLM_FAILED`` before ``initialize``.
         """
         tag = "LlmDataDist.set_role"
-        role_value = _int(role, "role", _I32, "int32")
+        role_value = _int(role, "role", INT32)
         array, count, keep = _options(options, "options")
         if self._initialized:
             _check_listen_port(options, tag)
@@ -741,7 +699,7 @@ class LlmDataDist:
             TypeError, ValueError: malformed arguments.
         """
         array, count, keep = _clusters(clusters)
-        timeout = _int(timeout_in_millis, "timeout_in_millis", _I32, "int32")
+        timeout = _int(timeout_in_millis, "timeout_in_millis", INT32)
         status, rets = _capi.lldd_link_clusters(self._engine(), array, count, timeout)
         del keep
         return self._link_result("link", clusters, status, rets)
@@ -755,7 +713,7 @@ class LlmDataDist:
             TypeError, ValueError: malformed arguments.
         """
         array, count, keep = _clusters(clusters)
-        timeout = _int(timeout_in_millis, "timeout_in_millis", _I32, "int32")
+        timeout = _int(timeout_in_millis, "timeout_in_millis", INT32)
         _require(force_flag, bool, "force_flag")
         status, rets = _capi.lldd_unlink_clusters(self._engine(), array, count, timeout, force_flag)
         del keep
@@ -795,8 +753,8 @@ class LlmDataDist:
         if not isinstance(addrs, (list, tuple)):
             raise TypeError(f"addrs must be a list of ints, not {type(addrs).__name__}")
         given, kept = _buffers.tensor_addresses(addrs, _tensor_bytes(cache_desc), "addrs")
-        values = [_int(a, f"addrs[{i}]", _U64, "uint64") for i, a in enumerate(given)]
-        buf = ffi.new("uint64_t[]", values) if values else ffi.NULL
+        values = [_int(a, f"addrs[{i}]", UINT64) for i, a in enumerate(given)]
+        buf = c_array(UINT64, values)
         cache_id = _capi.lldd_register_kv_cache(self._engine(), desc, buf, len(values),
                                                 "LlmDataDist.register_kv_cache")
         del keep
@@ -809,7 +767,7 @@ class LlmDataDist:
     def unregister_kv_cache(self, cache_id: int) -> None:
         """``UnregisterKvCache(cache_id)``; an unknown id succeeds. An allocated cache's
         entry goes too, with the engine's ``OwnedCacheUnregisteredWarning`` (PR-23)."""
-        cid = _int(cache_id, "cache_id", _I64, "int64")
+        cid = _int(cache_id, "cache_id", INT64)
         _capi.lldd_unregister_kv_cache(self._engine(), cid, "LlmDataDist.unregister_kv_cache")
         self._kept.pop(cid, None)
         self._owned.discard(cid)
@@ -840,7 +798,7 @@ class LlmDataDist:
     def deallocate_cache(self, cache_id: int) -> None:
         """``DeallocateCache``: ``LLM_FEATURE_NOT_ENABLED`` as :meth:`allocate_cache`;
         with the mock's pool-backed variant an unknown id succeeds (PR-9)."""
-        cid = _int(cache_id, "cache_id", _I64, "int64")
+        cid = _int(cache_id, "cache_id", INT64)
         _capi.lldd_deallocate_cache(self._engine(), cid, "LlmDataDist.deallocate_cache")
         if cid in self._owned:                 # a registered cache stays (docs/reference/semantics.md §3.6: a no-op)
             self._owned.discard(cid)
@@ -880,8 +838,8 @@ class LlmDataDist:
         _require(dst_cache, Cache, "dst_cache")
         src = src_cache_index._to_c("src_cache_index")
         dst, keep = dst_cache._to_c("dst_cache")
-        batch = _int(batch_index, "batch_index", _U32, "uint32")
-        nbytes = _int(size, "size", _I64, "int64")
+        batch = _int(batch_index, "batch_index", UINT32)
+        nbytes = _int(size, "size", INT64)
         ext = self._ext(ext_param, tag)
         _capi.lldd_pull_kv_cache(self._engine(), src, dst, batch, nbytes, ext, tag)
         del keep
@@ -905,7 +863,7 @@ class LlmDataDist:
         dst_ptr, n_dst, dst_arr = _blocks(dst_blocks, "dst_blocks")
         ext = self._ext(ext_param, tag)
         if self._initialized:
-            _check_distinct(dst_arr, "dst_blocks", tag)
+            lint_repeated_blocks(dst_arr, "dst_blocks", tag)
         _capi.lldd_pull_kv_blocks(self._engine(), src, dst, src_ptr, n_src, dst_ptr, n_dst, ext, tag)
         del keep, src_arr, dst_arr
 
@@ -923,8 +881,8 @@ class LlmDataDist:
         _require(dst_cache_index, CacheIndex, "dst_cache_index")
         src, keep = src_cache._to_c("src_cache")
         dst = dst_cache_index._to_c("dst_cache_index")
-        batch = _int(src_batch_index, "src_batch_index", _U32, "uint32")
-        nbytes = _int(size, "size", _I64, "int64")
+        batch = _int(src_batch_index, "src_batch_index", UINT32)
+        nbytes = _int(size, "size", INT64)
         ext = self._ext(ext_param, tag)
         _capi.lldd_push_kv_cache(self._engine(), src, dst, batch, nbytes, ext, tag)
         del keep
@@ -946,7 +904,7 @@ class LlmDataDist:
         dst_ptr, n_dst, dst_arr = _blocks(dst_blocks, "dst_blocks")
         ext = self._ext(ext_param, tag)
         if self._initialized:
-            _check_distinct(dst_arr, "dst_blocks", tag)
+            lint_repeated_blocks(dst_arr, "dst_blocks", tag)
         _capi.lldd_push_kv_blocks(self._engine(), src, dst, src_ptr, n_src, dst_ptr, n_dst, ext, tag)
         del keep, src_arr, dst_arr
 
@@ -966,10 +924,10 @@ class LlmDataDist:
         _require(dst_cache, Cache, "dst_cache")
         src, keep_src = src_cache._to_c("src_cache")
         dst, keep_dst = dst_cache._to_c("dst_cache")
-        sb = _int(src_batch_index, "src_batch_index", _U32, "uint32")
-        db = _int(dst_batch_index, "dst_batch_index", _U32, "uint32")
-        off = _int(offset, "offset", _U64, "uint64")
-        nbytes = _int(size, "size", _I64, "int64")
+        sb = _int(src_batch_index, "src_batch_index", UINT32)
+        db = _int(dst_batch_index, "dst_batch_index", UINT32)
+        off = _int(offset, "offset", UINT64)
+        nbytes = _int(size, "size", INT64)
         _capi.lldd_copy_kv_cache(self._engine(), src, dst, sb, db, off, nbytes, tag)
         del keep_src, keep_dst
 
@@ -994,11 +952,10 @@ class LlmDataDist:
         if not isinstance(dst_blocks_list, (list, tuple)):
             raise TypeError(f"dst_blocks_list must be a list of block lists, not {type(dst_blocks_list).__name__}")
         arrays = [_block_array(lst, f"dst_blocks_list[{i}]") for i, lst in enumerate(dst_blocks_list)]
-        flat = np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint64)
+        flat_ptr, _, flat = block_pointer(np.concatenate(arrays) if arrays else np.empty(0, dtype=np.uint64))
         if self._initialized and self._native_pool:
-            _check_distinct(flat, "dst_blocks_list", tag)
-        lens = ffi.new("size_t[]", [int(a.size) for a in arrays]) if arrays else ffi.NULL
-        flat_ptr = ffi.from_buffer("uint64_t[]", flat) if flat.size else ffi.NULL
+            lint_repeated_blocks(flat, "dst_blocks_list", tag)
+        lens = ffi.new("size_t[]", [len(a) for a in arrays]) if arrays else ffi.NULL
         _capi.lldd_copy_kv_blocks(self._engine(), src, dst, src_ptr, n_src, flat_ptr, lens, len(arrays), tag)
         del keep_src, keep_dst, src_arr, flat
 

@@ -9,7 +9,7 @@ table or checked against it:
 
 * ``LLMStatusCode`` is the vendor's ``IntEnum``. Its members are written out below so
   that readers and type checkers see them; an import-time check (and
-  tests/test_status.py) keeps them equal to the table.
+  tests/abi/test_status.py) keeps them equal to the table.
 * ``map_status`` is the vendor's mapping rule (§5): every int without a member becomes
   ``LLM_FAILED``.
 * ``LLMException`` is the vendor's exception (§7.2). Its subclasses, one per code and

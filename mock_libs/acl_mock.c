@@ -643,10 +643,24 @@ static void release_pages(uintptr_t base, size_t size, int shared)
     uintptr_t page = (uintptr_t)page_size;
     uintptr_t first = base + (page - base % page) % page;
     uintptr_t end = (base + size) - (base + size) % page;
-    if (end > first)
+    if (end <= first)
+        return;
+    if (shared) {
         /* arena pages belong to a memfd: only MADV_REMOVE gives them back (and to a
          * peer's mapping as well); advice: failure is harmless */
-        (void)madvise((void *)first, end - first, shared ? MADV_REMOVE : MADV_DONTNEED);
+        (void)madvise((void *)first, end - first, MADV_REMOVE);
+        return;
+    }
+    /* Heap pages: a fresh mapping without a commit charge (MAP_NORESERVE) in their
+     * place. MADV_DONTNEED alone frees the pages but keeps the charge, and under the
+     * kernel's default overcommit heuristic fork() refuses (ENOMEM) to copy a mapping
+     * whose charge exceeds the machine's memory: held memory, up to FREED_MAX_BYTES of
+     * address space, would make every fork() of the process fail. Only pages wholly
+     * inside the allocation are replaced (the C allocator's header lies before it), and
+     * they stay readable and writable, as before, until free() takes them back. */
+    if (mmap((void *)first, end - first, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) == MAP_FAILED)
+        (void)madvise((void *)first, end - first, MADV_DONTNEED);
 }
 
 /* Keeps a just-freed allocation as a record (see the top of this file). Lock held. */

@@ -13,9 +13,9 @@
 
 /* Every exported function that checks for injected faults: the one list of the
  * mock's fallible functions. Kept next to the fault table so that an unknown name
- * is rejected rather than silently ignored; tests/test_abi.py checks that it names
+ * is rejected rather than silently ignored; tests/abi/test_abi.py checks that it names
  * exactly the declared functions that can fail, that each of them answers an armed
- * fault before anything else, and tests/test_acl.py does the same for the ACL ones. */
+ * fault before anything else, and tests/acl/test_acl.py does the same for the ACL ones. */
 static const char *const k_fault_names[] = {
     "lldd_create", "lldd_initialize", "lldd_set_role", "lldd_link_clusters",
     "lldd_unlink_clusters", "lldd_allocate_cache", "lldd_deallocate_cache",

@@ -1,6 +1,6 @@
 /* SHA-256 (FIPS 180-4) and HMAC-SHA-256 (RFC 2104), for the optional shared secret of
  * the link handshake (peer_id.h). Small and slow on purpose: it hashes a few dozen
- * bytes per link. tests/test_wire_security.py checks it against Python's hashlib/hmac.
+ * bytes per link. tests/wire/test_wire_security.py checks it against Python's hashlib/hmac.
  */
 #include <string.h>
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 import gc
 import os
 import socket
-import sys
-from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
@@ -24,11 +22,6 @@ from hypothesis import HealthCheck, settings
 
 import llm_datadist_ffi
 from llm_datadist_ffi import native
-
-# The helper modules beside the tests (the oracle, *_support) are imported by name. pytest's
-# importlib mode puts no test directory on sys.path, and this one holds no package code,
-# so adding it cannot shadow the installed llm_datadist_ffi.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 settings.register_profile("default", max_examples=40, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow])

@@ -1,9 +1,6 @@
-"""The example's tests import ``kv_connector`` from this directory (pytest's importlib
-mode puts no test directory on ``sys.path``); the topology processes inherit the path."""
-import sys
+"""The example's tests import ``kv_connector`` from this directory, which the pytest
+configuration's ``pythonpath`` puts on ``sys.path``; the topology processes inherit it."""
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import pytest
 

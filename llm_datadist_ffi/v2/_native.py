@@ -12,9 +12,9 @@ what the managers need to reach it:
 * ``check_live``: the project rule that a ``Cache``/``KvCache`` made by an engine that
   has since been finalized is rejected (docs/reference/python-api.md §8.1) — cache ids restart at 1,
   so such an object would otherwise address whatever the new engine calls by that id;
-* conversions of descriptors, keys, option maps, address and block lists into cffi
-  values, with the vendor's native-conversion errors (``TypeError`` for an int its C
-  type cannot hold) raised before the call.
+* the vendor's native conversions of descriptors, keys, address and block lists: the
+  binding's errors (``TypeError`` for an int its C type cannot hold) raised before the
+  call, over the conversions both tiers share (``_marshal``); keys are this tier's only.
 
 A finalized engine's handle is not freed while a call still holds it: every call
 takes the handle into a local variable for its duration, and the handle is released
@@ -23,28 +23,27 @@ for the calls already running (PR-37).
 """
 from __future__ import annotations
 
-import array
 import os
 import threading
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
 from .. import _capi
-from .._blocklists import ints_to_u64, packed_u64, plain_ints, smallest_repeat
 from .._capi import const, ffi
-from .._vendor_checks import UINT64, none_error, param_invalid, type_name
+from .._cints import UINT64, first_outside
+from .._marshal import (
+    CData, Blocks, U64Buffer, block_pointer, blocks_converter, c_array, c_cache_desc, u64_block_array, u64_block_list,
+)
+from .._vendor_checks import check_int_elements, none_error, param_invalid, type_name
 from ..status import LLMException, LLMStatusCode, exception_for
 from .llm_types import AnyCacheKey, BlocksCacheKey, CacheKeyByIdAndIndex, CoreCacheDesc, core_key
 
 __all__ = [
-    "EngineState", "current", "set_current", "live", "engine_for", "check_live", "no_engine_error", "c_options",
-    "c_cache_desc", "c_key", "c_keys", "c_u64", "BlockArray", "block_list", "is_block_array",
+    "EngineState", "current", "set_current", "live", "engine_for", "check_live", "no_engine_error",
+    "c_core_desc", "c_key", "c_keys", "c_u64", "BlockArray", "block_list", "is_block_array",
     "check_block_types", "block_count",
 ]
-
-CData = Any
-
 
 class EngineState:
     """One initialised native engine, from a successful ``init`` to ``finalize``.
@@ -151,33 +150,13 @@ def check_live(cache: Any, name: str, tag: str) -> None:
 
 
 # ---- conversions ------------------------------------------------------------------------------
+#
+# The vendor's native-conversion errors and the vendor-only structs (keys); the
+# conversions both tiers share are ``_marshal``'s.
 
-def c_options(options: Mapping[str, Any], name: str) -> Tuple[CData, int, List[CData]]:
-    """An option map as ``lldd_option[]``.
-
-    Raises:
-        TypeError: a key or value that is not a ``str`` (the vendor's binding
-            converts to ``std::map<std::string, std::string>``).
-    """
-    keep: List[CData] = []
-    array = ffi.new("lldd_option[]", max(len(options), 1))
-    for index, (key, value) in enumerate(options.items()):
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError(f"{name} keys and values must be str, got {key!r}: {value!r} "
-                            f"({type_name(key)}: {type_name(value)})")
-        k, v = ffi.new("char[]", key.encode()), ffi.new("char[]", value.encode())
-        keep += [k, v]
-        array[index].key, array[index].value = k, v
-    return array, len(options), keep
-
-
-def c_cache_desc(desc: CoreCacheDesc) -> Tuple[CData, List[CData]]:
+def c_core_desc(desc: CoreCacheDesc) -> Tuple[CData, List[CData]]:
     """The core form of a ``CacheDesc`` as ``lldd_cache_desc``."""
-    shape = ffi.new("int64_t[]", list(desc.shape)) if desc.shape else ffi.NULL
-    out = ffi.new("lldd_cache_desc *")
-    out.placement, out.num_tensors, out.data_type = desc.placement, desc.num_tensors, desc.data_type
-    out.shape, out.shape_len = shape, len(desc.shape)
-    return out, [shape]
+    return c_cache_desc(desc.placement, desc.num_tensors, desc.data_type, desc.shape)
 
 
 def _fill_key(slot: CData, key: AnyCacheKey) -> None:
@@ -218,34 +197,26 @@ def c_keys(keys: Sequence[AnyCacheKey]) -> Tuple[CData, int]:
 
 
 def c_u64(values: Sequence[int], name: str) -> CData:
-    """A ``uint64_t[]`` of ``values`` (NULL when empty).
+    """A ``uint64_t[]`` of the ints ``values`` (NULL when empty).
 
     Raises:
         TypeError: a value outside uint64 (the vendor's binding conversion).
     """
-    for index, value in enumerate(values):
-        if not UINT64[1] <= value <= UINT64[2]:
-            raise TypeError(f"{name}[{index}] is {value}; the core takes a uint64 in [0, {UINT64[2]}]")
-    return ffi.new("uint64_t[]", list(values)) if values else ffi.NULL
+    bad = first_outside(values, UINT64)
+    if bad is not None:
+        raise TypeError(f"{name}[{bad[0]}] is {bad[1]}; the core takes a uint64 in [0, {UINT64.high}]")
+    return c_array(UINT64, values)
 
 
 class BlockArray:
-    """A block list ready for C: a ``uint64`` numpy array, or a list of plain ints packed
-    by ``array.array``, and a pointer into it.
+    """A block list ready for C (``_marshal.Blocks``): ``pointer`` (NULL when empty),
+    ``count``, and ``array``, which holds the values and must stay referenced for as
+    long as C may read ``pointer``; the object holds it."""
 
-    A C-contiguous ``uint64`` numpy array is used as it is (no copy); other integer
-    arrays and lists are converted once. ``array`` must stay referenced for as long as
-    C may read ``pointer``; the object holds it.
-    """
+    __slots__ = ("pointer", "count", "array")
 
-    def __init__(self, array: "Union[np.ndarray[Any, Any], array.array[int]]") -> None:
-        self.array = array
-        self.count = len(array)
-        self.pointer: CData = ffi.from_buffer("uint64_t[]", array) if self.count else ffi.NULL
-
-    def duplicate(self) -> Optional[int]:
-        """The smallest value that occurs more than once, or None."""
-        return smallest_repeat(self.array) if self.count > 1 else None
+    def __init__(self, blocks: Blocks) -> None:
+        self.pointer, self.count, self.array = blocks
 
     def tolist(self) -> List[int]:
         return [int(v) for v in self.array]
@@ -254,6 +225,22 @@ class BlockArray:
 def is_block_array(value: object) -> bool:
     """Project rule (docs/reference/python-api.md §11.2): a one-dimensional integer numpy array."""
     return isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "iu"
+
+
+def _block_outside(name: str, index: Optional[int], value: Any) -> TypeError:
+    if index is None:
+        return TypeError(f"{name} holds {value}; block indexes are uint64 (>= 0)")
+    return TypeError(f"{name}[{index}] is {value}; block indexes are uint64 in [0, {UINT64.high}]")
+
+
+def _checked_blocks(value: Any, name: str) -> U64Buffer:
+    if isinstance(value, np.ndarray):
+        return u64_block_array(value, name, _block_outside)
+    return u64_block_list(list(value), name, _block_outside)
+
+
+_blocks = blocks_converter(_checked_blocks)
+_EMPTY_BLOCKS = np.empty(0, dtype=np.uint64)
 
 
 def block_list(value: Any, name: str) -> BlockArray:
@@ -269,25 +256,8 @@ def block_list(value: Any, name: str) -> BlockArray:
         TypeError: an index outside uint64.
     """
     if value is None:
-        return BlockArray(np.empty(0, dtype=np.uint64))
-    if isinstance(value, np.ndarray):
-        if value.dtype == np.uint64:
-            array = value if value.flags.c_contiguous else np.ascontiguousarray(value)
-            return BlockArray(array)
-        if value.size and int(value.min()) < 0:
-            raise TypeError(f"{name} holds {int(value.min())}; block indexes are uint64 (>= 0)")
-        return BlockArray(np.ascontiguousarray(value, dtype=np.uint64))
-    items = list(value)
-    packed = packed_u64(items)           # most lists: plain ints, packed without numpy
-    if packed is not None:
-        return BlockArray(packed)
-    fast = ints_to_u64(items)
-    if fast is not None:
-        return BlockArray(fast)
-    for index, item in enumerate(items):
-        if not UINT64[1] <= item <= UINT64[2]:
-            raise TypeError(f"{name}[{index}] is {item}; block indexes are uint64 in [0, {UINT64[2]}]")
-    return BlockArray(np.array(items, dtype=np.uint64) if items else np.empty(0, dtype=np.uint64))
+        return BlockArray(block_pointer(_EMPTY_BLOCKS))
+    return BlockArray(_blocks(value, name))
 
 
 def check_block_types(value: Any, name: str, containers: Tuple[type, ...] = (list, tuple)) -> None:
@@ -309,12 +279,7 @@ def check_block_types(value: Any, name: str, containers: Tuple[type, ...] = (lis
     if not isinstance(value, containers):
         raise TypeError(f"{name} must be {' | '.join(c.__name__ for c in containers)} of int, not "
                         f"{type_name(value)}")
-    items = cast(Sequence[Any], value)   # a list or tuple, checked above
-    if plain_ints(items):
-        return
-    for index, item in enumerate(items):
-        if not isinstance(item, int):
-            raise TypeError(f"{name}[{index}] must be int, not {type_name(item)}")
+    check_int_elements(cast(Sequence[Any], value), name)   # a list or tuple, checked above
 
 
 def block_count(value: Any, name: str) -> int:

@@ -40,6 +40,8 @@ import numpy as np
 
 from .. import _buffers, _capi, _trace, lint
 from .._capi import const, ffi
+from .._cints import first_outside
+from .._marshal import Blocks, block_pointer, c_array, lint_repeated_blocks
 from .._vendor_checks import (
     INT32, INT64, UINT32, UINT64, check_int, check_int_items, check_int_list, check_layer_range, check_type, none_error,
     raise_param_invalid, type_name,
@@ -155,13 +157,6 @@ def _memory_objects(addrs: Any, cache_desc: Any) -> Tuple[Any, List[Any]]:
     return given, kept
 
 
-def _check_distinct(blocks: _native.BlockArray, name: str, tag: str) -> None:
-    """PR-5 (lint): a destination block listed twice; the last write wins on the device."""
-    repeated = blocks.duplicate()
-    if repeated is not None:
-        lint.lint("PR-5", f"[{tag}] {name} contains block {repeated} more than once")
-
-
 def _check_batch_dim(cache_desc: CacheDesc, name: str, tag: str) -> None:
     """PR-18 (lint): the core always uses ``shape[0]`` as the batch or block count,
     whatever ``batch_dim_index`` says; only ``swap_blocks`` reads it."""
@@ -197,19 +192,17 @@ def _int_keyed_dict(value: Any, name: str, list_values: bool) -> None:
             check_int_list(item, f"{name}[{key}]", containers=list, allow_none=False)
 
 
-def _pairs_array(pairs: List[Tuple[int, int]], name: str) -> Tuple[Any, "np.ndarray[Any, Any]"]:
-    """Pairs flattened as ``src0, dst0, src1, dst1, …`` in a ``uint64`` buffer.
+def _pairs_array(pairs: List[Tuple[int, int]], name: str) -> Blocks:
+    """Pairs flattened as ``src0, dst0, src1, dst1, …``, for C as a block list.
 
     Raises:
         TypeError: an index outside uint64 (the vendor's binding conversion).
     """
     flat = [index for pair in pairs for index in pair]
-    for position, index in enumerate(flat):
-        if not UINT64[1] <= index <= UINT64[2]:
-            which = "source" if position % 2 == 0 else "destination"
-            raise TypeError(f"{name}: {which} block {index} is outside uint64")
-    array = np.array(flat, dtype=np.uint64)
-    return ffi.from_buffer("uint64_t[]", array), array
+    bad = first_outside(flat, UINT64)
+    if bad is not None:
+        raise TypeError(f"{name}: {'source' if bad[0] % 2 == 0 else 'destination'} block {bad[1]} is outside uint64")
+    return block_pointer(np.array(flat, dtype=np.uint64))
 
 
 def _check_swap(src_cache: Any, dst_cache: Any, src_to_dst: Any, tag: str) -> Tuple[int, List[Tuple[int, int]], bool]:
@@ -249,7 +242,7 @@ def _swap(addrs: Tuple[List[int], List[int]], block_size: int, pairs: List[Tuple
           tag: str) -> None:
     src_addrs = _native.c_u64(addrs[0], "src_cache addresses")
     dst_addrs = _native.c_u64(addrs[1], "dst_cache addresses")
-    pair_ptr, keep = _pairs_array(pairs, "src_to_dst")
+    pair_ptr, _, keep = _pairs_array(pairs, "src_to_dst")
     _capi.lldd_ext_swap_blocks(_native.engine_for(tag), src_addrs, dst_addrs, len(addrs[0]), block_size, pair_ptr,
                                len(pairs), swap_in, tag)
     del keep
@@ -336,7 +329,7 @@ def _transfer_cache_async(src_cache: Any, num_tensors: int, batch_size: int, lay
             plan.append(_Planned(config, src_layers, None, None, list(config.dst_addrs)))
     src_blocks = _native.block_list(src_block_indices, "src_block_indices")
     dst_blocks = _native.block_list(dst_block_indices, "dst_block_indices")
-    _check_distinct(dst_blocks, "dst_block_indices", tag)
+    lint_repeated_blocks(dst_blocks.array, "dst_block_indices", tag)
     _native.check_live(src_cache, "src_cache", tag)
     cache_id = int(src_cache.cache_id)
     block_memory_size = int(dst_block_memory_size or 0)
@@ -376,7 +369,7 @@ def _transfer_cache_async(src_cache: Any, num_tensors: int, batch_size: int, lay
         else:
             addrs = (item.dst_addrs or [])[2 * position:2 * position + 2]
             _capi.lldd_ext_transfer_layer(handle, cache_id, item.src_batch_index, layer, item.dst_cluster_id,
-                                          ffi.new("uint64_t[]", addrs), src_blocks.pointer, src_blocks.count,
+                                          c_array(UINT64, addrs), src_blocks.pointer, src_blocks.count,
                                           dst_blocks.pointer, dst_blocks.count, block_memory_size, tag)
 
     thread = threading.Thread(target=transfer, name=f"transfer_cache_async[{cache_id}]", daemon=True)
@@ -401,7 +394,7 @@ def _ext_pull(tag: str, key: Any, cache: Any, batch_index: int, size: int, block
     dst = _native.block_list(blocks[1], names[1])
     src_tensors = _pull_tensors(src_range, n, num_local, "src_layer_range", tag)
     dst_tensors = _pull_tensors(dst_range, n, num_local, "dst_layer_range", tag)
-    _check_distinct(dst, names[1], tag)
+    lint_repeated_blocks(dst.array, names[1], tag)
     _native.check_live(cache, names[2], tag)
     key_ptr = _native.c_key(key)
     src_t = _native.c_u64(src_tensors, "src tensor indexes")
@@ -460,7 +453,7 @@ class CacheManager:
         if remote_accessible is None:
             remote_accessible = cache_desc.placement == Placement.DEVICE and not self._is_call_linked
         _check_batch_dim(cache_desc, "cache_desc", tag)
-        desc, keep = _native.c_cache_desc(core_cache_desc(cache_desc, blocks))
+        desc, keep = _native.c_core_desc(core_cache_desc(cache_desc, blocks))
         addr_array = _native.c_u64(addrs, "addrs")
         key_array, num_keys = _native.c_keys(keys)
         engine, handle = _native.live(tag, _FAILED)
@@ -747,7 +740,7 @@ class CacheManager:
             raise none_error("dst_cache_key", "a BlocksCacheKey", AttributeError)
         src = _native.block_list(src_blocks, "src_blocks")
         dst = _native.block_list(dst_blocks, "dst_blocks")
-        _check_distinct(dst, "dst_blocks", tag)
+        lint_repeated_blocks(dst.array, "dst_blocks", tag)
         _native.check_live(src_cache, "src_cache", tag)
         key = _native.c_key(dst_cache_key)
         for src_layer, dst_layer in zip(src_layers, dst_layers):
@@ -797,7 +790,7 @@ class CacheManager:
         _check_batch_dim(cache_desc, "cache_desc", tag)
 
     def _allocate(self, tag: str, cache_desc: CacheDesc, keys: Sequence[Any], blocks: bool) -> Cache:
-        desc, keep = _native.c_cache_desc(core_cache_desc(cache_desc, blocks))
+        desc, keep = _native.c_core_desc(core_cache_desc(cache_desc, blocks))
         key_array, num_keys = _native.c_keys(keys)
         engine, handle = _native.live(tag, _FAILED)
         kind = const("LLDD_CACHE_KIND_BLOCKS" if blocks else "LLDD_CACHE_KIND_CACHE")
@@ -964,7 +957,7 @@ class CacheManager:
         if repeated:
             lint.lint("PR-5", f"[{tag}] copy_block_info names destination block {repeated[0]} more than once")
         _native.check_live(cache, "cache", tag)
-        pair_ptr, keep = _pairs_array(pairs, "copy_block_info")
+        pair_ptr, _, keep = _pairs_array(pairs, "copy_block_info")
         _capi.lldd_ext_copy_blocks(_native.engine_for(tag), int(cache.cache_id), pair_ptr, len(pairs), tag)
         del keep
 
@@ -1079,7 +1072,7 @@ class KvCacheManager:
 
     def _allocate(self, tag: str, cache_desc: CacheDesc, keys: Sequence[Any], blocks: bool) -> KvCache:
         _check_batch_dim(cache_desc, "cache_desc", tag)
-        desc, keep = _native.c_cache_desc(core_cache_desc(cache_desc, blocks))
+        desc, keep = _native.c_core_desc(core_cache_desc(cache_desc, blocks))
         key_array, num_keys = _native.c_keys(keys)
         engine, handle = _native.live(tag, _FAILED)
         kind = const("LLDD_CACHE_KIND_BLOCKS" if blocks else "LLDD_CACHE_KIND_CACHE")

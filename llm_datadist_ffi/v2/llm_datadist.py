@@ -43,7 +43,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Tuple, Union
 
 from .. import _capi, lint
 from .._trace import traced
-from .._capi import ffi
+from .._marshal import ClusterEntry, Endpoint, c_array, c_clusters, c_options
 from .._vendor_checks import (
     INT32, UINT32, UINT64, check_int, check_type, int_to_ip, ip_to_int, none_error, raise_param_invalid,
     type_name,
@@ -75,6 +75,29 @@ VENDOR_OPTION_NAMES = (
     "llm.OutputMaxSize", "llm.Role", "llm.GlobalResourceConfig", "llm_datadist_ffi.mock.NativePool",
     "llm_datadist_ffi.mock.LinkBandwidth", "llm_datadist_ffi.mock.LinkLatencyUs",
 )
+
+def _option_not_str(name: str, key: Any, value: Any) -> TypeError:
+    # the vendor's binding converts to std::map<std::string, std::string>
+    return TypeError(f"{name} keys and values must be str, got {key!r}: {value!r} "
+                     f"({type_name(key)}: {type_name(value)})")
+
+
+def _endpoints(infos: List[Any], name: str) -> List[Endpoint]:
+    """The vendor's ``(ip, port)`` pairs (the ip an int, as ``ip_to_int`` makes it) as
+    the dotted text and port C reads.
+
+    Raises:
+        TypeError: an ip outside uint32 or a port outside uint16 (the core's types).
+    """
+    endpoints = []
+    for index, (ip, port) in enumerate(infos):
+        if not isinstance(ip, int) or not 0 <= ip <= 2**32 - 1:
+            raise TypeError(f"{name}[{index}]: ip {ip!r} is not an IPv4 address (the core takes a uint32)")
+        if not isinstance(port, int) or not 0 <= port <= 65535:
+            raise TypeError(f"{name}[{index}]: port {port!r} is not a uint16")
+        endpoints.append((int_to_ip(ip).encode(), port))
+    return endpoints
+
 
 def _require_str_option(options: Dict[str, Any], key: str) -> str:
     value = options[key]
@@ -324,7 +347,7 @@ class LLMDataDist:
                 _check_v1_options(final, self._role)  # type: ignore[arg-type]
             _check_sync_wait_time(final)
             lint.check_option_keys(options, VENDOR_OPTION_NAMES, "LLMDataDist.init")
-            array, count, keep = _native.c_options(final, "options")
+            array, count, keep = c_options(final, "options", _option_not_str)
             handle = _capi.lldd_create(self._cluster_id, int(self._role),  # type: ignore[arg-type]
                                        _INIT_TAG)
             try:
@@ -427,30 +450,14 @@ class LLMDataDist:
         return int(value)
 
     @staticmethod
-    def _c_clusters(entries: List[Tuple[int, List[Any], List[Any]]], tag: str) -> Tuple[Any, int, List[Any]]:
-        keep: List[Any] = []
-        array = ffi.new("lldd_cluster_info[]", max(len(entries), 1))
+    def _c_clusters(entries: List[Tuple[int, List[Any], List[Any]]]) -> Tuple[Any, int, List[Any]]:
+        """``(remote id, local (ip, port) list, remote list)`` per cluster for C; the vendor
+        never sends the role type."""
+        checked: List[ClusterEntry] = []
         for index, (remote_id, local, remote) in enumerate(entries):
-            entry = array[index]
-            entry.remote_cluster_id = remote_id
-            entry.remote_role_type = 0          # the vendor never sends the role type
-            for side, infos in (("local_ip_infos", local), ("remote_ip_infos", remote)):
-                buf = ffi.new("lldd_ip_info[]", max(len(infos), 1))
-                keep.append(buf)
-                for j, info in enumerate(infos):
-                    ip, port = info
-                    name = f"clusters[{index}].{'local' if side.startswith('local') else 'remote'}_ip_info_list[{j}]"
-                    if not isinstance(ip, int) or not 0 <= ip <= 2**32 - 1:
-                        raise TypeError(f"{name}: ip {ip!r} is not an IPv4 address (the core takes a uint32)")
-                    if not isinstance(port, int) or not 0 <= port <= 65535:
-                        raise TypeError(f"{name}: port {port!r} is not a uint16")
-                    text = ffi.new("char[]", int_to_ip(ip).encode())
-                    keep.append(text)
-                    buf[j].ip = text
-                    buf[j].port = port
-                setattr(entry, side, buf)
-                setattr(entry, "num_" + side, len(infos))
-        return array, len(entries), keep
+            checked.append((remote_id, 0, _endpoints(local, f"clusters[{index}].local_ip_info_list"),
+                            _endpoints(remote, f"clusters[{index}].remote_ip_info_list")))
+        return c_clusters(checked)
 
     def link_clusters(self, clusters: Union[List[LLMClusterInfo], Tuple[LLMClusterInfo, ...]],
                       timeout: int = 3000) -> Tuple[LLMStatusCode, List[LLMStatusCode]]:
@@ -479,7 +486,7 @@ class LLMDataDist:
                                     "required unless a non-empty llm.LocalCommRes was given")
             remote_id = self._remote_id(cluster, index, state)
             entries.append((remote_id, list(cluster.local_ip_info_list), list(cluster.remote_ip_info_list)))
-        array, count, keep = self._c_clusters(entries, "link_clusters")
+        array, count, keep = self._c_clusters(entries)
         status, rets = _capi.lldd_link_clusters(_native.engine_for("link_clusters", LLMStatusCode.LLM_FAILED),
                                                 array, count, timeout)
         del keep
@@ -508,7 +515,7 @@ class LLMDataDist:
             remote_id = check_int(cluster.remote_cluster_id, f"clusters[{index}].remote_cluster_id", UINT64)
             local = [] if state.cache_manager_mode else list(cluster.local_ip_info_list)
             entries.append((remote_id, local, list(cluster.remote_ip_info_list)))
-        array, count, keep = self._c_clusters(entries, "unlink_clusters")
+        array, count, keep = self._c_clusters(entries)
         status, rets = _capi.lldd_unlink_clusters(_native.engine_for("unlink_clusters", LLMStatusCode.LLM_FAILED),
                                                   array, count, timeout, force)
         del keep
@@ -568,8 +575,8 @@ class LLMDataDist:
         ranks = list(cluster_rank_info.values())
         if any(later < earlier for earlier, later in zip(ranks, ranks[1:])):
             raise_param_invalid(f"cluster_rank_info ranks {ranks} must be in ascending order of insertion")
-        ids = ffi.new("uint64_t[]", list(cluster_rank_info.keys()))
-        rank_array = ffi.new("uint32_t[]", ranks)
+        ids = c_array(UINT64, list(cluster_rank_info.keys()))
+        rank_array = c_array(UINT32, ranks)
         comm_id = _capi.lldd_ext_link(_native.engine_for("link", LLMStatusCode.LLM_FAILED), comm_name.encode(),
                                       ids, rank_array, len(ranks), rank_table.encode(), "link")
         if self._cache_manager is not None:
@@ -660,7 +667,7 @@ class LLMDataDist:
                 ip_int, port = _parse_v1_listen(_require_str_option(options, "llm.listenIpInfo"))
                 options["llm.ListenIp"] = str(ip_int)
                 options["llm.ListenPort"] = str(port)
-        array, count, keep = _native.c_options(options, "switch_options")
+        array, count, keep = c_options(options, "switch_options", _option_not_str)
         _capi.lldd_ext_switch_role(_native.engine_for("switch_role", LLMStatusCode.LLM_FAILED), int(role),
                                    array, count, "switch_role")
         del keep

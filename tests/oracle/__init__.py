@@ -12,18 +12,18 @@ their table copies, the package's record of its own caches):
   which bytes move: a list of ``Copy(dst_tensor, dst_offset, src_tensor, src_offset,
   length)`` between the call's source and destination caches.
 
-It imports nothing from ``llm_datadist_ffi`` but the public enums and shares no code
-with the package or the mock: it is the executable statement of the rules, written
-from the specification alone. ``World`` holds the state and takes the calls;
-``memory`` applies the copies to byte buffers.
+It imports nothing from ``llm_datadist_ffi`` (the vendor's numbers it needs are written
+out by hand in ``codes``) and shares no code with the package or the mock: it is the
+executable statement of the rules, written from the specification alone. ``World``
+holds the state and takes the calls; ``memory`` applies the copies to byte buffers.
 
 The vendor-compatible Python layer has its own modules, imported by their suites
 (docs/testing.md §9): ``vendor_checks`` (the vendor's Python-side checks in order),
 ``vendor_local`` (one engine's local calls and key bindings), ``vendor_v2`` (two v2
 engines: keys, reference counts, both transfer modes, the table copy), ``vendor_v1``
 (two v1 engines: roles, offsets, keys) and ``vendor_life`` (``LLMDataDist`` life cycle
-and links). ``driver`` and ``vendor_local_driver`` make the calls on the package and
-are not part of the oracle.
+and links). The drivers that make the calls on the package (``native_driver``,
+``vendor_local_driver``) live in ``tests/support``, outside the oracle.
 """
 from .dtypes import Layout, tensor_layout
 from .memory import apply_copies

@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence, Union
 
-from llm_datadist_ffi.native import GeDataType as G
-
+from .codes import DataType as G
 from .outcome import strict
 
 INT64_MAX = 2**63 - 1

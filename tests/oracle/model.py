@@ -27,9 +27,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
-from llm_datadist_ffi import LLMStatusCode as S
-from llm_datadist_ffi.native import CachePlacement, LlmRole
-
+from .codes import LLMStatusCode as S
+from .codes import Placement, Role
 from .dtypes import Layout, tensor_layout
 from .outcome import Copy, Outcome, fail, python_error, strict, strict_mode, success
 
@@ -332,7 +331,7 @@ class World:
                     return fail(PI, "PR-27: listen port")
         if e.initialized:
             return success(rule="§12.1: already initialised, options ignored")
-        if e.role not in (LlmRole.PROMPT, LlmRole.DECODER, LlmRole.MIX):
+        if e.role not in (Role.PROMPT, Role.DECODER, Role.MIX):
             return fail(PI, "cpp-api §6.4: invalid role")
         device = options.get("llm.DeviceId")
         if device is None or not device.isascii() or not device.isdigit() or int(device) > 2**31 - 1:
@@ -346,8 +345,8 @@ class World:
                 return fail(PI, "cpp-api §6.4: malformed llm.ListenIpInfo")
             port = int(text)
         pools: dict[int, Pool] = {}
-        for key, placement in (("llm.MemPoolConfig", CachePlacement.DEVICE),
-                               ("llm.HostMemPoolConfig", CachePlacement.HOST)):
+        for key, placement in (("llm.MemPoolConfig", Placement.DEVICE),
+                               ("llm.HostMemPoolConfig", Placement.HOST)):
             if key not in options:
                 continue
             try:
@@ -400,7 +399,7 @@ class World:
             return fail(PI, "PR-27: listen port")
         if not e.initialized:
             return fail(S.LLM_FAILED, "§12.1: not initialised")
-        if role not in (LlmRole.PROMPT, LlmRole.DECODER, LlmRole.MIX):
+        if role not in (Role.PROMPT, Role.DECODER, Role.MIX):
             return fail(PI, "§10.7: invalid role")
         if e.links:
             return fail(S.LLM_EXIST_LINK, "§10.7: a link is alive")
@@ -504,7 +503,7 @@ class World:
             _outside((d, I64) for d in shape)
 
     def register(self, cluster_id: int, num_tensors: int, data_type: int, shape: Sequence[int],
-                 addrs: Sequence[int], placement: int = CachePlacement.DEVICE) -> Outcome:
+                 addrs: Sequence[int], placement: int = Placement.DEVICE) -> Outcome:
         e = self.engines[cluster_id]
         if self._desc_values_outside(num_tensors, data_type, placement, shape) or _outside((a, U64) for a in addrs):
             return python_error(ValueError, "N-1: a value outside its C type")
@@ -554,7 +553,7 @@ class World:
         return success().linted(*(["PR-23"] if cache.owned else []))
 
     def allocate(self, cluster_id: int, num_tensors: int, data_type: int, shape: Sequence[int],
-                 placement: int = CachePlacement.DEVICE) -> Outcome:
+                 placement: int = Placement.DEVICE) -> Outcome:
         """§3.6 ``AllocateCache``."""
         e = self.engines[cluster_id]
         if self._desc_values_outside(num_tensors, data_type, placement, shape):
@@ -834,7 +833,7 @@ class World:
         is the C++ default ``Cache{}`` desc (DEVICE, 0 tensors)."""
         ext = ext or DEFAULT_EXT
         e = self.engines[cluster_id]
-        placement, given = caller if caller is not None else (int(CachePlacement.DEVICE), 0)
+        placement, given = caller if caller is not None else (int(Placement.DEVICE), 0)
         if _outside([(src_id, I64), (dst[0], U64), (dst[1], I64), (dst[2], U32), (src_batch, U32), (size, I64),
                      (placement, U32), (given, U32)]) or self._ext_outside(ext):
             return python_error(ValueError, "N-1: a value outside its C type")
@@ -843,7 +842,7 @@ class World:
             return early
         if not e.initialized:
             return fail(S.LLM_FAILED, "§12.1: not initialised")
-        if placement != CachePlacement.DEVICE:
+        if placement != Placement.DEVICE:
             return fail(PI, "cpp-api §6.11: caller placement not DEVICE")
         if size != -1:
             return fail(PI, "§6.5: size only support -1")
@@ -854,7 +853,7 @@ class World:
                        caller: Optional[tuple[int, int]] = None) -> Outcome:
         ext = ext or DEFAULT_EXT
         e = self.engines[cluster_id]
-        placement, given = caller if caller is not None else (int(CachePlacement.DEVICE), 0)
+        placement, given = caller if caller is not None else (int(Placement.DEVICE), 0)
         sblk, dblk = _blocks(src_blocks), _blocks(dst_blocks)
         if _outside([(src_id, I64), (dst[0], U64), (dst[1], I64), (dst[2], U32), (placement, U32),
                      (given, U32)]) or self._ext_outside(ext) or sblk is None or dblk is None:
@@ -864,7 +863,7 @@ class World:
             return early
         if not e.initialized:
             return fail(S.LLM_FAILED, "§12.1: not initialised")
-        if placement != CachePlacement.DEVICE:
+        if placement != Placement.DEVICE:
             return fail(PI, "cpp-api §6.11: caller placement not DEVICE")
         if not sblk:
             return fail(PI, "§7.2: src_blocks empty")
@@ -903,7 +902,7 @@ class World:
             refused = self.lint("PR-33: caller num_tensors differs")
             if refused is not None:
                 return refused
-        if local.placement != CachePlacement.DEVICE:
+        if local.placement != Placement.DEVICE:
             refused = self.lint("PR-33: the local cache is not DEVICE")
             if refused is not None:
                 return refused

@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, FrozenSet, Optional
 
-from llm_datadist_ffi import LLMStatusCode as S
+from .codes import LLMStatusCode as S
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,11 @@ descriptions, so it shares nothing with the package.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from llm_datadist_ffi import LLMStatusCode as S
-
+from .codes import LLMStatusCode as S
+from .codes import Role
 from .outcome import strict
 from .vendor_local import DEVICE, HOST, U64_MAX, CacheM, Engine, KeyM, swap, valid_id
 
@@ -999,15 +1000,20 @@ def unlink_clusters(mode: Mode, clusters: Any, timeout: Any = 3000, force: Any =
     return Verdict("core", value=(failures[-1] if failures else S.LLM_SUCCESS, results), rule="§10.3")
 
 
+def is_llm_role(value: Any) -> bool:
+    """Whether ``value`` is a member of the vendor's ``LLMRole``: the oracle, which imports
+    nothing from the package, knows that enum by its name and its members' names."""
+    return isinstance(value, Enum) and type(value).__name__ == "LLMRole" and value.name in Role.__members__
+
+
 def switch_role(mode: Mode, role: Any, switch_options: Any = None, enable_switch_role: bool = False) -> Verdict:
     """``switch_role`` of an engine without links (docs/reference/python-api.md §10.6, docs/reference/semantics.md §10.7,
     X-13): the Python checks in the vendor's order, then the core's answer. ``role`` is
     an ``LLMRole``, ``None`` or anything else; a successful verdict's ``value`` is the new
     role's name (the caller applies it to ``mode``). ``enable_switch_role``: whether
     ``llm.EnableSwitchRole="1"`` was given at init (v1)."""
-    from llm_datadist_ffi.vendor import LLMRole       # a public enum
     try:
-        if role is not None and not isinstance(role, LLMRole):
+        if role is not None and not is_llm_role(role):
             _t("role", "§10.6 role type LLMRole")
         if role is None:
             raise _Stop(Verdict("K", name="role", rule="V-4: switch_role(None) fails at the role lookup"))

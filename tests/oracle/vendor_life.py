@@ -30,9 +30,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
-from llm_datadist_ffi import LLMStatusCode as S
-from llm_datadist_ffi.vendor import LLMRole
-
+from .codes import LLMStatusCode as S
+from .codes import Role
 from .outcome import Outcome, fail, success
 from .vendor_v1 import V1Engine, python_error_lx
 
@@ -55,7 +54,7 @@ class ProcessModel:
     cluster_id: int = 0
     generation: int = 0                     # how many successful inits so far
     version: Optional[str] = None           # "v1" or "v2"
-    role: Optional[LLMRole] = None
+    role: Optional[Role] = None
     listening: bool = False
     links: Dict[int, int] = field(default_factory=dict)    # remote cluster -> the link's token
     comms: Dict[int, int] = field(default_factory=dict)    # comm id -> the peer's comm id (both joined: OK)
@@ -69,7 +68,7 @@ class ProcessModel:
     def initialised(self) -> bool:
         return self.live is not None
 
-    def init(self, name: str, cluster_id: int, version: str, role: LLMRole, listen: bool,
+    def init(self, name: str, cluster_id: int, version: str, role: Role, listen: bool,
              bad_wait_time: bool = False, two_devices: bool = False) -> Outcome:
         """``LLMDataDist(role, cluster_id).init(options)`` of the object ``name``
         (docs/reference/python-api.md §10.2 steps 1-2; PR-26 at init in both generations, V-6)."""
@@ -79,12 +78,12 @@ class ProcessModel:
             return fail(S.LLM_FAILED, "§12.2, §10.2 step 2: Cannot init multiple LLMDataDists")
         if bad_wait_time:
             return python_error_lx("PR-26: llm.SyncKvCacheWaitTime above 2^31-1")
-        if version == "v1" and role is LLMRole.PROMPT and not listen:
+        if version == "v1" and role == Role.PROMPT and not listen:
             return python_error_lx("docs/reference/python-api.md §10.2 step 11: a v1 PROMPT needs llm.listenIpInfo")
         if two_devices:
             if version == "v2":
                 return fail(PI, "docs/reference/python-api.md §10.2: the v2 core takes one device id")
-            if role is LLMRole.PROMPT:
+            if role == Role.PROMPT:
                 return python_error_lx("V-6: one llm.listenIpInfo entry per device id")
             return fail(S.LLM_FEATURE_NOT_ENABLED, "PR-36: one device per v1 engine")
         self.live, self.cluster_id, self.version, self.role = name, cluster_id, version, role
@@ -108,13 +107,13 @@ class ProcessModel:
         """§10.8, docs/reference/python-api.md §10.7."""
         if self.version != "v1":
             return python_error_lx("§10.8: not available in CacheManager mode")
-        if self.role is not LLMRole.DECODER:
+        if self.role != Role.DECODER:
             return fail(PI, "§10.8: caller not DECODER")
         if remote not in self.links:
             return fail(S.LLM_NOT_YET_LINK, "§10.8: no link")
         return success()
 
-    def switch_role(self, role: LLMRole) -> Outcome:
+    def switch_role(self, role: Role) -> Outcome:
         """§10.7 (the tests always give a listen address with PROMPT and set
         ``llm.EnableSwitchRole`` at init)."""
         if self.version == "v1" and role is self.role:
@@ -125,14 +124,14 @@ class ProcessModel:
         self.role = role
         if self.v1 is not None:
             self.v1.role = role
-            self.listening = role is LLMRole.PROMPT       # X-13
+            self.listening = role == Role.PROMPT       # X-13
         return success()
 
 
 def link(client: ProcessModel, server: ProcessModel) -> Outcome:
     """``link_clusters`` of one cluster by ``client`` to ``server`` (§10.2, §10.5).
     The value is the per-cluster list."""
-    if client.version == "v1" and client.role is not LLMRole.DECODER:
+    if client.version == "v1" and client.role != Role.DECODER:
         return Outcome(status=PI, rule="§10.5: caller not DECODER", value=[])
     if not server.initialised or not server.listening:
         code = S.LLM_LINK_FAILED

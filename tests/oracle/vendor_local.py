@@ -21,8 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from llm_datadist_ffi import LLMStatusCode as S
-
+from .codes import LLMStatusCode as S
 from .model import Pool
 from .outcome import strict
 

@@ -28,17 +28,15 @@ writes to raw peer addresses, so its copies are resolved against the peer's cach
 here, and its result per configuration follows the CacheTask rules of docs/reference/python-api.md
 §9.5.
 
-Written from the specification alone; it imports nothing from ``llm_datadist_ffi``
-but the public enums.
+Written from the specification alone; it imports nothing from ``llm_datadist_ffi``.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
-from llm_datadist_ffi import LLMStatusCode as S
-from llm_datadist_ffi.vendor import LLMRole
-
+from .codes import LLMStatusCode as S
+from .codes import Role
 from .outcome import Copy, Outcome, fail, python_error, strict, strict_mode, success
 
 PI = S.LLM_PARAM_INVALID
@@ -132,7 +130,7 @@ class V1Engine:
     """One initialised v1 engine (a ``LLMDataDist`` in KvCacheManager mode)."""
 
     cluster_id: int
-    role: LLMRole
+    role: Role
     next_id: int = 1
     caches: Dict[int, V1Cache] = field(default_factory=dict)
     bindings: Dict[Identity, Tuple[int, int]] = field(default_factory=dict)    # identity -> (cache id, slot)
@@ -196,9 +194,9 @@ class V1Engine:
 
         The value of a success is the new cache id."""
         # docs/reference/python-api.md §12 allocate_cache / allocate_blocks_cache (the role rows of §9.2, §11)
-        if not blocks and keys and self.role is not LLMRole.PROMPT:
+        if not blocks and keys and self.role != Role.PROMPT:
             return python_error_lx("§9.2: keys given by a non-PROMPT engine")
-        if blocks and blocks_key is not None and self.role is LLMRole.DECODER:
+        if blocks and blocks_key is not None and self.role == Role.DECODER:
             return python_error_lx("§9.2: a blocks key given by a DECODER")
         # §3.1: a v1 allocation that passed the placement check takes an id, even if it fails later
         cache_id = self.next_id
@@ -256,7 +254,7 @@ class V1Engine:
 
     def remove_cache_key(self, key: Key) -> Outcome:
         """``remove_cache_key`` (§9.6; PROMPT only; PR-41)."""
-        if self.role is not LLMRole.PROMPT:
+        if self.role != Role.PROMPT:
             return python_error_lx("§9.6, §11: remove_cache_key by a non-PROMPT engine")
         lints: List[str] = []
         if not pull_validity(key):                  # PR-41: a lint
@@ -287,7 +285,7 @@ class V1Engine:
                     size: int, src_range: Optional[range], dst_range: Optional[range], n: int,
                     src_offset: Optional[int], dst_offset: Optional[int]) -> Outcome:
         # docs/reference/python-api.md §12 pull_cache, steps 1-11
-        if self.role is not LLMRole.DECODER:
+        if self.role != Role.DECODER:
             return python_error_lx("§11: pulls only by a DECODER (MIX rejected)")
         if size != -1 and size <= 0:
             return python_error_lx("§6.1: size neither -1 nor > 0")
@@ -365,7 +363,7 @@ class V1Engine:
     def _pull_blocks(self, prompt: Optional["V1Engine"], key: BlocksKey, dst_id: int, src_blocks: Sequence[int],
                      dst_blocks: Sequence[int], src_range: Optional[range], dst_range: Optional[range],
                      n: int) -> Outcome:
-        if self.role is not LLMRole.DECODER:
+        if self.role != Role.DECODER:
             return python_error_lx("§11: pulls only by a DECODER")
         if not src_blocks or not dst_blocks:
             return python_error_lx("§7.2: an empty block list (v1)")
@@ -420,7 +418,7 @@ class V1Engine:
         per-config results of ``get_results()`` and, per peer cluster, the copies
         ``(dst_cache_id, Copy)`` made from ``src_id``.
         """
-        if self.role is not LLMRole.PROMPT:
+        if self.role != Role.PROMPT:
             return python_error_lx("§11: transfer_cache_async only by a PROMPT")
         src = self.live(src_id)
         assert src is not None, "the model draws only live source caches"
@@ -479,7 +477,7 @@ class V1Engine:
 
     def check_link_status(self, remote: int) -> Outcome:
         """§10.8: DECODER only; a link exists → returns; else ``NOT_YET_LINK``."""
-        if self.role is not LLMRole.DECODER:
+        if self.role != Role.DECODER:
             return fail(PI, "§10.8: caller not DECODER")
         if remote not in self.links:
             return fail(S.LLM_NOT_YET_LINK, "§10.8: no link")
@@ -499,7 +497,7 @@ class TransferConfigArg:
 def link_v1(decoder: V1Engine, prompt: Optional[V1Engine], remote_cluster: int) -> Outcome:
     """v1 ``link_clusters`` of one cluster by ``decoder`` (§10.5, X-12). The value is the
     per-cluster list."""
-    if decoder.role is not LLMRole.DECODER:
+    if decoder.role != Role.DECODER:
         return Outcome(status=PI, rule="§10.5: caller not DECODER", value=[])
     if prompt is None:
         # nobody listens there: the cluster fails and is rolled back (§10.5)

@@ -1,8 +1,7 @@
 """An independent model of two v2 (CacheManager-mode) engines that move data over a link.
 
 Written from docs/reference/semantics.md and docs/reference/python-api.md alone. It imports nothing from
-``llm_datadist_ffi`` but the public ``LLMStatusCode`` and shares no code with the
-package or the mock.
+``llm_datadist_ffi`` and shares no code with the package or the mock.
 
 The story the model tells. Two engines, ``local`` (the process making the calls,
 usually the Decoder) and ``peer`` (the other process, usually the Prompt), are each in
@@ -42,8 +41,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Dict, List, Optional, Sequence, Set, Tuple, Union
 
-from llm_datadist_ffi import LLMStatusCode as S
-
+from .codes import LLMStatusCode as S
 from .outcome import Copy, Outcome, fail, python_error, strict, strict_mode, success
 
 U64 = 2**64 - 1

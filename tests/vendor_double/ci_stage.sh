@@ -9,7 +9,7 @@
 # 2. the raw-cffi smoke run (smoke.py) in the toolkit's environment (set_env.sh);
 # 3. the whole test suite with LLM_DATADIST_FFI_BACKEND=ascend: the same tests as on
 #    the mock, same results; tests marked mock_only are skipped with their reason
-#    (tests/test_shim.py and tests/test_shim_parity.py are left out: they build
+#    (tests/abi/test_shim.py and tests/abi/test_shim_parity.py are left out: they build
 #    their own toolkits, do not depend on the backend, and ran already);
 # 4. the shim, the double and the mock rebuilt with ASan + UBSan, and the smoke run,
 #    the suite and the differential test (test_shim_parity.py) repeated under them.
@@ -38,7 +38,7 @@ run_stage() {   # run_stage DIR SMOKE_FLAGS [pytest args...]: smoke + suite in D
         cd "$root"
         LLM_DATADIST_FFI_BACKEND=ascend \
         LLM_DATADIST_FFI_SHIM_LIB="$dir/shim/libllm_datadist_ffi_shim.so" \
-            pytest -p no:cacheprovider -q --ignore=tests/test_shim.py --ignore=tests/test_shim_parity.py "$@"
+            pytest -p no:cacheprovider -q --ignore=tests/abi/test_shim.py --ignore=tests/abi/test_shim_parity.py "$@"
     )
 }
 
@@ -56,4 +56,4 @@ run_stage "$out/asan" --no-bad-alloc   # ASan's operator new aborts rather than 
 
 echo "-- the differential test against the mock, sanitizer builds on both sides"
 LLDD_SHIM_PARITY_TOOLKIT="$out/asan/toolkit" LLDD_SHIM_PARITY_SHIM="$out/asan/shim/libllm_datadist_ffi_shim.so" \
-    pytest -p no:cacheprovider -q "$root/tests/test_shim_parity.py"
+    pytest -p no:cacheprovider -q "$root/tests/abi/test_shim_parity.py"

@@ -1,6 +1,6 @@
 """One side of the shim's differential test: runs call scenarios on one backend.
 
-``tests/test_shim_parity.py`` starts two of these: one over the mock library
+``tests/abi/test_shim_parity.py`` starts two of these: one over the mock library
 directly (``--mock LIB``), one over the ascend shim and the fake toolkit's ACL
 runtime (``--shim LIB``, in the toolkit's environment). Each reads one JSON
 scenario per line on stdin and answers one JSON line with the result of every

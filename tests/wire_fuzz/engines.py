@@ -1,5 +1,5 @@
 """Mock engines in processes of their own, driven through the engine tests' peer
-program (tests/engine_support.py: one JSON command per line on stdin, one answer
+program (tests/support/engine_support.py: one JSON command per line on stdin, one answer
 per line on stdout). The fuzz target is one of them; the legitimate clients that
 the recording and the final check run are others.
 
@@ -19,9 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any
 
-TESTS = Path(__file__).resolve().parent.parent
-PEER_PROGRAM = TESTS / "engine_support.py"           # the native API
-VENDOR_PROGRAM = TESTS / "vendor_peer.py"            # the vendor-compatible API
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
+PEER_PROGRAM = SUPPORT / "engine_support.py"         # the native API
+VENDOR_PROGRAM = SUPPORT / "vendor_peer.py"          # the vendor-compatible API
 
 # What a sanitizer or the interpreter writes when the process is broken; any of
 # these on the target's stderr fails the run.
@@ -112,10 +112,10 @@ class EngineProcess:
 
 
 class VendorProcess(EngineProcess):
-    """A process of the vendor-compatible API (tests/vendor_peer.py): ``run(code,
+    """A process of the vendor-compatible API (tests/support/vendor_peer.py): ``run(code,
     value)`` executes statements there and returns the value of an expression."""
 
-    program = [str(VENDOR_PROGRAM), str(TESTS)]
+    program = [str(VENDOR_PROGRAM)]
 
     def run(self, code: str, value: str | None = None) -> Any:
         assert self.proc.stdin is not None and self.proc.stdout is not None
