@@ -115,7 +115,7 @@ def test_register_rejects_data_types_without_a_size(eng: native.LlmDataDist, dty
     assert "data_type" in raw.last_error()
 
 
-@pytest.mark.rules("§2.6")
+@pytest.mark.rules("E-17", "§2.6")
 def test_register_rejects_an_unknown_placement(eng: native.LlmDataDist) -> None:
     a = np.zeros(4, np.uint8)
     d = raw.ffi.new("lldd_cache_desc *")
@@ -281,7 +281,7 @@ def test_strict_mode_refuses_to_unregister_an_allocated_cache(eng: native.LlmDat
 
 # ---- pools --------------------------------------------------------------------------------
 
-@pytest.mark.rules("§2.4", "§2.6", "§3.1", "§3.6", "§15")
+@pytest.mark.rules("E-17", "§2.4", "§2.6", "§3.1", "§3.6", "§15")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_allocate_checks_count_placement_and_shape_in_order(engines: Engines) -> None:
     e = engines(1, options={native.OPTION_MOCK_NATIVE_POOL: "1", native.OPTION_MEM_POOL_CONFIG: POOL})
@@ -329,7 +329,7 @@ def test_pool_pages_are_64_kib_when_page_shift_is_not_given(engines: Engines) ->
     assert sup.status_of(e.allocate_cache, sup.desc(1, [1, 1])) == S.LLM_OUT_OF_MEMORY
 
 
-@pytest.mark.rules("§1.2", "§3.4", "§3.6", "PR-9")
+@pytest.mark.rules("E-2", "§1.2", "§3.4", "§3.6", "PR-9")
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
 def test_the_pool_calls_are_feature_not_enabled_without_the_mock_option_and_a_pool_in_every_state(engines: Engines) -> None:
     e = engines(1, options={})
@@ -395,7 +395,7 @@ def test_deallocate_of_unknown_and_registered_caches_succeeds_and_keeps_them(eng
     assert (dst[0][1] == src[0][1]).all()
 
 
-@pytest.mark.rules("§3.3", "§6.5", "§12.1", "§15", "cpp-api §6.2", "PR-34")
+@pytest.mark.rules("E-4", "§3.3", "§6.5", "§12.1", "§15", "cpp-api §6.2", "PR-34")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_pool_memory_is_tracked_as_acl_allocations(engines: Engines) -> None:
     before = mock_control.live_allocations()

@@ -91,7 +91,7 @@ def test_initialize_rejects_an_invalid_role(role: int) -> None:
         assert "role" in raw.last_error()
 
 
-@pytest.mark.rules("cpp-api §6.4")
+@pytest.mark.rules("E-3", "cpp-api §6.4")
 @pytest.mark.parametrize("value", [None, "", "x", "-1", "0;1", "1;", " 0", "2147483648", "0x1"])
 def test_initialize_requires_exactly_one_device_id(value: str | None) -> None:
     with native.LlmDataDist(1, 1) as e:
@@ -101,7 +101,7 @@ def test_initialize_requires_exactly_one_device_id(value: str | None) -> None:
         assert raw.initialize(e, [("llm.DeviceId", "0")]) == S.LLM_SUCCESS
 
 
-@pytest.mark.rules("§13", "cpp-api §6.4", "PR-27")
+@pytest.mark.rules("E-3", "§13", "cpp-api §6.4", "PR-27")
 @pytest.mark.parametrize("value", ["127.0.0.1", "127.0.0.1:", "1.2.3:80", "localhost:80", "::1:80", "[::1]80",
                                    "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:4294967296", "127.0.0.1:8a", ""])
 def test_initialize_rejects_listen_addresses_that_do_not_parse(value: str) -> None:
@@ -110,7 +110,7 @@ def test_initialize_rejects_listen_addresses_that_do_not_parse(value: str) -> No
         assert "llm.ListenIpInfo" in raw.last_error()
 
 
-@pytest.mark.rules("cpp-api §6.4")
+@pytest.mark.rules("E-3", "cpp-api §6.4")
 def test_initialize_listens_on_an_ipv6_address(engines: Engines) -> None:
     port = sup.free_port()
     e = engines(1)
@@ -201,6 +201,7 @@ def test_the_native_layer_checks_pr_26_and_pr_27_before_the_backend(engines: Eng
     ("llm.SomethingElse", "anything", S.LLM_SUCCESS),
     ("llm.LocalCommRes", "not json at all", S.LLM_SUCCESS),   # checked by the first link
 ])
+@pytest.mark.rules("E-5", "E-3")
 def test_initialize_checks_each_known_option(key: str, value: str, status: int) -> None:
     with native.LlmDataDist(1, 1) as e:
         assert raw.initialize(e, [("llm.DeviceId", "0"), (key, value)]) == status
@@ -214,6 +215,7 @@ def test_initialize_checks_each_known_option(key: str, value: str, status: int) 
     '{"memory_size": 281474976645120}', '{"memory_size": 65536} x',
 ])
 @pytest.mark.parametrize("key", ["llm.MemPoolConfig", "llm.HostMemPoolConfig"])
+@pytest.mark.rules("E-4")
 def test_initialize_rejects_malformed_pool_configurations(key: str, value: str) -> None:
     with native.LlmDataDist(1, 1) as e:
         assert raw.initialize(e, [("llm.DeviceId", "0"), (key, value)]) == S.LLM_PARAM_INVALID
@@ -221,6 +223,7 @@ def test_initialize_rejects_malformed_pool_configurations(key: str, value: str) 
 
 
 @pytest.mark.mock_only(reason="pool-backed AllocateCache/DeallocateCache/CopyKv* (PR-9): the vendor's C++ class answers FEATURE_NOT_ENABLED")
+@pytest.mark.rules("E-4")
 def test_a_repeated_pool_json_key_keeps_its_last_value(engines: Engines) -> None:
     # decision E-4 (docs/semantics.md): the last "memory_size" counts
     with native.LlmDataDist(1, 1) as e:
@@ -407,7 +410,7 @@ def test_finalize_waits_for_running_calls_and_calls_after_it_began_fail(engines:
     assert finalize_done - results["pull_start"] >= 0.45
 
 
-@pytest.mark.rules("§12.3", "PR-37")
+@pytest.mark.rules("E-2", "§12.3", "PR-37")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_pool_calls_fail_while_finalize_runs(engines: Engines) -> None:
     # decision E-2: FAILED once Finalize has begun (PR-37), FEATURE_NOT_ENABLED after it
@@ -524,6 +527,7 @@ def test_set_role_is_refused_while_a_link_exists(engines: Engines) -> None:
     client.set_role(native.LlmRole.PROMPT)
 
 
+@pytest.mark.rules("E-5")
 def test_hixl_needs_a_listen_address(engines: Engines) -> None:
     """The vendor's HIXL engine is named by its listen address: without llm.ListenIpInfo
     its initialisation is PARAM_INVALID (E-5)."""
@@ -533,6 +537,7 @@ def test_hixl_needs_a_listen_address(engines: Engines) -> None:
     engines(2, options={native.OPTION_TRANSFER_BACKEND: "hixl"}, listen=True)
 
 
+@pytest.mark.rules("E-5")
 def test_set_role_with_hixl_checks_no_links(engines: Engines) -> None:
     """HIXL's role switch only refuses a changed listen address (E-5), links or not."""
     server = engines(1, options={native.OPTION_TRANSFER_BACKEND: "hixl"}, listen=True)
@@ -587,7 +592,7 @@ def test_set_role_on_the_same_port_keeps_the_listener(engines: Engines) -> None:
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[1] == [S.LLM_SUCCESS]
 
 
-@pytest.mark.rules("§10.7", "cpp-api §6.6")
+@pytest.mark.rules("E-6", "§10.7", "cpp-api §6.6")
 def test_set_role_keeps_the_old_listener_when_the_new_port_is_taken(engines: Engines) -> None:
     server = engines(1, listen=True)
     client = engines(2, options={})
@@ -601,7 +606,7 @@ def test_set_role_keeps_the_old_listener_when_the_new_port_is_taken(engines: Eng
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)])[1] == [S.LLM_SUCCESS]
 
 
-@pytest.mark.rules("§10.7", "cpp-api §6.6")
+@pytest.mark.rules("E-5", "§10.7", "cpp-api §6.6")
 def test_set_role_cannot_change_the_listen_address_with_hixl(engines: Engines) -> None:
     server = engines(1, options={native.OPTION_TRANSFER_BACKEND: "hixl"}, listen=True)
     port = server.listen_port
@@ -613,7 +618,7 @@ def test_set_role_cannot_change_the_listen_address_with_hixl(engines: Engines) -
 
 # ---- NULL arguments and injected faults -------------------------------------------------------
 
-@pytest.mark.rules("§3.6", "cpp-api §6.2")
+@pytest.mark.rules("E-1", "§3.6", "cpp-api §6.2")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_null_engines_and_pointers_are_param_invalid(engines: Engines) -> None:
     lib, ffi, NULL = raw.lib, raw.ffi, raw.ffi.NULL
@@ -663,6 +668,7 @@ def test_null_engines_and_pointers_are_param_invalid(engines: Engines) -> None:
     assert "NULL" in raw.last_error()
 
 
+@pytest.mark.rules("E-1")
 def test_link_with_null_rets_count_reports_nothing(engines: Engines) -> None:
     e = engines(1, options={})
     num = raw.ffi.new("size_t *", 99)
@@ -692,6 +698,7 @@ def test_an_acl_fault_in_initialize_is_llm_failed() -> None:
 
 
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
+@pytest.mark.rules("E-15")
 def test_drop_connections_needs_an_initialised_engine() -> None:
     with native.LlmDataDist(1, 1) as e:
         assert raw.lib.lldd_mock_drop_connections(e._engine()) == S.LLM_FAILED

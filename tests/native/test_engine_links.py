@@ -71,7 +71,7 @@ def pull(engine: native.LlmDataDist, cluster_id: int, src: int, dst: int) -> int
 
 # ---- argument checks ----------------------------------------------------------------------
 
-@pytest.mark.rules("§10.2", "§10.3", "cpp-api §6.7", "cpp-api §6.8")
+@pytest.mark.rules("E-3", "§10.2", "§10.3", "cpp-api §6.7", "cpp-api §6.8")
 def test_link_checks_timeout_and_addresses_before_any_cluster(server_and_client: Any) -> None:
     server, client = server_and_client
     good = sup.cluster(1, server.listen_port)
@@ -185,7 +185,7 @@ def test_clusters_of_one_call_are_linked_concurrently(engines: Engines) -> None:
     assert elapsed < 0.9                                          # not 4 x 300 ms
 
 
-@pytest.mark.rules("§10.2", "§13")
+@pytest.mark.rules("E-15", "§10.2", "§13")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_a_serve_delay_makes_the_handshake_time_out(server_and_client: Any) -> None:
     server, client = server_and_client
@@ -218,7 +218,7 @@ def test_a_wrong_remote_cluster_id_links_nothing_in_strict_mode(server_and_clien
     client.set_role(native.LlmRole.MIX)                                  # no link on either side
 
 
-@pytest.mark.rules("§10.2")
+@pytest.mark.rules("E-7", "§10.2")
 def test_an_engine_links_to_itself_over_loopback(server_and_client: Any) -> None:
     """The vendor's Python tests link an engine to its own listener (E-7); a pull from
     the own cluster id stays refused in v2, by the vendor's pull check."""
@@ -237,7 +237,7 @@ def test_an_engine_links_to_itself_over_loopback(server_and_client: Any) -> None
     assert server.link_llm_clusters([itself]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])       # and again
 
 
-@pytest.mark.rules("§10.2")
+@pytest.mark.rules("E-7", "§10.2")
 def test_two_engines_that_share_a_cluster_id_link(engines: Engines) -> None:
     server, client = engines(1, listen=True), engines(1, options={}, device_id=1)
     assert client.link_llm_clusters([sup.cluster(1, server.listen_port)]) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
@@ -260,7 +260,7 @@ def test_a_link_is_usable_in_both_directions(server_and_client: Any) -> None:
     assert pull(server, 2, c_src, s_dst) == 0
 
 
-@pytest.mark.rules("§10.1", "§10.2", "PR-42")
+@pytest.mark.rules("E-21", "§10.1", "§10.2", "PR-42")
 def test_linking_again_is_already_link_and_leaves_the_peer_unchanged(server_and_client: Any) -> None:
     server, client = server_and_client
     s_src, c_dst = pullable(client, server)
@@ -276,7 +276,7 @@ def test_linking_again_is_already_link_and_leaves_the_peer_unchanged(server_and_
     assert pull(server, 2, c_src, s_dst) == S.LLM_SUCCESS
 
 
-@pytest.mark.rules("§10.2", "§10.4", "PR-42")
+@pytest.mark.rules("E-21", "§10.2", "§10.4", "PR-42")
 def test_a_stale_link_to_a_peer_that_stopped_listening_fails_to_connect(server_and_client: Any, silent_port: int) -> None:
     server, client = server_and_client
     port = server.listen_port
@@ -287,7 +287,7 @@ def test_a_stale_link_to_a_peer_that_stopped_listening_fails_to_connect(server_a
     assert sup.status_of(client.set_role, native.LlmRole.MIX) == S.LLM_EXIST_LINK          # still held
 
 
-@pytest.mark.rules("§10.1", "PR-28")
+@pytest.mark.rules("E-21", "§10.1", "PR-28")
 @pytest.mark.mock_only(reason=PR28)
 def test_an_existing_link_still_gets_the_cluster_id_check(engines: Engines, lenient: None) -> None:
     server, other = engines(1, listen=True), engines(6, listen=True)
@@ -468,7 +468,7 @@ def test_engines_of_two_processes_link_and_unlink(engines: Engines, peer: Any) -
     client.set_role(native.LlmRole.MIX, {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{client.listen_port}"})
 
 
-@pytest.mark.rules("§10.4", "PR-31")
+@pytest.mark.rules("E-18", "§10.4", "PR-31")
 def test_a_peer_process_that_dies_is_noticed(engines: Engines, peer: Any) -> None:
     port = sup.free_port()
     peer.call("init", cluster_id=1, role=1, options={"llm.DeviceId": "0", "llm.ListenIpInfo": f"127.0.0.1:{port}"})
@@ -490,7 +490,7 @@ def test_the_peer_process_runs_the_package_under_test(peer: Any) -> None:
     assert peer.call("package") == str(Path(llm_datadist_ffi.__file__).resolve())
 
 
-@pytest.mark.rules("§10.3", "cpp-api §6.8")
+@pytest.mark.rules("E-8", "§10.3", "cpp-api §6.8")
 @pytest.mark.mock_only(reason=PR28)
 def test_a_non_forced_unlink_at_another_clusters_address_warns_and_drops_the_named_link(engines: Engines, lenient: None) -> None:
     """The vendor's disconnect carries the caller's own id only: the listener drops its
@@ -505,7 +505,7 @@ def test_a_non_forced_unlink_at_another_clusters_address_warns_and_drops_the_nam
                          {native.OPTION_LISTEN_IP_INFO: f"127.0.0.1:{server.listen_port}"}) == S.LLM_EXIST_LINK
 
 
-@pytest.mark.rules("§10.3", "cpp-api §6.8")
+@pytest.mark.rules("E-8", "§10.3", "cpp-api §6.8")
 def test_a_non_forced_unlink_checks_the_peer_cluster_id_in_strict_mode(engines: Engines, strict: None) -> None:
     server, other = engines(1, listen=True), engines(6, listen=True)
     client = engines(2, options={})
@@ -576,7 +576,7 @@ def hixl_engine(engines: Engines, cluster_id: int, device_id: int = 0) -> native
     return engines(cluster_id, options={native.OPTION_TRANSFER_BACKEND: "hixl"}, listen=True, device_id=device_id)
 
 
-@pytest.mark.rules("§10.2", "§10.3", "cpp-api §6.8", "PR-42")
+@pytest.mark.rules("E-5", "§10.2", "§10.3", "cpp-api §6.8", "PR-42")
 def test_hixl_links_belong_to_the_client_one_per_direction(engines: Engines) -> None:
     a, b = hixl_engine(engines, 1), hixl_engine(engines, 2, device_id=1)
     b_src, a_dst = pullable(a, b)
@@ -597,12 +597,14 @@ def test_hixl_links_belong_to_the_client_one_per_direction(engines: Engines) -> 
     assert pull(b, 1, a_src, b_dst) == S.LLM_NOT_YET_LINK
 
 
+@pytest.mark.rules("E-5")
 def test_hixl_refuses_to_connect_to_its_own_listen_address(engines: Engines) -> None:
     a = hixl_engine(engines, 1)
     assert a.link_llm_clusters([sup.cluster(5, a.listen_port)]) == (S.LLM_PARAM_INVALID, [S.LLM_PARAM_INVALID])
     assert "own listen address" in raw.last_error()
 
 
+@pytest.mark.rules("E-5")
 def test_hixl_and_the_default_backend_do_not_link(engines: Engines) -> None:
     a, b = hixl_engine(engines, 1), engines(2, listen=True, device_id=1)
     assert a.link_llm_clusters([sup.cluster(2, b.listen_port)])[1] == [S.LLM_LINK_FAILED]

@@ -276,7 +276,7 @@ def test_pull_kv_blocks_checks(world: Callable[..., World], monkeypatch: pytest.
     assert w.unchanged(snap)
 
 
-@pytest.mark.rules("§15")
+@pytest.mark.rules("E-13", "§15")
 def test_pull_requests_are_limited_to_131064_entries(world: Callable[..., World]) -> None:
     n = 65532
     w = world([(2, (2 * n, 1))], [(2, (2 * n, 1))])
@@ -289,7 +289,7 @@ def test_pull_requests_are_limited_to_131064_entries(world: Callable[..., World]
     assert "131064" in raw.last_error()
 
 
-@pytest.mark.rules("§8.2", "§8.3", "§8.5", "§8.6")
+@pytest.mark.rules("E-13", "§8.2", "§8.3", "§8.5", "§8.6")
 def test_block_lists_of_100000_entries_work(world: Callable[..., World]) -> None:
     n = 100_000
     w = world([(2, (n, 4)), (2, (n, 4))], [(2, (n, 4)), (2, (n, 4))])
@@ -324,7 +324,7 @@ def test_large_transfers_with_unaligned_odd_sized_blocks_move_exact_bytes(world:
 
 # ---- the table copy (§9.7), PR-7, PR-32 --------------------------------------------------------
 
-@pytest.mark.rules("§3.2", "§9.7", "PR-32")
+@pytest.mark.rules("E-11", "E-10", "§3.2", "§9.7", "PR-32")
 def test_caches_registered_on_the_peer_after_the_link(world: Callable[..., World]) -> None:
     w = world([(2, (2, 8))], [(2, (2, 8))])
     late = sup.random_arrays(2, (2, 8), 5)
@@ -344,7 +344,7 @@ def test_caches_registered_on_the_peer_after_the_link(world: Callable[..., World
     assert all((d[0] == s[1]).all() for d, s in zip(w.c[0], later))
 
 
-@pytest.mark.rules("§3.2", "PR-32")
+@pytest.mark.rules("E-11", "§3.2", "PR-32")
 def test_a_local_cache_registered_after_the_link_is_not_reachable(world: Callable[..., World]) -> None:
     w = world([(2, (2, 8))], [])
     local = [np.zeros((2, 8), np.uint8) for _ in range(2)]
@@ -356,7 +356,7 @@ def test_a_local_cache_registered_after_the_link_is_not_reachable(world: Callabl
     assert (local[0] == 0).all()
 
 
-@pytest.mark.rules("§3.2", "§9.7", "PR-32")
+@pytest.mark.rules("E-10", "§3.2", "§9.7", "PR-32")
 def test_a_push_to_a_peer_cache_registered_after_the_link_is_refused(world: Callable[..., World]) -> None:
     w = world([(2, (2, 8))], [(2, (2, 8))])
     for a in w.c[0]:
@@ -393,7 +393,7 @@ def test_allocated_caches_are_reachable_whatever_their_age(world: Callable[..., 
     assert sup.status_of(w.client.pull_kv_cache, CacheIndex(1, after_copy.cache_id), Cache(w.cid[0])) == NX
 
 
-@pytest.mark.rules("§9.7", "PR-7")
+@pytest.mark.rules("E-10", "§9.7", "PR-7")
 def test_a_peer_cache_that_is_gone_is_never_touched(world: Callable[..., World]) -> None:
     w = world([(2, (2, 8)), (2, (2, 8))], [(2, (2, 8))])
     w.client.pull_kv_cache(CacheIndex(1, w.sid[0]), Cache(w.cid[0]))            # table copy taken
@@ -522,7 +522,7 @@ PUSH_CACHE_CASES = [
 ]
 
 
-@pytest.mark.rules("§2.5", "§2.6", "§4.3", "§4.4", "§4.5", "§5", "§6.2", "§6.5", "§8.0", "§8.5", "§8.12", "§9.4",
+@pytest.mark.rules("E-12", "§2.5", "§2.6", "§4.3", "§4.4", "§4.5", "§5", "§6.2", "§6.5", "§8.0", "§8.5", "§8.12", "§9.4",
                    "cpp-api §6.11", "PR-1", "PR-3", "PR-11", "PR-14", "PR-20", "PR-33")
 @pytest.mark.parametrize("label,args,status,words", PUSH_CACHE_CASES, ids=[c[0] for c in PUSH_CACHE_CASES])
 def test_push_kv_cache_checks(world: Callable[..., World], monkeypatch: pytest.MonkeyPatch, label: str, args: dict[str, Any], status: int,
@@ -592,7 +592,7 @@ PUSH_BLOCKS_CASES = [
 ]
 
 
-@pytest.mark.rules("§2.5", "§2.6", "§4.4", "§6.2", "§7.1", "§7.2", "§7.3", "§7.4", "§7.5", "§8.12", "cpp-api §6.11",
+@pytest.mark.rules("E-12", "§2.5", "§2.6", "§4.4", "§6.2", "§7.1", "§7.2", "§7.3", "§7.4", "§7.5", "§8.12", "cpp-api §6.11",
                    "PR-1", "PR-4", "PR-5", "PR-13", "PR-33")
 @pytest.mark.parametrize("label,args,status,words", PUSH_BLOCKS_CASES, ids=[c[0] for c in PUSH_BLOCKS_CASES])
 def test_push_kv_blocks_checks(world: Callable[..., World], monkeypatch: pytest.MonkeyPatch, label: str, args: dict[str, Any], status: int,
@@ -635,7 +635,7 @@ def test_the_role_restricts_no_call(engines: Engines) -> None:
 
 # ---- timeouts (PR-31, PR-35) ------------------------------------------------------------------
 
-@pytest.mark.rules("§10.4", "§13", "PR-35")
+@pytest.mark.rules("E-15", "§10.4", "§13", "PR-35")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_a_slow_peer_times_out_and_poisons_the_link(world: Callable[..., World]) -> None:
     options = {native.OPTION_SYNC_CACHE_WAIT_TIME: "150"}
@@ -671,7 +671,7 @@ def test_the_sync_wait_time_defaults_to_1000_ms(world: Callable[..., World]) -> 
     assert all((d[0] == s[0]).all() and (d[1] == 0).all() for d, s in zip(w.c[0], w.s[0]))
 
 
-@pytest.mark.rules("§10.4", "PR-31")
+@pytest.mark.rules("E-9", "§10.4", "PR-31")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_a_timed_out_link_is_dead_on_the_peer_side_too(world: Callable[..., World]) -> None:
     # decision E-9 (docs/semantics.md §5): the side that timed out drops its request
@@ -829,7 +829,7 @@ def remote(request: pytest.FixtureRequest, engines: Engines, monkeypatch: pytest
         peer.close()
 
 
-@pytest.mark.rules("§8.2", "§8.3", "§8.5", "§8.6")
+@pytest.mark.rules("E-19", "E-18", "§8.2", "§8.3", "§8.5", "§8.6")
 def test_transfers_between_processes_move_exact_bytes(remote: Any) -> None:
     peer, client, zeros, ones, theirs = remote
     client.pull_kv_cache(CacheIndex(1, 1, 6), Cache(1), batch_index=2)
@@ -866,7 +866,7 @@ def test_peer_caches_between_processes_follow_the_table_copy(remote: Any) -> Non
     assert all((a == 0).all() for a in zeros)
 
 
-@pytest.mark.rules("§10.4", "§13", "PR-35")
+@pytest.mark.rules("E-9", "§10.4", "§13", "PR-35")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_a_slow_peer_process_times_out(remote: Any) -> None:
     peer, client, zeros, _, theirs = remote

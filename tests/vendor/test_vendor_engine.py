@@ -585,6 +585,7 @@ def test_link_clusters_to_a_peer_with_another_cluster_id_fails_per_cluster_in_st
             engine.finalize()
 
 
+@pytest.mark.rules("E-7")
 def test_an_engine_links_to_itself_as_the_vendors_tests_do() -> None:
     """The vendor's test_enable_local_comm_res.py links an engine to its own listener,
     then unlinks without force; cleaning up a link never made succeeds too."""

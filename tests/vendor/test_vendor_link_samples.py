@@ -101,7 +101,7 @@ def start_prompt(cluster_id: int, port: int, hixl: bool) -> tuple[LLMDataDist, A
     return engine, cache, tensors
 
 
-@pytest.mark.rules("§10.2", "PR-42")
+@pytest.mark.rules("E-5", "§10.2", "PR-42")
 def test_the_hixl_sample_links_both_ways_transfers_and_unlinks_by_id_alone() -> None:
     port_p, port_d = vs.free_port(), vs.free_port()
     with vs.Peer() as decoder:
@@ -134,7 +134,7 @@ def test_the_hixl_sample_links_both_ways_transfers_and_unlinks_by_id_alone() -> 
             decoder.run("engine.finalize()")
 
 
-@pytest.mark.rules("§10.2", "PR-42")
+@pytest.mark.rules("E-5", "§10.2", "PR-42")
 def test_the_same_sequence_on_the_default_backend_shares_one_link_and_unlinks_by_address() -> None:
     """The default backend's handshake records the link on both engines (one per pair):
     the Decoder's link call is ALREADY_LINK, and a non-forced unlink without the
@@ -164,6 +164,7 @@ def test_the_same_sequence_on_the_default_backend_shares_one_link_and_unlinks_by
             decoder.run("engine.finalize()")
 
 
+@pytest.mark.rules("E-7")
 def test_the_v1_sample_pair_shares_cluster_id_0_and_pulls_blocks() -> None:
     """prompt_blocks.py / decoder_blocks.py: both engines are cluster 0; the Decoder
     links to cluster 0 and pulls blocks of BlocksCacheKey(0, 0) from the Prompt."""
