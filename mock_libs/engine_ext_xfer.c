@@ -1028,38 +1028,16 @@ static lldd_status peer_pin_addr(xlink *x, const char *fn, uint64_t addr, uint64
     msg_init(&h, MSG_PIN_ADDR);
     h.a = addr;
     h.b = len;
-    int r = msg_send(l->req_fd, &h, NULL, 0, deadline);
-    if (r == TP_OK)
-        r = msg_recv_hdr(l->req_fd, &h, deadline);
-    if (r == TP_OK && h.type != MSG_PIN_ADDR_REPLY)
-        r = TP_CLOSED;
-    if (r == TP_TIMEOUT)
-        return link_timeout(x, fn, "the peer did not answer within llm.SyncKvCacheWaitTime = %u ms", timeout);
-    if (r != TP_OK)
-        return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
+    lldd_status st = link_ask(x, fn, &h, MSG_PIN_ADDR_REPLY, deadline);
+    if (st != LLM_SUCCESS)
+        return st;
     if (h.status != LLM_SUCCESS) {
         mock_set_error(bad, fn, (unsigned long long)addr, (unsigned long long)len,
                        (unsigned long long)l->peer_cluster);
         return LLM_PARAM_INVALID;
     }
-    if (h.payload_len < sizeof pc->w)
-        return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
-    r = tp_recv_all(l->req_fd, &pc->w, sizeof pc->w, deadline);
-    uint64_t addr_bytes = (uint64_t)pc->w.num_tensors * sizeof(uint64_t);
-    if (r == TP_OK && (pc->w.num_tensors > WIRE_MAX_TENSORS || h.payload_len - sizeof pc->w != addr_bytes ||
-                       h.a >= pc->w.num_tensors))
-        r = TP_CLOSED;
-    if (r == TP_OK) {
-        pc->owned_addrs = malloc(addr_bytes ? (size_t)addr_bytes : 1);
-        r = pc->owned_addrs == NULL ? TP_CLOSED : tp_recv_all(l->req_fd, pc->owned_addrs, (size_t)addr_bytes, deadline);
-    }
-    if (r != TP_OK) {
-        free(pc->owned_addrs);
-        pc->owned_addrs = NULL;
-        return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
-    }
-    pc->addrs = pc->owned_addrs;
-    pc->pinned = 1;
+    if ((st = link_recv_pinned(x, fn, &h, deadline, pc, h.a)) != LLM_SUCCESS)
+        return st;
     *tensor = (uint32_t)h.a;
     return LLM_SUCCESS;
 }

@@ -381,27 +381,44 @@ lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc)
     h.a = (uint64_t)id;
     h.b = (uint64_t)l->watermark;
     int64_t deadline = tp_deadline(timeout);
-    int r = msg_send(l->req_fd, &h, NULL, 0, deadline);
-    if (r == TP_OK)
-        r = msg_recv_hdr(l->req_fd, &h, deadline);
-    if (r == TP_OK && h.type != MSG_PIN_REPLY)
-        r = TP_CLOSED;
-    if (r == TP_TIMEOUT)
-        return link_timeout(x, fn, "the peer did not answer within llm.SyncKvCacheWaitTime = %u ms", timeout);
-    if (r != TP_OK)
-        return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
+    lldd_status st = link_ask(x, fn, &h, MSG_PIN_REPLY, deadline);
+    if (st != LLM_SUCCESS)
+        return st;
     link_note_table_copy(l, (int64_t)h.a, h.b);
     if (h.status == LLM_KV_CACHE_NOT_EXIST)
         return not_exist(fn, l->peer_cluster, id, (int64_t)h.a);
     if (h.status != LLM_SUCCESS || h.payload_len < sizeof pc->w)
         return link_timeout(x, fn, "the peer answered a lookup with status 0x%08X", (unsigned)h.status);
-    r = tp_recv_all(l->req_fd, &pc->w, sizeof pc->w, deadline);
+    return link_recv_pinned(x, fn, &h, deadline, pc, UINT64_MAX);
+}
+
+lldd_status link_ask(xlink *x, const char *fn, msg_hdr *h, uint16_t reply, int64_t deadline)
+{
+    int r = msg_send(x->l->req_fd, h, NULL, 0, deadline);
+    if (r == TP_OK)
+        r = msg_recv_hdr(x->l->req_fd, h, deadline);
+    if (r == TP_OK && h->type != reply)
+        r = TP_CLOSED;
+    if (r == TP_TIMEOUT)
+        return link_timeout(x, fn, "the peer did not answer within llm.SyncKvCacheWaitTime = %u ms",
+                            x->e->sync_timeout_ms);
+    if (r != TP_OK)
+        return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
+    return LLM_SUCCESS;
+}
+
+lldd_status link_recv_pinned(xlink *x, const char *fn, const msg_hdr *h, int64_t deadline, peer_cache *pc,
+                             uint64_t tensor)
+{
+    int fd = x->l->req_fd;
+    int r = h->payload_len < sizeof pc->w ? TP_CLOSED : tp_recv_all(fd, &pc->w, sizeof pc->w, deadline);
     uint64_t addr_bytes = (uint64_t)pc->w.num_tensors * sizeof(uint64_t);
-    if (r == TP_OK && (pc->w.num_tensors > WIRE_MAX_TENSORS || h.payload_len - sizeof pc->w != addr_bytes))
+    if (r == TP_OK && (pc->w.num_tensors > WIRE_MAX_TENSORS || h->payload_len - sizeof pc->w != addr_bytes ||
+                       (tensor != UINT64_MAX && tensor >= pc->w.num_tensors)))
         r = TP_CLOSED;
     if (r == TP_OK) {
         pc->owned_addrs = malloc(addr_bytes ? (size_t)addr_bytes : 1);
-        r = pc->owned_addrs == NULL ? TP_CLOSED : tp_recv_all(l->req_fd, pc->owned_addrs, (size_t)addr_bytes, deadline);
+        r = pc->owned_addrs == NULL ? TP_CLOSED : tp_recv_all(fd, pc->owned_addrs, (size_t)addr_bytes, deadline);
     }
     if (r != TP_OK) {
         free(pc->owned_addrs);

@@ -63,6 +63,15 @@ lldd_status link_timeout(xlink *x, const char *fn, const char *fmt, ...) MOCK_PR
 lldd_status peer_local_enter(xlink *x, const char *fn);
 /* Step 7 of §8.0 for a cache id (the native path): resolves and pins it. */
 lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc);
+/* One request and its answer on the link's request socket: h is sent and the answer's
+ * header, which must be of type `reply`, read into it by `deadline`. LLM_SUCCESS, or
+ * link_timeout's TIMEOUT (no answer in time, or the peer's side gone). */
+lldd_status link_ask(xlink *x, const char *fn, msg_hdr *h, uint16_t reply, int64_t deadline);
+/* The body of a pin answer (PIN, PIN_ADDR) to h: the cache's description and its
+ * addresses into pc (pinned), checked against the payload's length, WIRE_MAX_TENSORS
+ * and, unless UINT64_MAX, tensor < the cache's tensor count. TIMEOUT when cut short. */
+lldd_status link_recv_pinned(xlink *x, const char *fn, const msg_hdr *h, int64_t deadline, peer_cache *pc,
+                             uint64_t tensor);
 void peer_unpin(xlink *x, peer_cache *pc);
 /* Records the table copy (§9.7) taken now on the peer, if the link has none. */
 void link_note_table_copy(mlink *l, int64_t id_mark, uint64_t bind_mark);
