@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, Tuple, Type
 
-from .status import LLMException, LLMStatusCode, exception_for
+from .status import LLMStatusCode, exception_for
 
 __all__ = [
     "LintWarning", "LintRule", "RULES", "STRICT_ENV", "strict", "lint", "warning_class",
@@ -261,11 +261,6 @@ def lint_engine_records(records: Iterable[Tuple[int, str]], skip: Iterable[str] 
         category: Type[LintWarning] = RULES[rule].category if rule else LintWarning
         _log.info("lint (engine): %s", text)
         warnings.warn(category(text if rule else f"{text} (engine rule {number})"), stacklevel=level)
-
-
-def refusal(rule: str, text: str) -> LLMException:
-    """The exception strict mode raises for ``rule`` (for callers that raise it themselves)."""
-    return exception_for(int(RULES[rule].category.status_code), message(rule, text))
 
 
 def check_option_keys(options: Iterable[str], known: Iterable[str], tag: str) -> None:

@@ -683,13 +683,6 @@ class Topology:
     def __iter__(self) -> Iterator[EngineProcess]:
         return iter(self.processes)
 
-    def by_cluster(self, cluster_id: int) -> EngineProcess:
-        """The process of the engine ``cluster_id``."""
-        for process in self.processes:
-            if process.cluster_id == cluster_id:
-                return process
-        raise KeyError(cluster_id)
-
     def close(self) -> None:
         """End every process: EOF on its stdin (it finalizes its engine and exits), after
         ``grace`` seconds SIGTERM to its process group, one second later SIGKILL. Idempotent."""
