@@ -1791,11 +1791,8 @@ static lldd_status v1_link_checks(engine *e, const char *fn, const lldd_cluster_
     return LLM_SUCCESS;
 }
 
-/* link_clusters and unlink_clusters: the same checks in the same order, then the
- * per-cluster work (run_clusters) under v1's one-call-at-a-time lock. */
-static lldd_status clusters_call(lldd_engine *e, const char *fn, const lldd_cluster_info *clusters,
-                                 size_t num_clusters, int32_t timeout_in_millis, int unlink, int force,
-                                 lldd_status *rets, size_t *num_rets)
+lldd_status clusters_call_enter(engine *e, const char *fn, const lldd_cluster_info *clusters, size_t num_clusters,
+                                const lldd_status *rets, size_t *num_rets)
 {
     uint32_t code;
     mock_link_reasons_begin(0);          /* a call refused as a whole reports no cluster */
@@ -1806,9 +1803,13 @@ static lldd_status clusters_call(lldd_engine *e, const char *fn, const lldd_clus
     lldd_status st = check_clusters(e, fn, clusters, num_clusters, rets, num_rets);
     if (st != LLM_SUCCESS)
         return st;
-    if ((st = engine_enter(e, fn)) != LLM_SUCCESS)
-        return st;
-    st = check_ips(fn, clusters, num_clusters, timeout_in_millis);
+    return engine_enter(e, fn);
+}
+
+lldd_status clusters_call(engine *e, const char *fn, const lldd_cluster_info *clusters, size_t num_clusters,
+                          int32_t timeout_in_millis, int unlink, int force, lldd_status *rets, size_t *num_rets)
+{
+    lldd_status st = check_ips(fn, clusters, num_clusters, timeout_in_millis);
     int v1 = e->gen == GEN_V1, locked = 0;
     if (st == LLM_SUCCESS && v1)
         locked = (st = v1_link_checks(e, fn, clusters, num_clusters, unlink)) == LLM_SUCCESS;
@@ -1816,20 +1817,5 @@ static lldd_status clusters_call(lldd_engine *e, const char *fn, const lldd_clus
         st = run_clusters(e, fn, clusters, num_clusters, timeout_in_millis, unlink, force, v1, rets, num_rets);
     if (locked)
         pthread_mutex_unlock(&e->v1_link_mu);
-    engine_leave(e);
     return st;
-}
-
-MOCK_EXPORT lldd_status lldd_link_clusters(lldd_engine *e, const lldd_cluster_info *clusters, size_t num_clusters,
-                                           int32_t timeout_in_millis, lldd_status *rets, size_t *num_rets)
-{
-    return clusters_call(e, "lldd_link_clusters", clusters, num_clusters, timeout_in_millis, 0, 0, rets, num_rets);
-}
-
-MOCK_EXPORT lldd_status lldd_unlink_clusters(lldd_engine *e, const lldd_cluster_info *clusters, size_t num_clusters,
-                                             int32_t timeout_in_millis, int32_t force_flag, lldd_status *rets,
-                                             size_t *num_rets)
-{
-    return clusters_call(e, "lldd_unlink_clusters", clusters, num_clusters, timeout_in_millis, 1, force_flag != 0,
-                         rets, num_rets);
 }

@@ -1275,12 +1275,10 @@ lldd_status xfer_call_enter(engine *e, const char *fn, const char *a_name, const
     return st != LLM_SUCCESS ? st : engine_enter(e, fn);
 }
 
-/* xfer_call_enter for the native calls, whose lldd_cache argument `c` (a or b) also
- * carries arrays with counts, checked with the other pointers (E-1, E-23). */
-static lldd_status xfer_cache_call_enter(engine *e, const char *fn, const char *a_name, const void *a,
-                                         const char *b_name, const void *b, const char *c_name,
-                                         const lldd_cache *c, const uint64_t *src_blocks, size_t num_src_blocks,
-                                         const uint64_t *dst_blocks, size_t num_dst_blocks)
+lldd_status xfer_cache_call_enter(engine *e, const char *fn, const char *a_name, const void *a,
+                                  const char *b_name, const void *b, const char *c_name, const lldd_cache *c,
+                                  const uint64_t *src_blocks, size_t num_src_blocks, const uint64_t *dst_blocks,
+                                  size_t num_dst_blocks)
 {
     lldd_status st = xfer_args_check(e, fn, a_name, a, b_name, b, src_blocks, num_src_blocks, dst_blocks,
                                      num_dst_blocks);
@@ -1289,15 +1287,11 @@ static lldd_status xfer_cache_call_enter(engine *e, const char *fn, const char *
     return st != LLM_SUCCESS ? st : engine_enter(e, fn);
 }
 
-MOCK_EXPORT lldd_status lldd_pull_kv_cache(lldd_engine *e, const lldd_cache_index *src_cache_index,
-                                           const lldd_cache *dst_cache, uint32_t batch_index, int64_t size,
-                                           const lldd_ext_param *ext_param)
+lldd_status xfer_pull_cache(engine *e, const char *fn, const lldd_cache_index *src_cache_index,
+                            const lldd_cache *dst_cache, uint32_t batch_index, int64_t size,
+                            const lldd_ext_param *ext_param)
 {
-    static const char fn[] = "lldd_pull_kv_cache";
-    lldd_status st = xfer_cache_call_enter(e, fn, "src_cache_index", src_cache_index, "dst_cache", dst_cache,
-                                           "dst_cache", dst_cache, NULL, 0, NULL, 0);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st;
     pull_args a;
     memset(&a, 0, sizeof a);
     if (size != -1 && size <= 0) {
@@ -1310,21 +1304,14 @@ MOCK_EXPORT lldd_status lldd_pull_kv_cache(lldd_engine *e, const lldd_cache_inde
         a.size = size;
         st = do_pull(e, fn, &a);
     }
-    engine_leave(e);
     return st;
 }
 
-MOCK_EXPORT lldd_status lldd_pull_kv_blocks(lldd_engine *e, const lldd_cache_index *src_cache_index,
-                                            const lldd_cache *dst_cache, const uint64_t *src_blocks,
-                                            size_t num_src_blocks, const uint64_t *dst_blocks, size_t num_dst_blocks,
-                                            const lldd_ext_param *ext_param)
+lldd_status xfer_pull_blocks(engine *e, const char *fn, const lldd_cache_index *src_cache_index,
+                             const lldd_cache *dst_cache, const uint64_t *src_blocks, size_t num_src_blocks,
+                             const uint64_t *dst_blocks, size_t num_dst_blocks, const lldd_ext_param *ext_param)
 {
-    static const char fn[] = "lldd_pull_kv_blocks";
-    lldd_status st = xfer_cache_call_enter(e, fn, "src_cache_index", src_cache_index, "dst_cache", dst_cache,
-                                           "dst_cache", dst_cache, src_blocks, num_src_blocks, dst_blocks,
-                                           num_dst_blocks);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st;
     pull_args a;
     memset(&a, 0, sizeof a);
     if (src_cache_index->batch_index != 0) {
@@ -1349,7 +1336,6 @@ MOCK_EXPORT lldd_status lldd_pull_kv_blocks(lldd_engine *e, const lldd_cache_ind
         a.nblk = num_src_blocks;
         st = do_pull(e, fn, &a);
     }
-    engine_leave(e);
     return st;
 }
 
@@ -1545,15 +1531,11 @@ static lldd_status do_push(engine *e, const char *fn, const push_args *a)
     return st;
 }
 
-MOCK_EXPORT lldd_status lldd_push_kv_cache(lldd_engine *e, const lldd_cache *src_cache,
-                                           const lldd_cache_index *dst_cache_index, uint32_t src_batch_index,
-                                           int64_t size, const lldd_ext_param *ext_param)
+lldd_status xfer_push_cache(engine *e, const char *fn, const lldd_cache *src_cache,
+                            const lldd_cache_index *dst_cache_index, uint32_t src_batch_index, int64_t size,
+                            const lldd_ext_param *ext_param)
 {
-    static const char fn[] = "lldd_push_kv_cache";
-    lldd_status st = xfer_cache_call_enter(e, fn, "src_cache", src_cache, "dst_cache_index", dst_cache_index,
-                                           "src_cache", src_cache, NULL, 0, NULL, 0);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st;
     push_args a;
     memset(&a, 0, sizeof a);
     if (src_cache->cache_desc.placement != LLDD_PLACEMENT_DEVICE) {
@@ -1568,21 +1550,14 @@ MOCK_EXPORT lldd_status lldd_push_kv_cache(lldd_engine *e, const lldd_cache *src
         a.src_batch = src_batch_index;
         st = do_push(e, fn, &a);
     }
-    engine_leave(e);
     return st;
 }
 
-MOCK_EXPORT lldd_status lldd_push_kv_blocks(lldd_engine *e, const lldd_cache *src_cache,
-                                            const lldd_cache_index *dst_cache_index, const uint64_t *src_blocks,
-                                            size_t num_src_blocks, const uint64_t *dst_blocks, size_t num_dst_blocks,
-                                            const lldd_ext_param *ext_param)
+lldd_status xfer_push_blocks(engine *e, const char *fn, const lldd_cache *src_cache,
+                             const lldd_cache_index *dst_cache_index, const uint64_t *src_blocks, size_t num_src_blocks,
+                             const uint64_t *dst_blocks, size_t num_dst_blocks, const lldd_ext_param *ext_param)
 {
-    static const char fn[] = "lldd_push_kv_blocks";
-    lldd_status st = xfer_cache_call_enter(e, fn, "src_cache", src_cache, "dst_cache_index", dst_cache_index,
-                                           "src_cache", src_cache, src_blocks, num_src_blocks, dst_blocks,
-                                           num_dst_blocks);
-    if (st != LLM_SUCCESS)
-        return st;
+    lldd_status st;
     push_args a;
     memset(&a, 0, sizeof a);
     if (src_cache->cache_desc.placement != LLDD_PLACEMENT_DEVICE) {
@@ -1607,6 +1582,5 @@ MOCK_EXPORT lldd_status lldd_push_kv_blocks(lldd_engine *e, const lldd_cache *sr
         a.nblk = num_src_blocks;
         st = do_push(e, fn, &a);
     }
-    engine_leave(e);
     return st;
 }

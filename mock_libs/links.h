@@ -112,6 +112,15 @@ void links_reap(engine *e);
 /* Cuts the connections of every link whose server thread holds c pinned (their server
  * threads then end and unpin it). mu held. Returns how many links it cut. */
 size_t links_cut_pinning_locked(engine *e, const struct mcache *c);
+/* The entry of link_clusters and unlink_clusters (api_links.c): no cluster reported
+ * yet, an injected fault, the NULL arguments (docs/reference/cpp-api.md §6.7 steps
+ * 1-4), then engine_enter. Anything but LLM_SUCCESS is the call's answer. */
+lldd_status clusters_call_enter(engine *e, const char *fn, const lldd_cluster_info *clusters, size_t num_clusters,
+                                const lldd_status *rets, size_t *num_rets);
+/* link_clusters and unlink_clusters past their entry: the same checks in the same
+ * order, then the per-cluster work under v1's one-call-at-a-time lock. */
+lldd_status clusters_call(engine *e, const char *fn, const lldd_cluster_info *clusters, size_t num_clusters,
+                          int32_t timeout_in_millis, int unlink, int force, lldd_status *rets, size_t *num_rets);
 
 /* ---- engine_serve.c: a link's server thread ---- */
 /* The server loop of a link: answers the peer's requests on l->srv_fd. */

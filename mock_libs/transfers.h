@@ -57,6 +57,12 @@ void link_release(xlink *x);
 lldd_status xfer_call_enter(engine *e, const char *fn, const char *a_name, const void *a, const char *b_name,
                             const void *b, const uint64_t *src_blocks, size_t num_src_blocks,
                             const uint64_t *dst_blocks, size_t num_dst_blocks);
+/* xfer_call_enter for the native calls, whose lldd_cache argument `c` (a or b) also
+ * carries arrays with counts, checked with the other pointers (E-1, E-23). */
+lldd_status xfer_cache_call_enter(engine *e, const char *fn, const char *a_name, const void *a,
+                                  const char *b_name, const void *b, const char *c_name, const lldd_cache *c,
+                                  const uint64_t *src_blocks, size_t num_src_blocks, const uint64_t *dst_blocks,
+                                  size_t num_dst_blocks);
 lldd_status link_timeout(xlink *x, const char *fn, const char *fmt, ...) MOCK_PRINTF(3, 4);
 /* Same process: emulates the peer's serve delay, then locks peer->mu and checks that
  * the peer still holds its side of the link (TIMEOUT otherwise, PR-31). */
@@ -94,5 +100,20 @@ lldd_status push_dst_access_checks(const char *fn, const cache_wire *rw, const m
  * (PR-15), batch or block sizes (PR-14, PR-13), no repeated destination block. */
 lldd_status push_dst_shape_checks(const char *fn, int b2b, const cache_wire *lw, const cache_wire *rw,
                                   const uint64_t *dblk, size_t ndblk);
+
+/* The native transfer calls past their entry (api_transfers.c): the checks after the
+ * arguments, in their order, then the pull or the push. */
+lldd_status xfer_pull_cache(engine *e, const char *fn, const lldd_cache_index *src_cache_index,
+                            const lldd_cache *dst_cache, uint32_t batch_index, int64_t size,
+                            const lldd_ext_param *ext_param);
+lldd_status xfer_pull_blocks(engine *e, const char *fn, const lldd_cache_index *src_cache_index,
+                             const lldd_cache *dst_cache, const uint64_t *src_blocks, size_t num_src_blocks,
+                             const uint64_t *dst_blocks, size_t num_dst_blocks, const lldd_ext_param *ext_param);
+lldd_status xfer_push_cache(engine *e, const char *fn, const lldd_cache *src_cache,
+                            const lldd_cache_index *dst_cache_index, uint32_t src_batch_index, int64_t size,
+                            const lldd_ext_param *ext_param);
+lldd_status xfer_push_blocks(engine *e, const char *fn, const lldd_cache *src_cache,
+                             const lldd_cache_index *dst_cache_index, const uint64_t *src_blocks, size_t num_src_blocks,
+                             const uint64_t *dst_blocks, size_t num_dst_blocks, const lldd_ext_param *ext_param);
 
 #endif /* LLDD_MOCK_TRANSFERS_H */
