@@ -808,34 +808,11 @@ static lldd_status do_initialize(engine *e, const lldd_option *opts, size_t n)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * exported: version, create, destroy, initialize, finalize, set_role
+ * create, destroy, initialize, finalize, set_role past their entry (api_engine.c)
  * ------------------------------------------------------------------------------------------ */
 
-MOCK_EXPORT uint32_t lldd_abi_version(void)
+lldd_status engine_create(uint64_t cluster_id, int32_t role, engine **out)
 {
-    return LLDD_ABI_VERSION;
-}
-
-MOCK_EXPORT uint64_t lldd_capabilities(void)
-{
-    return LLDD_CAP_REGISTER | LLDD_CAP_ALLOCATE | LLDD_CAP_COPY | LLDD_CAP_CROSS_PROCESS | LLDD_CAP_MOCK_CONTROL |
-           LLDD_CAP_EXT_KEYS;
-}
-
-MOCK_EXPORT const char *lldd_backend_name(void)
-{
-    return "mock";
-}
-
-MOCK_EXPORT lldd_status lldd_create(uint64_t cluster_id, int32_t role, lldd_engine **out)
-{
-    uint32_t code;
-    if (mock_fault_take("lldd_create", &code))
-        return code;
-    if (out == NULL) {
-        mock_set_error("lldd_create: out must not be NULL");
-        return LLM_PARAM_INVALID;
-    }
     *out = NULL;
     engine *e = calloc(1, sizeof *e);
     if (e == NULL) {
@@ -890,24 +867,19 @@ lldd_status engine_options_call_check(engine *e, const char *fn, const lldd_opti
     return LLM_SUCCESS;
 }
 
-MOCK_EXPORT lldd_status lldd_initialize(lldd_engine *e, const lldd_option *options, size_t num_options)
+lldd_status engine_initialize(engine *e, const lldd_option *options, size_t num_options)
 {
-    lldd_status st = engine_options_call_check(e, "lldd_initialize", options, num_options);
-    if (st != LLM_SUCCESS)
-        return st;
     pthread_mutex_lock(&e->life_mu);
     pthread_mutex_lock(&e->mu);
     int ready = e->state == ENGINE_READY;
     pthread_mutex_unlock(&e->mu);
-    st = ready ? LLM_SUCCESS : do_initialize(e, options, num_options);
+    lldd_status st = ready ? LLM_SUCCESS : do_initialize(e, options, num_options);
     pthread_mutex_unlock(&e->life_mu);
     return st;
 }
 
-MOCK_EXPORT void lldd_finalize(lldd_engine *e)
+void engine_finalize(engine *e)
 {
-    if (e == NULL)
-        return;
     pthread_mutex_lock(&e->life_mu);
     pthread_mutex_lock(&e->mu);
     if (e->state != ENGINE_READY) {
@@ -963,11 +935,9 @@ MOCK_EXPORT void lldd_finalize(lldd_engine *e)
     pthread_mutex_unlock(&e->life_mu);
 }
 
-MOCK_EXPORT void lldd_destroy(lldd_engine *e)
+void engine_destroy(engine *e)
 {
-    if (e == NULL)
-        return;
-    lldd_finalize(e);
+    engine_finalize(e);
     pthread_mutex_lock(&g_reg_mu);
     for (engine **pp = &g_engines; *pp != NULL; pp = &(*pp)->reg_next) {
         if (*pp == e) {
@@ -988,18 +958,11 @@ MOCK_EXPORT void lldd_destroy(lldd_engine *e)
     free(e);
 }
 
-MOCK_EXPORT lldd_status lldd_set_role(lldd_engine *e, int32_t role, const lldd_option *options, size_t num_options)
+lldd_status engine_set_role(engine *e, const char *fn, int32_t role, const lldd_option *options, size_t num_options)
 {
-    static const char fn[] = "lldd_set_role";
-    lldd_status st = engine_options_call_check(e, fn, options, num_options);
-    if (st != LLM_SUCCESS)
-        return st;
-    if ((st = engine_enter(e, fn)) != LLM_SUCCESS)
-        return st;
     if (role < LLDD_ROLE_PROMPT || role > LLDD_ROLE_MIX) {
         mock_set_error("%s: role %d is invalid; expected PROMPT (1), DECODER (2) or MIX (3)", fn, (int)role);
-        st = LLM_PARAM_INVALID;
-        goto out;
+        return LLM_PARAM_INVALID;
     }
     tp_addr addr;
     const char *listen = engine_opt_get(options, num_options, "llm.ListenIpInfo");
@@ -1007,22 +970,18 @@ MOCK_EXPORT lldd_status lldd_set_role(lldd_engine *e, int32_t role, const lldd_o
         char why[160];
         if (tp_parse_addr(listen, &addr, why, sizeof why) != 0) {
             mock_set_error("%s: option llm.ListenIpInfo %s", fn, why);
-            st = LLM_PARAM_INVALID;
-            goto out;
+            return LLM_PARAM_INVALID;
         }
     }
     /* HIXL's role switch looks at no links: only the listen address may not change (E-5) */
     size_t links = e->hixl ? 0 : engine_link_count(e);
     if (links > 0) {
         mock_set_error("%s: %zu link(s) still exist; unlink every cluster before switching roles", fn, links);
-        st = LLM_EXIST_LINK;
-        goto out;
+        return LLM_EXIST_LINK;
     }
-    st = engine_listen_as(e, fn, listen != NULL ? &addr : NULL);
+    lldd_status st = engine_listen_as(e, fn, listen != NULL ? &addr : NULL);
     if (st == LLM_SUCCESS)
         atomic_store(&e->role, role);
-out:
-    engine_leave(e);
     return st;
 }
 
@@ -1069,30 +1028,20 @@ lldd_status engine_listen_as(engine *e, const char *fn, const tp_addr *addr)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * mock control
+ * mock control past its entry (api_engine.c)
  * ------------------------------------------------------------------------------------------ */
 
-MOCK_EXPORT lldd_status lldd_mock_set_serve_delay(lldd_engine *e, uint32_t delay_ms)
+void engine_set_serve_delay(engine *e, uint32_t delay_ms)
 {
-    if (e == NULL) {
-        mock_set_error("lldd_mock_set_serve_delay: engine must not be NULL");
-        return LLM_PARAM_INVALID;
-    }
     atomic_store(&e->serve_delay_ms, delay_ms);
     pthread_mutex_lock(&e->mu);
     pub_set_delay(e, delay_ms);
     pthread_mutex_unlock(&e->mu);
-    return LLM_SUCCESS;
 }
 
-MOCK_EXPORT lldd_status lldd_mock_set_link_pace(lldd_engine *e, uint64_t cluster_id, uint64_t bytes_per_second,
-                                                uint64_t latency_us)
+lldd_status engine_set_link_pace(engine *e, const char *fn, uint64_t cluster_id, uint64_t bytes_per_second,
+                                 uint64_t latency_us)
 {
-    static const char fn[] = "lldd_mock_set_link_pace";
-    if (e == NULL) {
-        mock_set_error("%s: engine must not be NULL", fn);
-        return LLM_PARAM_INVALID;
-    }
     if (latency_us > 3600000000ull) {
         mock_set_error("%s: latency_us %llu is more than an hour", fn, (unsigned long long)latency_us);
         return LLM_PARAM_INVALID;
@@ -1114,16 +1063,8 @@ MOCK_EXPORT lldd_status lldd_mock_set_link_pace(lldd_engine *e, uint64_t cluster
     return st;
 }
 
-MOCK_EXPORT lldd_status lldd_mock_drop_connections(lldd_engine *e)
+void engine_drop_connections(engine *e)
 {
-    static const char fn[] = "lldd_mock_drop_connections";
-    if (e == NULL) {
-        mock_set_error("%s: engine must not be NULL", fn);
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = engine_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
     pthread_mutex_lock(&e->mu);
     for (int list = 0; list < 2; list++) {
         for (mlink *l = list == 0 ? e->links : e->served; l != NULL; l = l->next) {
@@ -1135,8 +1076,6 @@ MOCK_EXPORT lldd_status lldd_mock_drop_connections(lldd_engine *e)
         }
     }
     pthread_mutex_unlock(&e->mu);
-    engine_leave(e);
-    return LLM_SUCCESS;
 }
 
 /* The ready link of e to cluster_id in either table (a served-only side included), for
@@ -1150,10 +1089,8 @@ static const mlink *link_visible_locked(engine *e, uint64_t cluster_id)
     return NULL;
 }
 
-MOCK_EXPORT uint32_t lldd_mock_link_path(lldd_engine *e, uint64_t cluster_id)
+uint32_t engine_link_path(engine *e, uint64_t cluster_id)
 {
-    if (e == NULL || engine_enter(e, "lldd_mock_link_path") != LLM_SUCCESS)
-        return LLDD_MOCK_PATH_NONE;
     pthread_mutex_lock(&e->mu);
     const mlink *l = link_visible_locked(e, cluster_id);
     uint32_t path = l == NULL                ? LLDD_MOCK_PATH_NONE
@@ -1161,23 +1098,19 @@ MOCK_EXPORT uint32_t lldd_mock_link_path(lldd_engine *e, uint64_t cluster_id)
                     : atomic_load(&l->vm_ok) ? LLDD_MOCK_PATH_PROCESS_VM
                                              : LLDD_MOCK_PATH_SOCKET;
     pthread_mutex_unlock(&e->mu);
-    engine_leave(e);
     return path;
 }
 
-MOCK_EXPORT uint32_t lldd_mock_last_transfer_path(lldd_engine *e, uint64_t cluster_id)
+uint32_t engine_last_transfer_path(engine *e, uint64_t cluster_id)
 {
-    if (e == NULL || engine_enter(e, "lldd_mock_last_transfer_path") != LLM_SUCCESS)
-        return LLDD_MOCK_PATH_NONE;
     pthread_mutex_lock(&e->mu);
     const mlink *l = link_visible_locked(e, cluster_id);
     uint32_t path = l == NULL ? LLDD_MOCK_PATH_NONE : (uint32_t)atomic_load(&l->last_path);
     pthread_mutex_unlock(&e->mu);
-    engine_leave(e);
     return path;
 }
 
-MOCK_EXPORT uint64_t lldd_mock_live_engines(void)
+uint64_t engine_live_engines(void)
 {
     pthread_mutex_lock(&g_reg_mu);
     uint64_t n = g_live_engines;

@@ -214,4 +214,21 @@ void engine_adopt_conn(engine *e, int fd);
 /* Waits on e->cv for at most ms milliseconds (mu held); ETIMEDOUT when the time ran out. */
 int engine_cv_wait_ms(engine *e, int64_t ms);
 
+/* The engine's life and the mock controls past their entry (api_engine.c): each runs
+ * the checks after the arguments, in their order, then the work. create takes a
+ * non-NULL out; initialize, finalize, destroy, the serve delay and the pace a non-NULL
+ * engine; set_role, drop_connections and the path queries an entered one. */
+lldd_status engine_create(uint64_t cluster_id, int32_t role, engine **out);
+lldd_status engine_initialize(engine *e, const lldd_option *options, size_t num_options);
+void engine_finalize(engine *e);
+void engine_destroy(engine *e);
+lldd_status engine_set_role(engine *e, const char *fn, int32_t role, const lldd_option *options, size_t num_options);
+void engine_set_serve_delay(engine *e, uint32_t delay_ms);
+lldd_status engine_set_link_pace(engine *e, const char *fn, uint64_t cluster_id, uint64_t bytes_per_second,
+                                 uint64_t latency_us);
+void engine_drop_connections(engine *e);
+uint32_t engine_link_path(engine *e, uint64_t cluster_id);
+uint32_t engine_last_transfer_path(engine *e, uint64_t cluster_id);
+uint64_t engine_live_engines(void);
+
 #endif /* LLDD_MOCK_ENGINE_H */
