@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+import ports
+
 from llm_datadist_ffi import LLMException, acl, mock_control, native
 
 
@@ -35,10 +37,8 @@ def fill(num_tensors: int, shape: list[int], seed: int) -> list[np.ndarray]:
 
 
 def free_port() -> int:
-    import socket
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port to listen on (ports.free_port: below the ephemeral range)."""
+    return ports.free_port()
 
 
 def cluster(remote_cluster_id: int, port: int, local: bool = True) -> native.ClusterInfo:

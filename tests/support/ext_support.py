@@ -15,13 +15,14 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+
+import ports
 
 U64 = 2**64 - 1
 KEY_CACHE, KEY_BY_ID, KEY_BLOCKS = 1, 2, 3
@@ -32,9 +33,8 @@ UINT8 = 4
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port to listen on (ports.free_port: below the ephemeral range)."""
+    return ports.free_port()
 
 
 def fill(num_tensors: int, size: int, seed: int) -> list[np.ndarray]:

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Type
 
 import numpy as np
+
+import ports
 
 SUPPORT = Path(__file__).resolve().parent
 
@@ -38,9 +39,8 @@ def fill(seed: int, shape: Any) -> np.ndarray:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port to listen on (ports.free_port: below the ephemeral range)."""
+    return ports.free_port()
 
 
 class PeerError(Exception):
