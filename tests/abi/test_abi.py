@@ -152,10 +152,10 @@ def fallible_functions() -> list[str]:
 
 
 def mock_fault_names() -> list[str]:
-    """The names of the mock's fault table (k_fault_names in mock_libs/faults.c)."""
-    text = (REPO / "mock_libs" / "faults.c").read_text()
+    """The names of the mock's fault table (k_fault_names in mock_libs/base/faults.c)."""
+    text = (REPO / "mock_libs" / "base" / "faults.c").read_text()
     table = re.search(r"k_fault_names\[\] = \{(.*?)\};", text, flags=re.S)
-    assert table is not None, "mock_libs/faults.c has no k_fault_names table"
+    assert table is not None, "mock_libs/base/faults.c has no k_fault_names table"
     return re.findall(r'"(\w+)"', table.group(1))
 
 
@@ -211,11 +211,8 @@ def _build_mock_module() -> ModuleType:
 
 def _mock_sources_with(tmp_path: Path, extra_file: str) -> Path:
     src = tmp_path / "src"
-    src.mkdir()
-    for path in (REPO / "mock_libs").iterdir():
-        if path.suffix in (".c", ".h"):
-            shutil.copy(path, src / path.name)
-    (src / "zz_extra.c").write_text(extra_file)
+    shutil.copytree(REPO / "mock_libs", src, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    (src / "core" / "zz_extra.c").write_text(extra_file)
     return src
 
 
@@ -303,7 +300,7 @@ def test_the_core_of_the_mock_calls_nothing_of_its_extension_layer(tmp_path: Pat
     # core; the core reaches it only through hooks the extension layer sets.
     defined: dict[str, set[str]] = {}
     needed: dict[str, set[str]] = {}
-    for source in sorted((REPO / "mock_libs").glob("*.c")):
+    for source in sorted((REPO / "mock_libs").rglob("*.c")):
         obj = tmp_path / (source.stem + ".o")
         subprocess.run([os.environ.get("CC", "cc"), "-std=c11", "-D_GNU_SOURCE", "-fPIC", "-c", f"-I{REPO / 'include'}",
                         f"-I{REPO / 'mock_libs'}", str(source), "-o", str(obj)], check=True, env=_without_preload())
@@ -349,7 +346,7 @@ def _function_lengths(source: str) -> dict[str, int]:
 
 def test_no_function_of_the_mock_is_longer_than_a_hundred_lines() -> None:
     # STYLE: a long check pipeline or handshake reads as one function per step.
-    lengths = {f"{source.name}:{name}": lines for source in sorted((REPO / "mock_libs").glob("*.c"))
+    lengths = {f"{source.name}:{name}": lines for source in sorted((REPO / "mock_libs").rglob("*.c"))
                for name, lines in _function_lengths(source.read_text()).items()}
     assert {name: lines for name, lines in lengths.items() if lines > 100} == {}
     # not vacuous: the scan finds the functions, with their lengths

@@ -1,6 +1,6 @@
 """A raw peer of the mock's link protocol, for tests that play a hostile or broken peer.
 
-The layouts below are written from mock_libs/transport.h, peer_id.h, cache_table.h,
+The layouts below are written from mock_libs/wire/transport.h, peer_id.h, cache_table.h,
 keys.h and resolve.h by hand (an independent reading of the protocol, not generated from
 it); ``test_wire_security.py`` checks the sizes against replies of the real engine.
 Everything is host-endian ("="), as the mock's wire is (both ends run on one machine).

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.mock_only(reason="the bounds are the mock engine's; the
 
 Engines = Callable[..., native.LlmDataDist]
 
-# mock_libs/engine.h
+# mock_libs/core/engine.h
 BOUND_HANDSHAKES = 64
 BOUND_LINKS = 256
 BOUND_PINS_PER_LINK = 64

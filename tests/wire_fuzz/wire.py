@@ -1,7 +1,7 @@
 """The mock's message framing, as far as the fuzzer needs it.
 
 Only the fixed header is known here, and it is read from the mock's own source
-(mock_libs/transport.h: ``msg_hdr``, ``enum msg_type``, ``PROTO_MAGIC``), so a change
+(mock_libs/wire/transport.h: ``msg_hdr``, ``enum msg_type``, ``PROTO_MAGIC``), so a change
 there reaches the fuzzer without an edit. Message bodies are never built by hand: they
 come from recorded traffic and are only mutated, so a change of a body's layout reaches
 the fuzzer with the next recording.
@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-TRANSPORT_H = Path(__file__).resolve().parents[2] / "mock_libs" / "transport.h"
+TRANSPORT_H = Path(__file__).resolve().parents[2] / "mock_libs" / "wire" / "transport.h"
 _C_TYPES = {"uint8_t": "B", "uint16_t": "H", "uint32_t": "I", "uint64_t": "Q"}
 
 assert sys.byteorder == "little", "the recorded corpus is little-endian (the mock's wire is host-endian)"
