@@ -1,7 +1,7 @@
 /* The native link calls' entry points (lldd/api.h): LinkClusters and UnlinkClusters.
  *
  * An entry takes an injected fault, refuses NULL arguments, enters the engine, calls
- * the links module's function (engine_link.c) and leaves the engine: the checks past
+ * the links module's function (engine_link_client.c) and leaves the engine: the checks past
  * the arguments, and the order they run in, are the links module's.
  */
 #include <stddef.h>

@@ -1,4 +1,5 @@
-/* Links between engines: the handshake and the table of links (engine_link.c), and the
+/* Links between engines: the table of links (engine_link.c), the client's and the
+ * listener's side of a handshake (engine_link_client.c, engine_link_listen.c), and the
  * server thread that answers a link's peer (engine_serve.c). */
 #ifndef LLDD_MOCK_LINKS_H
 #define LLDD_MOCK_LINKS_H
@@ -91,7 +92,7 @@ typedef struct pending_link {
     mlink *link;
 } pending_link;
 
-/* ---- engine_link.c ---- */
+/* ---- engine_link.c: the link table ---- */
 mlink *link_find_locked(engine *e, uint64_t peer_cluster);
 /* The other side of `mine` in `peer` (links or served sides; peer may be mine's own
  * engine for a link to itself), or NULL. peer->mu held. */
@@ -101,17 +102,43 @@ void link_unref(mlink *l);
 /* Takes the link out of the table, waits for its transfers, closes it. */
 void link_drop(engine *e, mlink *l);
 void links_teardown(engine *e);
-/* Connection threads started by the listener (one per accepted connection). */
-void *conn_thread_main(void *arg);
-/* Wakes and ends handshakes in progress (finalize). */
-void pending_abort_all(engine *e);
 /* Frees what links to gone peers hold: their sockets and server thread (a record stays
  * for PR-31) and served-only sides entirely; keeps at most BOUND_GONE_RECORDS records.
  * Called by the listener thread on every tick. */
 void links_reap(engine *e);
+/* Drops the served-only sides whose client has gone (their server thread saw EOF). */
+void served_reap(engine *e);
 /* Cuts the connections of every link whose server thread holds c pinned (their server
  * threads then end and unpin it). mu held. Returns how many links it cut. */
 size_t links_cut_pinning_locked(engine *e, const struct mcache *c);
+
+/* ---- engine_link.c: what both handshakes make a link record from ---- */
+enum {
+    LINK_MSG_LEN = 256,              /* a handshake's refusal text */
+    LINK_IDENTIFY_WAIT_MS = 2000     /* the identity channel's exchange */
+};
+/* A new link record to peer_cluster, one reference held, not in the table. */
+mlink *link_new(engine *e, uint64_t peer_cluster, uint64_t token);
+/* The client's link to the listener at ip:port, or NULL. mu held. */
+mlink *link_find_addr_locked(engine *e, const char *ip, uint16_t port);
+/* Links that hold a live connection and a server thread, and handshakes past HELLO:
+ * what BOUND_LINKS counts. mu held. */
+size_t links_serving_locked(engine *e);
+/* LLDD_MOCK_NO_PROCESS_VM=1: links move bytes over their sockets only. */
+int process_vm_disabled(void);
+/* What the link may do with the process the kernel named as its peer (same process,
+ * process_vm, sockets only). Before the link is shared. */
+void link_set_peer(engine *e, mlink *l, const peer_cred *cred, uint64_t serial);
+/* The HELLO body this engine sends: its identity, a fresh nonce. */
+void fill_hello(engine *e, hello_body *h, uint64_t expected, uint64_t token, uint32_t timeout_ms);
+
+/* ---- engine_link_listen.c: the listener's side of the handshakes ---- */
+/* Connection threads started by the listener (one per accepted connection). */
+void *conn_thread_main(void *arg);
+/* Wakes and ends handshakes in progress (finalize). */
+void pending_abort_all(engine *e);
+
+/* ---- engine_link_client.c: LinkLlmClusters and UnlinkLlmClusters ---- */
 /* The entry of link_clusters and unlink_clusters (api_links.c): no cluster reported
  * yet, an injected fault, the NULL arguments (docs/reference/cpp-api.md §6.7 steps
  * 1-4), then engine_enter. Anything but LLM_SUCCESS is the call's answer. */
@@ -130,7 +157,7 @@ void link_serve(mlink *l);
 void link_take_marks_locked(engine *e, mlink *l);
 void *link_server_main(void *arg);
 
-/* ---- engine_link.c: a link for a rank-table communicator ---- */
+/* ---- engine_link_client.c: a link for a rank-table communicator ---- */
 /* Links to the member listening at 127.0.0.1:port, whose cluster id is `peer`; the
  * link on both sides carries comm_key and stays unusable (comm_pending) until the
  * communicator is OK. Returns the per-cluster status, reason in msg. */
