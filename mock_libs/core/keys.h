@@ -1,4 +1,5 @@
-/* The key table of an engine and the reference rule of keys (engine_keys.c). */
+/* The key table of an engine (engine_keys.c) and the release rule of keys
+ * (engine_release.c). */
 #ifndef LLDD_MOCK_KEYS_H
 #define LLDD_MOCK_KEYS_H
 
@@ -18,6 +19,7 @@ typedef struct release_req {
     uint64_t count;                  /* then count uint64 tensor indexes */
 } release_req;
 
+/* ---- engine_keys.c: the key table ---- */
 keynode *key_find_locked(engine *e, uint32_t ns, uint64_t id, uint64_t model);
 /* Makes room in the table for `more` bindings; -1 on no memory. */
 int key_table_reserve(keytab *t, size_t more);
@@ -32,6 +34,8 @@ void keys_teardown(engine *e);
  * is given, else by (req_id, model_id); a placeholder has the identity of the blocks
  * key of its model; a BlocksCacheKey is (2**64-1, model_id). */
 void key_ident(const lldd_key *k, uint32_t *ns, uint64_t *id, uint64_t *model);
+
+/* ---- engine_release.c: the release rule ---- */
 /* The last reference of an owned cache is gone: takes it out of the table and returns it
  * (to destroy without mu), else NULL. mu held. */
 mcache *cache_free_if_unreferenced_locked(engine *e, mcache *c);

@@ -3,8 +3,8 @@
  * allocate_blocks_cache / deallocate_cache / remove_cache_key (v2 and v1)
  * (docs/reference/semantics.md §2.2, §3, §9; docs/reference/python-api.md §11.1, §11.5, §12).
  *
- * The key table and the release rule are the core's (engine_keys.c); this file binds
- * keys at registration and allocation and drops the id's reference.
+ * The key table and the release rule are the core's (engine_keys.c, engine_release.c);
+ * this file binds keys at registration and allocation and drops the id's reference.
  *
  * Reference counting (§9.5): an owned non-blocks cache holds one reference for its
  * id (ext_ref, dropped by deallocate) and one per bound request or prefix key; the
