@@ -132,7 +132,7 @@ struct lldd_engine {
     uint32_t sync_timeout_ms;
     int hixl;
     char *local_comm_res;        /* NULL when absent or empty */
-    int comm_res_generated;      /* a link generated the local resource (§10.2) */
+    int comm_res_generated;      /* a link generated the local resource (semantics.md §10.2) */
     uint32_t mode;               /* MODE_DIRECT for the native layer */
     int gen;                     /* GEN_V2 (native, ext v2) or GEN_V1 */
     int ext;                     /* initialised by lldd_ext_initialize */
@@ -140,7 +140,7 @@ struct lldd_engine {
     int v1_unlimited;            /* v1 without a pool size: caches come straight from the device */
     int native_pool;             /* llm_datadist_ffi.mock.NativePool = "1": the PR-9 calls work (mock only) */
     uint32_t link_total_ms;      /* llm.LinkTotalTime (rank-table links) */
-    int rank_linked;             /* lldd_ext_link was called (register rules, §2.6) */
+    int rank_linked;             /* lldd_ext_link was called (register rules, semantics.md §2.6) */
     pthread_mutex_t v1_link_mu;  /* v1: one link/unlink at a time (PROCESSING_LINK) */
 
     /* link security (docs/security.md §2) */
@@ -162,9 +162,9 @@ struct lldd_engine {
     mcache **caches;             /* sorted by id (ids only grow) */
     size_t cache_count, cache_cap;
     int64_t next_id;
-    uint64_t table_bytes;        /* size of the published table (§15) */
+    uint64_t table_bytes;        /* size of the published table (semantics.md §15) */
     mpool dev_pool, host_pool;
-    keytab keys;                 /* bound keys (§9) */
+    keytab keys;                 /* bound keys (semantics.md §9) */
     uint64_t next_bind;          /* binding sequence, from 1 */
 
     /* links, handshakes and connection threads (mu) */

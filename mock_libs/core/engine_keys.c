@@ -5,11 +5,11 @@
  * namespaces: request keys (req_id, model_id), which blocks keys share as
  * (2**64-1, model_id), and prefix keys (prefix_id, model_id). A binding names a
  * cache and a batch slot; the cache keeps the list of its keys and, per slot, the
- * key bound there, so that a pull by id finds the key of its slot (§9.4) and a
+ * key bound there, so that a pull by id finds the key of its slot (semantics.md §9.4) and a
  * removed cache takes its keys with it.
  *
  * Every binding gets a sequence number from a per-engine counter, so that a direct-
- * mode table copy (§9.7) sees exactly the bindings that existed when it was taken
+ * mode table copy (semantics.md §9.7) sees exactly the bindings that existed when it was taken
  * (PR-19). Request and blocks key bindings count 24 bytes each towards the 1 MiB
  * published table in direct mode; prefix bindings are never published.
  *

@@ -4,7 +4,7 @@
  * A transfer holds, in this order: a pin on its local cache, the link's transfer
  * lock (transfers over one link are serialized; unlink waits for them), and a pin
  * on the peer's cache, taken live for every transfer against the table copy of
- * §9.7. With everything pinned, the plan (tensor pairs x runs, docs/reference/semantics.md §8) is
+ * semantics.md §9.7. With everything pinned, the plan (tensor pairs x runs, docs/reference/semantics.md §8) is
  * walked region by region without copying the block lists:
  *   same process      memmove between the two engines' memory;
  *   shared memory     memcpy between mappings: both sides in library memory, the peer's
@@ -12,7 +12,7 @@
  *   another process   process_vm_readv/writev, up to IOV_MAX regions per call;
  *   neither allowed   READ/WRITE requests on the link's socket (engine_serve.c).
  * Every check finishes before the first byte moves, so a failed check changes
- * nothing (§8.12). A multi-layer push moves the layers before the first failing
+ * nothing (semantics.md §8.12). A multi-layer push moves the layers before the first failing
  * one and then reports that layer's failure, as the vendor's layer loop does.
  */
 #include <errno.h>
@@ -147,7 +147,7 @@ void link_release(xlink *x)
     memset(x, 0, sizeof *x);
 }
 
-/* Step 5 of §8.0: the link to `cluster`, locked for this transfer. */
+/* Step 5 of semantics.md §8.0: the link to `cluster`, locked for this transfer. */
 lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *x, int flags)
 {
     int v1 = (flags & ACQUIRE_V1) != 0;
@@ -178,7 +178,7 @@ lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *
     } else if (!v1) {
         pthread_rwlock_wrlock(&l->xfer_mu);
     } else {
-        /* v1: the link's lock within the transfer timeout, else LINK_BUSY (§10.5) */
+        /* v1: the link's lock within the transfer timeout, else LINK_BUSY (semantics.md §10.5) */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         uint32_t ms = e->sync_timeout_ms;
@@ -1184,7 +1184,7 @@ static lldd_status pull_move(xlink *xl, const char *fn, const pull_args *a, cons
     return move_bytes(xl, fn, &p, 1, f->rw->id);
 }
 
-/* Steps 4 to 10 of a native pull (§8.0), each a function above, in this order. */
+/* Steps 4 to 10 of a native pull (semantics.md §8.0), each a function above, in this order. */
 static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, mcache *lc, xlink *xl, peer_cache *pc)
 {
     const cache_wire *lw = &lc->w;

@@ -8,7 +8,7 @@
 
 #include "core/engine.h"
 
-/* A key release after a successful pull (§9.5): the key, and the source tensors read
+/* A key release after a successful pull (semantics.md §9.5): the key, and the source tensors read
  * (all: the pull had no source range). */
 typedef struct release_req {
     int64_t cache_id;
@@ -39,7 +39,7 @@ void key_ident(const lldd_key *k, uint32_t *ns, uint64_t *id, uint64_t *model);
 /* The last reference of an owned cache is gone: takes it out of the table and returns it
  * (to destroy without mu), else NULL. mu held. */
 mcache *cache_free_if_unreferenced_locked(engine *e, mcache *c);
-/* R := R \ X (X NULL: R := ∅) and the release rule of §9.5 for key k; returns a cache
+/* R := R \ X (X NULL: R := ∅) and the release rule of semantics.md §9.5 for key k; returns a cache
  * that lost its last reference (to destroy without mu). mu held. */
 mcache *key_release_locked(engine *e, keynode *k, const uint64_t *x, uint64_t nx);
 /* mu held. Applies a peer's release; returns a cache to destroy (freed by the release) or NULL. */

@@ -67,7 +67,7 @@ lldd_status link_timeout(xlink *x, const char *fn, const char *fmt, ...) MOCK_PR
 /* Same process: emulates the peer's serve delay, then locks peer->mu and checks that
  * the peer still holds its side of the link (TIMEOUT otherwise, PR-31). */
 lldd_status peer_local_enter(xlink *x, const char *fn);
-/* Step 7 of §8.0 for a cache id (the native path): resolves and pins it. */
+/* Step 7 of semantics.md §8.0 for a cache id (the native path): resolves and pins it. */
 lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc);
 /* One request and its answer on the link's request socket: h is sent and the answer's
  * header, which must be of type `reply`, read into it by `deadline`. LLM_SUCCESS, or
@@ -79,7 +79,7 @@ lldd_status link_ask(xlink *x, const char *fn, msg_hdr *h, uint16_t reply, int64
 lldd_status link_recv_pinned(xlink *x, const char *fn, const msg_hdr *h, int64_t deadline, peer_cache *pc,
                              uint64_t tensor);
 void peer_unpin(xlink *x, peer_cache *pc);
-/* Records the table copy (§9.7) taken now on the peer, if the link has none. */
+/* Records the table copy (semantics.md §9.7) taken now on the peer, if the link has none. */
 void link_note_table_copy(mlink *l, int64_t id_mark, uint64_t bind_mark);
 /* PR-32: a registered (not pool-owned) cache with an id given out after the link was
  * made is not reachable through it; the local side's and the peer's wording. */

@@ -59,7 +59,7 @@ enum msg_type {
     MSG_MAP_PROOF,          /* body: the nonce, read with process_vm_readv -> MSG_MAP_REPLY  */
     MSG_TABLE,              /* identity channel (peer_id.h): body map_request (from = 0)
                                -> MSG_MAP_CHALLENGE, then MSG_MAP_PROOF -> MSG_TABLE_REPLY     */
-    MSG_TABLE_REPLY         /* status; a = id mark, b = bind mark (§9.7); the published
+    MSG_TABLE_REPLY         /* status; a = id mark, b = bind mark (semantics.md §9.7); the published
                                table's and the link's pin page's memfds as SCM_RIGHTS       */
 };
 
