@@ -27,8 +27,6 @@
  * its side and answers. Dropping a side takes the link's transfer lock (waits for
  * transfers in flight), shuts both sockets down, joins the server thread.
  */
-#include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
