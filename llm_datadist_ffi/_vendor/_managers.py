@@ -233,7 +233,7 @@ def _transfer_cache_async(src_cache: Any, num_tensors: int, batch_size: int, lay
                           transfer_configs: Any, src_block_indices: Any, dst_block_indices: Any,
                           dst_block_memory_size: Any, keyed: bool, default_error: LLMStatusCode,
                           tag: str) -> CacheTask:
-    """``transfer_cache_async`` from step 3 on (docs/reference/python-api.md §11.4; §12 for v1)."""
+    """``transfer_cache_async`` from step 3 on (docs/reference/python-api.md §11.4; python-api.md §12 for v1)."""
     check_int_list(dst_block_indices, "dst_block_indices")
     check_int_items(dst_block_indices, "dst_block_indices", UINT64)
     check_int_list(src_block_indices, "src_block_indices")
