@@ -1,5 +1,5 @@
-/* The release rule of a key's references (keys.h, docs/reference/semantics.md §9.5,
- * §9.8): a release shrinks the set of source tensors still to be read, unbinds the key
+/* The release rule of a key's references (keys.h, docs/reference/semantics.md §9.5
+ * and semantics.md §9.8): a release shrinks the set of source tensors still to be read, unbinds the key
  * when it is empty, and takes an owned cache that lost its last reference out of the
  * table. Above the key table (engine_keys.c) and the cache table (engine_cache.c), which
  * it calls; a link's server thread (engine_serve.c) applies a peer's release through it,
