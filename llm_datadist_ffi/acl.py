@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, Optional, Union
 
 import numpy as np
 
-from ._loader import acl_lib, ffi
+from ._core._loader import acl_lib, ffi
 
 if TYPE_CHECKING:
     import numpy.typing as npt

@@ -20,7 +20,7 @@ table or checked against it:
 * ``info_for`` looks a code up by value, hex or decimal text, or name, for the
   ``python -m llm_datadist_ffi errors`` command and for people reading logs.
 * The C enum ``include/lldd/status.h`` and the ascend shim's table of status names
-  are generated from the table (``python -m llm_datadist_ffi._codegen``), and
+  are generated from the table (``python -m llm_datadist_ffi._tools._codegen``), and
   docs/error-codes.md is printed from it; tests fail when a copy is stale.
 
 This module is pure Python and imports nothing else from the package, so that it can

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from llm_datadist_ffi import _errors_cli, status
+from llm_datadist_ffi._tools import _errors_cli
+from llm_datadist_ffi import status
 from llm_datadist_ffi.status import (
     LLMException,
     LLMStatusCode,

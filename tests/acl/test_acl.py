@@ -31,7 +31,7 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, invari
 
 import llm_datadist_ffi
 from llm_datadist_ffi import acl, mock_control
-from llm_datadist_ffi._loader import acl_lib, ffi
+from llm_datadist_ffi._core._loader import acl_lib, ffi
 from llm_datadist_ffi.acl import AclError
 
 mock_only = pytest.mark.mock_only
@@ -278,7 +278,7 @@ def test_finalize_drops_every_reference_at_once() -> None:
 
 def test_finalize_reference_accepts_a_null_count() -> None:
     result = fresh_process("""
-        from llm_datadist_ffi._loader import acl_lib, ffi
+        from llm_datadist_ffi._core._loader import acl_lib, ffi
         result = [code(acl.aclInit, None), code(acl.aclInit, None),
                   acl_lib.aclFinalizeReference(ffi.NULL), acl_lib.aclFinalizeReference(ffi.NULL),
                   acl_lib.aclFinalizeReference(ffi.NULL)]

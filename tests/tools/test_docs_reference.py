@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from llm_datadist_ffi import _docgen, native
+from llm_datadist_ffi._tools import _docgen
+from llm_datadist_ffi import native
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "docs" / "reference"

@@ -30,6 +30,20 @@ def test_the_version_is_written_once_in_the_package_and_read_by_pyproject() -> N
     assert re.findall(r'^__version__ = "([^"]+)"$', init, re.M) == [llm_datadist_ffi.__version__]
 
 
+def test_every_folder_of_python_modules_is_a_package_that_pyproject_installs() -> None:
+    # pip install . copies exactly the packages pyproject lists: a folder of modules left
+    # out of the list is missing from the wheel, and one without __init__.py is only a
+    # namespace package. _shim holds the build script of the C++ shim, run by setup.py.
+    listed = re.search(r"^packages = \[(.*?)\]", _toml_section("tool.setuptools"), re.M | re.S)
+    assert listed is not None
+    packages = set(re.findall(r'"([^"]+)"', listed.group(1)))
+    package_root = ROOT / "llm_datadist_ffi"
+    folders = {path.parent for path in package_root.rglob("*.py")} - {package_root / "_shim"}
+    found = {".".join(folder.relative_to(ROOT).parts) for folder in folders}
+    assert packages == found
+    assert all((folder / "__init__.py").is_file() for folder in folders)
+
+
 def test_the_installed_metadata_carries_the_package_version() -> None:
     assert importlib.metadata.version("llm_datadist_ffi") == llm_datadist_ffi.__version__
 

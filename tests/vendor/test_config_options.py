@@ -12,9 +12,9 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from llm_datadist_ffi._options import Checked, Option, declared_options, int_in, of_type, reset_by_none
-from llm_datadist_ffi._vendor_checks import UINT32
-from llm_datadist_ffi.configs import LLMConfig
+from llm_datadist_ffi._vendor._options import Checked, Option, declared_options, int_in, of_type, reset_by_none
+from llm_datadist_ffi._vendor._vendor_checks import UINT32
+from llm_datadist_ffi._vendor.configs import LLMConfig
 
 # The vendor's §4 table, in its order (``options`` is the read-only result, not an option).
 VENDOR_PROPERTIES = [

@@ -41,7 +41,8 @@ from hypothesis import strategies as st
 
 from llm_datadist_ffi import LLMException, LLMStatusCode as S
 from llm_datadist_ffi.testing import strategies as lst
-from llm_datadist_ffi.v2.cache_manager import CacheManager, KvCacheManager
+from llm_datadist_ffi._vendor.v2.cache_manager import CacheManager
+from llm_datadist_ffi._vendor.v1.cache_manager import KvCacheManager
 from llm_datadist_ffi.vendor import (
     CacheDesc, CacheKeyByIdAndIndex, DataType, LayerSynchronizer, LLMClusterInfo, LLMDataDist, LLMRole, MemInfo,
     Memtype, TransferConfig, TransferWithCacheKeyConfig,

@@ -26,7 +26,7 @@ from llm_datadist_ffi.vendor import (
     BlocksCacheKey, Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex, CacheTask, DataType, LayerSynchronizer,
     LLMDataDist, LLMRole, MemInfo, Memtype, Placement, TransferConfig, TransferWithCacheKeyConfig,
 )
-from llm_datadist_ffi.v2.cache_manager import CacheManager
+from llm_datadist_ffi._vendor.v2.cache_manager import CacheManager
 
 import vendor_support as vs
 from lint_support import lenient, strict
@@ -426,7 +426,7 @@ def test_pull_blocks_accepts_one_dimensional_integer_numpy_arrays(local: Local,
 
 
 def test_a_uint64_numpy_block_list_crosses_into_c_without_a_copy(local: Local) -> None:
-    from llm_datadist_ffi.v2 import _native
+    from llm_datadist_ffi._vendor import _native
 
     array = np.array([3, 1, 2], dtype=np.uint64)
     converted = _native.block_list(array, "dst_blocks")

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from llm_datadist_ffi.configs import ROLE_OPTION_TEXT, LLMClusterInfo, LLMConfig, LLMRole, LlmConfig
+from llm_datadist_ffi._vendor.configs import ROLE_OPTION_TEXT, LLMClusterInfo, LLMConfig, LLMRole, LlmConfig
 from llm_datadist_ffi.status import LLMException, LLMStatusCode
 
 PARAM_INVALID = 0x5010B005

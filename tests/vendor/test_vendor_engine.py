@@ -16,13 +16,15 @@ from typing import Any, Dict, Iterator
 
 import pytest
 
-from llm_datadist_ffi import LLMException, LLMStatusCode, _capi, lint
-from llm_datadist_ffi._capi import ffi
-from llm_datadist_ffi.v2 import llm_datadist as llm_datadist_module
+from llm_datadist_ffi import LLMException, LLMStatusCode, lint
+from llm_datadist_ffi._core import _capi
+from llm_datadist_ffi._core._capi import ffi
+from llm_datadist_ffi._vendor.v2 import llm_datadist as llm_datadist_module
 from llm_datadist_ffi.vendor import (
     BlocksCacheKey, CacheDesc, CacheKeyByIdAndIndex, DataType, LLMClusterInfo, LLMConfig, LLMDataDist, LLMRole, RegisterMemStatus,
 )
-from llm_datadist_ffi.v2.cache_manager import CacheManager, KvCacheManager
+from llm_datadist_ffi._vendor.v2.cache_manager import CacheManager
+from llm_datadist_ffi._vendor.v1.cache_manager import KvCacheManager
 
 import vendor_support as vs
 

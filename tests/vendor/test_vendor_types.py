@@ -19,15 +19,16 @@ import pytest
 
 from llm_datadist_ffi.data_type import DataType
 from llm_datadist_ffi.status import LLMException, LLMStatusCode
-from llm_datadist_ffi.tensor import Tensor, TensorDesc
-from llm_datadist_ffi.v2 import llm_types
-from llm_datadist_ffi.v2.cache_manager import CacheManager, KvCacheManager
-from llm_datadist_ffi.v2.llm_types import (
+from llm_datadist_ffi._vendor.v1.tensor import Tensor, TensorDesc
+from llm_datadist_ffi._vendor.v2 import llm_types
+from llm_datadist_ffi._vendor.v2.cache_manager import CacheManager
+from llm_datadist_ffi._vendor.v1.cache_manager import KvCacheManager
+from llm_datadist_ffi._vendor.v2.llm_types import (
     BlocksCacheKey, Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex, CoreCacheDesc, CoreKey, KvCache,
     LayerSynchronizer, MemInfo, Memtype, Placement, PushType, RegisterMemStatus, TransferConfig,
     TransferWithCacheKeyConfig, check_cache_key, core_cache_desc, core_key,
 )
-from llm_datadist_ffi._vendor_checks import check_layer_range
+from llm_datadist_ffi._vendor._vendor_checks import check_layer_range
 
 PARAM_INVALID = 0x5010B005
 U64_MAX = 18446744073709551615  # 2**64 - 1, the vendor's "no id"

@@ -15,7 +15,7 @@ from pathlib import Path
 LLDD_FRAGMENTS = ("lldd/status.h", "lldd/types.h", "lldd/api.h", "lldd/ext.h", "lldd/mock.h")
 ACL_FRAGMENTS = ("acl/types.h", "acl/api.h")
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent.parent   # llm_datadist_ffi/, this module is in _core/
 
 
 def include_dir() -> Path:

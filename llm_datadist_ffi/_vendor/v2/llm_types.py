@@ -24,14 +24,14 @@ from enum import Enum, IntEnum
 from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
 from .._options import Checked, int_in
-from .._trace import traced
+from ..._core._trace import traced
 from .._vendor_checks import (
     INT32, INT64, INVALID_ID, UINT32, UINT64, check_int, check_int_list, check_type, none_error, param_invalid,
     raise_param_invalid, type_name,
 )
 from .._vendor_checks import check_layer_range as _check_layer_range
-from ..data_type import ELEMENT_BITS, DataType
-from ..status import LLMException, LLMStatusCode
+from ...data_type import ELEMENT_BITS, DataType
+from ...status import LLMException, LLMStatusCode
 
 if TYPE_CHECKING:  # numpy is imported only when host memory is allocated
     import numpy as np

@@ -41,17 +41,19 @@ import warnings
 import weakref
 from typing import Any, ClassVar, Dict, List, Optional, Tuple, Union
 
-from .. import _capi, lint
-from .._trace import traced
-from .._marshal import ClusterEntry, Endpoint, c_array, c_clusters, c_options
+from ..._core import _capi
+from ... import lint
+from ..._core._trace import traced
+from ..._core._marshal import ClusterEntry, Endpoint, c_array, c_clusters, c_options
 from .._vendor_checks import (
     INT32, UINT32, UINT64, check_int, check_type, int_to_ip, ip_to_int, none_error, raise_param_invalid,
     type_name,
 )
 from ..configs import ROLE_OPTION_TEXT, LLMClusterInfo, LLMRole
-from ..status import LLMException, LLMStatusCode, exception_for, map_status
-from . import _native
-from .cache_manager import CacheManager, KvCacheManager
+from ...status import LLMException, LLMStatusCode, exception_for, map_status
+from .. import _native
+from ..v1.cache_manager import KvCacheManager
+from .cache_manager import CacheManager
 from .llm_types import RegisterMemStatus
 
 __all__ = ["LLMDataDist"]
@@ -64,7 +66,7 @@ _MAX_SYNC_WAIT_MS = 2**31 - 1
 
 #: The option keys the vendor's package and its core read at ``init`` (lint OPT-1 names
 #: the closest one for a misspelt key; other keys pass unchanged, as the vendor's do).
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("llm_datadist_ffi.v2.llm_datadist")   # the documented logger name (before vendor/)
 
 VENDOR_OPTION_NAMES = (
     "llm.EnableCacheManager", "llm.EnableRemoteCacheAccessible", "llm.listenIpInfo", "llm.ListenIpInfo",
