@@ -8,7 +8,7 @@
 - ``bench``: transfer throughput as a ratio of memcpy bandwidth measured in the
   same run.
 - ``trace merge DIR [-o FILE]``, ``trace summary DIR``: the call traces written with
-  ``LLM_DATADIST_FFI_TRACE=DIR`` as one Chrome trace, or calls, bytes, GB/s and errors
+  ``LLM_DATADIST_FFI_TRACE=DIR`` as one Chrome trace, or calls, bytes, rate and errors
   per method (``llm_datadist_ffi.testing.trace``).
 - ``docs PAGE``: a generated reference page (``native-api``: the native API from its
   docstrings, committed as docs/reference/native-api.md).

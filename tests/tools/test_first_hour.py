@@ -5,13 +5,28 @@ Each test here holds one finding of the third review ("A newcomer's first hour")
 """
 from __future__ import annotations
 
+import importlib.metadata
+import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 from typing import Iterator, List, Tuple
 
-ROOT = Path(__file__).resolve().parents[2]
+import pytest
 
-# -- install commands in the documents ------------------------------------------------
+ROOT = Path(__file__).resolve().parents[2]
+TRACE_ENV = "LLM_DATADIST_FFI_TRACE"
+
+
+def command(*args: str, env: "dict[str, str] | None" = None) -> subprocess.CompletedProcess:
+    """``python -m llm_datadist_ffi ARGS`` from the repository root."""
+    return subprocess.run([sys.executable, "-m", "llm_datadist_ffi", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env=env)
+
+# -- item 9: install commands in the documents ------------------------------------------------
 
 _PIP_INSTALL = re.compile(r"pip install\b(?P<args>[^`#\n]*)")
 _TOKEN = re.compile(r"'[^']*'|\"[^\"]*\"|\S+")
@@ -48,3 +63,99 @@ def test_the_user_guide_says_how_to_install_a_built_wheel_with_an_extra() -> Non
     guide = (ROOT / "docs" / "user-guide.md").read_text(encoding="utf-8")
     assert "pip wheel --no-deps -w dist ." in guide
     assert 'pip install "$(ls dist/llm_datadist_ffi-*.whl)[test]"' in guide
+
+
+# -- item 8: the user guide's trace recipe --------------------------------------------
+
+TRACED_TEST = """
+import numpy as np
+from llm_datadist_ffi.testing.topology import here
+
+def keep(seed):
+    import llm_datadist as ld
+    me, a = here(), np.full((4, 16), seed, np.uint8)
+    key = ld.BlocksCacheKey(me.cluster_id, 0) if me.role == "prompt" else None
+    desc = ld.CacheDesc(1, [4, 16], ld.DataType.DT_UINT8, ld.Placement.DEVICE)
+    me.state.update(a=a, c=me.engine.cache_manager.register_blocks_cache(desc, [a.ctypes.data], key))
+
+def pull(prompt):
+    import llm_datadist as ld
+    me = here()
+    me.link(prompt)
+    me.engine.cache_manager.pull_blocks(ld.BlocksCacheKey(prompt, 0), me.state["c"], [0, 1], [2, 3])
+    return me.state["a"][:, 0].tolist()
+
+def test_pull(topology):
+    topo = topology(prompts=1, decoders=1)
+    prompt, decoder = topo.prompts[0], topo.decoders[0]
+    prompt.call(keep, 7)
+    decoder.call(keep, 0)
+    assert decoder.call(pull, prompt.cluster_id) == [0, 0, 7, 7]
+"""
+
+
+def _plugin_args(env: "dict[str, str]") -> List[str]:
+    """Run a pytest of a new directory with this tree's package: the installed one (its
+    ``pytest11`` entry point) when there is one, else the source tree and its plugin."""
+    installed = any(e.name == "llm_datadist_ffi" for e in importlib.metadata.entry_points().select(group="pytest11")) \
+        if sys.version_info >= (3, 10) else True
+    if installed:
+        return []
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return ["-p", "llm_datadist_ffi.testing.pytest_plugin"]
+
+
+@pytest.mark.mock_only(reason="the bytes of a call come from the mock's record")
+def test_the_user_guides_trace_recipe_reads_the_per_test_folders_the_plugin_writes(tmp_path: Path) -> None:
+    project, traces = tmp_path / "project", tmp_path / "run1"
+    project.mkdir()
+    (project / "test_traced.py").write_text(textwrap.dedent(TRACED_TEST))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "LLM_DATADIST_FFI_STRICT"))}
+    env[TRACE_ENV] = str(traces)
+    ran = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *_plugin_args(env)],
+                         cwd=project, env=env, capture_output=True, text=True, timeout=180)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    # the recipe of docs/user-guide.md, "Call traces"
+    merged = command("trace", "merge", str(traces), "-o", str(tmp_path / "run1.json"))
+    assert merged.returncode == 0, merged.stderr
+    events = json.loads((tmp_path / "run1.json").read_text())["traceEvents"]
+    pulls = [e for e in events if e.get("name") == "CacheManager.pull_blocks"]
+    assert [(p["args"]["status"], p["args"]["bytes"]) for p in pulls] == [("LLM_SUCCESS", 2 * 16)]
+    tracks = sorted(e["args"]["name"].split(" (pid")[0] for e in events
+                    if e.get("ph") == "M" and e.get("name") == "process_name")
+    assert tracks == ["DECODER cluster 2", "PROMPT cluster 1"]
+    summary = command("trace", "summary", str(traces))
+    assert summary.returncode == 0, summary.stderr
+    rows = {line.split()[0]: line.split() for line in summary.stdout.splitlines()}
+    assert rows["CacheManager.pull_blocks"][1:3] == ["1", "32"]
+
+
+@pytest.mark.parametrize("action", ["merge", "summary"])
+def test_a_trace_command_with_nothing_to_read_fails_and_says_what_to_set(tmp_path: Path, action: str) -> None:
+    done = command("trace", action, str(tmp_path))
+    assert done.returncode == 1
+    assert f"no trace files in {tmp_path}" in done.stderr and f"{TRACE_ENV}=" in done.stderr, done.stderr
+    assert not (tmp_path / "merged.json").exists()
+
+
+def test_the_summary_of_an_empty_merged_trace_fails(tmp_path: Path) -> None:
+    empty = tmp_path / "merged.json"
+    empty.write_text(json.dumps({"traceEvents": []}))
+    done = command("trace", "summary", str(empty))
+    assert done.returncode == 1 and "no calls traced" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("nbytes, micros, rate", [
+    (16, 1000, "16.0kB/s"), (32, 10**6, "32.0B/s"), (3 * 10**6, 1000, "3.00GB/s"), (5 * 10**6, 2 * 10**6, "2.50MB/s"),
+    (0, 1000, "-"),
+])
+def test_the_summary_prints_rates_in_a_unit_that_fits_the_traffic(tmp_path: Path, nbytes: int, micros: int,
+                                                                    rate: str) -> None:
+    event = {"name": "CacheManager.pull_blocks", "ph": "X", "pid": 7, "tid": 7, "ts": 1, "dur": micros,
+             "args": {"status": "LLM_SUCCESS", "status_code": 0, "bytes": nbytes}}
+    (tmp_path / "trace-7-1.json").write_text("[\n" + json.dumps(event) + ",\n")
+    done = command("trace", "summary", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    header, row = done.stdout.splitlines()
+    assert header.split() == ["method", "calls", "bytes", "rate", "errors"]
+    assert row.split() == ["CacheManager.pull_blocks", "1", str(nbytes), rate, "-"]
