@@ -159,3 +159,41 @@ def test_the_summary_prints_rates_in_a_unit_that_fits_the_traffic(tmp_path: Path
     header, row = done.stdout.splitlines()
     assert header.split() == ["method", "calls", "bytes", "rate", "errors"]
     assert row.split() == ["CacheManager.pull_blocks", "1", str(nbytes), rate, "-"]
+
+
+# -- item 10: block tables drawn for the vendor API ------------------------------------
+
+def _python_ints(value: object) -> bool:
+    return isinstance(value, (list, tuple)) and all(type(item) is int for item in value)
+
+
+def test_block_tables_drawn_for_the_vendor_api_are_lists_or_tuples_of_python_ints() -> None:
+    from hypothesis import given, settings
+
+    from llm_datadist_ffi.testing import strategies as lst
+
+    @settings(max_examples=60, deadline=None, database=None)
+    @given(lst.block_pairs(4, 6), lst.block_lists(8), lst.block_pairs(4, 6, validity="invalid"),
+           lst.block_lists(8, validity="any"))
+    def drawn(pairs: Tuple[object, object], blocks: object, bad_pairs: Tuple[object, object], any_blocks: object) -> None:
+        assert _python_ints(pairs[0]) and _python_ints(pairs[1]) and _python_ints(blocks)
+        assert _python_ints(bad_pairs[0]) and _python_ints(bad_pairs[1]) and _python_ints(any_blocks)
+
+    drawn()
+
+
+@pytest.mark.parametrize("make", [
+    lambda lst: lst.block_pairs(4, 6, api="native").map(lambda t: t[0]),
+    lambda lst: lst.block_lists(8, api="native"),
+    lambda lst: lst.block_lists(8, containers=["array"]),
+    lambda lst: lst.block_pairs(4, 6, containers=["list", "array"]).map(lambda t: t[1]),
+])
+def test_arrays_are_drawn_for_the_native_api_or_where_asked(make: object) -> None:
+    import numpy as np
+    from hypothesis import find, settings
+
+    from llm_datadist_ffi.testing import strategies as lst
+
+    array = find(make(lst), lambda v: isinstance(v, np.ndarray),  # type: ignore[operator]
+                 settings=settings(max_examples=300, database=None))
+    assert array.dtype == np.uint64
