@@ -197,3 +197,32 @@ def test_arrays_are_drawn_for_the_native_api_or_where_asked(make: object) -> Non
     array = find(make(lst), lambda v: isinstance(v, np.ndarray),  # type: ignore[operator]
                  settings=settings(max_examples=300, database=None))
     assert array.dtype == np.uint64
+
+
+
+# -- item 11: library warnings stay out of stderr unless logging is configured ---------
+
+LOGGING_PROBE = """
+import logging, sys
+import llm_datadist_ffi
+from llm_datadist_ffi import lint
+if sys.argv[1] == "configured":
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+logging.getLogger("llm_datadist_ffi.native").warning("a library warning")
+print("done")
+"""
+
+
+@pytest.mark.parametrize("mode, stderr", [("unconfigured", ""), ("configured", "llm_datadist_ffi.native: a library warning\n")])
+def test_library_warnings_reach_stderr_only_when_logging_is_configured(mode: str, stderr: str) -> None:
+    done = subprocess.run([sys.executable, "-c", LOGGING_PROBE, mode], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "done\n", stderr)
+
+
+def test_the_package_logger_has_a_null_handler() -> None:
+    import logging
+
+    import llm_datadist_ffi  # noqa: F401 - the import installs it
+    handlers = logging.getLogger("llm_datadist_ffi").handlers
+    assert [type(h) for h in handlers] == [logging.NullHandler]
