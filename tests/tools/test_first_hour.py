@@ -226,3 +226,74 @@ def test_the_package_logger_has_a_null_handler() -> None:
     import llm_datadist_ffi  # noqa: F401 - the import installs it
     handlers = logging.getLogger("llm_datadist_ffi").handlers
     assert [type(h) for h in handlers] == [logging.NullHandler]
+
+
+# -- item 12: LLM_DATADIST_FFI_STRICT's spellings -------------------------------------
+
+STRICT_PROBE = """
+import warnings
+from llm_datadist_ffi import LLMException, lint
+warnings.simplefilter("ignore")
+try:
+    lint.lint("PR-8", "[probe] an ignored keyword")
+except LLMException as exc:
+    print("refused", int(exc.status_code))
+else:
+    print("warned")
+"""
+
+
+@pytest.mark.parametrize("value, outcome", [
+    ("1", "refused"), ("true", "refused"), ("TRUE", "refused"), ("yes", "refused"), ("On", "refused"),
+    (" true ", "refused"), ("0", "warned"), ("false", "warned"), ("No", "warned"), ("off", "warned"), ("", "warned"),
+])
+def test_strict_mode_accepts_the_usual_spellings_of_true_and_false(value: str, outcome: str) -> None:
+    env = {**os.environ, "LLM_DATADIST_FFI_STRICT": value}
+    done = subprocess.run([sys.executable, "-c", STRICT_PROBE], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[0] == outcome
+
+
+def test_strict_mode_refuses_a_value_it_cannot_read_as_the_backend_variable_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from llm_datadist_ffi import lint
+
+    monkeypatch.setenv("LLM_DATADIST_FFI_STRICT", "maybe")
+    with pytest.raises(ValueError, match=r"^LLM_DATADIST_FFI_STRICT='maybe' is not a truth value; valid values are "
+                                         r"1, true, yes, on \(strict\) and 0, false, no, off or empty \(not strict\), "
+                                         r"in any case$"):
+        lint.strict()
+    env = {**os.environ, "LLM_DATADIST_FFI_STRICT": "maybe"}
+    info = command("info", env=env)
+    assert info.returncode == 1
+    assert "LLM_DATADIST_FFI_STRICT='maybe' is not a truth value" in info.stderr, info.stderr
+
+
+@pytest.mark.mock_only(reason="the mock engine reads LLM_DATADIST_FFI_STRICT for the lints only it sees")
+@pytest.mark.parametrize("value, refused", [("yes", True), ("TRUE", True), ("on", True), ("off", False), ("0", False)])
+def test_the_mock_engine_reads_the_same_spellings(monkeypatch: pytest.MonkeyPatch, value: str, refused: bool) -> None:
+    import warnings
+
+    import numpy as np
+
+    from llm_datadist_ffi import LLMException, native
+    from llm_datadist_ffi.data_type import GeDataType
+
+    monkeypatch.setenv("LLM_DATADIST_FFI_STRICT", value)
+    engine = native.LlmDataDist(7, native.LlmRole.DECODER)
+    engine.initialize({native.OPTION_DEVICE_ID: "0"})
+    try:
+        memory = np.zeros(8, np.uint8)
+        # 15 int4 elements over 3 batches: 7.5 bytes, a stride the engine rounds down (PR-17, an engine lint)
+        desc = native.CacheDesc(1, int(GeDataType.DT_INT4), [3, 5])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if refused:
+                with pytest.raises(LLMException):
+                    engine.register_kv_cache(desc, [memory.ctypes.data])
+            else:
+                engine.register_kv_cache(desc, [memory.ctypes.data])
+        assert [str(w.category.__name__) for w in caught] == ([] if refused else ["StrideRoundedDownWarning"])
+    finally:
+        engine.finalize()
