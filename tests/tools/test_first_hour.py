@@ -297,3 +297,31 @@ def test_the_mock_engine_reads_the_same_spellings(monkeypatch: pytest.MonkeyPatc
         assert [str(w.category.__name__) for w in caught] == ([] if refused else ["StrideRoundedDownWarning"])
     finally:
         engine.finalize()
+
+
+# -- item 17: the alias's names ---------------------------------------------------------
+
+VENDOR_ALL = {
+    "LLMClusterInfo", "LLMStatusCode", "LLMException", "LLMRole", "LlmConfig", "LLMConfig", "DataType", "Status",
+    "CacheDesc", "CacheKey", "CacheKeyByIdAndIndex", "KvCache", "Cache", "BlocksCacheKey", "LLMDataDist", "Placement",
+    "RegisterMemStatus", "LayerSynchronizer", "TransferConfig", "CacheTask", "TransferWithCacheKeyConfig", "Memtype",
+    "MemInfo", "TensorDesc", "Tensor", "KvCacheManager",
+}
+
+
+def test_dir_of_the_alias_lists_the_vendors_public_names_only() -> None:
+    from llm_datadist_ffi import compat
+
+    was = compat.is_installed()
+    compat.install()
+    try:
+        import llm_datadist
+        public = {name for name in dir(llm_datadist) if not name.startswith("_")}
+        # the vendor's __all__, its v2_list and its submodules, nothing of the implementation
+        assert public == VENDOR_ALL | {"v2_list", "configs", "data_type", "status", "v2"}
+        assert set(llm_datadist.__all__) == VENDOR_ALL
+        for name in public:
+            getattr(llm_datadist, name)          # every listed name resolves
+    finally:
+        if not was:
+            compat.uninstall()
