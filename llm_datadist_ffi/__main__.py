@@ -10,8 +10,9 @@
 - ``trace merge DIR [-o FILE]``, ``trace summary DIR``: the call traces written with
   ``LLM_DATADIST_FFI_TRACE=DIR`` as one Chrome trace, or calls, bytes, rate and errors
   per method (``llm_datadist_ffi.testing.trace``).
-- ``docs PAGE``: a generated reference page (``native-api``: the native API from its
-  docstrings, committed as docs/reference/native-api.md).
+- ``docs [PAGE]``: the documents the package carries (the user guide, the semantics
+  decisions, the error codes, the testing guides) and the generated native API
+  reference; without PAGE, the list.
 
 A user's mistake (an argument out of range, sizes that do not fit in memory, a
 backend that cannot load) is one line on stderr and a non-zero exit status, never a
@@ -81,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("demo", help="Prompt -> Decoder transfer across two processes (see `demo --help`)",
                    add_help=False)
     sub.add_parser("bench", help="throughput against memcpy (see `bench --help`)", add_help=False)
-    sub.add_parser("docs", help="print a generated reference page (see `docs --help`)", add_help=False)
+    sub.add_parser("docs", help="list or print the package's documents (see `docs --help`)", add_help=False)
     sub.add_parser("trace", help="merge or summarise call traces (see `trace --help`)", add_help=False)
     try:
         if argv and argv[0] in ("errors", "demo", "bench", "docs", "trace"):

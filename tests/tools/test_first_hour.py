@@ -325,3 +325,48 @@ def test_dir_of_the_alias_lists_the_vendors_public_names_only() -> None:
     finally:
         if not was:
             compat.uninstall()
+
+
+# -- item 13: documentation for a pip-installed user -----------------------------------
+
+SHIPPED_DOCS = {"user-guide": "user-guide.md", "semantics": "semantics.md", "error-codes": "error-codes.md",
+                "testing": "testing.md", "testing-tools": "testing-tools.md",
+                "testing-your-connector": "testing-your-connector.md"}
+
+
+def test_the_docs_command_lists_the_user_documents_and_prints_one() -> None:
+    listed = command("docs")
+    assert listed.returncode == 0, listed.stderr
+    names = [line.split()[0] for line in listed.stdout.splitlines() if line.strip() and not line.startswith(" ")]
+    assert set(SHIPPED_DOCS) | {"native-api"} <= set(names), listed.stdout
+    for name, file in SHIPPED_DOCS.items():
+        shown = command("docs", name)
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout == (ROOT / "docs" / file).read_text(encoding="utf-8")
+
+
+def test_a_misspelt_page_is_refused_with_the_closest_name() -> None:
+    done = command("docs", "user-guid")
+    assert done.returncode == 2 and "did you mean 'user-guide'?" in done.stderr, done.stderr
+
+
+def test_the_metadata_carries_project_urls_and_no_registry_host() -> None:
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    section = re.search(r"^\[project\.urls\]\n(.*?)(?=^\[|\Z)", text, re.M | re.S)
+    assert section is not None
+    urls = re.findall(r'^\s*"?[^=\n]+"?\s*=\s*"(https://[^"]+)"', section.group(1), re.M)
+    assert urls and not any(host in url for url in urls for host in ("pypi", "python.org"))
+
+
+@pytest.mark.slow
+def test_the_wheel_carries_the_user_documents(tmp_path: Path) -> None:
+    import zipfile
+
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                            "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    wheel, = tmp_path.glob("llm_datadist_ffi-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        for file in SHIPPED_DOCS.values():
+            assert archive.read(f"llm_datadist_ffi/_docs/{file}").decode() == \
+                (ROOT / "docs" / file).read_text(encoding="utf-8")
