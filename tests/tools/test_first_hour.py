@@ -97,12 +97,10 @@ def test_pull(topology):
 def _plugin_args(env: "dict[str, str]") -> List[str]:
     """Run a pytest of a new directory with this tree's package: the installed one (its
     ``pytest11`` entry point) when there is one, else the source tree and its plugin."""
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     installed = any(e.name == "llm_datadist_ffi" for e in importlib.metadata.entry_points().select(group="pytest11")) \
         if sys.version_info >= (3, 10) else True
-    if installed:
-        return []
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    return ["-p", "llm_datadist_ffi.testing.pytest_plugin"]
+    return [] if installed else ["-p", "llm_datadist_ffi.testing.pytest_plugin"]
 
 
 @pytest.mark.mock_only(reason="the bytes of a call come from the mock's record")
@@ -360,13 +358,79 @@ def test_the_metadata_carries_project_urls_and_no_registry_host() -> None:
 
 @pytest.mark.slow
 def test_the_wheel_carries_the_user_documents(tmp_path: Path) -> None:
+    import shutil
     import zipfile
 
+    # a copy of the tree: building leaves build/ and an egg-info where it builds
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".git", "build", "*.egg-info", "_lib", ".*cache",
+                                                                 ".hypothesis", "__pycache__", ".venv*"))
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
-                            "-w", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=600)
+                            "-w", str(tmp_path), str(source)], capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr
     wheel, = tmp_path.glob("llm_datadist_ffi-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         for file in SHIPPED_DOCS.values():
             assert archive.read(f"llm_datadist_ffi/_docs/{file}").decode() == \
                 (ROOT / "docs" / file).read_text(encoding="utf-8")
+
+
+# -- item 14: the testing toolkit's corners ---------------------------------------------
+
+def test_faults_fail_refuses_an_unknown_status_code_and_names_the_closest() -> None:
+    from llm_datadist_ffi import LLMStatusCode
+    from llm_datadist_ffi.testing.faults import Faults
+
+    faults = Faults()
+    with pytest.raises(ValueError, match=r"^1343270999 \(0x5010B057\) is not a status code of the table"):
+        faults.fail("pull_blocks", 0x5010B057)
+    with pytest.raises(ValueError, match=r"^unknown status code name 'LLM_TIMEOUTT'.*did you mean 'LLM_TIMEOUT'\?"):
+        faults.fail("pull_blocks", "LLM_TIMEOUTT")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"did you mean 'pull_blocks'\?"):
+        faults.fail("pul_blocks", LLMStatusCode.LLM_TIMEOUT)
+    with pytest.raises(TypeError, match="a status code is an int or a str"):
+        faults.fail("pull_blocks", 1.5)  # type: ignore[arg-type]
+
+
+@pytest.mark.mock_only(reason="faults are the mock's")
+def test_faults_fail_takes_a_status_name_too() -> None:
+    from llm_datadist_ffi.testing.faults import Faults
+
+    faults = Faults()
+    try:
+        assert faults.fail("pull_blocks", "LLM_TIMEOUT") == ("lldd_ext_pull",)  # type: ignore[arg-type]
+    finally:
+        faults.clear()
+
+
+def test_the_connector_guide_names_each_fault_parameter_as_the_code_does() -> None:
+    import inspect
+
+    from llm_datadist_ffi.testing.faults import Faults
+
+    guide = (ROOT / "docs" / "testing-your-connector.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `faults\.(\w+)\(([^)]*)\)`", guide, re.M)
+    assert {name for name, _ in rows} >= {"fail", "delay", "drop_links", "stop", "kill"}
+    for name, params in rows:
+        written = [p.split("=")[0].strip() for p in params.split(",") if p.strip() and p.strip() != "..."]
+        actual = [p for p in inspect.signature(getattr(Faults, name)).parameters if p != "self"]
+        assert written == actual[:len(written)], (name, written, actual)
+
+
+def test_the_connector_guide_documents_peers_and_info_for() -> None:
+    import dataclasses
+
+    from llm_datadist_ffi import status
+    from llm_datadist_ffi.testing.topology import PeerAddress
+
+    guide = (ROOT / "docs" / "testing-your-connector.md").read_text(encoding="utf-8")
+    peers = guide[guide.index("`here().peers`"):][:600]
+    for field in dataclasses.fields(PeerAddress):
+        assert f"`{field.name}`" in peers, field.name
+    assert "`llm_datadist_ffi.status.info_for(code)`" in guide
+    info = guide[guide.index("`llm_datadist_ffi.status.info_for(code)`"):][:900]
+    documented = re.findall(r"`\.(\w+)`", info)
+    assert len(documented) >= 5
+    row = status.info_for("LLM_TIMEOUT")
+    for attribute in documented:
+        getattr(row, attribute)
