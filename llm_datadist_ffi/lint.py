@@ -42,7 +42,7 @@ __all__ = [
     "SourceBatchIgnoredWarning", "StrideRoundedDownWarning", "BatchDimIndexWarning", "CacheIdFallbackWarning",
     "KeyBindingWarning", "OwnedCacheUnregisteredWarning", "EmptyMappingWarning",
     "ZeroWaitTimeWarning", "ClusterIdMismatchWarning", "PushTensorCountWarning",
-    "PlaceholderKeyWarning", "UnknownOptionWarning", "check_option_keys",
+    "PlaceholderKeyWarning", "ArrayDtypeWarning", "UnknownOptionWarning", "check_option_keys",
 ]
 
 STRICT_ENV = "LLM_DATADIST_FFI_STRICT"
@@ -151,6 +151,12 @@ class PlaceholderKeyWarning(LintWarning):
     rule = "PR-41"
 
 
+class ArrayDtypeWarning(LintWarning):
+    """PR-43: tensor memory given as a numpy array whose dtype is not the cache
+    description's data type but has its item size."""
+    rule = "PR-43"
+
+
 class UnknownOptionWarning(LintWarning):
     """OPT-1: an option key close to one the library reads, but not it (a misspelling,
     which the library ignores)."""
@@ -194,13 +200,15 @@ RULES: Dict[str, LintRule] = {r.rule: r for r in (
              "a non-forced unlink drops the listener's link to the caller"),
     LintRule("PR-33", PushTensorCountWarning, "only the caller's description is checked"),
     LintRule("PR-41", PlaceholderKeyWarning, "the placeholder-shaped key unbinds a blocks key"),
+    LintRule("PR-43", ArrayDtypeWarning,
+             "the memory is registered as it is; its bytes are read as the description's data type"),
     LintRule("OPT-1", UnknownOptionWarning, "an option key it does not read is ignored"),
 )}
 
 # Rules the Python layers check themselves before the engine sees the call: the
 # engine's record of them is not reported again.
 PYTHON_RULES = frozenset({"PR-1", "PR-2", "PR-3", "PR-5", "PR-8", "PR-11", "PR-18", "PR-25", "PR-26",
-                          "PR-41", "OPT-1"})
+                          "PR-41", "PR-43", "OPT-1"})
 
 # The engine reports rules by number: PR-n is n, OPT-1 is 1001.
 _ENGINE_RULE_IDS: Dict[int, str] = {

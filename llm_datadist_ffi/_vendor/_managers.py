@@ -109,14 +109,14 @@ def _pull_tensors(layers: Optional[range], n: int, num_local: int, name: str, ta
     return list(range(first, first + count))
 
 
-def _memory_objects(addrs: Any, cache_desc: Any) -> Tuple[Any, List[Any]]:
+def _memory_objects(addrs: Any, cache_desc: Any, tag: str) -> Tuple[Any, List[Any]]:
     """``addrs`` with tensor memory given as objects (numpy arrays, CPU torch tensors,
     buffer-protocol and DLPack objects) replaced by their checked addresses, and those
     objects (an addition to the vendor's int lists, ``llm_datadist_ffi._buffers``)."""
     if not isinstance(addrs, list) or not any(_buffers.is_buffer(a) for a in addrs) or \
             not isinstance(cache_desc, CacheDesc):
         return addrs, []
-    given, kept = _buffers.tensor_addresses(addrs, int(cache_desc.size), "addrs")
+    given, kept = _buffers.tensor_addresses(addrs, int(cache_desc.size), "addrs", cache_desc.data_type.value, tag)
     return given, kept
 
 

@@ -434,3 +434,92 @@ def test_the_connector_guide_documents_peers_and_info_for() -> None:
     row = status.info_for("LLM_TIMEOUT")
     for attribute in documented:
         getattr(row, attribute)
+
+
+# -- item 16: registration ---------------------------------------------------------------
+
+@pytest.fixture
+def native_engine() -> Iterator[object]:
+    from llm_datadist_ffi import native
+
+    engine = native.LlmDataDist(9, native.LlmRole.DECODER)
+    engine.initialize({native.OPTION_DEVICE_ID: "0"})
+    try:
+        yield engine
+    finally:
+        engine.finalize()
+
+
+def test_a_strided_view_is_refused_with_advice_that_keeps_transfers_current(native_engine: object) -> None:
+    import numpy as np
+
+    from llm_datadist_ffi import native
+
+    rows = np.zeros((8, 64), np.uint8)
+    desc = native.CacheDesc(1, native.DataType.DT_UINT8, [4, 64])
+    with pytest.raises(ValueError) as info:
+        native_engine.register_kv_cache(desc, [rows[::2]])  # type: ignore[attr-defined]
+    text = str(info.value)
+    assert "register that copy" not in text
+    assert "the model must write into the registered memory" in text and "a copy" in text
+
+
+@pytest.mark.rules("PR-43")
+@pytest.mark.parametrize("dtype, lints", [("int16", True), ("uint16", True), ("float16", False), ("uint8", False),
+                                          ("float32", False)])
+def test_an_array_of_another_dtype_of_the_same_size_gets_a_lint_native(native_engine: object, dtype: str,
+                                                                       lints: bool) -> None:
+    import warnings
+
+    import numpy as np
+
+    from llm_datadist_ffi import lint, native
+
+    desc = native.CacheDesc(1, native.DataType.DT_FLOAT16, [4, 16])          # 128 bytes
+    memory = np.zeros(128 // np.dtype(dtype).itemsize, dtype)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        native_engine.register_kv_cache(desc, [memory])  # type: ignore[attr-defined]
+    got = [(w.category, str(w.message)) for w in caught]
+    if lints:
+        assert got == [(lint.warning_class("PR-43"),
+                        f"[LlmDataDist.register_kv_cache] addrs[0] is a numpy array of dtype {dtype}, but the cache "
+                        f"description says DT_FLOAT16 (float16), of the same item size (PR-43; the device: the "
+                        f"memory is registered as it is; its bytes are read as the description's data type)")]
+    else:
+        assert got == []
+
+
+@pytest.mark.rules("PR-43")
+def test_an_array_of_another_dtype_of_the_same_size_gets_a_lint_vendor_and_strict_refuses(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import warnings
+
+    import numpy as np
+
+    from llm_datadist_ffi import LLMException, LLMStatusCode, lint
+    from llm_datadist_ffi.vendor import CacheDesc, DataType, LLMConfig, LLMDataDist, LLMRole
+
+    monkeypatch.delenv("LLM_DATADIST_FFI_STRICT", raising=False)
+    config = LLMConfig()
+    config.device_id = 0
+    config.enable_cache_manager = True
+    dist = LLMDataDist(LLMRole.DECODER, 11)
+    dist.init(config.generate_options())
+    try:
+        desc = CacheDesc(1, [4, 16], DataType.DT_INT32)
+        memory = np.zeros(64, np.float32)
+        with pytest.warns(lint.warning_class("PR-43"), match=r"dtype float32, but the cache description says "
+                                                              r"DT_INT32 \(int32\)"):
+            cache = dist.cache_manager.register_cache(desc, [memory])
+        dist.cache_manager.unregister_cache(cache.cache_id)
+        monkeypatch.setenv("LLM_DATADIST_FFI_STRICT", "1")
+        with pytest.raises(LLMException) as info:
+            dist.cache_manager.register_cache(desc, [memory])
+        assert info.value.status_code == LLMStatusCode.LLM_PARAM_INVALID and "(PR-43;" in str(info.value)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            cache = dist.cache_manager.register_cache(desc, [np.zeros(64, np.int32)])
+        dist.cache_manager.unregister_cache(cache.cache_id)
+    finally:
+        dist.finalize()
