@@ -1,4 +1,5 @@
-"""Command line: ``python -m llm_datadist_ffi {info,errors,demo,bench,docs,trace}``.
+"""Command line: ``python -m llm_datadist_ffi {info,errors,demo,bench,docs,trace}``, and
+``--version``. A misspelt command is answered with the closest one.
 
 - ``info``: the live backend, every library loaded and its path, ABI version,
   capabilities, and the ACL runtime's version.
@@ -73,8 +74,12 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from . import __version__
+    from ._tools._cli import ArgumentParser
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog=PROG, description="The llm_datadist_ffi command line.")
+    parser = ArgumentParser(prog=PROG, description="The llm_datadist_ffi command line.")
+    parser.add_argument("--version", action="version", version=f"llm_datadist_ffi {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="backend, libraries, ABI version, capabilities")
     info.add_argument("--json", action="store_true", help="print JSON")

@@ -1,7 +1,8 @@
 """What every command of ``python -m llm_datadist_ffi`` shares.
 
 * **Arguments** are checked by argparse (``int_in``: an integer type with a range), so
-  a wrong value is a usage message and exit status 2, never a traceback.
+  a wrong value is a usage message and exit status 2, never a traceback; a misspelt
+  choice (a subcommand, an action) is answered with the closest one (``ArgumentParser``).
 * **Memory**: a command that allocates what its arguments say first compares that with
   the memory the kernel reports as available (``MemAvailable`` of ``/proc/meminfo``)
   and refuses, naming both figures, before allocating anything.
@@ -18,19 +19,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, NoReturn, Optional, Sequence
 
-import numpy as np
+from ..status import did_you_mean
 
 __all__ = [
-    "CommandError", "int_in", "available_memory", "check_fits", "spawn", "describe_exit", "run_interruptibly",
-    "description", "memcpy_seconds", "MEMCPY_CHUNK",
+    "CommandError", "ArgumentParser", "int_in", "available_memory", "check_fits", "spawn", "describe_exit",
+    "run_interruptibly", "description", "memcpy_seconds", "MEMCPY_CHUNK",
 ]
 
 #: How long the main thread waits at a time: the bound on the reaction to Ctrl-C.
@@ -46,6 +48,18 @@ class CommandError(Exception):
     def __init__(self, message: str, status: int = 2) -> None:
         super().__init__(message)
         self.status = status
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser whose "invalid choice" error also names the closest choice
+    (``... invalid choice: 'errros' (choose from ...) (did you mean 'errors'?)``)."""
+
+    def error(self, message: str) -> NoReturn:
+        match = re.search(r"invalid choice: '([^']*)'", message)
+        if match is not None and "did you mean" not in message and "maybe you meant" not in message:
+            choices = [str(choice) for action in self._actions if action.choices for choice in action.choices]
+            message += did_you_mean(match.group(1), choices)
+        super().error(message)
 
 
 def description(doc: Optional[str]) -> str:
@@ -120,6 +134,8 @@ def memcpy_seconds(nbytes: int) -> float:
     """Seconds that copying ``nbytes`` with ``numpy.copyto`` takes here, through
     buffers of at most ``MEMCPY_CHUNK`` bytes (so that the baseline of a large
     transfer costs no memory of its size); the buffers are touched before timing."""
+    import numpy as np
+
     chunk = max(1, min(nbytes, MEMCPY_CHUNK))
     source = np.ones(chunk, dtype=np.uint8)
     target = np.zeros_like(source)

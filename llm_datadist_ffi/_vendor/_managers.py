@@ -95,16 +95,19 @@ def _pull_ranges(src: Any, dst: Any, n: int, tag: str) -> Tuple[Optional[range],
 def _pull_tensors(layers: Optional[range], n: int, num_local: int, name: str, tag: str) -> List[int]:
     """The tensor indexes a pull's layer range selects (``[]``: all tensors).
 
-    More selected tensors than the local cache has is what the core rejects with
-    ``LLM_PARAM_INVALID`` (every selected tensor pairs with a distinct local one); it
-    is raised here, with the same code, before a list of that size is built.
+    More selected tensors than the pull's destination (the local cache) has is what the
+    core rejects with ``LLM_PARAM_INVALID`` (every selected tensor, of either range,
+    pairs with a distinct destination tensor); it is raised here, with the same code,
+    before a list of that size is built. The message names the destination cache: for
+    ``src_layer_range`` the selected tensors are the source's, the count that falls
+    short is the destination's.
     """
     if layers is None:
         return []
     count = len(layers) * n
     if count > num_local:
-        raise_param_invalid(f"[{tag}] {name} {layers!r} selects {count} tensors (tensor_num_per_layer {n}) but the "
-                            f"local cache has {num_local}")
+        raise_param_invalid(f"[{tag}] {name} {layers!r} selects {count} tensors (tensor_num_per_layer {n}), but the "
+                            f"destination cache has {num_local}")
     first = layers[0] * n
     return list(range(first, first + count))
 

@@ -21,7 +21,6 @@ there is nothing to read.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -238,7 +237,9 @@ def attach_to_report(item: Any, report: Any, directory: PathLike) -> Optional[Pa
 def main(argv: Sequence[str]) -> int:
     """``python -m llm_datadist_ffi trace {merge,summary}``: 0, or 1 when there is nothing
     to read (no trace file, or no call in a merged file) or it cannot be read."""
-    parser = argparse.ArgumentParser(prog="python -m llm_datadist_ffi trace",
+    from .._tools._cli import ArgumentParser
+
+    parser = ArgumentParser(prog="python -m llm_datadist_ffi trace",
                                      description=f"Call traces written with {TRACE_ENV}=DIR.")
     sub = parser.add_subparsers(dest="action", required=True)
     merge_cmd = sub.add_parser("merge", help="join the per-process files of DIR into one Chrome trace")

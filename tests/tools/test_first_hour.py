@@ -436,6 +436,62 @@ def test_the_connector_guide_documents_peers_and_info_for() -> None:
         getattr(row, attribute)
 
 
+# -- item 15: the command line -----------------------------------------------------------
+
+def test_version() -> None:
+    import llm_datadist_ffi
+
+    done = command("--version")
+    assert (done.returncode, done.stdout) == (0, f"llm_datadist_ffi {llm_datadist_ffi.__version__}\n")
+
+
+@pytest.mark.parametrize("args, suggestion", [
+    (["errros"], "did you mean 'errors'?"),
+    (["tarce", "summary", "x"], "did you mean 'trace'?"),
+    (["errors", "LLM_TIMEOUTT"], "did you mean 'LLM_TIMEOUT'?"),
+    (["errors", "PARAM_INVALD"], "did you mean 'LLM_PARAM_INVALID'?"),
+])
+def test_a_misspelt_name_gets_the_closest_one(args: List[str], suggestion: str) -> None:
+    done = command(*args)
+    assert done.returncode == 2 and suggestion in done.stderr, done.stderr
+
+
+SMALLEST_BENCH = ["bench", "--sizes", "4K", "--paths", "in-process", "--memory", "user", "--repeat", "1",
+                  "--threads", "1", "--calls", "1", "--list-blocks", "1"]
+
+
+@pytest.mark.mock_only(reason="bench runs the mock")
+def test_bench_refuses_bytes_below_two_blocks_per_tensor() -> None:
+    done = command(*SMALLEST_BENCH, "--bytes", "16383", "--tensors", "2")
+    assert done.returncode == 2 and done.stdout == "", done.stdout
+    assert done.stderr.strip().splitlines()[-1] == (
+        "python -m llm_datadist_ffi bench: error: argument --bytes: 16383 is below the minimum of these "
+        "settings, 2 blocks of 4 KiB for each of 2 tensors: 16384 bytes (give --bytes 16K or more, or smaller "
+        "--sizes or --tensors)")
+
+
+@pytest.mark.mock_only(reason="bench runs the mock")
+def test_bench_says_how_long_it_will_take_and_shows_progress() -> None:
+    done = command(*SMALLEST_BENCH, "--bytes", "16K")
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert re.fullmatch(r"bench: 4 transfer rows at 1 block size, 1 per-call row, 2 block-list rows, best of 1; "
+                        r"expect about \d+ s( \(\d+ min\))?", lines[0]), lines
+    assert re.fullmatch(r"bench \[1/2\] 4 KiB blocks: done after \d+ s; about \d+ s left", lines[1]), lines
+    assert re.fullmatch(r"bench \[2/2\] block lists: done after \d+ s", lines[2]), lines
+    assert len(lines) == 3
+    assert "NOT MET" not in done.stdout
+
+
+def test_a_goal_short_of_its_target_is_worded_as_a_figure_not_a_failure() -> None:
+    from llm_datadist_ffi._tools import _bench_report
+
+    goal = {"goal": "4. threads pulling disjoint blocks", "target": ">= 1.5x", "measured": "0.23x", "status": "not met",
+            "note": ""}
+    assert _bench_report.goal_line(goal) == ("- 4. threads pulling disjoint blocks: target >= 1.5x; measured 0.23x: "
+                                             "short of the target on this machine")
+
+
 # -- item 16: registration ---------------------------------------------------------------
 
 @pytest.fixture
@@ -521,5 +577,38 @@ def test_an_array_of_another_dtype_of_the_same_size_gets_a_lint_vendor_and_stric
             warnings.simplefilter("error")
             cache = dist.cache_manager.register_cache(desc, [np.zeros(64, np.int32)])
         dist.cache_manager.unregister_cache(cache.cache_id)
+    finally:
+        dist.finalize()
+
+
+# -- item 15: a pull's message names the destination -----------------------------------
+
+@pytest.mark.parametrize("manager", ["cache_manager", "kv_cache_manager"])
+def test_a_pulls_source_range_too_long_for_the_destination_names_the_destination(manager: str) -> None:
+    import numpy as np
+
+    from llm_datadist_ffi import LLMException, LLMStatusCode
+    from llm_datadist_ffi.vendor import BlocksCacheKey, CacheDesc, DataType, LLMConfig, LLMDataDist, LLMRole
+
+    config = LLMConfig()
+    config.device_id = 0
+    config.enable_cache_manager = manager == "cache_manager"
+    dist = LLMDataDist(LLMRole.DECODER, 12)
+    dist.init(config.generate_options())
+    try:
+        memory = [np.zeros((4, 16), np.uint8) for _ in range(4)]
+        desc = CacheDesc(4, [4, 16], DataType.DT_UINT8)
+        if manager == "cache_manager":
+            cache = dist.cache_manager.register_blocks_cache(desc, [m.ctypes.data for m in memory])
+            pull = dist.cache_manager.pull_blocks
+        else:
+            cache = dist.kv_cache_manager.allocate_blocks_cache(desc)
+            pull = dist.kv_cache_manager.pull_blocks
+        with pytest.raises(LLMException) as info:
+            pull(BlocksCacheKey(1, 0), cache, [0], [0], src_layer_range=range(0, 4), tensor_num_per_layer=2)
+        assert info.value.status_code == LLMStatusCode.LLM_PARAM_INVALID
+        text = str(info.value)
+        assert "src_layer_range range(0, 4) selects 8 tensors (tensor_num_per_layer 2)" in text
+        assert "local cache" not in text and "the destination cache has 4" in text, text
     finally:
         dist.finalize()
