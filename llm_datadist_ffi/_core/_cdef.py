@@ -1,6 +1,6 @@
 """The cdef text of the C ABI, read from the header fragments under ``include/``.
 
-The fragments are the single source of the declarations (DESIGN §2.1, docs/design.md):
+The fragments are the single source of the declarations (docs/design.md, "The C ABI"):
 the C compiler reads them through the umbrella headers, cffi reads them here, in
 this fixed order. Nothing is declared again in Python.
 

@@ -3,7 +3,7 @@
 //
 // cffi cannot call C++ (std::map, std::vector, ge::AscendString), so on an Ascend
 // host this one file is compiled against the installed toolkit headers and linked
-// to libllm_datadist.so (DESIGN §2.5, docs/reference/cpp-api.md §8.4). Each C function:
+// to libllm_datadist.so (docs/ascend.md, docs/reference/cpp-api.md §8.4). Each C function:
 //
 //  1. checks the C-only hazards the vendor's reference parameters cannot have (a NULL
 //     engine, struct or out-pointer; a NULL array with a non-zero count; a value the

@@ -107,7 +107,7 @@ SPEC_IN_CPP_HEADER = {
 }
 
 Y, N, L, NA = "yes", "no", "not listed", "n/a"
-# docs/reference/status-codes.md §3: (Python doc, v1 Python doc, C++ doc) and the resolved flag of §8.6
+# docs/reference/status-codes.md §3: (Python doc, v1 Python doc, C++ doc) and the resolved flag of status-codes.md §8.6
 # (Python doc first, then v1 Python doc, then C++ doc; no opinion -> not recoverable).
 SPEC_RECOVERABILITY = {
     "LLM_SUCCESS": (NA, NA, NA, False),

@@ -3,7 +3,7 @@
 starts on a page that is not mapped, one that starts in a freed mock-ACL allocation. The
 refusal is
 ``LLM_PARAM_INVALID`` and nothing is registered (the call still consumes its id,
-§3.1). A caller's ``lldd_cache`` with a NULL array and a non-zero count is refused
+semantics.md §3.1). A caller's ``lldd_cache`` with a NULL array and a non-zero count is refused
 like any NULL array (E-1)."""
 from __future__ import annotations
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import llm_datadist_ffi
@@ -65,3 +67,15 @@ def test_ci_runs_a_pinned_ruff_over_the_repository() -> None:
     assert re.search(r"pip install --quiet 'ruff==\d+\.\d+\.\d+'", ci)
     assert "\nruff check .\n" in ci
     assert 'select = ["E", "F", "W"]' in _toml_section("tool.ruff.lint")
+
+
+def test_the_test_helpers_are_a_package_and_the_children_still_find_them_by_name(tmp_path: Path) -> None:
+    # tests/support is the package ``support`` for a program with tests/ on its path,
+    # and paths.helper_env() still gives a child both folders, so ``import paths`` works
+    import paths
+
+    program = ("import support, support.paths, paths; "
+               "print(support.paths.SUPPORT == paths.SUPPORT, support.__file__.endswith('__init__.py'))")
+    done = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, env=paths.helper_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "True True\n", "")

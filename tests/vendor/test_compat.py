@@ -42,7 +42,7 @@ def run_python(code: str, cwd: Path, env: Optional[dict[str, str]] = None) -> st
 
 
 # ---------------------------------------------------------------------------
-# The vendor module (§1.2), in process: no llm_datadist name involved
+# The vendor module (python-api.md §1.2), in process: no llm_datadist name involved
 # ---------------------------------------------------------------------------
 
 
@@ -92,7 +92,7 @@ def test_llm_datadist_class_is_an_ordinary_attribute_with_no_engine_instance() -
 
 
 # ---------------------------------------------------------------------------
-# Submodules (§1.3)
+# Submodules (python-api.md §1.3)
 # ---------------------------------------------------------------------------
 
 

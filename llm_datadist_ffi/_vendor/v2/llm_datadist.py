@@ -158,7 +158,7 @@ def _check_sync_wait_time(options: Dict[str, Any]) -> None:
 
 def _check_v1_options(options: Dict[str, Any], role: LLMRole) -> None:
     """The vendor's v1 checks on ``ge.exec.deviceId`` and ``llm.listenIpInfo``, kept
-    without the cluster-info file they feed in the vendor (project rule, §10.2)."""
+    without the cluster-info file they feed in the vendor (project rule, python-api.md §10.2)."""
     if "ge.exec.deviceId" not in options:
         raise_param_invalid("option ge.exec.deviceId is required when llm.EnableCacheManager is not \"1\" "
                             "(the KvCacheManager generation)")

@@ -9,9 +9,9 @@ and ``kv_cache_manager`` (v1) alike.
 Besides the vendor's names the module holds what the engine-facing layer needs to
 hand these objects to the core:
 
-* ``core_cache_desc`` — what reaches the core for allocate/register (§6);
-* ``core_key``/``CoreKey`` — the uniform record a key becomes in the core (§7.4);
-* ``check_cache_key`` — the validity rule for pulls (§7.5), static on both managers.
+* ``core_cache_desc`` — what reaches the core for allocate/register (python-api.md §6);
+* ``core_key``/``CoreKey`` — the uniform record a key becomes in the core (python-api.md §7.4);
+* ``check_cache_key`` — the validity rule for pulls (python-api.md §7.5), static on both managers.
 
 ``CacheTask`` wraps the background thread of ``transfer_cache_async`` (the managers
 build it).
@@ -791,7 +791,7 @@ def check_layer_range(name: str, layer_range: Optional[range], allow_none: bool 
 
 
 def _check_layer_range_value(name: str, value: Optional[range]) -> Optional[range]:
-    """Raises ``TypeError`` (not a range) or ``LLMException`` (§9.1); ``None`` passes."""
+    """Raises ``TypeError`` (not a range) or ``LLMException`` (python-api.md §9.1); ``None`` passes."""
     _check_layer_range(value, name)
     return value
 
