@@ -75,7 +75,7 @@ def _info(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from . import __version__
-    from ._tools._cli import ArgumentParser
+    from ._core._suggest import ArgumentParser
 
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = ArgumentParser(prog=PROG, description="The llm_datadist_ffi command line.")

@@ -29,11 +29,12 @@ be used (and its CLI run) where the native library cannot be loaded.
 
 from __future__ import annotations
 
-import difflib
 import enum
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, ClassVar, Final, Generic, Iterable, Mapping, NoReturn, TypeVar
+from typing import Callable, ClassVar, Final, Generic, Mapping, NoReturn, TypeVar
+
+from ._core._suggest import did_you_mean
 
 __all__ = [
     "AlreadyLinkError",
@@ -1165,16 +1166,6 @@ def _parse_int(text: str) -> int | None:
     except ValueError:
         return None
     return None
-
-
-def did_you_mean(word: str, choices: Iterable[str]) -> str:
-    """``" (did you mean 'X'?)"`` naming the choice closest to ``word`` in any case
-    (difflib), or ``""`` when none is close: for a message that refuses ``word``. The
-    command line and the testing tools use it for names of codes, methods, pages and
-    subcommands."""
-    folded = {choice.upper(): choice for choice in choices}
-    close = difflib.get_close_matches(word.upper(), list(folded), n=1, cutoff=0.6)
-    return f" (did you mean {folded[close[0]]!r}?)" if close else ""
 
 
 def info_for(code: int | str) -> StatusInfo:

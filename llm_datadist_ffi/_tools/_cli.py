@@ -19,16 +19,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable, List, NoReturn, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
-from ..status import did_you_mean
+from .._core._suggest import ArgumentParser
 
 __all__ = [
     "CommandError", "ArgumentParser", "int_in", "available_memory", "check_fits", "spawn", "describe_exit",
@@ -48,18 +47,6 @@ class CommandError(Exception):
     def __init__(self, message: str, status: int = 2) -> None:
         super().__init__(message)
         self.status = status
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    """argparse's parser whose "invalid choice" error also names the closest choice
-    (``... invalid choice: 'errros' (choose from ...) (did you mean 'errors'?)``)."""
-
-    def error(self, message: str) -> NoReturn:
-        match = re.search(r"invalid choice: '([^']*)'", message)
-        if match is not None and "did you mean" not in message and "maybe you meant" not in message:
-            choices = [str(choice) for action in self._actions if action.choices for choice in action.choices]
-            message += did_you_mean(match.group(1), choices)
-        super().error(message)
 
 
 def description(doc: Optional[str]) -> str:

@@ -229,7 +229,7 @@ def _listing(shipped: Path | None) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    from ..status import did_you_mean
+    from .._core._suggest import did_you_mean
 
     parser = argparse.ArgumentParser(
         prog="python -m llm_datadist_ffi docs",

@@ -13,7 +13,8 @@ import signal
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple, Union
 
-from ..status import STATUS_TABLE, LLMStatusCode, did_you_mean, info_for
+from .._core._suggest import did_you_mean
+from ..status import STATUS_TABLE, LLMStatusCode, info_for
 from . import topology
 from .topology import EngineProcess
 

@@ -237,7 +237,7 @@ def attach_to_report(item: Any, report: Any, directory: PathLike) -> Optional[Pa
 def main(argv: Sequence[str]) -> int:
     """``python -m llm_datadist_ffi trace {merge,summary}``: 0, or 1 when there is nothing
     to read (no trace file, or no call in a merged file) or it cannot be read."""
-    from .._tools._cli import ArgumentParser
+    from .._core._suggest import ArgumentParser
 
     parser = ArgumentParser(prog="python -m llm_datadist_ffi trace",
                                      description=f"Call traces written with {TRACE_ENV}=DIR.")
