@@ -2,7 +2,9 @@
 
 ``pip install .`` runs ``build_py``, which here also
   1. copies ``include/`` into the package as ``_include/`` (the cdef source the
-     loader reads at run time: the same text the C compilers read);
+     loader reads at run time: the same text the C compilers read), and the user
+     documents of ``docs/`` as ``_docs/`` (``llm_datadist_ffi/_tools/_userdocs.py`` names them;
+     ``python -m llm_datadist_ffi docs`` prints them);
   2. compiles the mock backend ``mock_libs/*/*.c`` into ``_lib/libllm_datadist_mock.so``;
   3. on a host with the Ascend toolkit (``ASCEND_HOME_PATH``/``ASCEND_TOOLKIT_HOME``,
      or ``LLM_DATADIST_FFI_ASCEND_HOME``), compiles the C-ABI shim against it into
@@ -54,6 +56,9 @@ class BuildPyWithNative(build_py):
         else:
             package_dir = Path(self.build_lib) / "llm_datadist_ffi"
             shutil.copytree(ROOT / "include", package_dir / "_include", dirs_exist_ok=True)
+            # the user documents, for `python -m llm_datadist_ffi docs` (an editable
+            # install reads docs/ of the source tree)
+            _load_script(ROOT / "llm_datadist_ffi" / "_tools" / "_userdocs.py").ship(ROOT / "docs", package_dir)
             lib_dir = package_dir / "_lib"
         build_mock = _load_script(ROOT / "mock_libs" / "build_mock.py")
         build_mock.build(lib_dir)

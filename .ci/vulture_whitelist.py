@@ -16,3 +16,4 @@ _local_comm_res        # _vendor.v2.cache_manager: the vendor's attribute of the
 NO_CACHE_KEY           # _vendor.v2.llm_types: the vendor's key kinds, public names
 BLOCKS_CACHE_KEY
 CACHE_KEY_BY_ID
+__dir__                # vendor: the module protocol of dir() (PEP 562)

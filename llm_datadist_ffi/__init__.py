@@ -9,9 +9,15 @@ and its ABI version checked, when the first module that needs it is imported
 (``native``, ``acl``, the vendor-compatible API) or ``llm_datadist_ffi.backend`` is
 read; a bad value or a backend that cannot load is an ``ImportError`` there. The
 status table and ``python -m llm_datadist_ffi errors`` work without any backend.
+
+The package logs under ``llm_datadist_ffi`` and its modules' names, and, as a library,
+prints nothing itself: its logger has a ``NullHandler``, so that without a logging
+configuration of the application not even a warning reaches stderr (Python's
+last-resort handler would print those).
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from .lint import LintWarning
@@ -20,6 +26,8 @@ from .status import LLMException, LLMStatusCode, Status
 __version__ = "0.1.0"
 
 __all__ = ["backend", "LintWarning", "LLMException", "LLMStatusCode", "Status", "__version__"]
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())
 
 
 def __getattr__(name: str) -> Any:

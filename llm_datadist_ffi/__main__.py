@@ -1,4 +1,5 @@
-"""Command line: ``python -m llm_datadist_ffi {info,errors,demo,bench,docs,trace}``.
+"""Command line: ``python -m llm_datadist_ffi {info,errors,demo,bench,docs,trace}``, and
+``--version``. A misspelt command is answered with the closest one.
 
 - ``info``: the live backend, every library loaded and its path, ABI version,
   capabilities, and the ACL runtime's version.
@@ -8,10 +9,11 @@
 - ``bench``: transfer throughput as a ratio of memcpy bandwidth measured in the
   same run.
 - ``trace merge DIR [-o FILE]``, ``trace summary DIR``: the call traces written with
-  ``LLM_DATADIST_FFI_TRACE=DIR`` as one Chrome trace, or calls, bytes, GB/s and errors
+  ``LLM_DATADIST_FFI_TRACE=DIR`` as one Chrome trace, or calls, bytes, rate and errors
   per method (``llm_datadist_ffi.testing.trace``).
-- ``docs PAGE``: a generated reference page (``native-api``: the native API from its
-  docstrings, committed as docs/reference/native-api.md).
+- ``docs [PAGE]``: the documents the package carries (the user guide, the semantics
+  decisions, the error codes, the testing guides) and the generated native API
+  reference; without PAGE, the list.
 
 A user's mistake (an argument out of range, sizes that do not fit in memory, a
 backend that cannot load) is one line on stderr and a non-zero exit status, never a
@@ -72,8 +74,12 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from . import __version__
+    from ._core._suggest import ArgumentParser
+
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog=PROG, description="The llm_datadist_ffi command line.")
+    parser = ArgumentParser(prog=PROG, description="The llm_datadist_ffi command line.")
+    parser.add_argument("--version", action="version", version=f"llm_datadist_ffi {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="backend, libraries, ABI version, capabilities")
     info.add_argument("--json", action="store_true", help="print JSON")
@@ -81,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("demo", help="Prompt -> Decoder transfer across two processes (see `demo --help`)",
                    add_help=False)
     sub.add_parser("bench", help="throughput against memcpy (see `bench --help`)", add_help=False)
-    sub.add_parser("docs", help="print a generated reference page (see `docs --help`)", add_help=False)
+    sub.add_parser("docs", help="list or print the package's documents (see `docs --help`)", add_help=False)
     sub.add_parser("trace", help="merge or summarise call traces (see `trace --help`)", add_help=False)
     try:
         if argv and argv[0] in ("errors", "demo", "bench", "docs", "trace"):

@@ -10,7 +10,9 @@ Users escalate the warnings the Python way (``-W error::llm_datadist_ffi.LintWar
 ``warnings.simplefilter("error", LintWarning)``, pytest's ``filterwarnings``), which
 raises the warning before the call reaches the library when the Python layer sees
 the rule, or after the call when only the engine sees it. ``LLM_DATADIST_FFI_STRICT=1``
-instead turns every lint into the refusal the rule names (``LLMException`` with
+(or ``true``, ``yes``, ``on``, in any case; ``0``, ``false``, ``no``, ``off`` or empty
+leave it off, and any other value is refused: :func:`strict`) instead turns every lint
+into the refusal the rule names (``LLMException`` with
 ``LLM_PARAM_INVALID`` unless the rule says otherwise), always before anything moves:
 the Python layers refuse in place of the warning, and the mock engine reads the same
 variable and refuses at its own check.
@@ -28,18 +30,19 @@ import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterable, Tuple, Type
+from typing import Dict, Iterable, Optional, Tuple, Type
 
 from .status import LLMStatusCode, exception_for
 
 __all__ = [
-    "LintWarning", "LintRule", "RULES", "STRICT_ENV", "strict", "lint", "warning_class",
+    "LintWarning", "LintRule", "RULES", "STRICT_ENV", "STRICT_TRUE", "STRICT_FALSE", "strict", "strict_value", "lint",
+    "warning_class",
     "OneDefaultLayerPairWarning", "EmptyLayerRangeWarning", "TensorNumPerLayerWarning",
     "RepeatedDestinationBlockWarning", "IgnoredArgumentWarning", "HalfDefaultLayerPairWarning",
     "SourceBatchIgnoredWarning", "StrideRoundedDownWarning", "BatchDimIndexWarning", "CacheIdFallbackWarning",
     "KeyBindingWarning", "OwnedCacheUnregisteredWarning", "EmptyMappingWarning",
     "ZeroWaitTimeWarning", "ClusterIdMismatchWarning", "PushTensorCountWarning",
-    "PlaceholderKeyWarning", "UnknownOptionWarning", "check_option_keys",
+    "PlaceholderKeyWarning", "ArrayDtypeWarning", "UnknownOptionWarning", "check_option_keys",
 ]
 
 STRICT_ENV = "LLM_DATADIST_FFI_STRICT"
@@ -148,6 +151,12 @@ class PlaceholderKeyWarning(LintWarning):
     rule = "PR-41"
 
 
+class ArrayDtypeWarning(LintWarning):
+    """PR-43: tensor memory given as a numpy array whose dtype is not the cache
+    description's data type but has its item size."""
+    rule = "PR-43"
+
+
 class UnknownOptionWarning(LintWarning):
     """OPT-1: an option key close to one the library reads, but not it (a misspelling,
     which the library ignores)."""
@@ -191,13 +200,15 @@ RULES: Dict[str, LintRule] = {r.rule: r for r in (
              "a non-forced unlink drops the listener's link to the caller"),
     LintRule("PR-33", PushTensorCountWarning, "only the caller's description is checked"),
     LintRule("PR-41", PlaceholderKeyWarning, "the placeholder-shaped key unbinds a blocks key"),
+    LintRule("PR-43", ArrayDtypeWarning,
+             "the memory is registered as it is; its bytes are read as the description's data type"),
     LintRule("OPT-1", UnknownOptionWarning, "an option key it does not read is ignored"),
 )}
 
 # Rules the Python layers check themselves before the engine sees the call: the
 # engine's record of them is not reported again.
 PYTHON_RULES = frozenset({"PR-1", "PR-2", "PR-3", "PR-5", "PR-8", "PR-11", "PR-18", "PR-25", "PR-26",
-                          "PR-41", "OPT-1"})
+                          "PR-41", "PR-43", "OPT-1"})
 
 # The engine reports rules by number: PR-n is n, OPT-1 is 1001.
 _ENGINE_RULE_IDS: Dict[int, str] = {
@@ -211,9 +222,36 @@ def warning_class(rule: str) -> Type[LintWarning]:
     return RULES[rule].category
 
 
+#: The spellings of ``LLM_DATADIST_FFI_STRICT`` (any case, spaces around ignored).
+STRICT_TRUE = ("1", "true", "yes", "on")
+STRICT_FALSE = ("0", "false", "no", "off", "")
+
+
+def strict_value(value: Optional[str]) -> bool:
+    """Whether ``value``, a value of ``LLM_DATADIST_FFI_STRICT``, turns strict mode on
+    (``None``, the variable unset, does not).
+
+    Raises:
+        ValueError: a value that is neither a true nor a false spelling.
+    """
+    text = (value or "").strip().lower()
+    if text in STRICT_TRUE:
+        return True
+    if text in STRICT_FALSE:
+        return False
+    raise ValueError(f"{STRICT_ENV}={value!r} is not a truth value; valid values are {', '.join(STRICT_TRUE)} "
+                     f"(strict) and {', '.join(STRICT_FALSE[:-1])} or empty (not strict), in any case")
+
+
 def strict() -> bool:
-    """Whether ``LLM_DATADIST_FFI_STRICT=1`` turns lints into refusals (read per call)."""
-    return os.environ.get(STRICT_ENV, "") == "1"
+    """Whether ``LLM_DATADIST_FFI_STRICT`` turns lints into refusals (read per call;
+    ``1``/``true``/``yes``/``on`` do, in any case).
+
+    Raises:
+        ValueError: a value that is neither a true nor a false spelling (the backend's
+            loading refuses it first, as an ``ImportError``).
+    """
+    return strict_value(os.environ.get(STRICT_ENV))
 
 
 def _caller_stacklevel() -> int:
@@ -235,7 +273,7 @@ def lint(rule: str, text: str) -> None:
     """Report lint ``rule`` about ``text`` (which names the parameter and the value).
 
     Raises:
-        LLMException: the rule's refusal when ``LLM_DATADIST_FFI_STRICT=1``.
+        LLMException: the rule's refusal in strict mode (:func:`strict`).
     """
     full = message(rule, text)
     if strict():

@@ -753,7 +753,8 @@ class LlmDataDist:
         desc, keep = cache_desc._to_c("cache_desc")
         if not isinstance(addrs, (list, tuple)):
             raise TypeError(f"addrs must be a list of ints, not {type(addrs).__name__}")
-        given, kept = _buffers.tensor_addresses(addrs, _tensor_bytes(cache_desc), "addrs")
+        given, kept = _buffers.tensor_addresses(addrs, _tensor_bytes(cache_desc), "addrs", int(desc.data_type),
+                                                "LlmDataDist.register_kv_cache")
         values = [_int(a, f"addrs[{i}]", UINT64) for i, a in enumerate(given)]
         buf = c_array(UINT64, values)
         cache_id = _capi.lldd_register_kv_cache(self._engine(), desc, buf, len(values),

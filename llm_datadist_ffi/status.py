@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, ClassVar, Final, Generic, Mapping, NoReturn, TypeVar
 
+from ._core._suggest import did_you_mean
+
 __all__ = [
     "AlreadyLinkError",
     "BlocksOutOfMemoryError",
@@ -1177,7 +1179,8 @@ def info_for(code: int | str) -> StatusInfo:
     Raises:
         TypeError: ``code`` is neither an int nor a str (``bool`` is refused too).
         ValueError: no row has that value or name; the message says what the
-            vendor's mapping rule makes of an unknown value.
+            vendor's mapping rule makes of an unknown value, or names the closest
+            name of the table.
     """
     if isinstance(code, bool) or not isinstance(code, (int, str)):
         raise TypeError(
@@ -1192,9 +1195,10 @@ def info_for(code: int | str) -> StatusInfo:
         for candidate in STATUS_TABLE:
             if name in (n.upper() for n in candidate.names):
                 return candidate
+        known = [n for candidate in STATUS_TABLE for n in candidate.names]
         raise ValueError(
             f"unknown status code name {code!r}: no C++ or Python name in the "
-            "table matches (see `python -m llm_datadist_ffi errors` for the list)"
+            f"table matches{did_you_mean(name, known)} (see `python -m llm_datadist_ffi errors` for the list)"
         )
     value = parsed
     row = _ROW_BY_VALUE.get(value)

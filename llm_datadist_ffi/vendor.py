@@ -20,6 +20,11 @@ those does not import this module, so it does not have this module's side effect
 
 Importing this module has the vendor's side effect: the environment variable
 ``AUTO_USE_UC_MEMORY`` is set to ``"0"`` unless it is already set.
+
+``dir()`` of the module (and so of ``llm_datadist`` once aliased, and what a REPL
+completes) lists the vendor's public names only: its ``__all__``, ``v2_list`` and its
+submodules ``configs``, ``data_type``, ``status`` and ``v2``; the names this file
+imports for itself (``os``, ``typing``'s) stay out.
 """
 from __future__ import annotations
 
@@ -62,6 +67,15 @@ _LAZY = {
 
 #: The vendor's names of the current generation: ``__all__`` without the lazy v1 names.
 v2_list = [name for name in __all__ if name not in _LAZY]
+
+
+#: The public names of the vendor's top-level module: what ``dir()`` shows.
+_PUBLIC = (*__all__, "v2_list", "configs", "data_type", "status", "v2")
+
+
+def __dir__() -> List[str]:
+    """The vendor's public names and the module's dunders, not this file's own imports."""
+    return sorted({*_PUBLIC, *(name for name in globals() if name.startswith("__") and name != "__getattr__")})
 
 
 def __getattr__(name: str) -> Any:

@@ -1,6 +1,7 @@
 """The shared core's private modules, below both tiers: the C ABI in Python (``_capi``,
 ``_loader``, ``_cdef``), integer and block-list conversions (``_cints``,
-``_blocklists``, ``_marshal``, ``_buffers``) and call tracing (``_trace``).
+``_blocklists``, ``_marshal``, ``_buffers``), call tracing (``_trace``) and the closest
+name to a misspelt one (``_suggest``).
 
 The core's public modules (``status``, ``lint``, ``acl``, ``data_type``) stay at the
 package root, where their import paths and their classes' ``__module__`` have always

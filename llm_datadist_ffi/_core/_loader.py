@@ -218,9 +218,22 @@ def _load_ascend(ffi: cffi.FFI) -> tuple[Any, Any, LoadedBackend]:
     return lldd, acl, LoadedBackend("ascend", str(shim), acl_name)
 
 
+def _check_strict() -> None:
+    """``LLM_DATADIST_FFI_STRICT`` is read per call; a value that means neither on nor
+    off is refused here already, where the backend variable is, rather than at the
+    first lint."""
+    from ..lint import strict
+
+    try:
+        strict()
+    except ValueError as exc:
+        raise ImportError(f"llm_datadist_ffi: {exc}") from None
+
+
 def _load() -> tuple[cffi.FFI, Any, Any, LoadedBackend]:
     ffi = cffi.FFI()
     ffi.cdef(cdef_text())
+    _check_strict()
     chosen = _choose(_requested_backend())
     loader = _load_mock if chosen == "mock" else _load_ascend
     lldd, acl, loaded = loader(ffi)

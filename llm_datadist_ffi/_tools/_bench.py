@@ -15,15 +15,19 @@ one-block pull through the native API, and the part of it spent in Python: the s
 call made straight into C costs the rest), the Python cost each extra block adds to a
 call (block lists from Python lists and numpy arrays, up to the request limit: the
 fixed cost of a call is the one-call figure, not charged to the blocks), and the goals of the
-project's performance work with their targets, each met or not.
+project's performance work with their targets and this machine's figures.
 
-This is a benchmark, not a test: it asserts nothing about speed. It checks every
+This is a benchmark, not a test: it asserts nothing about speed (a goal this machine
+does not reach is reported as its figure, not as a failure). It checks every
 transfer's bytes and exits with status 1 when any are wrong, so a fast wrong answer
-cannot pass for a result. ``--json`` prints everything as JSON, ``--plot FILE.png``
-draws GB/s against block size per path with the floors (matplotlib: ``pip install
-llm_datadist_ffi[plot]``). Sizes that do not fit in the available memory are refused
-before anything is allocated (exit status 2), as are out-of-range arguments; Ctrl-C
-stops it at once (status 130).
+cannot pass for a result. Before it starts it says on stderr how many rows it will
+measure and about how long that takes on this machine (from a memcpy timed there and
+then), and after each block size how long it has taken and what is left.
+``--json`` prints everything as JSON, ``--plot FILE.png`` draws GB/s against block size
+per path with the floors (matplotlib: the package's ``plot`` extra). Sizes that do not
+fit in the available memory are refused before anything is allocated (exit status 2),
+as are out-of-range arguments and a ``--bytes`` below two blocks of the largest size
+per tensor; Ctrl-C stops it at once (status 130).
 """
 from __future__ import annotations
 
@@ -36,15 +40,15 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from . import _bench_report
 from ._bench_measure import RawProcessVm, RegionsMemcpy, Tensors, best_interleaved, blocks_hold, pattern, per_call, \
     per_call_pair, read_remote, start_library
-from ._cli import MEMCPY_CHUNK, CommandError, check_fits, describe_exit, description, int_in, run_interruptibly, \
-    spawn
+from ._cli import MEMCPY_CHUNK, ArgumentParser, CommandError, check_fits, describe_exit, description, int_in, \
+    memcpy_seconds, run_interruptibly, spawn
 
 SRC_CLUSTER, DST_CLUSTER = 11, 12
 PROG = "python -m llm_datadist_ffi bench"
@@ -80,6 +84,14 @@ def byte_size(low: int, high: int) -> Callable[[str], int]:
         return value
     parse.__name__ = "byte count"
     return parse
+
+
+def _byte_count(nbytes: int) -> str:
+    """``nbytes`` as ``--bytes`` takes it, shortest first: ``16K``, ``32M``, ``4096``."""
+    for unit, scale in (("T", 2**40), ("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if nbytes % scale == 0:
+            return f"{nbytes // scale}{unit}"
+    return str(nbytes)
 
 
 def sizes_list(text: str) -> List[int]:
@@ -400,7 +412,7 @@ class Suite:
 
         limit = self.args.list_blocks
         desc = native.CacheDesc(LIST_TENSORS, native.DataType.DT_UINT8, [limit, LIST_BLOCK_BYTES])
-        counts = sorted({c for c in (1, 16, 256, 4096, limit) if c <= limit})
+        counts = _list_counts(limit)
         order = self.rng.permutation(limit).astype(np.uint64)
         with contextlib.ExitStack() as stack:
             local = Tensors("user", LIST_TENSORS, limit, LIST_BLOCK_BYTES)
@@ -473,6 +485,92 @@ def _transfer_row(row: Dict[str, Any], best: Dict[str, Optional[float]]) -> Dict
     return row
 
 
+# ---- what a run will take -------------------------------------------------------------------------------
+
+#: Seconds to start a peer process and link to it (Python, numpy, the package, an engine).
+_SPAWN_S = 1.5
+#: Transfer speed of each path as a share of this machine's memcpy.
+_PATH_SHARE = {"in-process": 0.5, "process_vm": 0.3, "socket": 0.05}
+#: Seconds of one native call without its bytes, per path; the block-list rows' per block.
+_CALL_S = {"in-process": 30e-6, "process_vm": 40e-6, "socket": 100e-6}
+_LIST_BLOCK_S = 0.15e-6
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" + ("" if count == 1 else "s")
+
+
+@dataclass
+class Plan:
+    """The rows a run measures and the seconds each step (a block size, then the block
+    lists) is expected to take here."""
+
+    transfer_rows: int
+    per_call_rows: int
+    list_rows: int
+    steps: List[Tuple[str, float]]
+
+    def announce(self, args: argparse.Namespace) -> str:
+        total = sum(seconds for _, seconds in self.steps)
+        minutes = f" ({total / 60:.0f} min)" if total >= 90 else ""
+        return (f"bench: {_plural(self.transfer_rows, 'transfer row')} at {_plural(len(args.sizes), 'block size')}, "
+                f"{_plural(self.per_call_rows, 'per-call row')}, {_plural(self.list_rows, 'block-list row')}, "
+                f"best of {args.repeat}; expect about {total:.0f} s{minutes}")
+
+
+def _list_counts(limit: int) -> List[int]:
+    return sorted({c for c in (1, 16, 256, 4096, limit) if c <= limit})
+
+
+def plan(args: argparse.Namespace, memcpy_bytes_per_s: float) -> Plan:
+    """What ``args`` make the suite measure, and a rough time per step: each transfer row
+    moves its bytes ``repeat`` times, each followed by its floors, at a share of the
+    memcpy rate measured here; each peer process costs a start; each per-call and
+    block-list row a fixed number of calls."""
+    threads = len(thread_counts(args.threads))
+    pulls = (1 + threads) if "pull" in args.ops else 0
+    pushes = 2 if "push" in args.ops else 0
+    kinds = len(args.memory)
+    steps: List[Tuple[str, float]] = []
+    for index, size in enumerate(args.sizes):
+        nbytes = max(2, args.bytes // (args.tensors * size)) * size * args.tensors
+        seconds = 0.0
+        for path in args.paths:
+            rate = memcpy_bytes_per_s * _PATH_SHARE[path]
+            per_row = (args.repeat + 2) * nbytes / rate + args.repeat * 3 * nbytes / memcpy_bytes_per_s + 0.005
+            seconds += kinds * (pulls + pushes) * per_row + (0 if path == "in-process" else _SPAWN_S)
+            if index == 0:
+                seconds += kinds * args.calls * (14 * _CALL_S[path] + 60e-6)
+        steps.append((f"{_bench_report.size_text(size)} blocks", seconds))
+    lists = sum(2 * 14 * max(1, 2000 // count) * (_CALL_S["in-process"] + count * _LIST_BLOCK_S)
+                for count in _list_counts(args.list_blocks))
+    steps.append(("block lists", 0.3 + lists))
+    return Plan(len(args.sizes) * len(args.paths) * kinds * (pulls + pushes), len(args.paths) * kinds,
+                2 * len(_list_counts(args.list_blocks)), steps)
+
+
+class Progress:
+    """One line on stderr per finished step: its name, the time so far and about what is
+    left (the plan's figure for the rest, scaled by how the finished steps compared)."""
+
+    def __init__(self, steps: List[Tuple[str, float]]) -> None:
+        self.steps = steps
+        self.started = time.monotonic()
+        self.done = 0
+
+    def step_done(self) -> None:
+        name, _ = self.steps[self.done]
+        self.done += 1
+        elapsed = time.monotonic() - self.started
+        planned_done = sum(s for _, s in self.steps[:self.done])
+        planned_left = sum(s for _, s in self.steps[self.done:])
+        # the plan's rest, scaled by how the steps so far compared once they are long enough to tell
+        left = planned_left * (elapsed / planned_done if planned_done >= 1.0 else 1.0)
+        tail = f"; about {left:.0f} s left" if self.done < len(self.steps) else ""
+        print(f"bench [{self.done}/{len(self.steps)}] {name}: done after {elapsed:.0f} s{tail}", file=sys.stderr,
+              flush=True)
+
+
 def _memory_needed(args: argparse.Namespace) -> int:
     """At the largest block size: the local caches, the in-process source's or the two
     peer processes' (one of each memory kind), a copy for checking pushes, the memcpy
@@ -490,6 +588,10 @@ def _run(args: argparse.Namespace) -> Dict[str, Any]:
                f"{args.sizes[-1]} B blocks (local, source and peer copies of each memory kind)",
                "choose a smaller --bytes, fewer --sizes or --memory kinds")
     started = time.time()
+    probe = min(args.bytes, MEMCPY_CHUNK)
+    steps = plan(args, probe / max(memcpy_seconds(probe), 1e-9))
+    print(steps.announce(args), file=sys.stderr, flush=True)
+    progress = Progress(steps.steps)
     with contextlib.ExitStack() as stack:
         if "library" in args.memory:
             stack.callback(start_library())
@@ -499,7 +601,9 @@ def _run(args: argparse.Namespace) -> Dict[str, Any]:
         try:
             for block_bytes in args.sizes:
                 suite.block_size(block_bytes)
+                progress.step_done()
             suite.block_lists()
+            progress.step_done()
         finally:
             suite.close()
     results = suite.results
@@ -517,8 +621,8 @@ def _run(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog=PROG, description=description(__doc__),
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = ArgumentParser(prog=PROG, description=description(__doc__),
+                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--sizes", type=sizes_list, default=DEFAULT_SIZES,
                         help="block sizes, comma-separated byte counts (K, M: powers of 1024), 1 B .. 2 GiB each")
     parser.add_argument("--bytes", type=byte_size(1, 2**40), default="32M",
@@ -546,6 +650,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.tensors % 2:
         parser.error("argument --tensors: must be even (K and V of each layer)")
+    least = 2 * args.tensors * args.sizes[-1]
+    if args.bytes < least and not args.serve:
+        parser.error(f"argument --bytes: {args.bytes} is below the minimum of these settings, 2 blocks of "
+                     f"{_bench_report.size_text(args.sizes[-1])} for each of {args.tensors} tensors: {least} bytes "
+                     f"(give --bytes {_byte_count(least)} or more, or smaller --sizes or --tensors)")
     if args.serve:
         return run_interruptibly(PROG, lambda: _serve(args))
 

@@ -1,7 +1,8 @@
 """What every command of ``python -m llm_datadist_ffi`` shares.
 
 * **Arguments** are checked by argparse (``int_in``: an integer type with a range), so
-  a wrong value is a usage message and exit status 2, never a traceback.
+  a wrong value is a usage message and exit status 2, never a traceback; a misspelt
+  choice (a subcommand, an action) is answered with the closest one (``ArgumentParser``).
 * **Memory**: a command that allocates what its arguments say first compares that with
   the memory the kernel reports as available (``MemAvailable`` of ``/proc/meminfo``)
   and refuses, naming both figures, before allocating anything.
@@ -26,11 +27,11 @@ import time
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
 
-import numpy as np
+from .._core._suggest import ArgumentParser
 
 __all__ = [
-    "CommandError", "int_in", "available_memory", "check_fits", "spawn", "describe_exit", "run_interruptibly",
-    "description", "memcpy_seconds", "MEMCPY_CHUNK",
+    "CommandError", "ArgumentParser", "int_in", "available_memory", "check_fits", "spawn", "describe_exit",
+    "run_interruptibly", "description", "memcpy_seconds", "MEMCPY_CHUNK",
 ]
 
 #: How long the main thread waits at a time: the bound on the reaction to Ctrl-C.
@@ -120,6 +121,8 @@ def memcpy_seconds(nbytes: int) -> float:
     """Seconds that copying ``nbytes`` with ``numpy.copyto`` takes here, through
     buffers of at most ``MEMCPY_CHUNK`` bytes (so that the baseline of a large
     transfer costs no memory of its size); the buffers are touched before timing."""
+    import numpy as np
+
     chunk = max(1, min(nbytes, MEMCPY_CHUNK))
     source = np.ones(chunk, dtype=np.uint8)
     target = np.zeros_like(source)

@@ -1,4 +1,9 @@
-"""``python -m llm_datadist_ffi docs native-api``: the native API reference page.
+"""``python -m llm_datadist_ffi docs [PAGE]``: the user documents and the native API reference.
+
+Without PAGE the command lists the pages; ``docs user-guide`` (and ``semantics``,
+``error-codes``, ``testing``, ``testing-tools``, ``testing-your-connector``) prints a
+document that the package carries (``llm_datadist_ffi._tools._userdocs``: a wheel has them in
+``_docs/``), and ``docs native-api`` the page generated here.
 
 The page is built from what ``llm_datadist_ffi.native`` exports (``__all__``) and from
 the docstrings and signatures of those objects, so the reference cannot say something
@@ -19,7 +24,10 @@ import enum
 import inspect
 import sys
 import typing
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Sequence
+
+from . import _userdocs
 
 __all__ = ["GENERATED_NOTICE", "PAGES", "REGENERATE_COMMAND", "main", "render_native_api"]
 
@@ -210,12 +218,34 @@ def render_native_api() -> str:
 PAGES: Dict[str, Callable[[], str]] = {"native-api": render_native_api}
 
 
+def _listing(shipped: Path | None) -> str:
+    rows = [(name, description) for name, (_, description) in _userdocs.PAGES.items()] if shipped else []
+    rows.append(("native-api", "the native API (llm_datadist_ffi.native), generated from its docstrings"))
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {description}" for name, description in rows]
+    if shipped is None:
+        lines.append("(the user documents are not installed with this copy of the package)")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str]) -> int:
+    from .._core._suggest import did_you_mean
+
     parser = argparse.ArgumentParser(
         prog="python -m llm_datadist_ffi docs",
-        description="Print a generated reference page (Markdown) on standard output.",
-        epilog=f"The committed page is regenerated with: {REGENERATE_COMMAND}")
-    parser.add_argument("page", choices=sorted(PAGES), help="the page to print")
+        description="Print a document of the package (Markdown) on standard output; without PAGE, list them.",
+        epilog=f"The committed native API page is regenerated with: {REGENERATE_COMMAND}")
+    parser.add_argument("page", nargs="?", metavar="PAGE", help="the page to print")
     args = parser.parse_args(list(argv))
-    sys.stdout.write(PAGES[args.page]())
+    shipped = _userdocs.directory(Path(__file__).resolve().parent.parent)
+    names = [*(_userdocs.PAGES if shipped else ()), *PAGES]
+    if args.page is None:
+        sys.stdout.write(_listing(shipped))
+    elif args.page in PAGES:
+        sys.stdout.write(PAGES[args.page]())
+    elif args.page in names and shipped is not None:
+        sys.stdout.write((shipped / _userdocs.PAGES[args.page][0]).read_text(encoding="utf-8"))
+    else:
+        parser.error(f"argument PAGE: invalid choice: {args.page!r}{did_you_mean(args.page, names)} "
+                     f"(choose from {', '.join(names)})")
     return 0

@@ -96,28 +96,31 @@ def _pull_ranges(src: Any, dst: Any, n: int, tag: str) -> Tuple[Optional[range],
 def _pull_tensors(layers: Optional[range], n: int, num_local: int, name: str, tag: str) -> List[int]:
     """The tensor indexes a pull's layer range selects (``[]``: all tensors).
 
-    More selected tensors than the local cache has is what the core rejects with
-    ``LLM_PARAM_INVALID`` (every selected tensor pairs with a distinct local one); it
-    is raised here, with the same code, before a list of that size is built.
+    More selected tensors than the pull's destination (the local cache) has is what the
+    core rejects with ``LLM_PARAM_INVALID`` (every selected tensor, of either range,
+    pairs with a distinct destination tensor); it is raised here, with the same code,
+    before a list of that size is built. The message names the destination cache: for
+    ``src_layer_range`` the selected tensors are the source's, the count that falls
+    short is the destination's.
     """
     if layers is None:
         return []
     count = len(layers) * n
     if count > num_local:
-        raise_param_invalid(f"[{tag}] {name} {layers!r} selects {count} tensors (tensor_num_per_layer {n}) but the "
-                            f"local cache has {num_local}")
+        raise_param_invalid(f"[{tag}] {name} {layers!r} selects {count} tensors (tensor_num_per_layer {n}), but the "
+                            f"destination cache has {num_local}")
     first = layers[0] * n
     return list(range(first, first + count))
 
 
-def _memory_objects(addrs: Any, cache_desc: Any) -> Tuple[Any, List[Any]]:
+def _memory_objects(addrs: Any, cache_desc: Any, tag: str) -> Tuple[Any, List[Any]]:
     """``addrs`` with tensor memory given as objects (numpy arrays, CPU torch tensors,
     buffer-protocol and DLPack objects) replaced by their checked addresses, and those
     objects (an addition to the vendor's int lists, ``llm_datadist_ffi._buffers``)."""
     if not isinstance(addrs, list) or not any(_buffers.is_buffer(a) for a in addrs) or \
             not isinstance(cache_desc, CacheDesc):
         return addrs, []
-    given, kept = _buffers.tensor_addresses(addrs, int(cache_desc.size), "addrs")
+    given, kept = _buffers.tensor_addresses(addrs, int(cache_desc.size), "addrs", cache_desc.data_type.value, tag)
     return given, kept
 
 

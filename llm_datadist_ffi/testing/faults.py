@@ -13,11 +13,12 @@ import signal
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple, Union
 
-from ..status import LLMStatusCode
+from .._core._suggest import did_you_mean
+from ..status import STATUS_TABLE, LLMStatusCode, info_for
 from . import topology
 from .topology import EngineProcess
 
-__all__ = ["FaultPoint", "FAULT_POINTS", "c_functions", "Faults"]
+__all__ = ["FaultPoint", "FAULT_POINTS", "c_functions", "status_value", "Faults"]
 
 
 @dataclass(frozen=True)
@@ -98,14 +99,36 @@ def c_functions(name: str) -> Tuple[str, ...]:
     ``"CacheManager.pull_blocks"``) or a C function name, which stands for itself.
 
     Raises:
-        ValueError: ``name`` is neither a C function name nor a method of the table.
+        ValueError: ``name`` is neither a C function name nor a method of the table
+            (the message names the closest method).
     """
     if name.startswith(("lldd_", "acl")):
         return (name,)
-    functions = _by_name().get(name)
+    table = _by_name()
+    functions = table.get(name)
     if functions is None:
-        raise ValueError(f"{name!r} is neither a C function nor a method of FAULT_POINTS")
+        raise ValueError(f"{name!r} is neither a C function nor a method of FAULT_POINTS{did_you_mean(name, table)}")
     return tuple(functions)
+
+
+def status_value(code: Union[LLMStatusCode, int, str]) -> int:
+    """The value of a status code of the table: an ``LLMStatusCode``, an int, or a name
+    or number as ``status.info_for`` reads it (``"LLM_TIMEOUT"``, ``"0x5010B005"``).
+
+    Raises:
+        TypeError: neither an int nor a str.
+        ValueError: a code the table does not have (the message names the closest).
+    """
+    if isinstance(code, int) and not isinstance(code, bool):
+        try:
+            return info_for(int(code)).value
+        except ValueError:
+            value = int(code)
+            nearest = min(STATUS_TABLE, key=lambda row: abs(row.value - value))
+            raise ValueError(f"{value} (0x{value & 0xFFFFFFFF:08X}) is not a status code of the table "
+                             "(`python -m llm_datadist_ffi errors` lists them); the nearest is "
+                             f"{nearest.names[0]} (0x{nearest.value & 0xFFFFFFFF:08X})") from None
+    return info_for(code).value
 
 
 class Faults:
@@ -123,28 +146,33 @@ class Faults:
         self._stopped: List[EngineProcess] = []
         self._here = False
 
-    def fail(self, name: str, code: Union[LLMStatusCode, int], count: int = 1, skip: int = 0, *,
+    def fail(self, name: str, code: Union[LLMStatusCode, int, str], count: int = 1, skip: int = 0, *,
              on: Optional[EngineProcess] = None) -> Tuple[str, ...]:
         """Make the next ``count`` calls (after ``skip`` calls) of ``name`` — a method of
-        ``FAULT_POINTS`` or a C function — fail with ``code``, in process ``on`` (this
-        process by default). Returns the C functions armed.
+        ``FAULT_POINTS`` or a C function — fail with ``code`` (a code of the status
+        table: an ``LLMStatusCode``, its value, or its name: :func:`status_value`), in
+        process ``on`` (this process by default). Returns the C functions armed.
 
         Raises:
-            ValueError: an unknown name.
+            ValueError: an unknown name, or a code the status table does not have
+                (both messages name the closest one).
+            TypeError: a code that is neither an int nor a str.
             LLMException: ``LLM_PARAM_INVALID`` for a code of 0.
         """
         functions = c_functions(name)
+        value = status_value(code)
         for function in functions:
             if on is None:
                 self._here = True
-                topology._inject_fault(function, int(code), count, skip)
+                topology._inject_fault(function, value, count, skip)
             else:
                 self._touch(on)
-                on.call(topology._inject_fault, function, int(code), count, skip)
+                on.call(topology._inject_fault, function, value, count, skip)
         return functions
 
     def delay(self, on: EngineProcess, delay_ms: int) -> None:
-        """Delay every answer the engine of ``on`` gives its peers by ``delay_ms``."""
+        """Delay every answer the engine of ``on`` gives its peers by ``delay_ms``
+        milliseconds (``faults.delay(on=process, delay_ms=500)``)."""
         self._touch(on)
         on.call(topology._serve_delay, delay_ms)
 

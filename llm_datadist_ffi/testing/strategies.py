@@ -21,6 +21,12 @@ it is never drawn as invalid; strategies draw it only where a parameter asks for
 
 Sizes stay small by default (a few KiB per cache), so drawn caches can be backed by
 numpy arrays in every example.
+
+Block lists (``block_lists``, ``block_pairs``) are drawn for one API (``api``): for the
+vendor-compatible API (the default) as its users pass them, lists and tuples of Python
+ints (the vendor's type checks refuse numpy integers, which is what a connector that
+turns a numpy array into a list hands on); for the native API also as ``uint64`` numpy
+arrays. ``containers`` picks the containers explicitly.
 """
 from __future__ import annotations
 
@@ -32,7 +38,8 @@ try:
     from hypothesis import strategies as st
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "llm_datadist_ffi.testing.strategies needs Hypothesis: pip install llm_datadist_ffi[test]"
+        "llm_datadist_ffi.testing.strategies needs Hypothesis: install the package's test extra "
+        "(pip install '.[test]' in a clone; docs/user-guide.md §1)"
     ) from exc
 
 import numpy as np
@@ -65,6 +72,17 @@ SUB_BYTE_DATA_TYPES: tuple[GeDataType, ...] = tuple(t for t in NATIVE_DATA_TYPES
 
 _UNSIZED_DATA_TYPES = (5, int(GeDataType.DT_UNDEFINED), int(GeDataType.DT_HIFLOAT4_SCALE))
 _CONTAINERS: tuple[Container, ...] = ("list", "tuple", "array")
+#: What each API's users pass as a block list by default: the vendor's, Python ints.
+_DEFAULT_CONTAINERS: dict[str, tuple[Container, ...]] = {"vendor": ("list", "tuple"), "native": _CONTAINERS}
+
+
+def _containers(api: str, containers: Optional[Sequence[Container]]) -> list[Container]:
+    if api not in _DEFAULT_CONTAINERS:
+        raise ValueError(f"api must be 'vendor' or 'native', not {api!r}")
+    kinds = list(_DEFAULT_CONTAINERS[api] if containers is None else containers)
+    if not kinds or any(c not in _CONTAINERS for c in kinds):
+        raise ValueError(f"containers must be some of {_CONTAINERS}")
+    return kinds
 
 
 def _check_validity(validity: str) -> None:
@@ -295,11 +313,12 @@ def _past_end(draw: Any, values: list[int], limit: int) -> list[int]:
 
 
 def block_lists(num_blocks: int, *, validity: Validity = "valid", min_size: int = 1, max_size: int = 8,
-                unique: bool = True, layout: Literal["any", "runs", "scattered"] = "any",
-                containers: Sequence[Container] = _CONTAINERS) -> "st.SearchStrategy[Any]":
+                unique: bool = True, layout: Literal["any", "runs", "scattered"] = "any", api: Api = "vendor",
+                containers: Optional[Sequence[Container]] = None) -> "st.SearchStrategy[Any]":
     """One block list for a cache of ``num_blocks`` blocks, as a ``list``, a ``tuple`` or a
-    ``uint64`` numpy array (``containers`` picks; the vendor's v1 ``pull_blocks`` takes
-    lists only).
+    ``uint64`` numpy array. ``containers`` picks; by default a list or tuple of Python
+    ints for ``api="vendor"`` (what the vendor's users pass; its v1 ``pull_blocks``
+    takes lists only), any of the three for ``api="native"``.
 
     Valid lists hold ``min_size`` … ``max_size`` indexes below ``num_blocks``, as runs of
     consecutive indexes (``layout="runs"``, moved as one region each) or scattered
@@ -328,9 +347,7 @@ def block_lists(num_blocks: int, *, validity: Validity = "valid", min_size: int 
         raise ValueError("need num_blocks >= 0 and 1 <= min_size <= max_size")
     if validity != "invalid" and (num_blocks == 0 or (unique and num_blocks < min_size)):
         raise ValueError(f"no valid list of at least {min_size} blocks fits {num_blocks} blocks")
-    kinds = list(containers)
-    if not kinds or any(c not in _CONTAINERS for c in kinds):
-        raise ValueError(f"containers must be some of {_CONTAINERS}")
+    kinds = _containers(api, containers)
     top = min(max_size, num_blocks) if unique and num_blocks else max_size
     valid = _valid_list(num_blocks, min_size, max_size, unique, layout) if num_blocks else st.nothing()
     filler = st.lists(st.integers(0, max(num_blocks - 1, 0)), min_size=1, max_size=max(top, 1),
@@ -371,12 +388,14 @@ def _invalid_pairs(draw: Any, nb_src: int, nb_dst: int, max_size: int) -> tuple[
 
 
 def block_pairs(num_src_blocks: int, num_dst_blocks: int, *, validity: Validity = "valid", max_size: int = 8,
-                layout: Literal["any", "runs", "scattered"] = "any",
-                containers: Sequence[Container] = _CONTAINERS) -> "st.SearchStrategy[tuple[Any, Any]]":
+                layout: Literal["any", "runs", "scattered"] = "any", api: Api = "vendor",
+                containers: Optional[Sequence[Container]] = None) -> "st.SearchStrategy[tuple[Any, Any]]":
     """A block table: ``(src_blocks, dst_blocks)`` for a block transfer (B2B:
     ``pull_blocks``/``push_blocks`` with a ``BlocksCacheKey``, ``pull_kv_blocks``,
     ``push_kv_blocks``) from a cache of ``num_src_blocks`` blocks to one of
-    ``num_dst_blocks``; both lists in one container drawn from ``containers``.
+    ``num_dst_blocks``; both lists in one container drawn from ``containers`` (by
+    default a list or a tuple of Python ints for ``api="vendor"``, also a ``uint64``
+    numpy array for ``api="native"``).
 
     Valid tables pair 1 … ``max_size`` blocks, every index in its cache, destinations
     distinct (no PR-5 lint), sources possibly repeated (one block copied to several
@@ -404,9 +423,7 @@ def block_pairs(num_src_blocks: int, num_dst_blocks: int, *, validity: Validity 
     """
     if validity != "invalid" and (num_src_blocks < 1 or num_dst_blocks < 1):
         raise ValueError("valid block tables need at least one block on each side")
-    kinds = list(containers)
-    if not kinds or any(c not in _CONTAINERS for c in kinds):
-        raise ValueError(f"containers must be some of {_CONTAINERS}")
+    kinds = _containers(api, containers)
     valid = _valid_pairs(num_src_blocks, num_dst_blocks, max_size, layout) \
         if num_src_blocks and num_dst_blocks else st.nothing()
     pairs = _by_validity(validity, valid, _invalid_pairs(num_src_blocks, num_dst_blocks, max_size))

@@ -4,9 +4,11 @@
  * calling thread, so a binding reads the right text even when other threads fail
  * at the same moment (docs/design.md). A success leaves the text alone, as
  * aclGetRecentErrMsg does on a device (docs/reference/acl.md A-8). */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "base/mock_internal.h"
 
@@ -49,10 +51,27 @@ static _Thread_local uint32_t t_lint_count;
 static _Thread_local uint32_t t_lint_rule[MOCK_LINT_SLOTS];
 static _Thread_local char t_lint_text[MOCK_LINT_SLOTS][MOCK_LINT_CAPACITY];
 
+/* The true spellings of llm_datadist_ffi.lint.strict(): 1, true, yes, on, in any case,
+ * spaces around; anything else is off here (the Python layer refuses a value that is
+ * neither true nor false before the engine sees a call). */
 int mock_strict(void)
 {
+    static const char *const on[] = {"1", "true", "yes", "on"};
     const char *v = getenv("LLM_DATADIST_FFI_STRICT");
-    return v != NULL && strcmp(v, "1") == 0;
+    size_t n = 0;
+    if (v == NULL)
+        return 0;
+    while (isspace((unsigned char)*v))
+        v++;
+    while (v[n] != '\0' && !isspace((unsigned char)v[n]))
+        n++;
+    for (const char *rest = v + n; *rest != '\0'; rest++)
+        if (!isspace((unsigned char)*rest))
+            return 0;
+    for (size_t i = 0; i < sizeof on / sizeof on[0]; i++)
+        if (strlen(on[i]) == n && strncasecmp(v, on[i], n) == 0)
+            return 1;
+    return 0;
 }
 
 int mock_lint(uint32_t rule, const char *fmt, ...)

@@ -28,7 +28,7 @@ const char *mock_error_or_null(void);
  * message to the calling thread's lint record and returns 0: the call goes on. */
 enum { MOCK_LINT_UNKNOWN_OPTION = 1001 };
 int mock_lint(uint32_t rule, const char *fmt, ...) MOCK_PRINTF(2, 3);
-/* 1 when LLM_DATADIST_FFI_STRICT=1 (read at each call). */
+/* 1 when LLM_DATADIST_FFI_STRICT is a true value: 1, true, yes or on, any case (read at each call). */
 int mock_strict(void);
 
 /* ---- errors.c: the per-cluster reasons of the calling thread's last link/unlink call ---- */

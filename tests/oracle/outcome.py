@@ -66,9 +66,10 @@ STRICT_ENV = "LLM_DATADIST_FFI_STRICT"
 
 
 def strict() -> bool:
-    """Whether lints are refusals (``LLM_DATADIST_FFI_STRICT=1``), read per call as the
-    package reads it."""
-    return os.environ.get(STRICT_ENV, "") == "1"
+    """Whether lints are refusals (``LLM_DATADIST_FFI_STRICT`` set to ``1``, ``true``,
+    ``yes`` or ``on``, any case), read per call as the package reads it; the values the
+    package refuses never reach a call."""
+    return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def fail(status: S, rule: str, copies: Optional[list[Copy]] = None) -> Outcome:

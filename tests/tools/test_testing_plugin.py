@@ -157,7 +157,7 @@ def test_a_failing_test_with_tracing_on_reports_its_processes_merged_trace(tmp_p
     assert f"merged trace of test_failing.py::test_pull_fails: {merged}" in result.stdout, result.stdout
     summary = result.stdout.split("llm_datadist_ffi trace summary (call)", 1)[1]
     pulls = [line.split() for line in summary.splitlines() if line.startswith("CacheManager.pull_blocks")]
-    # two pulls, one block of 16 bytes moved, the refused one by its code (column 3 is GB/s)
+    # two pulls, one block of 16 bytes moved, the refused one by its code (column 3 is the rate)
     assert len(pulls) == 1, summary
     assert pulls[0][:3] + pulls[0][4:] == ["CacheManager.pull_blocks", "2", "16", "LLM_PARAM_INVALID",
                                            "(0x5010b005)", "x1"], summary

@@ -253,7 +253,7 @@ def values(blocks: Any) -> list[int]:
 @given(data=st.data(), nb_src=st.integers(1, 8), nb_dst=st.integers(1, 8), num_tensors=st.integers(1, 3))
 def test_valid_block_pairs_move_each_listed_block_exactly(eng: Engines, data: Any, nb_src: int, nb_dst: int,
                                                           num_tensors: int) -> None:
-    src_blocks, dst_blocks = data.draw(lst.block_pairs(nb_src, nb_dst), "table")
+    src_blocks, dst_blocks = data.draw(lst.block_pairs(nb_src, nb_dst, api="native"), "table")
     sid, src = eng.source(num_tensors, [nb_src, ROW], 11)
     did, dst = eng.native_target(num_tensors, [nb_dst, ROW])
     with eng.linked():
@@ -267,7 +267,7 @@ def test_valid_block_pairs_move_each_listed_block_exactly(eng: Engines, data: An
 
 @given(data=st.data(), nb_src=st.integers(1, 8), nb_dst=st.integers(1, 8))
 def test_invalid_block_pairs_are_refused_by_native_pulls(eng: Engines, data: Any, nb_src: int, nb_dst: int) -> None:
-    src_blocks, dst_blocks = data.draw(lst.block_pairs(nb_src, nb_dst, validity="invalid"), "table")
+    src_blocks, dst_blocks = data.draw(lst.block_pairs(nb_src, nb_dst, validity="invalid", api="native"), "table")
     src_list, dst_list = values(src_blocks), values(dst_blocks)
     # the kinds semantics.md §7.2-§7.3 refuses: empty, lengths differ, an index past its cache
     assert (not dst_list or len(src_list) != len(dst_list) or max(src_list) >= nb_src or max(dst_list) >= nb_dst)
@@ -281,9 +281,9 @@ def test_invalid_block_pairs_are_refused_by_native_pulls(eng: Engines, data: Any
 @given(data=st.data(), nb_src=st.integers(1, 8), nb_dst=st.integers(1, 8), layout=st.sampled_from(["runs", "scattered"]))
 def test_valid_block_lists_serve_as_native_source_and_destination_lists(eng: Engines, data: Any, nb_src: int,
                                                                         nb_dst: int, layout: Any) -> None:
-    dst_blocks = data.draw(lst.block_lists(nb_dst, layout=layout), "dst")
+    dst_blocks = data.draw(lst.block_lists(nb_dst, layout=layout, api="native"), "dst")
     k = len(dst_blocks)
-    src_blocks = data.draw(lst.block_lists(nb_src, min_size=k, max_size=k, unique=False, layout=layout), "src")
+    src_blocks = data.draw(lst.block_lists(nb_src, min_size=k, max_size=k, unique=False, layout=layout, api="native"), "src")
     assert len(set(values(dst_blocks))) == k and max(values(dst_blocks)) < nb_dst and max(values(src_blocks)) < nb_src
     sid, src = eng.source(1, [nb_src, ROW], 13)
     did, dst = eng.native_target(1, [nb_dst, ROW])
@@ -567,4 +567,4 @@ def test_the_package_imports_without_hypothesis_and_the_strategies_say_how_to_ge
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
                           cwd=str(tmp_path))
     assert done.returncode == 0, done.stderr
-    assert "pip install llm_datadist_ffi[test]" in done.stdout
+    assert "install the package's test extra (pip install '.[test]' in a clone" in done.stdout

@@ -152,11 +152,11 @@ def test_the_summary_prints_calls_bytes_rate_and_errors_per_method(session: Dict
     rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[1:]}
     pull_seconds = sum(e["dur"] for e in merged["traceEvents"] if e["name"] == "CacheManager.pull_blocks") / 1e6
     assert rows["CacheManager.pull_blocks"] == [
-        "CacheManager.pull_blocks", "3", str(4 * BLOCK * 2 - BLOCK), f"{(7 * BLOCK) / pull_seconds / 1e9:.3f}",
+        "CacheManager.pull_blocks", "3", str(4 * BLOCK * 2 - BLOCK), trace.rate_text(7 * BLOCK / pull_seconds),
         "LLM_PARAM_INVALID", "(0x5010b005)", "x1"]
     assert rows["LLMDataDist.__init__"][1:] == ["2", "0", "-", "-"]
     assert rows["CacheManager.register_blocks_cache"][1:] == ["2", "0", "-", "-"]
-    assert done.stdout.splitlines()[0].split() == ["method", "calls", "bytes", "GB/s", "errors"]
+    assert done.stdout.splitlines()[0].split() == ["method", "calls", "bytes", "rate", "errors"]
     assert trace.summary(session["directory"].parent / "merged-two-process.json") == done.stdout.rstrip("\n")
 
 

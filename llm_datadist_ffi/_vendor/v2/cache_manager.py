@@ -143,7 +143,7 @@ class CacheManager:
         """
         tag = "register_cache"
         check_type(cache_desc, CacheDesc, "cache_desc")
-        addrs, kept = _memory_objects(addrs, cache_desc)
+        addrs, kept = _memory_objects(addrs, cache_desc, tag)
         check_int_list(addrs, "addrs", containers=list)
         _check_key_list(cache_keys, "cache_keys")
         check_type(remote_accessible, bool, "remote_accessible")
@@ -176,7 +176,7 @@ class CacheManager:
         """
         tag = "register_blocks_cache"
         check_type(cache_desc, CacheDesc, "cache_desc")
-        addrs, kept = _memory_objects(addrs, cache_desc)
+        addrs, kept = _memory_objects(addrs, cache_desc, tag)
         check_int_list(addrs, "addrs", containers=list)
         check_type(blocks_cache_key, BlocksCacheKey, "blocks_cache_key")
         check_type(remote_accessible, bool, "remote_accessible")
