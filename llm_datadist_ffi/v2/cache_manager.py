@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Un
 import numpy as np
 
 from .. import _buffers, _capi, _trace, lint
+from .. import _lint_rules as _rules
 from .._capi import const, ffi
 from .._cints import first_outside
 from .._marshal import Blocks, block_pointer, c_array, lint_repeated_blocks
@@ -79,15 +80,13 @@ BlockList = Union[Tuple[int, ...], List[int], "np.ndarray[Any, Any]"]
 def _check_keywords(kwargs: Dict[str, Any], allowed: Sequence[str], tag: str, v2: bool) -> None:
     """PR-8 (lint): a keyword argument the call does not read is ignored, as the vendor
     ignores it."""
-    for word in kwargs:
-        if word in allowed:
-            continue
-        if v2 and word in _OFFSET_KEYWORDS:
-            lint.lint("PR-8", f"[{tag}] {word} is ignored in CacheManager mode (only the v1 "
-                              "kv_cache_manager.pull_cache reads offsets)")
-        else:
-            lint.lint("PR-8", f"[{tag}] keyword argument {word!r} is ignored; {tag} reads only "
-                              f"{', '.join(allowed)}")
+    _report(_rules.ignored_keywords(kwargs, allowed, tag, v2))
+
+
+def _report(findings: List[_rules.Finding]) -> None:
+    """Each finding of the shared rules (llm_datadist_ffi._lint_rules) as its lint."""
+    for rule, text in findings:
+        lint.lint(rule, text)
 
 
 def _tensor_num(value: Any, tag: str) -> int:
@@ -118,7 +117,7 @@ def _pull_ranges(src: Any, dst: Any, n: int, tag: str) -> Tuple[Optional[range],
     checked = []
     for name, layers in (("src_layer_range", src), ("dst_layer_range", dst)):
         if layers is not None and len(layers) == 0:
-            lint.lint("PR-2", f"[{tag}] {name} {layers!r} is empty")
+            _report(_rules.empty_layer_range(layers, name, tag))
             layers = None
         if layers is not None:
             if layers[0] < 0:
@@ -160,18 +159,14 @@ def _memory_objects(addrs: Any, cache_desc: Any) -> Tuple[Any, List[Any]]:
 def _check_batch_dim(cache_desc: CacheDesc, name: str, tag: str) -> None:
     """PR-18 (lint): the core always uses ``shape[0]`` as the batch or block count,
     whatever ``batch_dim_index`` says; only ``swap_blocks`` reads it."""
-    if cache_desc.batch_dim != 0:
-        lint.lint("PR-18", f"[{tag}] {name}.batch_dim_index is {cache_desc.batch_dim}")
+    _report(_rules.batch_dim(cache_desc, name, tag))
 
 
 def _lint_placeholder_key(cache_key: CacheKey, tag: str) -> None:
     """PR-41 (lint): ``remove_cache_key`` with neither or both of ``req_id`` and
     ``prefix_id`` valid acts as the vendor's core does (the blocks key of the model,
     or the prefix key)."""
-    try:
-        check_cache_key(cache_key)
-    except LLMException as exc:
-        lint.lint("PR-41", f"[{tag}] {exc}")
+    _report(_rules.placeholder_key(cache_key, tag))
 
 
 def _check_key_list(keys: Any, name: str) -> None:
@@ -229,12 +224,7 @@ def _check_swap(src_cache: Any, dst_cache: Any, src_to_dst: Any, tag: str) -> Tu
                             f"{src_desc.placement} -> {dst_desc.placement}")
     _check_batch_dim(src_desc, "src_cache.cache_desc", tag)
     _check_batch_dim(dst_desc, "dst_cache.cache_desc", tag)
-    if not src_to_dst:
-        lint.lint("PR-25", f"[{tag}] src_to_dst is empty")
-    values = list(src_to_dst.values())
-    if len(set(values)) != len(values):
-        repeated = min(v for v in values if values.count(v) > 1)
-        lint.lint("PR-5", f"[{tag}] src_to_dst maps several blocks to destination block {repeated}")
+    _report(_rules.mapping_findings(src_to_dst, tag))
     return src_block, [(int(k), int(v)) for k, v in src_to_dst.items()], swap_in
 
 
@@ -649,9 +639,7 @@ class CacheManager:
         check_layer_range(src_range, "src_layer_range")
         check_layer_range(dst_range, "dst_layer_range")
         num_tensors = int(src_cache.cache_desc.num_tensors)
-        if n > num_tensors and src_range is None and dst_range is None:
-            lint.lint("PR-3", f"[{tag}] tensor_num_per_layer ({n}) is larger than the source cache's "
-                              f"{num_tensors} tensors, so the default layer range is empty")
+        _report(_rules.push_tensor_num(n, num_tensors, src_range, dst_range, tag))
         default = range(0, num_tensors // n)
         src_layers = default if src_range is None else src_range
         dst_layers = default if dst_range is None else dst_range
@@ -948,14 +936,7 @@ class CacheManager:
     @staticmethod
     def _copy_pairs(cache: Any, copy_block_info: Dict[int, List[int]], tag: str) -> None:
         pairs = [(int(src), int(dst)) for src, dsts in copy_block_info.items() for dst in dsts]
-        if not pairs:
-            lint.lint("PR-25", f"[{tag}] copy_block_info expands to no block pair")
-        seen: Dict[int, int] = {}
-        for _, dst in pairs:
-            seen[dst] = seen.get(dst, 0) + 1
-        repeated = sorted(dst for dst, count in seen.items() if count > 1)
-        if repeated:
-            lint.lint("PR-5", f"[{tag}] copy_block_info names destination block {repeated[0]} more than once")
+        _report(_rules.copy_pairs_findings(copy_block_info, tag))
         _native.check_live(cache, "cache", tag)
         pair_ptr, _, keep = _pairs_array(pairs, "copy_block_info")
         _capi.lldd_ext_copy_blocks(_native.engine_for(tag), int(cache.cache_id), pair_ptr, len(pairs), tag)
