@@ -182,22 +182,23 @@ def _tensors(layers: Any, n: Any, num: int) -> int:
 
 
 def _bytes(kind: str, args: Tuple[Any, ...], kwargs: Dict[str, Any], bound: Optional[Dict[str, Any]]) -> Optional[int]:
-    """Bytes a successful call of ``kind`` moved, or None where it cannot be computed."""
+    """Bytes a successful call of ``kind`` moved, or None where it cannot be computed;
+    ``bound`` holds the call's arguments by name, without ``self``, in the vendor's order."""
     if bound is None:
         return None
     values = list(bound.values())
     get = bound.get
     extra = bound.get("kwargs") or {}
     if kind == "pull_blocks":
-        unit, blocks = _unit_bytes(values[2]), values[4]
+        unit, blocks = _unit_bytes(values[1]), values[3]
         layers, n = extra.get("dst_layer_range"), extra.get("tensor_num_per_layer", 2)
     elif kind == "pull_cache":
-        unit, blocks = _unit_bytes(values[2]), None
+        unit, blocks = _unit_bytes(values[1]), None
         layers, n = extra.get("dst_layer_range"), extra.get("tensor_num_per_layer", 2)
         if unit is not None and isinstance(get("size"), int) and get("size") != -1:
             unit = (get("size"), unit[1])
     elif kind in ("push_blocks", "push_cache"):
-        unit = _unit_bytes(values[2])
+        unit = _unit_bytes(values[1])
         blocks = get("dst_blocks") if kind == "push_blocks" else None
         layers, n = get("src_layer_range"), get("tensor_num_per_layer", 2)
         if unit is not None and layers is None and isinstance(n, int) and n > 0:
@@ -205,8 +206,8 @@ def _bytes(kind: str, args: Tuple[Any, ...], kwargs: Dict[str, Any], bound: Opti
             if not len(layers):
                 return 0
     elif kind in ("copy_blocks", "swap_blocks"):
-        unit = _unit_bytes(values[1])
-        mapping = values[2]
+        unit = _unit_bytes(values[0])
+        mapping = values[1] if kind == "copy_blocks" else values[2]
         if not isinstance(mapping, dict):
             return None
         pairs = sum(len(v) for v in mapping.values()) if kind == "copy_blocks" else len(mapping)
