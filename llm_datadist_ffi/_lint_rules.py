@@ -59,8 +59,8 @@ DEVICE: Dict[str, str] = {
     "PR-11": "native API only (the C++ class's KvCacheExtParam)",
     "PR-16": "needs the peer's cache table (which source batch the peer's cache resolves to), which only "
              "the mock's engine sees",
-    "PR-17": "checked by the mock's engine from its own cache table; the vendor's Python layer does not "
-             "report tensor sizes to the companion without a native call",
+    "PR-17": "cannot arise through the vendor's Python layer: its DataType has no sub-byte type, so every "
+             "tensor's byte size is a multiple of shape[0] (native API only)",
     "PR-18": "",
     "PR-20": "needs the peer's cache table (whether model 0 has a blocks cache there)",
     "PR-21": "needs the engine's key table (keys bound by other calls and by the peer's pushes)",

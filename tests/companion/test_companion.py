@@ -103,6 +103,7 @@ CASES = {"PR-5": _case_pr5, "PR-2": _case_pr2, "PR-8": _case_pr8, "PR-3": _case_
          "PR-25": _case_pr25, "PR-41": _case_pr41}
 
 
+@pytest.mark.rules("PR-2", "PR-3", "PR-5", "PR-8", "PR-18", "PR-25", "PR-41")
 @pytest.mark.parametrize("rule", sorted(CASES))
 def test_a_rule_warns_with_its_class_and_the_vendor_gets_the_same_objects(vendor: ModuleType, rule: str) -> None:
     manager = _engine(vendor).cache_manager
@@ -114,6 +115,7 @@ def test_a_rule_warns_with_its_class_and_the_vendor_gets_the_same_objects(vendor
     assert len(made) == 1
 
 
+@pytest.mark.rules("PR-2", "PR-3", "PR-5", "PR-8", "PR-18", "PR-25", "PR-41")
 @pytest.mark.parametrize("rule", sorted(CASES))
 def test_strict_mode_raises_the_vendors_exception_and_makes_no_vendor_call(
         vendor: ModuleType, rule: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -222,6 +224,7 @@ def test_v1_is_wrapped_when_the_vendor_imports_it_and_not_before(vendor: ModuleT
     assert vendor.KvCacheManager is sys.modules["llm_datadist_v1"].KvCacheManager
 
 
+@pytest.mark.rules("PR-26", "OPT-1")
 def test_init_options_lints(vendor: ModuleType) -> None:
     engine = vendor.LLMDataDist(vendor.LLMRole.DECODER, 2)
     with pytest.warns(lint.LintWarning) as caught:
