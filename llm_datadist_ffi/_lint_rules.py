@@ -134,8 +134,9 @@ def repeated_blocks(blocks: Any, name: str, tag: str,
     tuple of int, or whatever ``find`` (which returns the smallest repeated block)
     reads: the mock's converted block arrays."""
     if find is None:
-        if not isinstance(blocks, (list, tuple)) or len(blocks) < 2 or not all(_is_int(b) for b in blocks):
-            return []
+        if not isinstance(blocks, (list, tuple)) or len(set(blocks)) == len(blocks) or \
+                not all(_is_int(b) for b in blocks):
+            return []                      # no repeat (the common case: one set, no scan), or not ints
         find = repeated_block
     repeated = find(blocks)
     return [] if repeated is None else [("PR-5", f"[{tag}] {name} contains block {repeated} more than once")]

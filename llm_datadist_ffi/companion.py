@@ -79,6 +79,8 @@ def _v2_pull_cache(self: Any, cache_key: Any, cache: Any, batch_index: Any = 0, 
 
 def _v2_pull_blocks(self: Any, src_cache_key: Any, dst_cache: Any, src_blocks: Any = (), dst_blocks: Any = (),
                     **kwargs: Any) -> Findings:
+    if not kwargs:                         # the common call: only the block list to look at
+        return rules.repeated_blocks(dst_blocks, "dst_blocks", "pull_blocks")
     return (rules.ignored_keywords(kwargs, _PULL_KEYWORDS, "pull_blocks", True)
             + rules.empty_layer_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"), "pull_blocks")
             + rules.repeated_blocks(dst_blocks, "dst_blocks", "pull_blocks"))
@@ -423,7 +425,12 @@ def _wrap(vendor: _Vendor, owner: str, name: str, function: Callable[..., Any], 
             if tracer is not None:
                 return traced(args, kwargs, tracer)
             if check is not None:
-                _run_check(check, vendor, args, kwargs)
+                try:
+                    findings = check(*args, **kwargs)
+                except _MALFORMED:
+                    findings = None            # arguments the vendor's checks refuse
+                if findings:
+                    _report(vendor, findings)
             return function(*args, **kwargs)
         except exception as exc:
             _add_note(exc)
