@@ -26,7 +26,7 @@ def vendor_origin() -> Optional[str]:
     (not importable, or it is this project's compat alias)."""
     loaded = sys.modules.get("llm_datadist")
     if loaded is not None:
-        origin = getattr(loaded, "__file__", None)
+        origin: Optional[str] = getattr(loaded, "__file__", None)
     else:
         try:
             spec = importlib.util.find_spec("llm_datadist")

@@ -44,7 +44,7 @@ import sys
 import threading
 import time
 from types import ModuleType
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
 from . import _lint_rules as rules
 from . import lint as _lint
@@ -197,8 +197,9 @@ def _bytes(kind: str, args: Tuple[Any, ...], kwargs: Dict[str, Any], bound: Opti
     elif kind == "pull_cache":
         unit, blocks = _unit_bytes(values[1]), None
         layers, n = extra.get("dst_layer_range"), extra.get("tensor_num_per_layer", 2)
-        if unit is not None and isinstance(get("size"), int) and get("size") != -1:
-            unit = (get("size"), unit[1])
+        size = get("size")
+        if unit is not None and isinstance(size, int) and size != -1:
+            unit = (size, unit[1])
     elif kind in ("push_blocks", "push_cache"):
         unit = _unit_bytes(values[1])
         blocks = get("dst_blocks") if kind == "push_blocks" else None
@@ -276,7 +277,7 @@ class _Vendor:
 
     def __init__(self, module: ModuleType) -> None:
         self.module = module
-        self.exception: type = module.LLMException
+        self.exception: Type[BaseException] = module.LLMException
         self.codes: Any = module.LLMStatusCode
 
     def code(self, project_code: Any) -> Any:
@@ -300,7 +301,8 @@ def _report(vendor: _Vendor, findings: Findings) -> None:
     for rule, text in findings:
         if _lint.strict():
             category = _lint.RULES[rule].category
-            raise vendor.exception(_lint.message(rule, text), status_code=vendor.code(category.status_code))
+            make: Any = vendor.exception          # the vendor's class: status_code is keyword-only
+            raise make(_lint.message(rule, text), status_code=vendor.code(category.status_code))
         _lint.lint(rule, text)
 
 
@@ -328,7 +330,7 @@ def _add_note(exc: BaseException) -> None:
     elif isinstance(notes, list):
         notes.append(text)
     else:
-        exc.__notes__ = [text]       # type: ignore[attr-defined]
+        exc.__notes__ = [text]
 
 
 def _status(result: Any, vendor: _Vendor) -> Tuple[str, int, Dict[str, Any]]:
@@ -391,8 +393,12 @@ def _wrap(vendor: _Vendor, owner: str, name: str, function: Callable[..., Any], 
         signature = None
 
     def traced(args: Tuple[Any, ...], kwargs: Dict[str, Any], tracer: _Tracer) -> Any:
-        shape, bound = _shape(signature, args, kwargs) if signature is not None and not static \
-            else ({"args": [_trace.describe(v, fields=_SAFE_FIELDS) for v in args]}, None)
+        shape: Dict[str, Any]
+        bound: Optional[Dict[str, Any]]
+        if signature is not None and not static:
+            shape, bound = _shape(signature, args, kwargs)
+        else:
+            shape, bound = {"args": [_trace.describe(v, fields=_SAFE_FIELDS) for v in args]}, None
         start_wall, start = time.time_ns(), time.perf_counter_ns()
         try:
             if check is not None:
