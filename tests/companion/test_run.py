@@ -10,6 +10,8 @@ import textwrap
 from pathlib import Path
 from typing import Dict, Optional
 
+from ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 STANDIN = Path(__file__).resolve().parent / "standin"
 
@@ -21,7 +23,7 @@ print("module", "standin" in (llm_datadist.__file__ or ""))
 e = llm_datadist.LLMDataDist(llm_datadist.LLMRole.DECODER, 2)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    e.init({"llm.EnableCacheManager": "1", "llm.SyncKvCacheWaitTime": "0", "llm.listenIpInfo": "127.0.0.1:26001"})
+    e.init({"llm.EnableCacheManager": "1", "llm.SyncKvCacheWaitTime": "0", "llm.listenIpInfo": "127.0.0.1:PORT"})
 print("rules", sorted(getattr(w.message, "rule", "") for w in caught))
 e.finalize()
 sys.exit(3)
@@ -39,7 +41,7 @@ def _run(args: list[str], standin: bool, cwd: Path, env: Optional[Dict[str, str]
 
 def test_run_chooses_the_companion_where_the_vendor_package_is_importable(tmp_path: Path) -> None:
     script = tmp_path / "serve.py"
-    script.write_text(SCRIPT)
+    script.write_text(SCRIPT.replace("PORT", str(free_port())))
     done = _run(["run", str(script), "--port", "7"], standin=True, cwd=tmp_path)
     assert done.returncode == 3, done.stderr
     assert done.stdout.splitlines() == ["argv ['--port', '7']", "module True", "rules ['PR-26']"]
@@ -48,7 +50,7 @@ def test_run_chooses_the_companion_where_the_vendor_package_is_importable(tmp_pa
 
 def test_run_takes_the_mock_elsewhere_and_quiet_says_nothing(tmp_path: Path) -> None:
     script = tmp_path / "serve.py"
-    script.write_text(SCRIPT)
+    script.write_text(SCRIPT.replace("PORT", str(free_port())))
     done = _run(["run", "--quiet", str(script)], standin=False, cwd=tmp_path)
     assert done.returncode == 3, done.stderr
     assert done.stdout.splitlines() == ["argv []", "module False", "rules ['PR-26']"]
@@ -64,10 +66,12 @@ def test_the_plugin_option_gives_the_companion_or_the_alias(tmp_path: Path) -> N
             print("BACKEND", "standin" in llm_datadist_alias.__file__)
             with pytest.raises(Warning, match="PR-26"):
                 e.init({"llm.EnableCacheManager": "1", "llm.SyncKvCacheWaitTime": "0",
-                        "llm.listenIpInfo": "127.0.0.1:26002"})
+                        "llm.listenIpInfo": "127.0.0.1:PORT"})
     """))
+    source = (tmp_path / "test_connector.py").read_text()
     for backend, standin, expected in (("companion", True, "BACKEND True"), ("auto", True, "BACKEND True"),
                                        ("mock", True, "BACKEND False"), ("auto", False, "BACKEND False")):
+        (tmp_path / "test_connector.py").write_text(source.replace("PORT", str(free_port())))
         path = [str(ROOT)] + ([str(STANDIN)] if standin else [])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
