@@ -636,12 +636,6 @@ def is_installed() -> bool:
     return _installed is not None
 
 
-def installed_module() -> Optional[ModuleType]:
-    """The package the companion wraps, or None."""
-    state = _installed
-    return None if state is None else state.module
-
-
 def wrapped_methods() -> List[str]:
     """``Class.method`` of every method wrapped now (the v1 manager once imported)."""
     state = _installed

@@ -59,14 +59,6 @@ def finalize():
     return _call("finalize")
 
 
-def pull_cache_v2(cache_id, key, param):
-    return _call("pull_cache_v2", cache_id, key, param)
-
-
-def transfer_cache_v2(flag, transfer_config, block_config):
-    return _call("transfer_cache_v2", flag, transfer_config, block_config)
-
-
 def native(name, *args):
     """Any other native call of the stand-in's Python layer."""
     return _call(name, *args)

@@ -19,7 +19,6 @@ class CacheDesc:
         self._data_type = data_type
         self._placement = placement
         self._batch_dim = batch_dim_index
-        self._is_blocks = False
 
     num_tensors = property(lambda self: self._num_tensors)
     shape = property(lambda self: self._shape)
