@@ -80,6 +80,8 @@ def _v2_pull_cache(self: Any, cache_key: Any, cache: Any, batch_index: Any = 0, 
 def _v2_pull_blocks(self: Any, src_cache_key: Any, dst_cache: Any, src_blocks: Any = (), dst_blocks: Any = (),
                     **kwargs: Any) -> Findings:
     if not kwargs:                         # the common call: only the block list to look at
+        if type(dst_blocks) is list and len(set(dst_blocks)) == len(dst_blocks):
+            return []                      # no block twice: PR-5 has nothing to say (the hot path)
         return rules.repeated_blocks(dst_blocks, "dst_blocks", "pull_blocks")
     return (rules.ignored_keywords(kwargs, _PULL_KEYWORDS, "pull_blocks", True)
             + rules.empty_layer_ranges(kwargs.get("src_layer_range"), kwargs.get("dst_layer_range"), "pull_blocks")

@@ -319,3 +319,14 @@ def test_every_device_rule_is_a_lint_rule_and_every_python_rule_is_classified() 
     assert set(_lint_rules.DEVICE) == set(lint.RULES)
     fires = {rule for rule, why in _lint_rules.DEVICE.items() if not why}
     assert fires <= lint.PYTHON_RULES
+
+
+def test_the_bench_row_measures_wrapped_against_unwrapped_in_the_same_run() -> None:
+    from llm_datadist_ffi import _bench_companion
+    row = _bench_companion.measure(calls=200, batches=3)
+    assert row["method"] == "CacheManager.pull_blocks" and row["blocks"] == 16
+    assert row["us_cost"] == pytest.approx(row["us_wrapped"] - row["us_unwrapped"])
+    assert 0 < row["us_unwrapped"] < row["us_wrapped"]        # the wrapper does work the method does not
+    assert row["met"] == (row["us_cost"] <= 2.0)
+    assert _bench_companion.line(row).startswith("companion: CacheManager.pull_blocks of 16 blocks costs ")
+    assert not companion.is_installed()                       # measuring installs nothing
