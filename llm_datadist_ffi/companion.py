@@ -9,9 +9,9 @@ vendor's own ``llm_datadist`` package, on an Ascend host.
     import llm_datadist                       # the vendor's, unchanged but for the wrapping
 
 ``install(module=None)`` wraps, at class level, the public methods of the vendor's
-``LLMDataDist``, its v2 ``CacheManager`` and (lazily, when the separate
-``llm_datadist_v1`` package is imported) its v1 ``KvCacheManager`` — every name of
-docs/reference/python-api.md (``WRAPPED``). A wrapped call, and only the outermost one
+``LLMDataDist``, its v2 ``CacheManager``, its ``CacheTask`` and (lazily, when the
+separate ``llm_datadist_v1`` package is imported) its v1 ``KvCacheManager`` — every name
+of docs/reference/python-api.md (``WRAPPED``). A wrapped call, and only the outermost one
 when the vendor's methods call each other, does this and nothing else:
 
 * it runs the Python-side lint rules of that method, from the one source the mock tier
@@ -242,6 +242,8 @@ _KV_CACHE_MANAGER = ("check_cache_key", "is_initialized", "allocate_cache", "all
 #: class name -> the method names the companion wraps
 WRAPPED: Dict[str, Tuple[str, ...]] = {
     "LLMDataDist": _LLM_DATADIST, "CacheManager": _CACHE_MANAGER, "KvCacheManager": _KV_CACHE_MANAGER,
+    # the task of transfer_cache_async: its per-destination statuses are traced as they come back
+    "CacheTask": ("synchronize", "get_results"),
 }
 
 _CHECKS: Dict[Tuple[str, str], Checker] = {
@@ -345,6 +347,11 @@ def _status(result: Any, vendor: _Vendor) -> Tuple[str, int, Dict[str, Any]]:
         if isinstance(result[1], (list, tuple)):
             extra["cluster_statuses"] = [getattr(r, "name", str(r)) for r in result[1]]
         return result[0].name, int(result[0]), extra
+    if isinstance(result, list) and result and all(isinstance(r, codes) for r in result):
+        # CacheTask.get_results: one status per destination; the call ends with the first failure
+        extra["results"] = [r.name for r in result]
+        failed = next((r for r in result if int(r) != 0), result[0])
+        return failed.name, int(failed), extra
     return "LLM_SUCCESS", 0, extra
 
 
@@ -608,6 +615,9 @@ def install(module: Optional[ModuleType] = None) -> ModuleType:
         cache_manager = _cache_manager_class(module, engine)
         if cache_manager is not None:
             _wrap_class(state, cache_manager, "CacheManager")
+        task = module.__dict__.get("CacheTask")
+        if isinstance(task, type):
+            _wrap_class(state, task, "CacheTask")
         _after_init_hook(state, engine)
         _v1_hooks(state)
         _installed = state

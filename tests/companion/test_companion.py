@@ -330,3 +330,20 @@ def test_the_bench_row_measures_wrapped_against_unwrapped_in_the_same_run() -> N
     assert row["met"] == (row["us_cost"] <= 2.0)
     assert _bench_companion.line(row).startswith("companion: CacheManager.pull_blocks of 16 blocks costs ")
     assert not companion.is_installed()                       # measuring installs nothing
+
+
+def test_the_statuses_of_an_async_transfer_are_traced_as_they_come_back(vendor: ModuleType, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(companion, "_TRACER", companion._Tracer(str(tmp_path)))
+    manager = _engine(vendor).cache_manager
+    cache = _blocks_cache(vendor, manager)
+    configs = [vendor.TransferConfig(1, [1, 2]), vendor.TransferConfig(3, [1, 2])]
+    task = manager.transfer_cache_async(cache, object(), configs)
+    task._statuses[1] = vendor.LLMStatusCode.LLM_TIMEOUT
+    assert task.get_results() == [vendor.LLMStatusCode.LLM_SUCCESS, vendor.LLMStatusCode.LLM_TIMEOUT]
+    assert task.synchronize() is vendor.LLMStatusCode.LLM_SUCCESS
+    events = {e["name"]: e["args"] for e in trace_tools.read_events(tmp_path) if e.get("ph") == "X"}
+    assert events["CacheTask.get_results"]["results"] == ["LLM_SUCCESS", "LLM_TIMEOUT"]
+    assert events["CacheTask.get_results"]["status"] == "LLM_TIMEOUT"
+    assert events["CacheTask.synchronize"]["status"] == "LLM_SUCCESS"
+    assert "CacheManager.transfer_cache_async" in events
