@@ -12,7 +12,7 @@
   per method (``llm_datadist_ffi.testing.trace``).
 - ``run [--quiet] SCRIPT [ARGS…]``: a script written for the vendor's ``llm_datadist``,
   unchanged, with the companion over the vendor's package where it is importable and
-  on the mock through the compat alias elsewhere (``llm_datadist_ffi._run``).
+  on the mock through the compat alias elsewhere (``llm_datadist_ffi/_tools/_run.py``).
 - ``docs PAGE``: a generated reference page (``native-api``: the native API from its
   docstrings, committed as docs/reference/native-api.md).
 
@@ -32,8 +32,9 @@ PROG = "python -m llm_datadist_ffi"
 
 
 def _info_data() -> Dict[str, Any]:
-    from . import __version__, _capi, acl
-    from ._loader import BACKEND_ENV, loaded
+    from . import __version__, acl
+    from ._core import _capi
+    from ._core._loader import BACKEND_ENV, loaded
     from .native import capabilities
 
     return {
@@ -91,21 +92,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv and argv[0] in ("errors", "demo", "bench", "docs", "trace", "run"):
             command, rest = argv[0], argv[1:]
             if command == "run":
-                from ._run import main as run_main
+                from ._tools._run import main as run_main
                 return run_main(rest)
             if command == "trace":
                 from .testing.trace import main as trace_main
                 return trace_main(rest)
             if command == "docs":
-                from ._docgen import main as docs_main
+                from ._tools._docgen import main as docs_main
                 return docs_main(rest)
             if command == "errors":
-                from ._errors_cli import main as errors_main
+                from ._tools._errors_cli import main as errors_main
                 return errors_main(rest)
             if command == "demo":
-                from ._demo import main as demo_main
+                from ._tools._demo import main as demo_main
                 return demo_main(rest)
-            from ._bench import main as bench_main
+            from ._tools._bench import main as bench_main
             return bench_main(rest)
         args = parser.parse_args(argv)
         return _info(args)

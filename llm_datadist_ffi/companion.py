@@ -15,7 +15,7 @@ of docs/reference/python-api.md (``WRAPPED``). A wrapped call, and only the oute
 when the vendor's methods call each other, does this and nothing else:
 
 * it runs the Python-side lint rules of that method, from the one source the mock tier
-  uses too (``llm_datadist_ffi._lint_rules``), on the call's arguments: each finding is
+  uses too (``llm_datadist_ffi/_core/_lint_rules.py``), on the call's arguments: each finding is
   the rule's ``LintWarning``, or with ``LLM_DATADIST_FFI_STRICT=1`` the vendor's own
   ``LLMException`` with ``LLM_PARAM_INVALID`` (the rule's code), raised before the
   vendor's method is called;
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import inspect
 import os
 import sys
@@ -46,13 +47,14 @@ import time
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Tuple, Type
 
-from . import _lint_rules as rules
+from ._core import _lint_rules as rules
 from . import lint as _lint
-from . import _trace
+from ._core import _trace
 from .data_type import ELEMENT_BITS
 from .status import info_for
 
-__all__ = ["install", "uninstall", "is_installed", "WRAPPED", "NOTE_PREFIX"]
+__all__ = ["install", "uninstall", "is_installed", "wrapped_methods", "choose", "vendor_origin", "BACKENDS", "WRAPPED",
+           "NOTE_PREFIX"]
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -641,6 +643,35 @@ def uninstall() -> None:
                 setattr(cls, name, own)
         if state.module_getattr is not None:
             state.module.__getattr__ = state.module_getattr   # type: ignore[method-assign]
+
+
+def vendor_origin() -> Optional[str]:
+    """Where the vendor's own ``llm_datadist`` package would be imported from, or None
+    (not importable, or it is this project's compat alias)."""
+    loaded = sys.modules.get("llm_datadist")
+    if loaded is not None:
+        origin: Optional[str] = getattr(loaded, "__file__", None)
+    else:
+        try:
+            spec = importlib.util.find_spec("llm_datadist")
+        except (ImportError, ValueError):
+            return None
+        origin = None if spec is None else spec.origin
+    if not origin or os.path.abspath(origin).startswith(_PACKAGE_DIR + os.sep):
+        return None
+    return origin
+
+
+#: what ``run`` and the pytest plugin's ``--lldd-backend`` choose from
+BACKENDS = ("auto", "mock", "companion")
+
+
+def choose(backend: str = "auto") -> str:
+    """``"companion"`` or ``"mock"`` for ``backend`` (``auto``: the companion where the
+    vendor's package is importable, the compat alias on the mock elsewhere)."""
+    if backend != "auto":
+        return backend
+    return "companion" if vendor_origin() is not None else "mock"
 
 
 def is_installed() -> bool:

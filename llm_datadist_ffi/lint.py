@@ -269,7 +269,7 @@ def check_option_keys(options: Iterable[str], known: Iterable[str], tag: str) ->
     Keys that resemble none of ``known`` are left alone: the vendor's libraries read
     many more options (``ge.*`` among them) than a binding can list.
     """
-    from ._lint_rules import option_keys
+    from ._core._lint_rules import option_keys
 
     for rule, text in option_keys(options, known, tag):
         lint(rule, text)

@@ -126,7 +126,7 @@ def llm_datadist_alias(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
     (``--lldd-backend=mock``, or ``auto`` without the vendor's package) it is this
     package's compat alias, no longer installed after the test unless it was before;
     with the companion it is the vendor's own package, wrapped during the test."""
-    from .._run import choose
+    from ..companion import choose
     if choose(str(request.config.getoption(BACKEND_OPTION))) == "companion":
         from .. import companion
         was_wrapped = companion.is_installed()

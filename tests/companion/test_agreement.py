@@ -18,7 +18,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llm_datadist_ffi import _lint_rules, companion, lint
+from llm_datadist_ffi import companion, lint
+from llm_datadist_ffi._core import _lint_rules
 from llm_datadist_ffi.testing.strategies import block_lists, layer_ranges
 from vendor_support import v2_options
 

@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterator, List, Tuple
 
 import pytest
 
-from llm_datadist_ffi import _lint_rules, companion, lint
+from llm_datadist_ffi import companion, lint
+from llm_datadist_ffi._core import _lint_rules
 from llm_datadist_ffi.testing import trace as trace_tools
 
 STANDIN = Path(__file__).resolve().parent / "standin"
@@ -322,7 +323,7 @@ def test_every_device_rule_is_a_lint_rule_and_every_python_rule_is_classified() 
 
 
 def test_the_bench_row_measures_wrapped_against_unwrapped_in_the_same_run() -> None:
-    from llm_datadist_ffi import _bench_companion
+    from llm_datadist_ffi._tools import _bench_companion
     row = _bench_companion.measure(calls=200, batches=3)
     assert row["method"] == "CacheManager.pull_blocks" and row["blocks"] == 16
     assert row["us_cost"] == pytest.approx(row["us_wrapped"] - row["us_unwrapped"])

@@ -1,5 +1,5 @@
 """Extension ABI, priority 4: lldd_ext_copy_cache (docs/reference/semantics.md §6.6, §8.8),
-lldd_ext_copy_blocks (§8.9) and lldd_ext_swap_blocks (§8.10), with the guard PR-24
+lldd_ext_copy_blocks (semantics.md §8.9) and lldd_ext_swap_blocks (semantics.md §8.10), with the guard PR-24
 and the lints PR-5 and PR-25 (LLM_DATADIST_FFI_STRICT=1 refuses them); swap addresses are checked against this engine's caches and the mock ACL's
 allocations where they lie in one.
 """

@@ -1,6 +1,6 @@
 """Extension ABI, priority 5: v1 links through lldd_link_clusters and
 lldd_unlink_clusters (docs/reference/semantics.md §10.5), lldd_ext_switch_role in both generations
-(§10.7) and lldd_ext_check_link_status (§10.8).
+(semantics.md §10.7) and lldd_ext_check_link_status (semantics.md §10.8).
 """
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ def expected(scen: dict[str, Any], src: list[np.ndarray], dst: list[np.ndarray])
             return S.LLM_PARAM_INVALID, out
     lengths: list[int] = []
     if form == "C2B":
-        # §8.4 as the device: full blocks, the one listed last cut to TS mod block when
+        # semantics.md §8.4 as the device: full blocks, the one listed last cut to TS mod block when
         # that is not 0; all of them inside the one source batch (PR-16, guard)
         remainder = scen["s_count"] * scen["s_stride"] % block
         lengths = [block] * (len(scen["dblk"]) - 1) + [remainder or block]

@@ -63,7 +63,7 @@ def alloc_filled(x: Any, engine: Any, n: int, shape: tuple[int, ...], seed: int,
     return cache_id, views
 
 
-# ---- server-assisted and v1: pulls by key, and what they release (§9.4, §9.5) ----------------
+# ---- server-assisted and v1: pulls by key, and what they release (semantics.md §9.4, §9.5) ----------------
 
 
 @pytest.mark.parametrize("mode", [SA, V1])
@@ -162,7 +162,7 @@ def test_a_failed_pull_releases_nothing(x: Any) -> None:
     assert x.pull(d, x.req(1, cluster=1), dst_id) == 0
 
 
-# ---- direct mode: the table copy (§9.7, PR-7, PR-19) -----------------------------------------
+# ---- direct mode: the table copy (semantics.md §9.7, PR-7, PR-19) -----------------------------------------
 
 
 def test_direct_mode_resolves_against_the_table_copy_and_releases_nothing(x: Any) -> None:
@@ -253,7 +253,7 @@ def test_a_cache_registered_after_the_link_is_not_reachable_through_it(x: Any, m
     assert "PR-32" in x.last_error()
 
 
-# ---- block pulls (§7, §8.3, §8.4) -----------------------------------------------------------
+# ---- block pulls (semantics.md §7, §8.3, §8.4) -----------------------------------------------------------
 
 
 @pytest.mark.parametrize("mode", [SA, DIRECT, V1])
@@ -469,7 +469,7 @@ def test_direct_request_limit_on_entries(x: Any) -> None:
     assert x.pull(d, x.blocks_key(1), dst_id, src_blocks=sblk, dst_blocks=sblk, n=1) == S.LLM_PARAM_INVALID
 
 
-# ---- placements in server-assisted mode (§1.3) -----------------------------------------------
+# ---- placements in server-assisted mode (semantics.md §1.3) -----------------------------------------------
 
 
 def test_server_assisted_placement_pairs(x: Any) -> None:
@@ -506,7 +506,7 @@ def test_a_device_to_host_pull_stages_through_the_device_pool(x: Any) -> None:
     assert x.allocate(d_big, 1, [1, 134217728])[0] == 0                          # the staging went back
 
 
-# ---- v1 (§6.3, §8.11, §11, PR-38) ------------------------------------------------------------
+# ---- v1 (semantics.md §6.3, §8.11, §11, PR-38) ------------------------------------------------------------
 
 
 def test_v1_offsets_move_exactly_l_bytes_and_keep_the_key(x: Any) -> None:

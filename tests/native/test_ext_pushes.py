@@ -1,8 +1,8 @@
 """Extension ABI, priority 3: lldd_ext_push_layer (one layer of push_cache,
 push_blocks or a TransferWithCacheKeyConfig; direct mode; docs/reference/semantics.md §8.0 push order,
-§8.5, §8.6, PR-4, PR-5, PR-13, PR-14, PR-15, PR-19, PR-20, PR-32) and
+semantics.md §8.5, §8.6, PR-4, PR-5, PR-13, PR-14, PR-15, PR-19, PR-20, PR-32) and
 lldd_ext_transfer_layer (one layer of a TransferConfig to raw peer addresses;
-server-assisted v2 and v1; §8.7, PR-16, PR-40).
+server-assisted v2 and v1; semantics.md §8.7, PR-16, PR-40).
 """
 from __future__ import annotations
 

@@ -72,7 +72,7 @@ class Ext:
     """Raw calls of the extension ABI. Statuses are returned, never raised."""
 
     def __init__(self) -> None:
-        from llm_datadist_ffi._loader import ffi, lldd_lib
+        from llm_datadist_ffi._core._loader import ffi, lldd_lib
         self.ffi = ffi
         self.lib = lldd_lib
         self.engines: list[Any] = []

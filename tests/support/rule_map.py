@@ -214,9 +214,9 @@ def _link(rule: Rule) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _device_table() -> Dict[str, str]:
-    """``DEVICE`` of llm_datadist_ffi/_lint_rules.py, loaded from its file (it imports
+    """``DEVICE`` of llm_datadist_ffi/_core/_lint_rules.py, loaded from its file (it imports
     nothing of the package, so no backend is needed)."""
-    path = REPO / "llm_datadist_ffi" / "_lint_rules.py"
+    path = REPO / "llm_datadist_ffi" / "_core" / "_lint_rules.py"
     spec = importlib.util.spec_from_file_location("_lint_rules_for_rule_map", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

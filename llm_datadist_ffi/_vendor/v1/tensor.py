@@ -13,8 +13,8 @@ from typing import Any, List, Optional, Tuple, Union
 
 import numpy as np
 
-from ._vendor_checks import check_int_list, check_type, none_error, type_name
-from .data_type import DataType
+from .._vendor_checks import check_int_list, check_type, none_error, type_name
+from ...data_type import DataType
 
 __all__ = ["Tensor", "TensorDesc"]
 
@@ -23,7 +23,7 @@ _STRING_KINDS = "SU"
 
 def _np_type(dtype: Any) -> Any:
     """The numpy scalar type of a ``DataType`` (the vendor's ``dtype_to_np_dtype``)."""
-    from .data_type import dtype_to_np_dtype
+    from ...data_type import dtype_to_np_dtype
 
     return dtype_to_np_dtype.get(dtype)
 
@@ -35,14 +35,14 @@ def _copy_out(address: int, out: "np.ndarray[Any, Any]") -> None:
     the ascend backend the ACL runtime copies device to host (the calling thread
     needs a current device, ``acl.set_device``).
     """
-    from ._loader import backend
+    from ..._core._loader import backend
 
     if backend == "mock":
-        from ._capi import ffi
+        from ..._core._capi import ffi
 
         out[:] = np.frombuffer(ffi.buffer(ffi.cast("char *", address), out.nbytes), dtype=np.uint8)
         return
-    from . import acl
+    from ... import acl
 
     acl.memcpy(int(out.ctypes.data), out.nbytes, address, out.nbytes, acl.ACL_MEMCPY_DEVICE_TO_HOST)
 
@@ -120,7 +120,7 @@ class Tensor:
                                    f"tensor_desc (shape {desc.shape}, dtype {desc.dtype})")
             checked = desc
         else:
-            from .data_type import np_dtype_to_dtype
+            from ...data_type import np_dtype_to_dtype
 
             if is_string:
                 dtype = DataType.DT_STRING
@@ -167,7 +167,7 @@ class Tensor:
         return self._array.copy() if copy else self._array
 
     def _read_handle(self) -> "np.ndarray[Any, Any]":
-        from .data_type import ELEMENT_BITS
+        from ...data_type import ELEMENT_BITS
 
         desc = self._desc
         if desc is None or desc.dtype.value not in ELEMENT_BITS or desc.dtype is DataType.DT_STRING:

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequen
 
 import numpy as np
 
+from .. import lint
 from . import _lint_rules as _rules
-from . import lint
 from ._blocklists import ints_to_u64, packed_u64, smallest_repeat
 from ._capi import ffi
 from ._cints import INT64, UINT64, CInt, first_outside

@@ -10,51 +10,24 @@ was chosen is said on stderr unless ``--quiet``.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import runpy
 import sys
-from typing import Optional, Sequence
+from typing import Sequence
+
+from .. import companion
+from ..companion import BACKENDS, choose
 
 PROG = "python -m llm_datadist_ffi run"
-BACKENDS = ("auto", "mock", "companion")
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def vendor_origin() -> Optional[str]:
-    """Where the vendor's own ``llm_datadist`` package would be imported from, or None
-    (not importable, or it is this project's compat alias)."""
-    loaded = sys.modules.get("llm_datadist")
-    if loaded is not None:
-        origin: Optional[str] = getattr(loaded, "__file__", None)
-    else:
-        try:
-            spec = importlib.util.find_spec("llm_datadist")
-        except (ImportError, ValueError):
-            return None
-        origin = None if spec is None else spec.origin
-    if not origin or os.path.abspath(origin).startswith(_PACKAGE_DIR + os.sep):
-        return None
-    return origin
-
-
-def choose(backend: str = "auto") -> str:
-    """``"companion"`` or ``"mock"`` for ``backend`` (``auto``: the companion where the
-    vendor's package is importable)."""
-    if backend != "auto":
-        return backend
-    return "companion" if vendor_origin() is not None else "mock"
 
 
 def install(backend: str = "auto") -> str:
     """Install what ``choose(backend)`` names; returns a sentence saying what it is."""
     chosen = choose(backend)
     if chosen == "companion":
-        from . import companion
-
         module = companion.install()
         return f"the companion over the vendor's llm_datadist ({getattr(module, '__file__', module.__name__)})"
-    from . import compat
+    from .. import compat
 
     compat.install()
     return "the mock, through the compat alias (no vendor llm_datadist package is importable)" \

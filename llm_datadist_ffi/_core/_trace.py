@@ -103,7 +103,7 @@ def describe(value: Any, name: str = "", depth: int = 0, fields: Tuple[str, ...]
 
 def _status_of(result: Any) -> Tuple[str, int, Dict[str, Any]]:
     """The status a call that returned ends with: the code it returned (link calls), else success."""
-    from .status import LLMStatusCode
+    from ..status import LLMStatusCode
 
     extra: Dict[str, Any] = {}
     code: Any = LLMStatusCode.LLM_SUCCESS
@@ -117,7 +117,7 @@ def _status_of(result: Any) -> Tuple[str, int, Dict[str, Any]]:
 
 
 def _status_of_error(exc: BaseException) -> Tuple[str, Optional[int]]:
-    from .status import LLMException, map_status
+    from ..status import LLMException, map_status
 
     if isinstance(exc, LLMException):
         code = map_status(int(exc.status_code))
@@ -183,8 +183,9 @@ class _Recorder:
     def _stop(self, exc: OSError) -> None:
         # a trace must never fail the call it records: say so once, then record nothing
         self.broken = True
-        logging.getLogger(__name__).warning("cannot write the call trace to %s (%s); tracing stops in process %d",
-                                            self.directory, exc, os.getpid())
+        # the documented logger name, which it kept when this module moved into _core/
+        logging.getLogger("llm_datadist_ffi._trace").warning(
+            "cannot write the call trace to %s (%s); tracing stops in process %d", self.directory, exc, os.getpid())
 
     def write(self, event: Dict[str, Any]) -> None:
         pid, tid = os.getpid(), event["tid"]

@@ -3,7 +3,7 @@
 ``llm_types`` holds the descriptors, keys, caches and transfer types;
 ``llm_datadist`` the ``LLMDataDist`` engine class; ``cache_manager`` the
 ``CacheManager``. Importing this package imports only ``llm_types`` (pure Python), so
-that ``from llm_datadist_ffi.v2.llm_types import CacheDesc`` does not load the native
+that ``from llm_datadist_ffi._vendor.v2.llm_types import CacheDesc`` does not load the native
 library.
 """
 from __future__ import annotations

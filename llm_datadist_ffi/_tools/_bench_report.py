@@ -34,7 +34,7 @@ def _cpu_model() -> str:
 
 
 def machine() -> Dict[str, Any]:
-    from . import __version__
+    from .. import __version__
 
     return {"cores": os.cpu_count(), "cpu_model": _cpu_model(), "kernel": f"{platform.system()} {platform.release()}",
             "python": platform.python_version(), "numpy": np.__version__, "llm_datadist_ffi": __version__}

@@ -105,7 +105,7 @@ def spawn(args: Sequence[str]) -> "subprocess.Popen[str]":
     """Start ``python -m <args>`` with this very package (the child's working directory
     is the one holding it, so a source tree or an install alike imports the same
     code), its stdin and stdout piped; it is killed on Ctrl-C."""
-    package_parent = Path(__file__).resolve().parent.parent
+    package_parent = Path(__file__).resolve().parents[2]   # this module is llm_datadist_ffi/_tools/_cli.py
     child = subprocess.Popen([sys.executable, "-m", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True, cwd=package_parent)
     with _children_lock:

@@ -121,7 +121,7 @@ def _free_port() -> int:
 def _serve(args: argparse.Namespace) -> int:
     """The peer: registers one cache per memory kind, reports its pid, cache ids and
     tensor addresses on one line, and serves until its stdin says so."""
-    from . import native
+    from .. import native
 
     with contextlib.ExitStack() as stack:
         if "library" in args.memory:
@@ -176,7 +176,7 @@ class Suite:
 
     # -- one block size --
     def block_size(self, block_bytes: int) -> None:
-        from . import native
+        from .. import native
 
         args = self.args
         blocks = max(2, args.bytes // (args.tensors * block_bytes))
@@ -199,7 +199,7 @@ class Suite:
 
     @contextlib.contextmanager
     def _in_process_peer(self, desc: Any, blocks: int, block_bytes: int) -> Iterator[Peer]:
-        from . import native
+        from .. import native
 
         port = _free_port()
         with contextlib.ExitStack() as stack:
@@ -219,7 +219,7 @@ class Suite:
     def _peer_process(self, path: str, blocks: int, block_bytes: int) -> Iterator[Peer]:
         args = self.args
         port = _free_port()
-        child = spawn(["llm_datadist_ffi._bench", "--serve", "--port", str(port), "--tensors", str(args.tensors),
+        child = spawn(["llm_datadist_ffi._tools._bench", "--serve", "--port", str(port), "--tensors", str(args.tensors),
                        "--blocks", str(blocks), "--block-bytes", str(block_bytes),
                        "--memory", ",".join(args.memory)])
         assert child.stdin is not None and child.stdout is not None
@@ -244,7 +244,7 @@ class Suite:
         """Link to the source listening on ``port``; yields the path the backend reports
         for the link. ``socket``: the mock's socket path, which the linking side chooses
         when ``LLDD_MOCK_NO_PROCESS_VM`` is set while it links."""
-        from . import mock_control, native
+        from .. import mock_control, native
 
         cluster = native.ClusterInfo(SRC_CLUSTER, 0, [native.IpInfo("127.0.0.1", 0)],
                                      [native.IpInfo("127.0.0.1", port)])
@@ -269,7 +269,7 @@ class Suite:
     # -- the rows of one peer --
     def measure(self, peer: Peer, local: Dict[str, Tensors], local_ids: Dict[str, int], blocks: int,
                 block_bytes: int) -> None:
-        from . import native
+        from .. import native
 
         args = self.args
         shapes = {"contiguous": np.arange(blocks, dtype=np.uint64),
@@ -310,7 +310,7 @@ class Suite:
               regions: Optional[RegionsMemcpy]) -> str:
         """The pull rows (one per thread count) and the push row of one shape; the path
         the transfers took."""
-        from . import native
+        from .. import native
 
         args = self.args
         path, shape = row["path"], row["shape"]
@@ -354,7 +354,7 @@ class Suite:
     def _taken(self, reported: str) -> str:
         """The path the link's last transfer took (the mock reports "shared" per transfer:
         library memory on both sides), else what the link reported."""
-        from . import mock_control
+        from .. import mock_control
 
         taken = mock_control.last_transfer_path(self.engine, SRC_CLUSTER)
         return {"same-process": "in-process", "none": reported}.get(taken, taken)
@@ -396,7 +396,7 @@ class Suite:
 
     # -- block lists --
     def block_lists(self) -> None:
-        from . import native
+        from .. import native
 
         limit = self.args.list_blocks
         desc = native.CacheDesc(LIST_TENSORS, native.DataType.DT_UINT8, [limit, LIST_BLOCK_BYTES])
@@ -428,7 +428,7 @@ class Suite:
 
     @contextlib.contextmanager
     def _in_process_list_source(self, desc: Any, blocks: int) -> Iterator[int]:
-        from . import native
+        from .. import native
 
         port = _free_port()
         with contextlib.ExitStack() as stack:
@@ -445,7 +445,8 @@ def _c_pull(engine: Any, source: Any, target: Any, blocks: "np.ndarray[Any, Any]
     """The native pull alone, through the thin tier of C names (one status check on top
     of the C call): every argument converted once, beforehand, as the Python method
     converts them, so that timing this against the method leaves the Python part."""
-    from . import _capi, native
+    from .._core import _capi
+    from .. import native
 
     src = source._to_c("src_cache_index")
     dst, keep = target._to_c("dst_cache")
@@ -483,7 +484,7 @@ def _memory_needed(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> Dict[str, Any]:
-    from . import native
+    from .. import native
 
     check_fits(_memory_needed(args), f"a bench of {args.tensors} tensors and {args.bytes} bytes per transfer at "
                f"{args.sizes[-1]} B blocks (local, source and peer copies of each memory kind)",

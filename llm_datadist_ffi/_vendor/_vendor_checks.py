@@ -30,8 +30,8 @@ from __future__ import annotations
 import socket
 from typing import Any, Final, NoReturn, Sequence, Tuple, Type, Union, cast
 
-from ._cints import INT32, INT64, UINT16, UINT32, UINT64, CInt, int_converter, plain_ints
-from .status import LLMException, LLMStatusCode, ParamInvalidError
+from .._core._cints import INT32, INT64, UINT16, UINT32, UINT64, CInt, int_converter, plain_ints
+from ..status import LLMException, LLMStatusCode, ParamInvalidError
 
 __all__ = [
     "INT32", "INT64", "UINT16", "UINT32", "UINT64", "INVALID_ID",

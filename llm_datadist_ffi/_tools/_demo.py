@@ -54,7 +54,7 @@ def _free_port() -> int:
 
 
 def _config(listen_port: int = 0) -> Any:
-    from .vendor import LLMConfig
+    from ..vendor import LLMConfig
 
     config = LLMConfig()
     config.device_id = 0
@@ -69,7 +69,7 @@ def _config(listen_port: int = 0) -> Any:
 def _register_kv(cache_manager: Any, k_caches: List[np.ndarray], v_caches: List[np.ndarray],
                  cluster_id: int) -> Any:
     """One blocks cache over every layer's K and V tensors, interleaved k0, v0, k1, v1, …"""
-    from .vendor import BlocksCacheKey, CacheDesc, DataType
+    from ..vendor import BlocksCacheKey, CacheDesc, DataType
 
     addrs = []
     for k, v in zip(k_caches, v_caches):
@@ -83,7 +83,7 @@ def _shape(args: argparse.Namespace) -> Tuple[int, int, int, int]:
 
 
 def _prompt(args: argparse.Namespace) -> int:
-    from .vendor import LLMDataDist, LLMException, LLMRole
+    from ..vendor import LLMDataDist, LLMException, LLMRole
 
     shape = _shape(args)
     k_caches = [kv_pattern(2 * layer, shape, args.seed) for layer in range(args.layers)]
@@ -129,7 +129,7 @@ def _memory_needed(args: argparse.Namespace) -> int:
 
 
 def _decoder(args: argparse.Namespace) -> int:
-    from .vendor import BlocksCacheKey, LLMClusterInfo, LLMDataDist, LLMException, LLMRole, LLMStatusCode
+    from ..vendor import BlocksCacheKey, LLMClusterInfo, LLMDataDist, LLMException, LLMRole, LLMStatusCode
 
     check_fits(_memory_needed(args), f"a demo of {args.layers} layers x {args.blocks} blocks x {args.block_size} "
                f"tokens x {args.kv_heads} heads x {args.head_dim} (two copies of the KV cache and the check)",

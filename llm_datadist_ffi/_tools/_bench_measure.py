@@ -47,7 +47,7 @@ class Tensors:
                 if kind == "user":
                     view = np.zeros((blocks, block_bytes), dtype=np.uint8)
                 else:
-                    from . import acl
+                    from .. import acl
 
                     address = acl.malloc(nbytes)
                     self._library.append(address)
@@ -67,7 +67,7 @@ class Tensors:
             view[:] = pattern(base, t, view.shape[0])[:, None]
 
     def close(self) -> None:
-        from . import acl
+        from .. import acl
 
         self.views.clear()                 # the views must not outlive the memory
         while self._library:
@@ -76,7 +76,7 @@ class Tensors:
 
 def start_library() -> Callable[[], None]:
     """Make library memory usable in this thread; returns what undoes it."""
-    from . import acl
+    from .. import acl
 
     initialized = acl.init()
     acl.set_device(0)
@@ -189,7 +189,7 @@ class RegionsMemcpy:
     plain copy between such memory costs; the contiguous memcpy floor is not."""
 
     def __init__(self, count: int, blocks: int, block_bytes: int, order: "np.ndarray[Any, Any]") -> None:
-        from . import _capi
+        from .._core import _capi
 
         self._copy = _capi.mock_function("lldd_mock_copy_blocks")
         self._src = Tensors("library", count, blocks, block_bytes)
@@ -200,7 +200,7 @@ class RegionsMemcpy:
         self._pairs = list(zip(self._dst.addresses, self._src.addresses))
 
     def __call__(self) -> None:
-        from . import _capi
+        from .._core import _capi
 
         for dst, src in self._pairs:
             status = self._copy(_capi.ffi.cast("void *", dst), _capi.ffi.cast("void *", src), self._pointer,

@@ -26,7 +26,7 @@ __all__ = ["GENERATED_NOTICE", "PAGES", "REGENERATE_COMMAND", "main", "render_na
 REGENERATE_COMMAND = "python -m llm_datadist_ffi docs native-api > docs/reference/native-api.md"
 
 GENERATED_NOTICE = (
-    "<!-- Generated from the docstrings of llm_datadist_ffi.native by llm_datadist_ffi/_docgen.py; "
+    "<!-- Generated from the docstrings of llm_datadist_ffi.native by llm_datadist_ffi/_tools/_docgen.py; "
     f"do not edit. Regenerate with: {REGENERATE_COMMAND} -->"
 )
 
@@ -156,7 +156,7 @@ def _render_class(name: str, cls: type, lines: List[str]) -> None:
 
 def render_native_api() -> str:
     """The Markdown reference of ``llm_datadist_ffi.native``, as committed."""
-    from . import native
+    from .. import native
 
     lines: List[str] = [GENERATED_NOTICE, "", "# The native API: `llm_datadist_ffi.native`", ""]
     _block(lines, _doc(native))

@@ -29,15 +29,15 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, cast
 
 import numpy as np
 
-from .. import _capi
-from .._capi import const, ffi
-from .._cints import UINT64, first_outside
-from .._marshal import (
+from .._core import _capi
+from .._core._capi import const, ffi
+from .._core._cints import UINT64, first_outside
+from .._core._marshal import (
     CData, Blocks, U64Buffer, block_pointer, blocks_converter, c_array, c_cache_desc, u64_block_array, u64_block_list,
 )
-from .._vendor_checks import check_int_elements, none_error, param_invalid, type_name
+from ._vendor_checks import check_int_elements, none_error, param_invalid, type_name
 from ..status import LLMException, LLMStatusCode, exception_for
-from .llm_types import AnyCacheKey, BlocksCacheKey, CacheKeyByIdAndIndex, CoreCacheDesc, core_key
+from .v2.llm_types import AnyCacheKey, BlocksCacheKey, CacheKeyByIdAndIndex, CoreCacheDesc, core_key
 
 __all__ = [
     "EngineState", "current", "set_current", "live", "engine_for", "check_live", "no_engine_error",

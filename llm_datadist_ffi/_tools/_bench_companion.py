@@ -13,8 +13,8 @@ import time
 from types import SimpleNamespace
 from typing import Any, Callable, Dict
 
-from . import companion
-from .status import LLMException, LLMStatusCode
+from .. import companion
+from ..status import LLMException, LLMStatusCode
 
 GOAL_US = 2.0
 BLOCKS = 16

@@ -26,10 +26,10 @@ compiler run however many processes start together), writing to a temporary name
 renaming, so that no process ever opens a half-written library. An installed package
 never compiles anything at import. A failure to load the
 chosen backend is an ImportError that says what to do; there is never a silent
-fall-back from ``ascend`` to ``mock`` (DESIGN §2.4). After loading, the library's
+fall-back from ``ascend`` to ``mock`` (docs/design.md, "Backend selection"). After loading, the library's
 ABI version must equal the headers' ``LLDD_ABI_VERSION``.
 
-Only ``llm_datadist_ffi._capi`` and ``llm_datadist_ffi.acl`` use ``lldd_lib`` and
+Only ``llm_datadist_ffi._core._capi`` and ``llm_datadist_ffi.acl`` use ``lldd_lib`` and
 ``acl_lib`` directly (docs/design.md).
 """
 from __future__ import annotations
@@ -56,7 +56,7 @@ MOCK_LIB_NAME = "libllm_datadist_mock.so"
 SHIM_LIB_NAME = "libllm_datadist_ffi_shim.so"
 ACL_LIB_NAMES = ("libacl_rt.so", "libascendcl.so")
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent   # llm_datadist_ffi/, this module is in _core/
 _LIB_DIR = _PACKAGE_DIR / "_lib"
 
 

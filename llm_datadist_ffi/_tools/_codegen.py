@@ -1,4 +1,4 @@
-"""``python -m llm_datadist_ffi._codegen [--check]``: C text written from the status table.
+"""``python -m llm_datadist_ffi._tools._codegen [--check]``: C text written from the status table.
 
 ``STATUS_TABLE`` in ``llm_datadist_ffi/status.py`` is the one hand-written list of
 status codes. Two C sources need part of it, and this module writes both, so that a
@@ -23,17 +23,17 @@ import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Sequence, Tuple
 
-from .status import STATUS_TABLE
+from ..status import STATUS_TABLE
 
 __all__ = [
     "GENERATED_FILES", "REGENERATE_COMMAND", "SHIM_BEGIN", "SHIM_END", "acl_runtime_codes", "main",
     "render_shim_source", "render_status_header", "stale_files",
 ]
 
-REGENERATE_COMMAND = "python -m llm_datadist_ffi._codegen"
+REGENERATE_COMMAND = "python -m llm_datadist_ffi._tools._codegen"
 
 #: The lines that enclose the generated part of the shim; everything else there is hand-written.
-SHIM_BEGIN = f"// BEGIN GENERATED from the status table by llm_datadist_ffi/_codegen.py ({REGENERATE_COMMAND})"
+SHIM_BEGIN = f"// BEGIN GENERATED from the status table by llm_datadist_ffi/_tools/_codegen.py ({REGENERATE_COMMAND})"
 SHIM_END = "// END GENERATED"
 
 _STATUS_HEADER = Path("include") / "lldd" / "status.h"
@@ -56,7 +56,7 @@ def render_status_header() -> str:
         "/* LLM-DataDist status values, identical to the vendor's (docs/reference/status-codes.md §2).\n"
         " *\n"
         " * Generated from STATUS_TABLE in llm_datadist_ffi/status.py by\n"
-        f" * llm_datadist_ffi/_codegen.py; do not edit. Regenerate with: {REGENERATE_COMMAND}\n"
+        f" * llm_datadist_ffi/_tools/_codegen.py; do not edit. Regenerate with: {REGENERATE_COMMAND}\n"
         " *\n"
         " * Directive-free declaration fragment: read verbatim by cffi's cdef and included\n"
         " * by include/llm_datadist_ffi.h for C and C++ compilers.\n"
@@ -135,7 +135,7 @@ def main(argv: Sequence[str]) -> int:
                     "shim's status names) in a source checkout.")
     parser.add_argument("--check", action="store_true",
                         help="change nothing; exit 1 and name each file that is out of date")
-    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1],
+    parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[2],
                         help="the source checkout (default: the one this package is imported from)")
     args = parser.parse_args(list(argv))
     root: Path = args.root

@@ -18,7 +18,7 @@ import sys
 import textwrap
 from typing import Iterable, Sequence
 
-from .status import (
+from ..status import (
     EXCEPTION_CLASSES,
     LLM_CODE_BASE,
     STATUS_TABLE,

@@ -9,9 +9,9 @@ and ``kv_cache_manager`` (v1) alike.
 Besides the vendor's names the module holds what the engine-facing layer needs to
 hand these objects to the core:
 
-* ``core_cache_desc`` — what reaches the core for allocate/register (§6);
-* ``core_key``/``CoreKey`` — the uniform record a key becomes in the core (§7.4);
-* ``check_cache_key`` — the validity rule for pulls (§7.5), static on both managers.
+* ``core_cache_desc`` — what reaches the core for allocate/register (python-api.md §6);
+* ``core_key``/``CoreKey`` — the uniform record a key becomes in the core (python-api.md §7.4);
+* ``check_cache_key`` — the validity rule for pulls (python-api.md §7.5), static on both managers.
 
 ``CacheTask`` wraps the background thread of ``transfer_cache_async`` (the managers
 build it).
@@ -24,15 +24,15 @@ from enum import Enum, IntEnum
 from typing import TYPE_CHECKING, Any, Dict, List, NamedTuple, Optional, Sequence, Tuple, Union, cast
 
 from .._options import Checked, int_in
-from .._trace import traced
+from ..._core._trace import traced
 from .._vendor_checks import (
     INT32, INT64, INVALID_ID, UINT32, UINT64, check_int, check_int_list, check_type, none_error, param_invalid,
     raise_param_invalid, type_name,
 )
 from .._vendor_checks import check_layer_range as _check_layer_range
-from .._lint_rules import cache_key_problem
-from ..data_type import ELEMENT_BITS, DataType
-from ..status import LLMException, LLMStatusCode
+from ..._core._lint_rules import cache_key_problem
+from ...data_type import ELEMENT_BITS, DataType
+from ...status import LLMException, LLMStatusCode
 
 if TYPE_CHECKING:  # numpy is imported only when host memory is allocated
     import numpy as np
@@ -783,7 +783,7 @@ def check_layer_range(name: str, layer_range: Optional[range], allow_none: bool 
 
 
 def _check_layer_range_value(name: str, value: Optional[range]) -> Optional[range]:
-    """Raises ``TypeError`` (not a range) or ``LLMException`` (§9.1); ``None`` passes."""
+    """Raises ``TypeError`` (not a range) or ``LLMException`` (python-api.md §9.1); ``None`` passes."""
     _check_layer_range(value, name)
     return value
 

@@ -1,6 +1,6 @@
 """The cdef text of the C ABI, read from the header fragments under ``include/``.
 
-The fragments are the single source of the declarations (DESIGN §2.1, docs/design.md):
+The fragments are the single source of the declarations (docs/design.md, "The C ABI"):
 the C compiler reads them through the umbrella headers, cffi reads them here, in
 this fixed order. Nothing is declared again in Python.
 
@@ -15,7 +15,7 @@ from pathlib import Path
 LLDD_FRAGMENTS = ("lldd/status.h", "lldd/types.h", "lldd/api.h", "lldd/ext.h", "lldd/mock.h")
 ACL_FRAGMENTS = ("acl/types.h", "acl/api.h")
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent.parent   # llm_datadist_ffi/, this module is in _core/
 
 
 def include_dir() -> Path:

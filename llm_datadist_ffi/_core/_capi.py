@@ -15,9 +15,9 @@ import logging
 import threading
 from typing import Any
 
-from . import lint
+from .. import lint
 from ._loader import const, ffi, lldd_lib
-from .status import LLMException, LLMStatusCode, exception_for, map_status
+from ..status import LLMException, LLMStatusCode, exception_for, map_status
 
 CData = Any
 
@@ -35,7 +35,7 @@ def last_error() -> str:
     return str(ffi.string(lldd_lib.lldd_last_error()).decode("utf-8", "replace"))
 
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("llm_datadist_ffi._capi")   # the name it had before the module moved into _core/
 
 # statuses that mean the peer or the link is gone or slow: logged as they are raised
 _PEER_TROUBLE = frozenset(int(code) for code in (
@@ -264,7 +264,7 @@ def mock_function(name: str) -> Any:
 #
 # What only the vendor's Python layer has: cache keys, allocation with keys, the v1
 # generation, per-layer pushes, swaps, rank-table links. The vendor-compatible API
-# (llm_datadist_ffi.v2) is their only caller. A backend without the capability (the
+# (llm_datadist_ffi._vendor.v2) is their only caller. A backend without the capability (the
 # ascend shim over the public C++ class) answers LLM_FEATURE_NOT_ENABLED itself; a
 # library whose cdef does not declare them yet gets the same code from here.
 

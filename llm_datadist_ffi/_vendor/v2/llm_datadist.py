@@ -41,18 +41,20 @@ import warnings
 import weakref
 from typing import Any, ClassVar, Dict, List, Optional, Tuple, Union
 
-from .. import _capi, lint
-from .. import _lint_rules as _rules
-from .._trace import traced
-from .._marshal import ClusterEntry, Endpoint, c_array, c_clusters, c_options
+from ..._core import _capi
+from ... import lint
+from ..._core import _lint_rules as _rules
+from ..._core._trace import traced
+from ..._core._marshal import ClusterEntry, Endpoint, c_array, c_clusters, c_options
 from .._vendor_checks import (
     INT32, UINT32, UINT64, check_int, check_type, int_to_ip, ip_to_int, none_error, raise_param_invalid,
     type_name,
 )
 from ..configs import ROLE_OPTION_TEXT, LLMClusterInfo, LLMRole
-from ..status import LLMException, LLMStatusCode, exception_for, map_status
-from . import _native
-from .cache_manager import CacheManager, KvCacheManager
+from ...status import LLMException, LLMStatusCode, exception_for, map_status
+from .. import _native
+from ..v1.cache_manager import KvCacheManager
+from .cache_manager import CacheManager
 from .llm_types import RegisterMemStatus
 
 __all__ = ["LLMDataDist"]
@@ -65,7 +67,7 @@ _MAX_SYNC_WAIT_MS = 2**31 - 1
 
 #: The option keys the vendor's package and its core read at ``init`` (lint OPT-1 names
 #: the closest one for a misspelt key; other keys pass unchanged, as the vendor's do).
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("llm_datadist_ffi.v2.llm_datadist")   # the documented logger name (before vendor/)
 
 #: the option keys OPT-1 compares against (the one list, shared with the companion)
 VENDOR_OPTION_NAMES = _rules.VENDOR_OPTION_NAMES
@@ -150,7 +152,7 @@ def _check_sync_wait_time(options: Dict[str, Any]) -> None:
 
 def _check_v1_options(options: Dict[str, Any], role: LLMRole) -> None:
     """The vendor's v1 checks on ``ge.exec.deviceId`` and ``llm.listenIpInfo``, kept
-    without the cluster-info file they feed in the vendor (project rule, §10.2)."""
+    without the cluster-info file they feed in the vendor (project rule, python-api.md §10.2)."""
     if "ge.exec.deviceId" not in options:
         raise_param_invalid("option ge.exec.deviceId is required when llm.EnableCacheManager is not \"1\" "
                             "(the KvCacheManager generation)")
