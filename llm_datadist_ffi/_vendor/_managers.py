@@ -17,6 +17,7 @@ from .._core import _buffers, _capi, _trace
 from .. import lint
 from .._core import _lint_rules as _rules
 from .._core._cints import first_outside
+from .._core._capi import const
 from .._core._marshal import Blocks, block_pointer, c_array, lint_repeated_blocks
 from ._vendor_checks import (
     UINT32, UINT64, check_int, check_int_items, check_int_list, check_type, raise_param_invalid, type_name,
@@ -25,6 +26,7 @@ from ..status import LLMException, LLMStatusCode
 from . import _native
 from .v2.llm_types import (
     CacheDesc, CacheKey, CacheTask, LayerSynchronizer, Placement, TransferConfig, TransferWithCacheKeyConfig,
+    core_cache_desc,
 )
 
 _FAILED = LLMStatusCode.LLM_FAILED
@@ -355,6 +357,31 @@ def _ext_pull(tag: str, key: Any, cache: Any, batch_index: int, size: int, block
                         src.count, dst.pointer, dst.count, src_t, len(src_tensors), dst_t, len(dst_tensors),
                         offsets[0], offsets[1], n, tag)
     del src, dst
+
+
+def _allocate_core(tag: str, cache_desc: CacheDesc, keys: Sequence[Any],
+                   blocks: bool) -> Tuple[_native.EngineState, int, List[int]]:
+    """The core's allocation for both managers' ``allocate_cache`` and
+    ``allocate_blocks_cache``, after their own checks: the live engine, the new
+    cache's id and its tensor addresses."""
+    desc, keep = _native.c_core_desc(core_cache_desc(cache_desc, blocks))
+    key_array, num_keys = _native.c_keys(keys)
+    engine, handle = _native.live(tag, _FAILED)
+    kind = const("LLDD_CACHE_KIND_BLOCKS" if blocks else "LLDD_CACHE_KIND_CACHE")
+    cache_id, addrs = _capi.lldd_ext_allocate_cache(handle, desc, kind, key_array, num_keys,
+                                                    int(cache_desc.num_tensors), tag)
+    del keep
+    return engine, cache_id, addrs
+
+
+def _copy_cache(dst: Any, src: Any, dst_batch_index: int, src_batch_index: int, offset: int, size: int,
+                tag: str) -> None:
+    """The end of both managers' ``copy_cache``, after their own checks: both caches
+    still live, then the core's copy."""
+    _native.check_live(dst, "dst", tag)
+    _native.check_live(src, "src", tag)
+    _capi.lldd_ext_copy_cache(_native.engine_for(tag), int(dst.cache_id), int(src.cache_id), dst_batch_index,
+                              src_batch_index, offset, size, tag)
 
 
 def _copy_pairs(cache: Any, copy_block_info: Dict[int, List[int]], tag: str) -> None:

@@ -2,7 +2,8 @@
 
 A citation names its document: ``docs/semantics.md §5``, ``semantics.md §8.3``,
 ``cpp-api §6.10``, ``python-api.md §11.2, §12`` (a list or a range after one document
-name belongs to it), or in Markdown a link ``[§7.4](reference/semantics.md#74-…)``.
+name belongs to it), or in Markdown a link to the section of semantics.md §7.4 written as
+``[section 7.4](reference/semantics.md#74-…)`` with the sign in the link text.
 A ``§`` that follows no document name is *bare*: two documents number their sections
 alike (docs/semantics.md and docs/reference/semantics.md), so a bare one is ambiguous.
 
@@ -168,7 +169,7 @@ def citations(path: str, source: str) -> Iterator[Citation]:
             named.update(range(match.start(), match.end()))
             for more in _MORE.finditer(match.group(3) or ""):
                 found.append((match.start(3) + more.start(), document, more.group(1)))
-        for match in LINKED.finditer(text):
+        for match in (LINKED.finditer(text) if path.endswith(".md") else ()):
             found.append((match.start(), link_path(match.group(2), path), match.group(1)))
             named.update(range(match.start(), match.end()))
         for position, character in enumerate(text):

@@ -1,4 +1,4 @@
-"""Support for the extension-ABI tests (tests/native/test_ext_*.py): raw cffi calls of
+"""Support for the extension-ABI tests (tests/vendor/test_ext_*.py): raw cffi calls of
 include/lldd/ext.h, so that the tests reach the mock's own checks (the Python layer
 over these functions belongs to the vendor-compatible API and has its own tests).
 

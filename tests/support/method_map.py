@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 from typing import Dict, Iterator, List, Sequence, Set, Tuple
 
+import rule_map
+
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
 PAGE = REPO / "docs" / "method-map.md"
@@ -166,11 +168,7 @@ def render(tests: Path = TESTS, repo: Path = REPO) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    if argv:
-        print(f"usage: {REGENERATE_COMMAND}", file=sys.stderr)
-        return 2
-    sys.stdout.write(render())
-    return 0
+    return rule_map.print_page(argv, render, REGENERATE_COMMAND)
 
 
 if __name__ == "__main__":

@@ -16,20 +16,19 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Un
 import numpy as np
 
 from ..._core import _capi
-from ..._core._capi import const
 from ..._core._trace import traced
 from ...status import LLMException, LLMStatusCode, exception_for
 from .. import _native
 from .._managers import (
-    _DEFAULT_TENSOR_NUM, _FAILED, _OFFSET_KEYWORDS, _PULL_KEYWORDS, _check_batch_dim, _check_copy_size,
-    _check_key_list, _check_keywords, _check_swap, _copy_pairs, _ext_pull, _int_keyed_dict, _lint_placeholder_key,
-    _pull_ranges, _swap, _tensor_num, _transfer_cache_async,
+    _DEFAULT_TENSOR_NUM, _allocate_core, _OFFSET_KEYWORDS, _PULL_KEYWORDS, _check_batch_dim, _check_copy_size,
+    _check_key_list, _check_keywords, _check_swap, _copy_cache, _copy_pairs, _ext_pull, _int_keyed_dict,
+    _lint_placeholder_key, _pull_ranges, _swap, _tensor_num, _transfer_cache_async,
 )
 from .._vendor_checks import INT32, INT64, UINT32, UINT64, check_int, check_type, none_error, raise_param_invalid
 from ..configs import LLMRole
 from ..v2.llm_types import (
     BlocksCacheKey, CacheDesc, CacheKey, CacheKeyByIdAndIndex, CacheTask, KvCache, LayerSynchronizer, Placement,
-    TransferConfig, check_cache_key, core_cache_desc,
+    TransferConfig, check_cache_key,
 )
 
 if TYPE_CHECKING:  # the v1 tensor types are lazy names of the vendor module (docs/reference/python-api.md §1.2)
@@ -91,13 +90,7 @@ class KvCacheManager:
 
     def _allocate(self, tag: str, cache_desc: CacheDesc, keys: Sequence[Any], blocks: bool) -> KvCache:
         _check_batch_dim(cache_desc, "cache_desc", tag)
-        desc, keep = _native.c_core_desc(core_cache_desc(cache_desc, blocks))
-        key_array, num_keys = _native.c_keys(keys)
-        engine, handle = _native.live(tag, _FAILED)
-        kind = const("LLDD_CACHE_KIND_BLOCKS" if blocks else "LLDD_CACHE_KIND_CACHE")
-        cache_id, addrs = _capi.lldd_ext_allocate_cache(handle, desc, kind, key_array, num_keys,
-                                                        int(cache_desc.num_tensors), tag)
-        del keep
+        engine, cache_id, addrs = _allocate_core(tag, cache_desc, keys, blocks)
         return self._new_cache(engine, cache_id, cache_desc, addrs)
 
     def allocate_cache(self, cache_desc: CacheDesc,
@@ -298,10 +291,7 @@ class KvCacheManager:
         check_int(size, "size", INT64)
         _check_copy_size(size, tag)
         check_type(req_id, int, "req_id")
-        _native.check_live(dst, "dst", tag)
-        _native.check_live(src, "src", tag)
-        _capi.lldd_ext_copy_cache(_native.engine_for(tag), int(dst.cache_id), int(src.cache_id), dst_batch_index,
-                                  src_batch_index, offset, size, tag)
+        _copy_cache(dst, src, dst_batch_index, src_batch_index, offset, size, tag)
 
     def copy_blocks(self, cache: KvCache, copy_block_info: Dict[int, List[int]]) -> None:
         """Within one device cache, copy block ``s`` to every block of

@@ -49,9 +49,9 @@ from ...status import LLMStatusCode
 from .. import _native
 from .._managers import (
     _report,
-    _DEFAULT_TENSOR_NUM, _FAILED, _PULL_KEYWORDS, BlockList, _check_batch_dim, _check_copy_size, _check_key_list,
-    _check_keywords, _check_swap, _copy_pairs, _ext_pull, _int_keyed_dict, _lint_placeholder_key, _memory_objects,
-    _pull_ranges, _swap, _tensor_num, _transfer_cache_async,
+    _DEFAULT_TENSOR_NUM, _FAILED, _PULL_KEYWORDS, BlockList, _allocate_core, _check_batch_dim, _check_copy_size,
+    _check_key_list, _check_keywords, _check_swap, _copy_cache, _copy_pairs, _ext_pull, _int_keyed_dict,
+    _lint_placeholder_key, _memory_objects, _pull_ranges, _swap, _tensor_num, _transfer_cache_async,
 )
 from .llm_types import (
     BlocksCacheKey, Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex, CacheTask, LayerSynchronizer,
@@ -445,13 +445,7 @@ class CacheManager:
         _check_batch_dim(cache_desc, "cache_desc", tag)
 
     def _allocate(self, tag: str, cache_desc: CacheDesc, keys: Sequence[Any], blocks: bool) -> Cache:
-        desc, keep = _native.c_core_desc(core_cache_desc(cache_desc, blocks))
-        key_array, num_keys = _native.c_keys(keys)
-        engine, handle = _native.live(tag, _FAILED)
-        kind = const("LLDD_CACHE_KIND_BLOCKS" if blocks else "LLDD_CACHE_KIND_CACHE")
-        cache_id, addrs = _capi.lldd_ext_allocate_cache(handle, desc, kind, key_array, num_keys,
-                                                        int(cache_desc.num_tensors), tag)
-        del keep
+        engine, cache_id, addrs = _allocate_core(tag, cache_desc, keys, blocks)
         return self._new_cache(engine, cache_id, cache_desc, addrs, False, blocks)
 
     def allocate_cache(self, cache_desc: CacheDesc,
@@ -575,10 +569,7 @@ class CacheManager:
         _check_copy_size(size, tag)
         if req_id is not None:
             check_int(req_id, "req_id", UINT64)
-        _native.check_live(dst, "dst", tag)
-        _native.check_live(src, "src", tag)
-        _capi.lldd_ext_copy_cache(_native.engine_for(tag), int(dst.cache_id), int(src.cache_id), dst_batch_index,
-                                  src_batch_index, offset, size, tag)
+        _copy_cache(dst, src, dst_batch_index, src_batch_index, offset, size, tag)
 
     def copy_blocks(self, cache: Cache, copy_block_info: Dict[int, List[int]]) -> None:
         """Within one blocks cache, copy block ``s`` to every block of
