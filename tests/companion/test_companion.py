@@ -348,3 +348,29 @@ def test_the_statuses_of_an_async_transfer_are_traced_as_they_come_back(vendor: 
     assert events["CacheTask.get_results"]["status"] == "LLM_TIMEOUT"
     assert events["CacheTask.synchronize"]["status"] == "LLM_SUCCESS"
     assert "CacheManager.transfer_cache_async" in events
+
+
+def test_install_from_many_threads_wraps_once(vendor: ModuleType) -> None:
+    import threading
+    companion.uninstall()
+    methods = vendor.v2.cache_manager.CacheManager.__dict__["pull_blocks"]
+    barrier = threading.Barrier(8)
+
+    def install() -> None:
+        barrier.wait()
+        companion.install()
+
+    threads = [threading.Thread(target=install) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wrapped = companion.wrapped_methods()
+    assert len(wrapped) == len(set(wrapped))
+    assert vendor.v2.cache_manager.CacheManager.__dict__["pull_blocks"].__wrapped__ is methods
+    manager = _engine(vendor).cache_manager
+    cache = _blocks_cache(vendor, manager)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        manager.pull_blocks(vendor.BlocksCacheKey(1, 0), cache, [0, 1], [2, 2])
+    assert [w.message.rule for w in caught] == ["PR-5"]       # type: ignore[union-attr]
