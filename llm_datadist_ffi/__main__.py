@@ -11,6 +11,9 @@
 - ``trace merge DIR [-o FILE]``, ``trace summary DIR``: the call traces written with
   ``LLM_DATADIST_FFI_TRACE=DIR`` as one Chrome trace, or calls, bytes, rate and errors
   per method (``llm_datadist_ffi.testing.trace``).
+- ``run [--quiet] SCRIPT [ARGS…]``: a script written for the vendor's ``llm_datadist``,
+  unchanged, with the companion over the vendor's package where it is importable and
+  on the mock through the compat alias elsewhere (``llm_datadist_ffi/_tools/_run.py``).
 - ``docs [PAGE]``: the documents the package carries (the user guide, the semantics
   decisions, the error codes, the testing guides) and the generated native API
   reference; without PAGE, the list.
@@ -89,9 +92,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("bench", help="throughput against memcpy (see `bench --help`)", add_help=False)
     sub.add_parser("docs", help="list or print the package's documents (see `docs --help`)", add_help=False)
     sub.add_parser("trace", help="merge or summarise call traces (see `trace --help`)", add_help=False)
+    sub.add_parser("run", help="run a script written for the vendor's llm_datadist with the checks (see `run --help`)",
+                   add_help=False)
     try:
-        if argv and argv[0] in ("errors", "demo", "bench", "docs", "trace"):
+        if argv and argv[0] in ("errors", "demo", "bench", "docs", "trace", "run"):
             command, rest = argv[0], argv[1:]
+            if command == "run":
+                from ._tools._run import main as run_main
+                return run_main(rest)
             if command == "trace":
                 from .testing.trace import main as trace_main
                 return trace_main(rest)

@@ -23,7 +23,6 @@ which the checked-call path reads after every call (:func:`take_engine_lints`).
 """
 from __future__ import annotations
 
-import difflib
 import logging
 import os
 import sys
@@ -308,14 +307,7 @@ def check_option_keys(options: Iterable[str], known: Iterable[str], tag: str) ->
     Keys that resemble none of ``known`` are left alone: the vendor's libraries read
     many more options (``ge.*`` among them) than a binding can list.
     """
-    names = sorted(set(known))
-    folded = {name.lower(): name for name in names}
-    for key in options:
-        if key in folded.values():
-            continue
-        match = folded.get(key.lower())
-        if match is None:
-            close = difflib.get_close_matches(key, names, n=1, cutoff=0.85)
-            match = close[0] if close else None
-        if match is not None:
-            lint("OPT-1", f"[{tag}] option key {key!r} is not read (did you mean {match!r}?)")
+    from ._core._lint_rules import option_keys
+
+    for rule, text in option_keys(options, known, tag):
+        lint(rule, text)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequen
 import numpy as np
 
 from .. import lint
+from . import _lint_rules as _rules
 from ._blocklists import ints_to_u64, packed_u64, smallest_repeat
 from ._capi import ffi
 from ._cints import INT64, UINT64, CInt, first_outside
@@ -195,7 +196,6 @@ def u64_block_list(values: Sequence[Any], name: str, refuse: BlockError) -> U64B
 def lint_repeated_blocks(blocks: U64Buffer, name: str, tag: str) -> None:
     """PR-5 (lint): a destination block listed twice; the last write wins on the device.
     ``blocks`` is a converted block list (the third member of ``Blocks``)."""
-    repeated = smallest_repeat(blocks)
-    if repeated is not None:
-        lint.lint("PR-5", f"[{tag}] {name} contains block {repeated} more than once")
+    for rule, text in _rules.repeated_blocks(blocks, name, tag, find=smallest_repeat):
+        lint.lint(rule, text)
 

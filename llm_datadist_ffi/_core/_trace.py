@@ -43,7 +43,7 @@ _Class = TypeVar("_Class", bound=type)
 
 # Attributes of argument objects that say what a call addressed. Anything else (tensor
 # addresses, memory objects, buffers) stays out of the trace.
-_FIELDS = (
+FIELDS = (
     "cluster_id", "remote_cluster_id", "dst_cluster_id", "cache_id", "batch_index", "src_batch_index",
     "req_id", "prefix_id", "model_id", "num_tensors", "shape", "data_type", "placement", "is_blocks_cache",
     "src_layer_range", "dst_layer_range", "tensor_num_per_layer", "cache_key", "cache_desc", "size",
@@ -52,12 +52,12 @@ _LIST_ITEMS = 16
 _SECRET = re.compile(r"secret|password|token", re.IGNORECASE)
 
 
-def describe(value: Any, name: str = "", depth: int = 0) -> Any:
+def describe(value: Any, name: str = "", depth: int = 0, fields: Tuple[str, ...] = FIELDS) -> Any:
     """The JSON shape of one argument: numbers and ids as they are, sequences of numbers
     (block lists, addresses) as their count (a shape and an inclusive layer pair as they
     are), ranges as [start, stop), option maps as they are but for secrets, objects as
-    their type and the fields of ``_FIELDS`` they have. Nothing named like an address
-    gets in."""
+    their type and the ``fields`` they have (``FIELDS`` unless told). Nothing named like
+    an address gets in."""
     if "addr" in name or "buffer" in name:
         return {"count": len(value)} if isinstance(value, (list, tuple)) else "(address)"
     if value is None or isinstance(value, (bool, float)):
@@ -87,17 +87,17 @@ def describe(value: Any, name: str = "", depth: int = 0) -> Any:
             return {"count": len(value)}
         if depth >= 2:
             return {"count": len(value)}
-        return [describe(item, name, depth + 1) for item in value[:_LIST_ITEMS]] + (
+        return [describe(item, name, depth + 1, fields) for item in value[:_LIST_ITEMS]] + (
             [{"more": len(value) - _LIST_ITEMS}] if len(value) > _LIST_ITEMS else [])
     out: Dict[str, Any] = {"type": type(value).__name__}
     if depth < 3:
-        for field in _FIELDS:
+        for field in fields:
             try:
                 member = getattr(value, field)
             except Exception:  # noqa: BLE001 - a property that cannot answer is left out
                 continue
             if not callable(member):
-                out[field] = describe(member, field, depth + 1)
+                out[field] = describe(member, field, depth + 1, fields)
     return out
 
 
@@ -128,7 +128,7 @@ def _status_of_error(exc: BaseException) -> Tuple[str, Optional[int]]:
 class _Recorder:
     """This process's trace file: opened at the first event, written a line per event."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, count_bytes: bool = True) -> None:
         self.directory = directory
         # reentrant: a finalizer (a cache's __del__) that the garbage collector runs while
         # this thread writes may make a traced call of its own
@@ -138,7 +138,8 @@ class _Recorder:
         self.threads: set[int] = set()
         self.local = threading.local()
         self._bytes: Optional[Callable[[], int]] = None
-        self._bytes_known = False
+        # without count_bytes (the companion, on a device) no backend is asked for bytes
+        self._bytes_known = not count_bytes
         self.broken = False                    # writing failed once: the trace stops there
 
     def depth(self) -> int:
@@ -319,4 +320,4 @@ def span(name: str, **shape: Any) -> "contextlib.AbstractContextManager[Any]":
     return _event(name, {key: describe(value, key) for key, value in shape.items()})
 
 
-__all__: List[str] = ["TRACE_ENV", "DIRECTORY", "describe", "traced", "span"]
+__all__: List[str] = ["TRACE_ENV", "DIRECTORY", "FIELDS", "describe", "traced", "span"]

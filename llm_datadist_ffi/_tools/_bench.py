@@ -662,7 +662,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.plot:
             _bench_report.require_matplotlib()
         report = _run(args)
-        print(json.dumps(report, indent=2) if args.json else _bench_report.text(report))
+        from . import _bench_companion
+        report["companion"] = _bench_companion.measure()
+        print(json.dumps(report, indent=2) if args.json else
+              _bench_report.text(report) + "\n" + _bench_companion.line(report["companion"]))
         if args.plot:
             _bench_report.plot(report, args.plot)
         return 0

@@ -15,6 +15,7 @@ import numpy as np
 
 from .._core import _buffers, _capi, _trace
 from .. import lint
+from .._core import _lint_rules as _rules
 from .._core._cints import first_outside
 from .._core._capi import const
 from .._core._marshal import Blocks, block_pointer, c_array, lint_repeated_blocks
@@ -25,7 +26,7 @@ from ..status import LLMException, LLMStatusCode
 from . import _native
 from .v2.llm_types import (
     CacheDesc, CacheKey, CacheTask, LayerSynchronizer, Placement, TransferConfig, TransferWithCacheKeyConfig,
-    check_cache_key, core_cache_desc,
+    core_cache_desc,
 )
 
 _FAILED = LLMStatusCode.LLM_FAILED
@@ -43,15 +44,13 @@ BlockList = Union[Tuple[int, ...], List[int], "np.ndarray[Any, Any]"]
 def _check_keywords(kwargs: Dict[str, Any], allowed: Sequence[str], tag: str, v2: bool) -> None:
     """PR-8 (lint): a keyword argument the call does not read is ignored, as the vendor
     ignores it."""
-    for word in kwargs:
-        if word in allowed:
-            continue
-        if v2 and word in _OFFSET_KEYWORDS:
-            lint.lint("PR-8", f"[{tag}] {word} is ignored in CacheManager mode (only the v1 "
-                              "kv_cache_manager.pull_cache reads offsets)")
-        else:
-            lint.lint("PR-8", f"[{tag}] keyword argument {word!r} is ignored; {tag} reads only "
-                              f"{', '.join(allowed)}")
+    _report(_rules.ignored_keywords(kwargs, allowed, tag, v2))
+
+
+def _report(findings: List[_rules.Finding]) -> None:
+    """Each finding of the shared rules (llm_datadist_ffi/_core/_lint_rules.py) as its lint."""
+    for rule, text in findings:
+        lint.lint(rule, text)
 
 
 def _tensor_num(value: Any, tag: str) -> int:
@@ -82,7 +81,7 @@ def _pull_ranges(src: Any, dst: Any, n: int, tag: str) -> Tuple[Optional[range],
     checked = []
     for name, layers in (("src_layer_range", src), ("dst_layer_range", dst)):
         if layers is not None and len(layers) == 0:
-            lint.lint("PR-2", f"[{tag}] {name} {layers!r} is empty")
+            _report(_rules.empty_layer_range(layers, name, tag))
             layers = None
         if layers is not None:
             if layers[0] < 0:
@@ -127,18 +126,14 @@ def _memory_objects(addrs: Any, cache_desc: Any, tag: str) -> Tuple[Any, List[An
 def _check_batch_dim(cache_desc: CacheDesc, name: str, tag: str) -> None:
     """PR-18 (lint): the core always uses ``shape[0]`` as the batch or block count,
     whatever ``batch_dim_index`` says; only ``swap_blocks`` reads it."""
-    if cache_desc.batch_dim != 0:
-        lint.lint("PR-18", f"[{tag}] {name}.batch_dim_index is {cache_desc.batch_dim}")
+    _report(_rules.batch_dim(cache_desc, name, tag))
 
 
 def _lint_placeholder_key(cache_key: CacheKey, tag: str) -> None:
     """PR-41 (lint): ``remove_cache_key`` with neither or both of ``req_id`` and
     ``prefix_id`` valid acts as the vendor's core does (the blocks key of the model,
     or the prefix key)."""
-    try:
-        check_cache_key(cache_key)
-    except LLMException as exc:
-        lint.lint("PR-41", f"[{tag}] {exc}")
+    _report(_rules.placeholder_key(cache_key, tag))
 
 
 def _check_key_list(keys: Any, name: str) -> None:
@@ -196,12 +191,7 @@ def _check_swap(src_cache: Any, dst_cache: Any, src_to_dst: Any, tag: str) -> Tu
                             f"{src_desc.placement} -> {dst_desc.placement}")
     _check_batch_dim(src_desc, "src_cache.cache_desc", tag)
     _check_batch_dim(dst_desc, "dst_cache.cache_desc", tag)
-    if not src_to_dst:
-        lint.lint("PR-25", f"[{tag}] src_to_dst is empty")
-    values = list(src_to_dst.values())
-    if len(set(values)) != len(values):
-        repeated = min(v for v in values if values.count(v) > 1)
-        lint.lint("PR-5", f"[{tag}] src_to_dst maps several blocks to destination block {repeated}")
+    _report(_rules.mapping_findings(src_to_dst, tag))
     return src_block, [(int(k), int(v)) for k, v in src_to_dst.items()], swap_in
 
 
@@ -399,14 +389,7 @@ def _copy_cache(dst: Any, src: Any, dst_batch_index: int, src_batch_index: int, 
 
 def _copy_pairs(cache: Any, copy_block_info: Dict[int, List[int]], tag: str) -> None:
     pairs = [(int(src), int(dst)) for src, dsts in copy_block_info.items() for dst in dsts]
-    if not pairs:
-        lint.lint("PR-25", f"[{tag}] copy_block_info expands to no block pair")
-    seen: Dict[int, int] = {}
-    for _, dst in pairs:
-        seen[dst] = seen.get(dst, 0) + 1
-    repeated = sorted(dst for dst, count in seen.items() if count > 1)
-    if repeated:
-        lint.lint("PR-5", f"[{tag}] copy_block_info names destination block {repeated[0]} more than once")
+    _report(_rules.copy_pairs_findings(copy_block_info, tag))
     _native.check_live(cache, "cache", tag)
     pair_ptr, _, keep = _pairs_array(pairs, "copy_block_info")
     _capi.lldd_ext_copy_blocks(_native.engine_for(tag), int(cache.cache_id), pair_ptr, len(pairs), tag)

@@ -10,6 +10,11 @@ Installed with the package (entry point ``pytest11``); nothing to configure. It 
   the test (``faults.fail("pull_blocks", LLMStatusCode.LLM_TIMEOUT, on=...)``);
 - ``llm_datadist_alias``: ``import llm_datadist`` works during the test (the package's
   vendor-compatible module), and no longer after it unless it did before;
+- ``--lldd-backend=auto|mock|companion``: what ``llm_datadist_alias`` gives: the
+  compat alias on the mock, or the vendor's own package with the companion installed
+  (``llm_datadist_ffi.companion``); ``auto`` (the default) takes the vendor's package
+  where it is importable, so a connector's suite runs with the same lints on a laptop
+  and on an NPU host;
 - lint warnings (``llm_datadist_ffi.LintWarning``) are errors in every test and in the
   topology processes; ``--lldd-lint=warn`` shows them as warnings, ``--lldd-lint=ignore``
   hides them. A test's or module's own ``filterwarnings`` mark wins over the option;
@@ -30,12 +35,13 @@ from . import trace
 from .faults import Faults
 from .topology import Topology
 
-__all__ = ["LINT_OPTION", "LINT_ACTIONS", "topology", "faults", "llm_datadist_alias"]
+__all__ = ["LINT_OPTION", "LINT_ACTIONS", "BACKEND_OPTION", "topology", "faults", "llm_datadist_alias"]
 
 LINT_OPTION = "--lldd-lint"
 #: option value -> the ``warnings`` action for ``LintWarning``
 LINT_ACTIONS = {"error": "error", "warn": "default", "ignore": "ignore"}
 _LINT_CLASS = "llm_datadist_ffi.lint.LintWarning"
+BACKEND_OPTION = "--lldd-backend"
 
 _topologies_key = pytest.StashKey[List[Topology]]()
 
@@ -45,6 +51,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(LINT_OPTION, choices=sorted(LINT_ACTIONS), default="error",
                     help="what a LintWarning of llm_datadist_ffi does in tests and topology processes: "
                          "error (default), warn or ignore")
+    group.addoption(BACKEND_OPTION, choices=("auto", "mock", "companion"), default="auto",
+                    help="what llm_datadist_alias gives: the mock through the compat alias, the vendor's own "
+                         "llm_datadist with the companion, or auto (the companion where the vendor's package "
+                         "is importable)")
 
 
 def _lint_action(config: pytest.Config) -> str:
@@ -111,8 +121,22 @@ def faults() -> Iterator[Faults]:
 
 
 @pytest.fixture
-def llm_datadist_alias() -> Iterator[ModuleType]:
-    """``import llm_datadist`` resolves to this package during the test; the module."""
+def llm_datadist_alias(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
+    """``import llm_datadist`` works during the test; the module. On the mock
+    (``--lldd-backend=mock``, or ``auto`` without the vendor's package) it is this
+    package's compat alias, no longer installed after the test unless it was before;
+    with the companion it is the vendor's own package, wrapped during the test."""
+    from ..companion import choose
+    if choose(str(request.config.getoption(BACKEND_OPTION))) == "companion":
+        from .. import companion
+        was_wrapped = companion.is_installed()
+        module = companion.install()
+        try:
+            yield module
+        finally:
+            if not was_wrapped:
+                companion.uninstall()
+        return
     from .. import compat
     was_installed = compat.is_installed()
     compat.install()

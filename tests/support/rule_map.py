@@ -28,6 +28,8 @@ for a Hypothesis state machine. Its arguments must be string literals.
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.util
 import re
 import sys
 from dataclasses import dataclass
@@ -210,6 +212,26 @@ def _link(rule: Rule) -> str:
     return f"[{rule.rule_id}]({rule.document}#{rule.anchor})"
 
 
+@functools.lru_cache(maxsize=1)
+def _device_table() -> Dict[str, str]:
+    """``DEVICE`` of llm_datadist_ffi/_core/_lint_rules.py, loaded from its file (it imports
+    nothing of the package, so no backend is needed)."""
+    path = REPO / "llm_datadist_ffi" / "_core" / "_lint_rules.py"
+    spec = importlib.util.spec_from_file_location("_lint_rules_for_rule_map", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    table: Dict[str, str] = module.DEVICE
+    return table
+
+
+def _device_cell(rule_id: str) -> str:
+    why = _device_table().get(rule_id)
+    if why is None:
+        return ""
+    return "yes" if not why else f"no: {why}"
+
+
 def render(tests: Path = TESTS, docs: Path = DOCS) -> str:
     """The Markdown rule map, as committed."""
     rules = rules_defined(docs)
@@ -226,6 +248,9 @@ def render(tests: Path = TESTS, docs: Path = DOCS) -> str:
         "(docs/reference/semantics.md §16.2), or a decision of docs/semantics.md; each id",
         "links to its heading. What each native rule says and how it holds is in",
         "docs/semantics.md §7; how the oracle-driven suites reach the rules, in docs/testing.md §10.",
+        "\"Fires on a device\" says, for each lint rule, whether `llm_datadist_ffi.companion` reports it",
+        "over the vendor's own package on an Ascend host (docs/ascend.md), and if not, why not;",
+        "it is empty for rules that are not lints.",
         "",
         f"{marked} tests name {len(by_rule)} rules.",
     ]
@@ -233,18 +258,19 @@ def render(tests: Path = TESTS, docs: Path = DOCS) -> str:
         listed = [r for r in rules.values() if r.group == group and r.rule_id in by_rule]
         if not listed:
             continue
-        lines.extend(["", f"## {heading}", "", "| Rule | Module | Test |", "|---|---|---|"])
+        lines.extend(["", f"## {heading}", "", "| Rule | Fires on a device | Module | Test |", "|---|---|---|---|"])
         for rule in listed:
             # One row per test, the rule named on its first row and each module on the
             # first row of its tests: no cell grows with the number of tests, and a
             # changed marker changes the lines of its own tests only.
             named = f"{_link(rule)} {rule.title}".rstrip()
+            device = _device_cell(rule.rule_id)
             modules = by_rule[rule.rule_id]
             for module in sorted(modules):
                 shown = f"`{module.removesuffix('.py')}`"
                 for test in modules[module]:
-                    lines.append(f"| {named} | {shown} | `{test}` |")
-                    named = shown = ""
+                    lines.append(f"| {named} | {device} | {shown} | `{test}` |")
+                    named = shown = device = ""
     return "\n".join(lines) + "\n"
 
 

@@ -143,7 +143,11 @@ def test_bench_json_has_every_row_the_suite_promises_with_its_floors() -> None:
     result = run("bench", *SMALL_BENCH, "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
-    assert set(report) == {"machine", "settings", "seconds", "paths", "transfers", "per_call", "block_lists", "goals"}
+    assert set(report) == {"machine", "settings", "seconds", "paths", "transfers", "per_call", "block_lists", "goals",
+                           "companion"}
+    companion = report["companion"]                 # the companion's cost per pull_blocks (docs/ascend.md §6)
+    assert companion["blocks"] == 16 and companion["goal_us"] == 2.0
+    assert companion["us_cost"] == pytest.approx(companion["us_wrapped"] - companion["us_unwrapped"])
     machine = report["machine"]
     assert machine["cores"] == os.cpu_count()
     assert machine["kernel"] == f"{platform.system()} {platform.release()}"
@@ -189,7 +193,8 @@ def test_bench_text_lists_each_goal_with_its_target_and_status() -> None:
     assert goals[0].endswith("NOT MEASURED (no link of this run offered a shared mapping; no cross-process library "
                              "memory row >= 16 KiB was selected)")
     # 2 sizes x 2 shapes x pull and push
-    assert goals[-1] == ("- 5. the benchmark suite: target every goal's figure as a ratio in one run; measured "
+    assert goals[-1].startswith("companion: CacheManager.pull_blocks of 16 blocks costs ")
+    assert goals[-2] == ("- 5. the benchmark suite: target every goal's figure as a ratio in one run; measured "
                          "8 transfer rows, every one's bytes checked: MET")
     assert "socket: not selected (--paths)" in result.stdout
 

@@ -9,6 +9,8 @@ it names, and checked against the layer rules:
 - L-2 the native tier (``native``) imports only the core;
 - L-3 the vendor-compatible tier (``vendor``, ``compat``, ``_vendor/``) imports only the
   core and itself: the two tiers never import each other;
+- L-3b the companion (``companion``), a third tier for Ascend hosts, imports only the
+  core: it wraps the vendor's own package and must load no backend (docs/ascend.md §6);
 - L-4 the controls (``mock_control``, ``testing/``) import the core, the tiers and each
   other, never a tool;
 - L-5 the tools (``_tools/``) are imported by no module but the tools and the
@@ -31,15 +33,17 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = "llm_datadist_ffi"
 
 CORE, NATIVE, VENDOR, CONTROLS, TOOLS, MAIN = "core", "native tier", "vendor tier", "controls", "tools", "__main__"
+COMPANION = "companion tier"
 
 #: Layer -> the layers its modules may import (its own included).
 ALLOWED: Dict[str, Set[str]] = {
     CORE: {CORE},
     NATIVE: {CORE, NATIVE},
+    COMPANION: {CORE, COMPANION},
     VENDOR: {CORE, VENDOR},
-    CONTROLS: {CORE, NATIVE, VENDOR, CONTROLS},
-    TOOLS: {CORE, NATIVE, VENDOR, CONTROLS, TOOLS},
-    MAIN: {CORE, NATIVE, VENDOR, CONTROLS, TOOLS},
+    CONTROLS: {CORE, NATIVE, VENDOR, COMPANION, CONTROLS},
+    TOOLS: {CORE, NATIVE, VENDOR, COMPANION, CONTROLS, TOOLS},
+    MAIN: {CORE, NATIVE, VENDOR, COMPANION, CONTROLS, TOOLS},
 }
 
 #: Module -> modules it must not import, on top of the layer rules (L-6).
@@ -59,6 +63,8 @@ def layer_of(module: str) -> str:
         return CORE
     if head == "native":
         return NATIVE
+    if head == "companion":
+        return COMPANION
     if head in ("vendor", "compat", "_vendor"):
         return VENDOR
     if head in ("mock_control", "testing"):
@@ -133,7 +139,7 @@ def test_the_rules_read_every_module_and_a_fair_number_of_imports() -> None:
     modules = package_modules(REPO)
     known = set(modules)
     layers = {layer_of(module) for module in modules}
-    assert layers == {CORE, NATIVE, VENDOR, CONTROLS, TOOLS, MAIN}
+    assert layers == {CORE, NATIVE, VENDOR, COMPANION, CONTROLS, TOOLS, MAIN}
     count = sum(1 for module, path in modules.items() for _ in imports_of(module, path, known))
     assert count > 150
 
@@ -160,6 +166,8 @@ def _planted(tmp_path: Path, relative: str, line: str) -> List[str]:
      "_core/_marshal.py:{n}: llm_datadist_ffi._core._marshal (core) imports llm_datadist_ffi.native (native tier)"),
     ("status.py", "import llm_datadist_ffi.vendor",
      "status.py:{n}: llm_datadist_ffi.status (core) imports llm_datadist_ffi.vendor (vendor tier)"),
+    ("companion.py", "from . import compat",
+     "companion.py:{n}: llm_datadist_ffi.companion (companion tier) imports llm_datadist_ffi.compat (vendor tier)"),
     ("testing/topology.py", "from .._tools import _cli",
      "testing/topology.py:{n}: llm_datadist_ffi.testing.topology (controls) imports llm_datadist_ffi._tools._cli "
      "(tools)"),

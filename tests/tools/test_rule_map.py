@@ -54,10 +54,11 @@ def test_the_map_lists_each_rule_once_with_its_tests_by_module(tmp_path: Path) -
         """, name="test_other.py")
     page = rule_map.render(tests=tests).splitlines()
     assert "4 tests name 3 rules." in page
-    assert page.count("| [§7.4](reference/semantics.md#74-duplicates) Duplicates | `test_example` | `test_b` |") == 1
-    first = page.index("| [PR-5](reference/semantics.md#pr-5) | `deeper/test_other` | `test_c` |")
-    assert page[first + 1:first + 3] == ["|  | `test_example` | `test_a` |", "|  |  | `test_b` |"]
-    assert ("| [E-21](semantics.md#e-21) Linking while holding a link (PR-42) | `test_example` | `test_machine` |"
+    assert page.count("| [§7.4](reference/semantics.md#74-duplicates) Duplicates |  | `test_example` | `test_b` |") == 1
+    # PR-5 is a lint the companion reports on a device: the column says so on its first row
+    first = page.index("| [PR-5](reference/semantics.md#pr-5) | yes | `deeper/test_other` | `test_c` |")
+    assert page[first + 1:first + 3] == ["|  |  | `test_example` | `test_a` |", "|  |  |  | `test_b` |"]
+    assert ("| [E-21](semantics.md#e-21) Linking while holding a link (PR-42) |  | `test_example` | `test_machine` |"
             in page)
     assert not any("test_without_rules" in line for line in page)
 
@@ -234,3 +235,15 @@ def test_a_decision_whose_anchor_is_not_its_id_is_an_error(tmp_path: Path) -> No
                     encoding="utf-8")
     with pytest.raises(rule_map.RuleMapError, match=r"the anchor of E-21 is 'e-12', not 'e-21'"):
         rule_map.rules_defined(tmp_path)
+
+
+def test_a_lint_that_needs_the_peers_state_says_why_it_cannot_fire_on_a_device(tmp_path: Path) -> None:
+    tests = write_tests(tmp_path / "tests", """
+        import pytest
+
+        @pytest.mark.rules("PR-28")
+        def test_d(): pass
+        """)
+    page = rule_map.render(tests=tests).splitlines()
+    row = next(line for line in page if line.startswith("| [PR-28]"))
+    assert "| no: needs the listener's real cluster id, which only the peer knows |" in row

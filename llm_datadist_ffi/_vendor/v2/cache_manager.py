@@ -37,7 +37,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from ..._core import _capi
-from ... import lint
+from ..._core import _lint_rules as _rules
 from ..._core._capi import const, ffi
 from ..._core._marshal import lint_repeated_blocks
 from .._vendor_checks import (
@@ -48,6 +48,7 @@ from ..._core._trace import traced
 from ...status import LLMStatusCode
 from .. import _native
 from .._managers import (
+    _report,
     _DEFAULT_TENSOR_NUM, _FAILED, _PULL_KEYWORDS, BlockList, _allocate_core, _check_batch_dim, _check_copy_size,
     _check_key_list, _check_keywords, _check_swap, _copy_cache, _copy_pairs, _ext_pull, _int_keyed_dict,
     _lint_placeholder_key, _memory_objects, _pull_ranges, _swap, _tensor_num, _transfer_cache_async,
@@ -305,9 +306,7 @@ class CacheManager:
         check_layer_range(src_range, "src_layer_range")
         check_layer_range(dst_range, "dst_layer_range")
         num_tensors = int(src_cache.cache_desc.num_tensors)
-        if n > num_tensors and src_range is None and dst_range is None:
-            lint.lint("PR-3", f"[{tag}] tensor_num_per_layer ({n}) is larger than the source cache's "
-                              f"{num_tensors} tensors, so the default layer range is empty")
+        _report(_rules.push_tensor_num(n, num_tensors, src_range, dst_range, tag))
         default = range(0, num_tensors // n)
         src_layers = default if src_range is None else src_range
         dst_layers = default if dst_range is None else dst_range

@@ -43,6 +43,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Tuple, Union
 
 from ..._core import _capi
 from ... import lint
+from ..._core import _lint_rules as _rules
 from ..._core._trace import traced
 from ..._core._marshal import ClusterEntry, Endpoint, c_array, c_clusters, c_options
 from .._vendor_checks import (
@@ -68,15 +69,8 @@ _MAX_SYNC_WAIT_MS = 2**31 - 1
 #: the closest one for a misspelt key; other keys pass unchanged, as the vendor's do).
 _log = logging.getLogger("llm_datadist_ffi.v2.llm_datadist")   # the documented logger name (before vendor/)
 
-VENDOR_OPTION_NAMES = (
-    "llm.EnableCacheManager", "llm.EnableRemoteCacheAccessible", "llm.listenIpInfo", "llm.ListenIpInfo",
-    "llm.ListenIp", "llm.ListenPort", "ge.exec.deviceId", "llm.DeviceId", "llm.SyncKvCacheWaitTime",
-    "ge.flowGraphMemMaxSize", "llm.BufPoolCfg", "llm.MemPoolConfig", "llm.HostMemPoolConfig", "llm.LocalCommRes",
-    "llm.TransferBackend", "llm.EnableSwitchRole", "llm.deployResPath", "llm.ClusterInfo", "llm.LinkTotalTime",
-    "llm.LinkRetryCount", "llm.RdmaTrafficClass", "llm.RdmaServiceLevel", "llm.MemoryUtilization",
-    "llm.OutputMaxSize", "llm.Role", "llm.GlobalResourceConfig", "llm_datadist_ffi.mock.NativePool",
-    "llm_datadist_ffi.mock.LinkBandwidth", "llm_datadist_ffi.mock.LinkLatencyUs",
-)
+#: the option keys OPT-1 compares against (the one list, shared with the companion)
+VENDOR_OPTION_NAMES = _rules.VENDOR_OPTION_NAMES
 
 def _option_not_str(name: str, key: Any, value: Any) -> TypeError:
     # the vendor's binding converts to std::map<std::string, std::string>
@@ -152,8 +146,8 @@ def _check_sync_wait_time(options: Dict[str, Any]) -> None:
     if not (value.isdigit() and value.isascii()) or int(value) > _MAX_SYNC_WAIT_MS:
         raise_param_invalid(f"option llm.SyncKvCacheWaitTime={value!r} must be a decimal integer in "
                             f"[0, {_MAX_SYNC_WAIT_MS}] milliseconds (PR-26)")
-    if int(value) == 0:
-        lint.lint("PR-26", f"option llm.SyncKvCacheWaitTime={value!r} is 0 milliseconds")
+    for rule, text in _rules.sync_wait_time(options):
+        lint.lint(rule, text)
 
 
 def _check_v1_options(options: Dict[str, Any], role: LLMRole) -> None:

@@ -30,6 +30,7 @@ from .._vendor_checks import (
     raise_param_invalid, type_name,
 )
 from .._vendor_checks import check_layer_range as _check_layer_range
+from ..._core._lint_rules import cache_key_problem
 from ...data_type import ELEMENT_BITS, DataType
 from ...status import LLMException, LLMStatusCode
 
@@ -512,10 +513,6 @@ def _native_uint64(value: Optional[int], name: str) -> int:
     return int(value)
 
 
-def _is_valid_id(value: int) -> bool:
-    return 0 <= value != INVALID_ID
-
-
 def check_cache_key(cache_key: Any) -> None:
     """The validity rule for a key used in a pull (docs/reference/python-api.md §7.5).
 
@@ -528,14 +525,9 @@ def check_cache_key(cache_key: Any) -> None:
     """
     if not isinstance(cache_key, CacheKey):
         return
-    req_valid = _is_valid_id(cache_key.req_id)
-    prefix_valid = _is_valid_id(cache_key.prefix_id)
-    if not req_valid and not prefix_valid:
-        raise_param_invalid(f"one of req id and prefix id should contain valid value, "
-                            f"got req_id={cache_key.req_id}, prefix_id={cache_key.prefix_id}")
-    if req_valid and prefix_valid:
-        raise_param_invalid(f"only one of req id and prefix id should contain valid value, "
-                            f"got req_id={cache_key.req_id}, prefix_id={cache_key.prefix_id}")
+    problem = cache_key_problem(cache_key.req_id, cache_key.prefix_id)
+    if problem is not None:
+        raise_param_invalid(problem)
 
 
 # ---------------------------------------------------------------------------
