@@ -71,6 +71,8 @@ DEVICE: Dict[str, str] = {
     "PR-33": "native API only (a native push's caller-side cache description)",
     "PR-41": "",
     "OPT-1": "",
+    "PR-43": "needs the registered array's dtype: the vendor's register_cache takes addresses (plain "
+             "ints), so only this package's tiers, which also take numpy arrays, see one",
 }
 
 

@@ -73,7 +73,9 @@ def test_the_plugin_option_gives_the_companion_or_the_alias(tmp_path: Path) -> N
                                        ("mock", True, "BACKEND False"), ("auto", False, "BACKEND False")):
         (tmp_path / "test_connector.py").write_text(source.replace("PORT", str(free_port())))
         path = [str(ROOT)] + ([str(STANDIN)] if standin else [])
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
+        # The plugin is named with -p and entry points are not loaded, so it is registered
+        # once whether or not an installed package also declares it (pytest11).
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
                                "-p", "llm_datadist_ffi.testing.pytest_plugin", f"--lldd-backend={backend}",
                                "test_connector.py"], capture_output=True, text=True, env=env, cwd=tmp_path,
