@@ -1,4 +1,4 @@
-"""Command line: ``python -m llm_datadist_ffi {info,errors,demo,bench,docs,trace}``.
+"""Command line: ``python -m llm_datadist_ffi {info,errors,demo,bench,docs,trace,sdk}``.
 
 - ``info``: the live backend, every library loaded and its path, ABI version,
   capabilities, and the ACL runtime's version.
@@ -10,6 +10,8 @@
 - ``trace merge DIR [-o FILE]``, ``trace summary DIR``: the call traces written with
   ``LLM_DATADIST_FFI_TRACE=DIR`` as one Chrome trace, or calls, bytes, GB/s and errors
   per method (``llm_datadist_ffi.testing.trace``).
+- ``sdk --cflags --libs``, ``sdk --prefix``: the C++ SDK over the mock (docs/cpp.md),
+  its compiler and linker flags, its prefix (``llm_datadist_ffi._sdk``).
 - ``docs PAGE``: a generated reference page (``native-api``: the native API from its
   docstrings, committed as docs/reference/native-api.md).
 
@@ -82,9 +84,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("bench", help="throughput against memcpy (see `bench --help`)", add_help=False)
     sub.add_parser("docs", help="print a generated reference page (see `docs --help`)", add_help=False)
     sub.add_parser("trace", help="merge or summarise call traces (see `trace --help`)", add_help=False)
+    sub.add_parser("sdk", help="the C++ SDK: --cflags, --libs, --prefix (see `sdk --help`)", add_help=False)
     try:
-        if argv and argv[0] in ("errors", "demo", "bench", "docs", "trace"):
+        if argv and argv[0] in ("errors", "demo", "bench", "docs", "trace", "sdk"):
             command, rest = argv[0], argv[1:]
+            if command == "sdk":
+                from ._sdk import main as sdk_main
+                return sdk_main(rest)
             if command == "trace":
                 from .testing.trace import main as trace_main
                 return trace_main(rest)
