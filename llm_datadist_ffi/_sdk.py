@@ -29,7 +29,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 LIB_DIR = _PACKAGE_DIR / "_lib"
 PREFIX = LIB_DIR / "sdk"
 MOCK_LIB = LIB_DIR / "libllm_datadist_mock.so"
-LIBS = ("llm_datadist", "metadef", "ascendcl", "acl_rt")
+LIBS = ("llm_datadist", "metadef", "acl_rt", "ascendcl")
 PKG_NAME = "llm_datadist_mock"
 CMAKE_NAME = "LlmDataDistMock"
 

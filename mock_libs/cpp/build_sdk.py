@@ -51,8 +51,10 @@ PKG_NAME = "llm_datadist_mock"
 CMAKE_NAME = "LlmDataDistMock"
 # What a program links, in this order (docs/cpp.md): the class, AscendString (its
 # constructor and operator< are called from the program's own code, so the library must
-# be named), both ACL names, and the mock itself for its control functions (lldd_mock_*).
-LINK_LIBS = ("llm_datadist", "metadef", "ascendcl", "acl_rt")
+# be named), both ACL names (libacl_rt.so first: a program linked with --as-needed then
+# depends on it, the name the vendor recommends), and the mock itself for its control
+# functions (lldd_mock_*).
+LINK_LIBS = ("llm_datadist", "metadef", "acl_rt", "ascendcl")
 MOCK_LINK = "llm_datadist_mock"
 
 
@@ -183,7 +185,7 @@ def build(prefix: Path, mock_lib: Path, sanitize: bool = False) -> Path:
 
 def sources() -> list[Path]:
     """What the SDK is built from (a newer file means a stale SDK)."""
-    return [*HERE.glob("*.[ch]*"), *INCLUDE.rglob("*.h")]
+    return [*HERE.glob("*.[ch]*"), Path(__file__).resolve(), *INCLUDE.rglob("*.h")]
 
 
 def main(argv: list[str]) -> int:
