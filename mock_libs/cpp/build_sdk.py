@@ -130,7 +130,7 @@ def _cmake_config(mock_rel_to_prefix: str) -> str:
   set_target_properties({CMAKE_NAME}::{name} PROPERTIES IMPORTED_LOCATION "{location}/lib{name}.so")
 endif()"""
         for name, location in [*((n, "${_lldd_prefix}/lib") for n in LINK_LIBS), (MOCK_LINK, "${_lldd_mockdir}")])
-    targets = " ".join(f"{CMAKE_NAME}::{name}" for name in (*LINK_LIBS, MOCK_LINK))
+    targets = ";".join(f"{CMAKE_NAME}::{name}" for name in (*LINK_LIBS, MOCK_LINK))
     return f"""\
 # find_package({CMAKE_NAME}) for the llm_datadist_ffi C++ SDK (docs/cpp.md).
 # Gives the imported targets {CMAKE_NAME}::llm_datadist, ::metadef, ::ascendcl, ::acl_rt,

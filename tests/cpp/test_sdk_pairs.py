@@ -158,11 +158,12 @@ def test_cpp_decoder_pulls_from_a_python_prompt(programs: Dict[str, Path], tmp_p
 def test_python_decoder_pulls_from_a_cpp_prompt_and_the_traces_merge(programs: Dict[str, Path],
                                                                      tmp_path: Path) -> None:
     traces = tmp_path / "traces"
-    env = python_env(LLM_DATADIST_FFI_TRACE=str(traces))
     port, out = free_port(), tmp_path / "pulled.bin"
-    prompt = Peer([str(programs["kv_server"]), "prompt", "0", "0", "127.0.0.1", str(port), "9"], env)
+    prompt = Peer([str(programs["kv_server"]), "prompt", "0", "0", "127.0.0.1", str(port), "9"],
+                  program_env(LLM_DATADIST_FFI_TRACE=str(traces)))
     cache_id = prompt.expect("READY")
-    run([sys.executable, str(HERE / "py_peer.py"), "decoder", str(port), cache_id, str(out)], env)
+    run([sys.executable, str(HERE / "py_peer.py"), "decoder", str(port), cache_id, str(out)],
+        python_env(LLM_DATADIST_FFI_TRACE=str(traces)))
     prompt.say("done")
     prompt.finish()
     np.testing.assert_array_equal(dumped(out), expected_pull_or_push(9))

@@ -39,11 +39,12 @@ def program_env(**extra: str) -> Dict[str, str]:
 
 
 def python_env(**extra: str) -> Dict[str, str]:
-    """``program_env`` for a Python process that imports the package under test."""
+    """The environment of a Python process of a pair: this one's (the backend and the
+    sanitizer settings of the stage), importing the package under test."""
     import llm_datadist_ffi
 
     package_root = str(Path(llm_datadist_ffi.__file__).resolve().parents[1])
-    env = program_env(**extra)
+    env = {**os.environ, **extra}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
     return env
 
