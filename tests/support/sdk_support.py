@@ -1,7 +1,7 @@
 """Helpers of the C++ SDK's tests (tests/cpp, docs/cpp.md): the SDK under test and the
 flags programs are built with, the compile step, the environment programs run in.
 
-- ``find_sdk()``: by default the package's own SDK, flags from ``python -m llm_datadist_ffi
+- ``find_sdk()``: by default the SDK of the package under test, flags from ``python -m llm_datadist_ffi
   sdk --cflags --libs`` (so the command is what every test builds with); with
   ``LLDD_SDK_PREFIX`` (``.ci/run``'s sanitizer stage) another build of it, flags from its
   pkg-config file, plus ``LLDD_SDK_CXXFLAGS`` (e.g. ``-fsanitize=address,undefined``).
@@ -54,7 +54,6 @@ class Sdk:
     prefix: Path
     cflags: List[str]
     libs: List[str]
-    sanitized: bool
 
 
 def find_sdk() -> Sdk:
@@ -65,11 +64,11 @@ def find_sdk() -> Sdk:
         env = program_env(PKG_CONFIG_PATH=str(prefix / "lib" / "pkgconfig"))
         flags = [subprocess.run(["pkg-config", what, "llm_datadist_mock"], env=env, check=True,
                                 capture_output=True, text=True).stdout.split() for what in ("--cflags", "--libs")]
-        return Sdk(prefix, [*extra, *flags[0]], flags[1], bool(extra))
-    cli = [sys.executable, "-m", "llm_datadist_ffi", "sdk"]
-    run = [subprocess.run([*cli, what], cwd=ROOT, check=True, capture_output=True, text=True).stdout.split()
+        return Sdk(prefix, [*extra, *flags[0]], flags[1])
+    cli = [sys.executable, "-m", "llm_datadist_ffi", "sdk"]      # the package this test process imports
+    run = [subprocess.run([*cli, what], env=python_env(), check=True, capture_output=True, text=True).stdout.split()
            for what in ("--prefix", "--cflags", "--libs")]
-    return Sdk(Path(run[0][0]), [*extra, *run[1]], run[2], bool(extra))
+    return Sdk(Path(run[0][0]), [*extra, *run[1]], run[2])
 
 
 def compile_program(sdk: Sdk, source: Path, out: Path, flags: List[str] = VENDOR_SAMPLE_FLAGS) -> Path:
