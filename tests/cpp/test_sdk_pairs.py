@@ -82,29 +82,19 @@ def run(cmd: List[str], env: Dict[str, str], timeout: float = 60) -> str:
     return done.stdout
 
 
-def test_pull_cache_and_blocks_on_the_samples_fixed_ports(programs: Dict[str, Path], tmp_path: Path) -> None:
-    env = program_env()
-    prompt = Peer([str(programs["kv_server"]), "prompt", "0", "0", "127.0.0.1"], env)
+@pytest.mark.parametrize("ports", ["fixed", "free"])
+def test_pull_cache_and_blocks(programs: Dict[str, Path], tmp_path: Path, ports: str) -> None:
+    # "fixed": the programs' default ports, as the vendor's samples have theirs
+    env, out = program_env(), tmp_path / "pulled.bin"
+    seed, chosen = ("1", []) if ports == "fixed" else ("5", [str(free_port()), str(free_port())])
+    prompt_args = [*chosen[:1], seed] if chosen else []
+    prompt = Peer([str(programs["kv_server"]), "prompt", "0", "0", "127.0.0.1", *prompt_args], env)
     cache_id = prompt.expect("READY")
-    out = tmp_path / "pulled.bin"
-    log = run([str(programs["decoder_pull"]), "2", "127.0.0.1", "127.0.0.1", cache_id, str(out)], env)
+    log = run([str(programs["decoder_pull"]), "2", "127.0.0.1", "127.0.0.1", cache_id, str(out), *chosen], env)
     prompt.say("done")
     prompt.finish()
     assert "[INFO] PullKvBlocks success" in log and "[INFO] PullKvCache success" in log
-    np.testing.assert_array_equal(dumped(out), expected_pull_or_push(1))
-
-
-def test_pull_cache_and_blocks_on_free_ports(programs: Dict[str, Path], tmp_path: Path) -> None:
-    env = program_env()
-    port = free_port()
-    prompt = Peer([str(programs["kv_server"]), "prompt", "0", "0", "127.0.0.1", str(port), "5"], env)
-    cache_id = prompt.expect("READY")
-    out = tmp_path / "pulled.bin"
-    run([str(programs["decoder_pull"]), "1", "127.0.0.1", "127.0.0.1", cache_id, str(out), str(port),
-         str(free_port())], env)
-    prompt.say("done")
-    prompt.finish()
-    np.testing.assert_array_equal(dumped(out), expected_pull_or_push(5))
+    np.testing.assert_array_equal(dumped(out), expected_pull_or_push(int(seed)))
 
 
 def test_push_cache_and_blocks(programs: Dict[str, Path], tmp_path: Path) -> None:
