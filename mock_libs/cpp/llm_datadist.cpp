@@ -38,6 +38,7 @@ namespace llm_datadist {
 namespace {
 
 constexpr const char kAclLib[] = "libacl_rt.so";
+constexpr const char kMockLib[] = "libllm_datadist_mock.so";
 constexpr const char kWho[] = "libllm_datadist";
 
 // The mock's lldd_* entry points this class forwards to. The types come from the
@@ -65,23 +66,25 @@ bool Resolve(const char *name, Fn &out) {
   return out != nullptr;
 }
 
-// True when the ACL runtime this process loaded (if any) is the mock this library
-// opened: the library itself (the fake toolkit's symlink), or the SDK's forwarding
-// libacl_rt.so, which names the mock it forwards to.
-bool SameAclInstance(void *mock) {
-  void *acl = dlopen(kAclLib, RTLD_NOW | RTLD_NOLOAD);
-  if (acl == nullptr) {
+// True unless the process holds another mock instance than the one this library opened:
+// an ACL runtime that is neither that mock (the fake toolkit's symlink) nor the SDK's
+// forwarding libacl_rt.so naming it, or another file loaded as the mock (a program that
+// links the mock's controls while LLM_DATADIST_FFI_MOCK_LIB names another build).
+bool SameInstance(void *mock, const char *name, bool forwards) {
+  void *lib = dlopen(name, RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) {
     return true;
   }
   using Forwarded = void *(*)();
-  const auto forwarded = reinterpret_cast<Forwarded>(dlsym(acl, "lldd_sdk_forwarded_mock"));
-  const bool same = acl == mock || (forwarded != nullptr && forwarded() == mock);
-  dlclose(acl);
+  const auto forwarded =
+      forwards ? reinterpret_cast<Forwarded>(dlsym(lib, "lldd_sdk_forwarded_mock")) : nullptr;
+  const bool same = lib == mock || (forwarded != nullptr && forwarded() == mock);
+  dlclose(lib);
   if (!same) {
     std::fprintf(stderr,
-                 "llm_datadist_ffi SDK: the mock library %s is not the one loaded as %s; ACL memory and the "
-                 "engine would live in two different mock instances\n",
-                 lldd_sdk::MockPath(), kAclLib);
+                 "llm_datadist_ffi SDK: the mock library %s is not the one loaded as %s; ACL memory, the "
+                 "mock's controls and the engine would live in different mock instances\n",
+                 lldd_sdk::MockPath(), name);
   }
   return same;
 }
@@ -90,7 +93,7 @@ bool SameAclInstance(void *mock) {
 // cannot be used. Every LlmDataDist then behaves as after a failed construction.
 const MockApi *OpenMock() {
   void *handle = lldd_sdk::MockHandle();
-  if (handle == nullptr || !SameAclInstance(handle)) {
+  if (handle == nullptr || !SameInstance(handle, kAclLib, true) || !SameInstance(handle, kMockLib, false)) {
     return nullptr;
   }
   static MockApi api;

@@ -9,6 +9,7 @@ computed here on its own (``pattern``).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -240,3 +241,17 @@ def test_either_string_abi_links_and_runs(sdk: Sdk, tmp_path: Path, abi: str) ->
     exe = compile_program(sdk, PROGRAMS / "conformance.cpp", tmp_path / "conformance",
                           [f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-O0", "-Wall", "-Wextra", "-Werror"])
     assert "double check: OK" in run([str(exe), str(free_port())], program_env())
+
+
+def test_a_second_mock_instance_is_refused_loudly(programs: Dict[str, Path], sdk: Sdk, tmp_path: Path) -> None:
+    # The program links the mock's controls; LLM_DATADIST_FFI_MOCK_LIB names another file of
+    # it. Faults, ACL memory and the engine would then live in different instances, and
+    # every registration would fail obscurely: the class refuses to work instead.
+    mock_dir = Path([f[2:] for f in sdk.libs if f.startswith("-L")][-1])
+    copy = tmp_path / "libllm_datadist_mock.so"
+    shutil.copyfile(mock_dir / "libllm_datadist_mock.so", copy)
+    done = subprocess.run([str(programs["sdk_behaviour"]), str(free_port()), str(free_port())], capture_output=True,
+                          text=True, env=program_env(LLM_DATADIST_FFI_MOCK_LIB=str(copy)), timeout=60)
+    assert "prompt_initialize=0xFFFFFFFF" in done.stdout.splitlines()
+    assert (f"the mock library {copy} is not the one loaded as libllm_datadist_mock.so; ACL memory, the mock's "
+            "controls and the engine would live in different mock instances") in done.stderr
