@@ -43,6 +43,7 @@ def test_libs_name_every_library_with_an_rpath_for_each_directory(sdk: Sdk) -> N
     assert dirs(sdk.libs, "-L") == rpaths and len(rpaths) == 2
 
 
+@pytest.mark.skipif(shutil.which("pkg-config") is None, reason="needs pkg-config on PATH")
 def test_pkg_config_and_the_command_line_agree(sdk: Sdk) -> None:
     env = program_env(PKG_CONFIG_PATH=str(sdk.prefix / "lib" / "pkgconfig"))
     pc = {what: subprocess.run(["pkg-config", what, "llm_datadist_mock"], env=env, capture_output=True, text=True,
