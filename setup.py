@@ -3,7 +3,7 @@
 ``pip install .`` runs ``build_py``, which here also
   1. copies ``include/`` into the package as ``_include/`` (the cdef source the
      loader reads at run time: the same text the C compilers read);
-  2. compiles the mock backend ``mock_libs/*.c`` into ``_lib/libllm_datadist_mock.so``,
+  2. compiles the mock backend ``mock_libs/*/*.c`` into ``_lib/libllm_datadist_mock.so``,
      and the C++ SDK over it (``mock_libs/cpp/build_sdk.py``, docs/cpp.md) into ``_lib/sdk``;
   3. on a host with the Ascend toolkit (``ASCEND_HOME_PATH``/``ASCEND_TOOLKIT_HOME``,
      or ``LLM_DATADIST_FFI_ASCEND_HOME``), compiles the C-ABI shim against it into

@@ -102,7 +102,7 @@ def source_checkout() -> Path | None:
 
 
 def _mock_inputs(root: Path) -> list[Path]:
-    return [*(root / "mock_libs").glob("*.[ch]"), *(root / "include").rglob("*.h")]
+    return [*(root / "mock_libs").rglob("*.[ch]"), *(root / "include").rglob("*.h")]
 
 
 def _is_stale(lib: Path, root: Path) -> bool:

@@ -1,4 +1,4 @@
-"""Build the mock backend, ``libllm_datadist_mock.so``, from ``mock_libs/*.c``.
+"""Build the mock backend, ``libllm_datadist_mock.so``, from ``mock_libs/*/*.c``.
 
 Used by ``setup.py`` during ``pip install`` and by ``.ci/run`` for the
 sanitizer build. Standard library only, so that it runs inside pip's isolated
@@ -47,7 +47,10 @@ _GC_REMOVED = re.compile(r"removing unused section '\.text\.(\w+)'")
 
 
 def sources(src_dir: Path = HERE) -> list[Path]:
-    return sorted(src_dir.glob("*.c"))
+    """The C files of the mock: one folder per layer (docs/design.md, "The mock's modules").
+    A file names the header of any folder by its folder, ``#include "core/engine.h"``, which
+    resolves against ``src_dir``."""
+    return sorted(src_dir.rglob("*.c"))
 
 
 def _compile(out: Path, src_dir: Path, flags: list[str]) -> str:

@@ -65,7 +65,7 @@ DTYPE_ROW = re.compile(r"/\*\s*(\d+)\s+(\S+(?: \S+)?)\s*\*/\s*(\d+),")
 
 
 def mock_element_bits() -> list[tuple[int, str, int]]:
-    text = (REPO / "mock_libs" / "dtype.c").read_text(encoding="utf-8")
+    text = (REPO / "mock_libs" / "base" / "dtype.c").read_text(encoding="utf-8")
     return [(int(value), name, int(bits)) for value, name, bits in DTYPE_ROW.findall(text)]
 
 

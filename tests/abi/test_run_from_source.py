@@ -79,18 +79,18 @@ def test_the_demo_runs_in_the_root_of_a_source_tree(source_tree: Path) -> None:
 
 
 def test_a_library_older_than_any_c_source_or_header_is_stale(tmp_path: Path) -> None:
-    for name in ("mock_libs/engine.c", "mock_libs/engine.h", "include/lldd/api.h"):
+    for name in ("mock_libs/core/engine.c", "mock_libs/core/engine.h", "include/lldd/api.h"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("")
     lib = tmp_path / "lib.so"
     assert _loader._is_stale(lib, tmp_path)                 # missing
     lib.write_text("")
     now = time.time()
-    for source in ("mock_libs/engine.c", "mock_libs/engine.h", "include/lldd/api.h"):
+    for source in ("mock_libs/core/engine.c", "mock_libs/core/engine.h", "include/lldd/api.h"):
         os.utime(tmp_path / source, (now - 100, now - 100))
     os.utime(lib, (now - 50, now - 50))
     assert not _loader._is_stale(lib, tmp_path)
-    for source in ("mock_libs/engine.h", "include/lldd/api.h"):
+    for source in ("mock_libs/core/engine.h", "include/lldd/api.h"):
         os.utime(tmp_path / source, (now, now))
         assert _loader._is_stale(lib, tmp_path)
         os.utime(tmp_path / source, (now - 100, now - 100))

@@ -1,0 +1,1285 @@
+/* Pulls of the extension ABI (pull_cache and pull_blocks of both generations,
+ * docs/reference/python-api.md §12, §11.2 step 10), in the engine order of docs/reference/semantics.md §8.0.
+ *
+ * The source is resolved on the engine that holds it (engine_resolve.c), for every request:
+ *   server-assisted (v2) and v1   live: the holder's current key table and caches;
+ *                                  a by-id source on a slot bound to a request key is
+ *                                  a pull through that key (semantics.md §9.4);
+ *   direct (v2)                    against the link's table copy (semantics.md §9.7): ids below its
+ *                                  id mark, bindings below its binding mark, and still
+ *                                  live (PR-7, PR-19); prefix keys never resolve.
+ * In one process the puller calls the resolver under the holder's mu; across
+ * processes it asks with MSG_RESOLVE (engine_serve.c answers). Either way the
+ * resolved cache comes back pinned, with its description and tensor addresses, and
+ * the puller checks and moves the bytes itself over the data paths of
+ * engine_xfer.c. A successful server-assisted or v1 pull through a request key then
+ * releases what it read (MSG_RELEASE, semantics.md §9.5): the holder updates the cache's
+ * remaining-tensor set, unbinds the key when nothing remains, and frees the cache if
+ * that was its last reference.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/blocks.h"
+#include "core/cache_table.h"
+#include "core/engine.h"
+#include "ext/ext.h"
+#include "core/keys.h"
+#include "wire/links.h"
+#include "base/mock_internal.h"
+#include "core/resolve.h"
+#include "core/transfers.h"
+#include "wire/transport.h"
+
+/* server-assisted request limits (semantics.md §15) */
+enum { SA_MAX_ENTRIES = 7160, SA_MAX_TENSORS = 2043, SA_D2H_MAX_BLOCKS = 61440, DIRECT_MAX_ENTRIES = 131064 };
+#define STAGING_BYTES (32ull << 20)
+
+/* ---------------------------------------------------------------------------------------------
+ * the puller's side: resolve and release
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct xsrc {
+    peer_cache pc;
+    resolve_reply r;
+} xsrc;
+
+static lldd_status src_resolve_q(xlink *x, const char *fn, const resolve_req *q, xsrc *s);
+
+/* A by-id reference with cache_id <= 0: in direct mode the vendor falls back to a key
+ * lookup with request id 2^64 - 1, which finds the blocks cache bound with model_id 0; the
+ * mock does the same and lints it when such a cache exists (PR-20). Elsewhere, and in
+ * strict mode, it never resolves, refused before the lookup reaches the peer (E-10). */
+static lldd_status src_resolve(xlink *x, const char *fn, const resolve_req *q, xsrc *s)
+{
+    if (q->key_kind != LLDD_KEY_BY_ID || q->cache_id > 0)
+        return src_resolve_q(x, fn, q, s);
+    if (!q->direct || mock_strict()) {
+        memset(s, 0, sizeof *s);
+        mock_set_error("%s: cache id %lld never names a cache (ids start at 1, PR-20)", fn, (long long)q->cache_id);
+        return LLM_KV_CACHE_NOT_EXIST;
+    }
+    resolve_req fallback = *q;
+    fallback.key_kind = LLDD_KEY_BLOCKS;
+    fallback.req_id = UINT64_MAX;
+    fallback.prefix_id = UINT64_MAX;
+    fallback.model_id = 0;
+    fallback.cache_id = 0;
+    fallback.batch_index = 0;
+    lldd_status st = src_resolve_q(x, fn, &fallback, s);
+    if (st == LLM_SUCCESS)
+        (void)mock_lint(20, "%s: cache id %lld resolves, as on the device, to the blocks cache bound to the blocks "
+                        "key of model_id 0 on cluster %llu (PR-20)", fn, (long long)q->cache_id,
+                        (unsigned long long)x->l->peer_cluster);
+    return st;
+}
+
+static lldd_status src_resolve_q(xlink *x, const char *fn, const resolve_req *q, xsrc *s)
+{
+    engine *e = x->e;
+    mlink *l = x->l;
+    memset(s, 0, sizeof *s);
+    char why[256];
+    why[0] = '\0';
+    if (l->same_process) {
+        engine *peer = x->peer;
+        lldd_status st = peer_local_enter(x, fn);
+        if (st != LLM_SUCCESS)
+            return st;
+        mlink *their = link_peer_side_locked(peer, l);
+        mcache *c;
+        st = holder_resolve_locked(peer, their, q, &c, &s->r, why, sizeof why);
+        if (q->direct)
+            link_note_table_copy(l, s->r.id_mark, s->r.bind_mark);
+        if (st == LLM_SUCCESS) {
+            c->pins++;
+            s->pc.w = c->w;
+            s->pc.addrs = c->addrs;
+            s->pc.pc = c;
+            s->pc.pinned = 1;
+        }
+        pthread_mutex_unlock(&peer->mu);
+        if (st != LLM_SUCCESS)
+            mock_set_error("%s: %s", fn, why);
+        return st;
+    }
+    uint32_t timeout = e->sync_timeout_ms;
+    int64_t deadline = tp_deadline(timeout);
+    msg_hdr h;
+    msg_init(&h, MSG_RESOLVE);
+    h.payload_len = sizeof *q;
+    int r = msg_send(l->req_fd, &h, q, sizeof *q, deadline);
+    if (r == TP_OK)
+        r = msg_recv_hdr(l->req_fd, &h, deadline);
+    if (r == TP_OK && h.type != MSG_RESOLVE_REPLY)
+        r = TP_CLOSED;
+    if (r == TP_TIMEOUT)
+        return link_timeout(x, fn, "the peer did not answer within llm.SyncKvCacheWaitTime = %u ms", timeout);
+    if (r != TP_OK)
+        return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
+    if (q->direct)
+        link_note_table_copy(l, (int64_t)h.a, h.b);
+    if (h.status != LLM_SUCCESS) {
+        reply_text text;
+        if (h.payload_len != sizeof text || tp_recv_all(l->req_fd, &text, sizeof text, deadline) != TP_OK)
+            return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
+        tp_sanitize_text(text.text, sizeof text.text);
+        mock_set_error("%s: %s", fn, text.text);
+        /* the codes a holder's lookup gives (holder_resolve_locked); anything else is a
+         * broken peer */
+        if (h.status != LLM_KV_CACHE_NOT_EXIST && h.status != LLM_LINK_BUSY && h.status != LLM_PARAM_INVALID)
+            return link_timeout(x, fn, "the peer answered a lookup with status 0x%08X", (unsigned)h.status);
+        return h.status;
+    }
+    if (h.payload_len < sizeof s->r)
+        return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
+    r = tp_recv_all(l->req_fd, &s->r, sizeof s->r, deadline);
+    uint64_t addr_bytes = (uint64_t)s->r.w.num_tensors * sizeof(uint64_t);
+    if (r == TP_OK && (s->r.w.num_tensors > WIRE_MAX_TENSORS || h.payload_len - sizeof s->r != addr_bytes))
+        r = TP_CLOSED;
+    if (r == TP_OK) {
+        s->pc.owned_addrs = malloc(addr_bytes ? (size_t)addr_bytes : 1);
+        r = s->pc.owned_addrs == NULL ? TP_CLOSED
+                                      : tp_recv_all(l->req_fd, s->pc.owned_addrs, (size_t)addr_bytes, deadline);
+    }
+    if (r != TP_OK) {
+        free(s->pc.owned_addrs);
+        s->pc.owned_addrs = NULL;
+        return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
+    }
+    s->pc.w = s->r.w;
+    s->pc.addrs = s->pc.owned_addrs;
+    s->pc.pinned = 1;
+    return LLM_SUCCESS;
+}
+
+/* Step 11 (semantics.md §9.5): unpins the source and releases what the pull read through its key.
+ * tensors NULL: every tensor (the pull had no source range). */
+static void src_release(xlink *x, xsrc *s, const uint64_t *tensors, uint64_t count)
+{
+    release_req q;
+    memset(&q, 0, sizeof q);
+    q.cache_id = s->pc.w.id;
+    q.slot = s->r.slot;
+    q.key_ns = s->r.key_ns;
+    q.key_id = s->r.key_id;
+    q.key_model = s->r.key_model;
+    q.all = tensors == NULL;
+    q.count = tensors == NULL ? 0 : count;
+    if (x->l->same_process) {
+        engine *peer = x->peer;
+        pthread_mutex_lock(&peer->mu);
+        cache_unpin_locked(peer, s->pc.pc);
+        mcache *gone = key_release_request_locked(peer, &q, tensors);
+        pthread_mutex_unlock(&peer->mu);
+        cache_destroy(gone);
+    } else {
+        msg_hdr h;
+        msg_init(&h, MSG_RELEASE);
+        h.payload_len = sizeof q + q.count * sizeof(uint64_t);
+        struct iovec iov[3] = {{&h, sizeof h}, {&q, sizeof q}, {(void *)(uintptr_t)tensors, (size_t)(q.count * 8)}};
+        int64_t deadline = tp_deadline(x->e->sync_timeout_ms);
+        int r = tp_sendv(x->l->req_fd, iov, q.count > 0 ? 3 : 2, deadline, x->e->sync_timeout_ms);
+        if (r == TP_OK)
+            r = msg_recv_hdr(x->l->req_fd, &h, deadline);
+        /* the data is in place and the pull succeeded; a lost release leaves the key
+         * bound, which the peer's own remove_cache_key or deallocate settles */
+        (void)r;
+        free(s->pc.owned_addrs);
+    }
+    memset(&s->pc, 0, sizeof s->pc);
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * lldd_ext_pull
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct epull {
+    const lldd_key *src;
+    int64_t dst_id;
+    uint32_t batch;
+    int64_t size;
+    const uint64_t *sblk, *dblk, *st, *dt;
+    size_t nsb, ndb, nst, ndt;
+    int64_t soff, doff;
+    uint32_t n;
+} epull;
+
+enum { FORM_B2C = -1 };
+
+static lldd_status pull_args_check(engine *e, const char *fn, const epull *a, int *form)
+{
+    int v1 = e->gen == GEN_V1;
+    lldd_status st;
+    if (a->src->kind < LLDD_KEY_CACHE || a->src->kind > LLDD_KEY_BLOCKS) {
+        mock_set_error("%s: src.kind %u is not a key kind (LLDD_KEY_CACHE 1, LLDD_KEY_BY_ID 2, LLDD_KEY_BLOCKS 3)",
+                       fn, (unsigned)a->src->kind);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->src->kind == LLDD_KEY_CACHE && (st = ext_check_cache_key_validity(fn, "src", a->src)) != LLM_SUCCESS)
+        return st;
+    if (a->size != -1 && a->size <= 0) {
+        mock_set_error("%s: size %lld must be -1 or > 0", fn, (long long)a->size);
+        return LLM_PARAM_INVALID;
+    }
+    if (!v1 && (a->soff != -1 || a->doff != -1)) {
+        mock_set_error("%s: %s is not supported in CacheManager mode (PR-8)", fn,
+                       a->soff != -1 ? "src_cache_offset" : "dst_cache_offset");
+        return LLM_PARAM_INVALID;
+    }
+    if (a->soff < -1 || a->doff < -1) {
+        mock_set_error("%s: %s %lld should be >= 0 (or -1: not given)", fn,
+                       a->soff < -1 ? "src_cache_offset" : "dst_cache_offset",
+                       (long long)(a->soff < -1 ? a->soff : a->doff));
+        return LLM_PARAM_INVALID;
+    }
+    if (a->n == 0) {
+        mock_set_error("%s: tensor_num_per_layer (0) is invalid, should [1, N] (PR-3)", fn);
+        return LLM_PARAM_INVALID;
+    }
+    *form = a->nsb > 0 ? (a->ndb > 0 ? PLAN_B2B : FORM_B2C) : (a->ndb > 0 ? PLAN_C2B : PLAN_C2C);
+    if (*form != PLAN_C2C) {
+        if (a->size != -1) {
+            mock_set_error("%s: size %lld: block pulls move whole blocks; size must be -1", fn, (long long)a->size);
+            return LLM_PARAM_INVALID;
+        }
+        if (a->batch != 0) {
+            mock_set_error("%s: batch_index %u: block pulls address blocks; batch_index must be 0", fn,
+                           (unsigned)a->batch);
+            return LLM_PARAM_INVALID;
+        }
+        if (a->soff != -1 || a->doff != -1) {
+            mock_set_error("%s: src_cache_offset and dst_cache_offset apply to pull_cache only", fn);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    if (*form == PLAN_B2B && a->src->kind == LLDD_KEY_BY_ID && a->src->batch_index != 0) {
+        mock_set_error("%s: src.batch_index %u must be 0 for a block pull", fn, (unsigned)a->src->batch_index);
+        return LLM_PARAM_INVALID;
+    }
+    if (*form == PLAN_C2B && v1) {
+        mock_set_error("%s: pulling a contiguous cache into blocks is not supported in KvCacheManager (v1) mode", fn);
+        return LLM_PARAM_INVALID;
+    }
+    if (v1 && atomic_load(&e->role) != LLDD_ROLE_DECODER) {
+        mock_set_error("%s: pulls are not supported by %s; only a DECODER pulls in v1 (docs/reference/semantics.md §11)", fn,
+                       ext_role_name(atomic_load(&e->role)));
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+/* Step 4's tensor-list checks (semantics.md §4.2, §5) against the local cache. tensor_num_per_layer
+ * has no upper bound (a pull without a range never uses it), and only the v2 engine
+ * asks a ranged pull's local tensor count to be a multiple of it: v1 does not send it
+ * to the device side (docs/semantics.md, PR-3). */
+static lldd_status pull_local_tensors(const char *fn, const epull *a, const cache_wire *lw, int v1)
+{
+    uint32_t nl = lw->num_tensors;
+    int ranged = a->nst > 0 || a->ndt > 0;
+    if (!v1 && ranged && nl % a->n != 0) {
+        mock_set_error("%s: when using layer wise transfer, the tensor_num %u of the local cache must be a multiple "
+                       "of tensor_num_per_layer %u", fn, (unsigned)nl, (unsigned)a->n);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->ndt > nl) {
+        mock_set_error("%s: dst_layer_range selects %zu tensors, but the local cache has %u", fn, a->ndt,
+                       (unsigned)nl);
+        return LLM_PARAM_INVALID;
+    }
+    for (size_t i = 0; i < a->ndt; i++) {
+        if (a->dt[i] >= nl) {
+            mock_set_error("%s: dst_layer_range selects tensor %llu, but the local cache has %u", fn,
+                           (unsigned long long)a->dt[i], (unsigned)nl);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    lldd_status st = check_repeats(fn, "dst tensor index", a->dt, a->ndt, 0);
+    if (st != LLM_SUCCESS)
+        return st;
+    if (a->nst > 0 && a->ndt > 0 && a->nst != a->ndt) {
+        mock_set_error("%s: src_layer_range selects %zu tensors and dst_layer_range %zu", fn, a->nst, a->ndt);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->nst > 0 && a->ndt == 0 && a->nst != nl) {
+        mock_set_error("%s: src_layer_range selects %zu tensors; without dst_layer_range all %u local tensors "
+                       "receive, so the counts must be equal", fn, a->nst, (unsigned)nl);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+/* Cache-to-blocks arithmetic (docs/reference/semantics.md §8.4, §8.7), as the vendor computes it: chunk k of
+ * a source batch is the block-sized piece at k * block, except that the chunk listed last
+ * is cut to tensor_size mod block when that is non-zero, whether or not it is the batch's
+ * final piece. *covered is the number of bytes from the batch start up to the end of the
+ * last chunk; the chunks must stay inside the one source batch (PR-16, guard: past it
+ * the device reads the next batch, or past the tensor). */
+static lldd_status c2b_check_chunks(const char *fn, size_t count, uint64_t block, uint64_t stride,
+                                    uint64_t tensor_size, uint64_t *covered)
+{
+    uint64_t last = tensor_size % block != 0 ? tensor_size % block : block, before;
+    if (__builtin_mul_overflow((uint64_t)count - 1, block, &before) || before >= stride ||
+        last > stride - before) {
+        mock_set_error("%s: %zu destination blocks of %llu bytes (the last cut to %llu, the tensor size %llu mod the "
+                       "block size) run past one source batch of %llu bytes (PR-16)", fn, count,
+                       (unsigned long long)block, (unsigned long long)last, (unsigned long long)tensor_size,
+                       (unsigned long long)stride);
+        return LLM_PARAM_INVALID;
+    }
+    *covered = before + last;
+    return LLM_SUCCESS;
+}
+
+/* What the steps of one extension pull share: its arguments, and what the earlier steps
+ * found for the later ones. */
+typedef struct pull_state {
+    engine *e;
+    const char *fn;
+    const epull *a;
+    int form;
+    mcache *lc;
+    xlink *xl;
+    xsrc *src;
+    int v1, direct, sa;
+    const cache_wire *lw;        /* the local (destination) cache */
+    const cache_wire *rw;        /* the source, once resolved (step 7) */
+    uint64_t dst_off, src_off;   /* the offsets, -1 read as 0 */
+    uint64_t len;                /* C2C: bytes per tensor */
+    uint64_t pairs;              /* tensor pairs */
+    uint64_t chunks_or_runs;     /* B2B runs, C2B blocks, 1 for C2C */
+    uint64_t b_src;              /* the source batch */
+    uint64_t src_base;           /* where the source batch starts */
+    uint64_t c2b_len;            /* C2B: the source region's length */
+    int d2h;                     /* a server-assisted DEVICE to HOST pull (staged) */
+} pull_state;
+
+/* Step 4: the local cache's placement, batch, kind and sizes, and its tensor ranges. */
+static lldd_status pull_local_checks(pull_state *s)
+{
+    const char *fn = s->fn;
+    const epull *a = s->a;
+    const cache_wire *lw = s->lw;
+    lldd_status st;
+    if (s->v1 && lw->placement != LLDD_PLACEMENT_DEVICE) {
+        mock_set_error("%s: the local cache %lld is HOST-placed: Only support device cache (v1)", fn,
+                       (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    s->dst_off = a->doff > 0 ? (uint64_t)a->doff : 0;
+    s->src_off = a->soff > 0 ? (uint64_t)a->soff : 0;
+    s->len = 0;
+    if (s->form == PLAN_C2C) {
+        if (a->batch >= lw->batches) {
+            mock_set_error("%s: batch_index %u is out of range: cache %lld has %llu batches", fn, (unsigned)a->batch,
+                           (long long)lw->id, (unsigned long long)lw->batches);
+            return LLM_PARAM_INVALID;
+        }
+        if (!kind_has_batches(lw)) {
+            mock_set_error("%s: request expect local cache is non-blocks: cache %lld is a blocks cache", fn,
+                           (long long)lw->id);
+            return LLM_PARAM_INVALID;
+        }
+        if (!s->v1 && a->size > 0 && (uint64_t)a->size > lw->stride) {
+            mock_set_error("%s: size %lld is larger than the destination stride %llu", fn, (long long)a->size,
+                           (unsigned long long)lw->stride);
+            return LLM_PARAM_INVALID;
+        }
+        uint64_t dst_off = s->dst_off;
+        uint64_t len = a->size > 0 ? (uint64_t)a->size : (dst_off < lw->stride ? lw->stride - dst_off : 0);
+        if (s->v1 && (len == 0 || dst_off > lw->stride || len > lw->stride - dst_off)) {
+            mock_set_error("%s: dst_cache_offset %llu + %llu bytes do not fit the destination stride %llu", fn,
+                           (unsigned long long)dst_off, (unsigned long long)len, (unsigned long long)lw->stride);
+            return LLM_PARAM_INVALID;
+        }
+        s->len = len;
+    } else if (s->form != FORM_B2C && !kind_has_blocks(lw)) {
+        mock_set_error("%s: request expect local cache is blocks: cache %lld has no blocks", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if ((st = pull_local_tensors(fn, a, lw, s->v1)) != LLM_SUCCESS)
+        return st;
+    s->pairs = a->ndt > 0 ? a->ndt : (a->nst > 0 ? a->nst : lw->num_tensors);
+    return LLM_SUCCESS;
+}
+
+/* Step 6: the request's form, its destination blocks, and its size in entries (semantics.md §15). */
+static lldd_status pull_request_checks(pull_state *s)
+{
+    const char *fn = s->fn;
+    const epull *a = s->a;
+    int form = s->form;
+    lldd_status st;
+    s->chunks_or_runs = 1;
+    if (form == FORM_B2C) {
+        mock_set_error("%s: Pulling from discrete memory to continuous memory is not supported (src_blocks without "
+                       "dst_blocks)", fn);
+        return LLM_PARAM_INVALID;
+    }
+    if (form == PLAN_B2B && a->nsb != a->ndb) {
+        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, a->nsb, a->ndb);
+        return LLM_PARAM_INVALID;
+    }
+    if (form != PLAN_C2C) {
+        if ((st = check_repeats(fn, "dst_blocks", a->dblk, a->ndb, 1)) != LLM_SUCCESS)
+            return st;
+        if ((st = check_blocks(fn, "dst_blocks", a->dblk, a->ndb, s->lw->blocks, "local")) != LLM_SUCCESS)
+            return st;
+        s->chunks_or_runs = form == PLAN_B2B ? count_runs(a->sblk, a->dblk, a->nsb) : a->ndb;
+    }
+    uint64_t pairs = s->pairs, chunks_or_runs = s->chunks_or_runs;
+    uint64_t entries = pairs + 2 * chunks_or_runs;
+    if (s->sa && (pairs > SA_MAX_TENSORS || entries > SA_MAX_ENTRIES)) {
+        mock_set_error("%s: the request has %llu entries (%llu tensors + 2 x %llu %s); server-assisted mode allows "
+                       "at most %d entries and %d tensors (docs/reference/semantics.md §15)", fn, (unsigned long long)entries,
+                       (unsigned long long)pairs, (unsigned long long)chunks_or_runs,
+                       form == PLAN_B2B ? "runs" : form == PLAN_C2B ? "blocks" : "ranges", SA_MAX_ENTRIES,
+                       SA_MAX_TENSORS);
+        return LLM_PARAM_INVALID;
+    }
+    if (s->direct && entries > DIRECT_MAX_ENTRIES) {
+        mock_set_error("%s: the request has %llu entries (%llu tensors + 2 x %llu), over the direct-mode limit of %d "
+                       "(docs/reference/semantics.md §15)", fn, (unsigned long long)entries, (unsigned long long)pairs,
+                       (unsigned long long)chunks_or_runs, DIRECT_MAX_ENTRIES);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+/* Step 7: the source, resolved on the engine that holds it and pinned. */
+static lldd_status pull_resolve_source(pull_state *s)
+{
+    const lldd_key *key = s->a->src;
+    resolve_req q;
+    memset(&q, 0, sizeof q);
+    q.key_kind = key->kind;
+    q.batch_index = key->batch_index;
+    q.req_id = key->req_id;
+    q.prefix_id = key->prefix_id;
+    q.model_id = key->model_id;
+    q.cache_id = key->cache_id;
+    q.direct = (uint32_t)s->direct;
+    q.v1 = (uint32_t)s->v1;
+    q.id_mark = s->xl->l->watermark;
+    q.bind_mark = s->xl->l->bind_watermark;
+    q.requester = s->e->cluster_id;
+    lldd_status st = src_resolve(s->xl, s->fn, &q, s->src);
+    if (st != LLM_SUCCESS)
+        return st;
+    s->rw = &s->src->pc.w;
+    s->b_src = s->src->r.slot;
+    return LLM_SUCCESS;
+}
+
+/* Step 8: remote access (direct mode) and the caches' registration times (PR-32). */
+static lldd_status pull_access_checks(const pull_state *s)
+{
+    const char *fn = s->fn;
+    const cache_wire *lw = s->lw, *rw = s->rw;
+    lldd_status st;
+    if (s->direct && (!rw->remote_accessible || !lw->remote_accessible)) {
+        mock_set_error("%s: the %s cache %lld is not remote accessible; direct mode needs both caches "
+                       "remote accessible", fn, !rw->remote_accessible ? "remote" : "local",
+                       (long long)(!rw->remote_accessible ? rw->id : lw->id));
+        return LLM_PARAM_INVALID;
+    }
+    if ((st = pr32_check_local(fn, s->xl->l, lw)) != LLM_SUCCESS)
+        return st;
+    return pr32_check_peer(fn, s->xl->l, rw, s->a->src->cluster_id);
+}
+
+/* Step 9, first part: the source's kind, tensor counts and strides, and where its batch
+ * starts. */
+static lldd_status pull_source_shape_checks(pull_state *s)
+{
+    const char *fn = s->fn;
+    const epull *a = s->a;
+    const cache_wire *lw = s->lw, *rw = s->rw;
+    int form = s->form, v1 = s->v1, direct = s->direct;
+    uint64_t len = s->len, src_off = s->src_off, b_src = s->b_src;
+    if (form != PLAN_B2B && !kind_has_batches(rw)) {
+        mock_set_error("%s: request pull block = false, but the source cache %lld is a blocks cache (PR-15)", fn,
+                       (long long)rw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (form == PLAN_B2B && !kind_has_blocks(rw)) {
+        mock_set_error("%s: request pull block = true, but the source cache %lld has no blocks (PR-15)", fn,
+                       (long long)rw->id);
+        return LLM_PARAM_INVALID;
+    }
+    for (size_t i = 0; i < a->nst; i++) {
+        if (a->st[i] >= rw->num_tensors) {
+            mock_set_error("%s: src_layer_range selects tensor %llu, but the source cache has %u%s", fn,
+                           (unsigned long long)a->st[i], (unsigned)rw->num_tensors, direct ? " (PR-12)" : "");
+            return LLM_PARAM_INVALID;
+        }
+    }
+    if (a->nst == 0 && a->ndt > 0 && rw->num_tensors != a->ndt) {
+        mock_set_error("%s: dst_layer_range selects %zu tensors; without src_layer_range all %u source tensors are "
+                       "sent, so the counts must be equal", fn, a->ndt, (unsigned)rw->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->nst == 0 && a->ndt == 0 && rw->num_tensors != lw->num_tensors) {
+        mock_set_error("%s: the source cache has %u tensors and the destination %u; without layer ranges they must "
+                       "be equal", fn, (unsigned)rw->num_tensors, (unsigned)lw->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    if (form == PLAN_C2C && !v1 && len > rw->stride) {
+        mock_set_error("%s: %llu bytes per tensor are more than the source stride %llu", fn, (unsigned long long)len,
+                       (unsigned long long)rw->stride);
+        return LLM_PARAM_INVALID;
+    }
+    if (form == PLAN_C2C && v1 && (src_off > rw->stride || len > rw->stride - src_off)) {
+        mock_set_error("%s: srcCacheOffset %llu is invalid: %llu bytes from it do not fit the source stride %llu", fn,
+                       (unsigned long long)src_off, (unsigned long long)len, (unsigned long long)rw->stride);
+        return LLM_PARAM_INVALID;
+    }
+    /* Where the source batch starts: server-assisted, the holder addresses it with its own
+     * stride; direct mode with the local (destination) stride, as the vendor's reader does
+     * (PR-6), and a cache-to-blocks read starts at batch 0 whatever the key names (PR-16). */
+    uint64_t src_base = 0;
+    int past = direct ? form == PLAN_C2C && __builtin_mul_overflow(b_src, lw->stride, &src_base)
+                      : __builtin_mul_overflow(b_src, rw->stride, &src_base);
+    if (form == PLAN_C2C && direct && (past || src_base > rw->tensor_size || len > rw->tensor_size - src_base)) {
+        mock_set_error("%s: source batch %llu addressed with the destination stride %llu starts at byte %llu; %llu "
+                       "bytes from there run past the source tensor of %llu bytes (PR-6)", fn,
+                       (unsigned long long)b_src, (unsigned long long)lw->stride, (unsigned long long)src_base,
+                       (unsigned long long)len, (unsigned long long)rw->tensor_size);
+        return LLM_PARAM_INVALID;
+    }
+    s->src_base = src_base;
+    return LLM_SUCCESS;
+}
+
+/* Step 9, server-assisted: the placement pairs of semantics.md §1.3 and a DEVICE to HOST pull's limits. */
+static lldd_status pull_placement_checks(pull_state *s)
+{
+    const char *fn = s->fn;
+    const epull *a = s->a;
+    int form = s->form;
+    s->d2h = 0;
+    if (!s->sa)
+        return LLM_SUCCESS;
+    uint32_t sp = s->rw->placement, dp = s->lw->placement;
+    if (sp == LLDD_PLACEMENT_HOST && dp == LLDD_PLACEMENT_HOST) {
+        mock_set_error("%s: a server-assisted transfer between two HOST caches is not supported (docs/reference/semantics.md §1.3)",
+                       fn);
+        return LLM_FEATURE_NOT_ENABLED;
+    }
+    if (sp == LLDD_PLACEMENT_DEVICE && dp == LLDD_PLACEMENT_HOST) {
+        uint64_t src_blocks = form == PLAN_B2B ? a->nsb : form == PLAN_C2B ? a->ndb : 1;
+        if (!s->e->dev_pool.present) {
+            mock_set_error("%s: a DEVICE to HOST pull needs a device memory pool on this engine "
+                           "(llm.MemPoolConfig) for its staging buffers (docs/reference/semantics.md §1.3)", fn);
+            return LLM_PARAM_INVALID;
+        }
+        if (src_blocks > SA_D2H_MAX_BLOCKS || src_blocks > SA_MAX_ENTRIES - s->pairs) {
+            mock_set_error("%s: a DEVICE to HOST pull moves at most %d source blocks and at most %d - %llu; this "
+                           "one has %llu (docs/reference/semantics.md §15)", fn, SA_D2H_MAX_BLOCKS, SA_MAX_ENTRIES,
+                           (unsigned long long)s->pairs, (unsigned long long)src_blocks);
+            return LLM_PARAM_INVALID;
+        }
+        s->d2h = 1;
+    }
+    if (sp == LLDD_PLACEMENT_HOST && dp == LLDD_PLACEMENT_DEVICE && !s->src->r.dev_pool) {
+        mock_set_error("%s: a HOST to DEVICE pull needs a device memory pool on the host-side cluster %llu "
+                       "(docs/reference/semantics.md §1.3)", fn, (unsigned long long)a->src->cluster_id);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+/* Step 9, last part: block sizes and the source's blocks or chunks (C2B, B2B). */
+static lldd_status pull_source_block_checks(pull_state *s)
+{
+    const char *fn = s->fn;
+    const epull *a = s->a;
+    const cache_wire *lw = s->lw, *rw = s->rw;
+    lldd_status st;
+    s->c2b_len = 0;
+    if (s->form == PLAN_C2B) {
+        if (lw->stride > rw->stride) {
+            mock_set_error("%s: tensor size < required size: a destination block (%llu bytes) is larger than a source "
+                           "batch (%llu bytes)", fn, (unsigned long long)lw->stride, (unsigned long long)rw->stride);
+            return LLM_PARAM_INVALID;
+        }
+        if ((st = c2b_check_chunks(fn, a->ndb, lw->stride, rw->stride, rw->tensor_size, &s->c2b_len)) != LLM_SUCCESS)
+            return st;
+        if (s->direct && s->b_src != 0 &&
+            mock_lint(16, "%s: in direct mode a cache-to-blocks pull reads source batch 0; the source key names "
+                      "batch %llu, which is ignored (PR-16)", fn, (unsigned long long)s->b_src))
+            return LLM_PARAM_INVALID;
+    }
+    if (s->form == PLAN_B2B) {
+        if ((st = check_blocks(fn, "src_blocks", a->sblk, a->nsb, rw->blocks, "source")) != LLM_SUCCESS)
+            return st;
+        if (rw->stride != lw->stride) {
+            mock_set_error("%s: block sizes differ: source %llu bytes, destination %llu bytes (PR-13)", fn,
+                           (unsigned long long)rw->stride, (unsigned long long)lw->stride);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    return LLM_SUCCESS;
+}
+
+/* A device-to-host pull stages through two 32 MiB buffers of the puller's device pool:
+ * takes them (stage_first[0], [1], each `pages` pages), or fails with OUT_OF_MEMORY. */
+static lldd_status staging_take(engine *e, const char *fn, uint64_t stage_first[2], uint64_t *pages)
+{
+    int staged = 0;
+    pthread_mutex_lock(&e->mu);
+    mpool *pool = &e->dev_pool;
+    uint64_t page = 1ull << pool->page_shift;
+    *pages = STAGING_BYTES / page + (STAGING_BYTES % page != 0);
+    if (pool_take(pool, *pages, &stage_first[0]) == 0) {
+        if (pool_take(pool, *pages, &stage_first[1]) == 0)
+            staged = 2;
+        else
+            pool_give(pool, stage_first[0], *pages);
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (staged != 2) {
+        mock_set_error("%s: the device memory pool cannot supply the two 32 MiB staging buffers of a DEVICE to "
+                       "HOST pull (docs/reference/semantics.md §15)", fn);
+        return LLM_OUT_OF_MEMORY;
+    }
+    return LLM_SUCCESS;
+}
+
+static void staging_give(engine *e, const uint64_t stage_first[2], uint64_t pages)
+{
+    pthread_mutex_lock(&e->mu);
+    pool_give(&e->dev_pool, stage_first[0], pages);
+    pool_give(&e->dev_pool, stage_first[1], pages);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Step 10: the bytes. */
+static lldd_status pull_move(const pull_state *s)
+{
+    const epull *a = s->a;
+    uint64_t stage_first[2] = {0, 0}, stage_pages = 0;
+    lldd_status st;
+    if (s->d2h && (st = staging_take(s->e, s->fn, stage_first, &stage_pages)) != LLM_SUCCESS)
+        return st;
+    plan p;
+    memset(&p, 0, sizeof p);
+    p.form = s->form;
+    p.pairs = (uint32_t)s->pairs;
+    p.smap = a->nst > 0 ? a->st : NULL;
+    p.dmap = a->ndt > 0 ? a->dt : NULL;
+    p.src_addrs = s->src->pc.addrs;
+    p.dst_addrs = s->lc->addrs;
+    if (s->form == PLAN_C2C) {
+        p.soff = s->src_base + s->src_off;
+        p.doff = (uint64_t)a->batch * s->lw->stride + s->dst_off;
+        p.len = s->len;
+    } else if (s->form == PLAN_B2B) {
+        p.sblk = a->sblk;
+        p.dblk = a->dblk;
+        p.nblk = a->nsb;
+        p.block = s->lw->stride;
+    } else {
+        p.soff = s->src_base;
+        p.len = s->c2b_len;
+        p.dblk = a->dblk;
+        p.nblk = a->ndb;
+        p.block = s->lw->stride;
+    }
+    st = move_bytes(s->xl, s->fn, &p, 1, s->rw->id);
+    if (s->d2h)
+        staging_give(s->e, stage_first, stage_pages);
+    return st;
+}
+
+/* Steps 4 to 11 of an extension pull (semantics.md §8.0), each a function above, in this order. */
+static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int form, mcache *lc, xlink *xl,
+                                xsrc *src, int *release)
+{
+    pull_state s;
+    memset(&s, 0, sizeof s);
+    s.e = e;
+    s.fn = fn;
+    s.a = a;
+    s.form = form;
+    s.lc = lc;
+    s.xl = xl;
+    s.src = src;
+    s.v1 = e->gen == GEN_V1;
+    s.direct = e->mode == MODE_DIRECT;
+    s.sa = e->mode == MODE_SERVER_ASSISTED;
+    s.lw = &lc->w;
+    lldd_status st;
+    *release = 0;
+    if ((st = pull_local_checks(&s)) != LLM_SUCCESS ||
+        (st = link_acquire_ex(e, fn, a->src->cluster_id, xl, s.v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS ||
+        (st = pull_request_checks(&s)) != LLM_SUCCESS || (st = pull_resolve_source(&s)) != LLM_SUCCESS ||
+        (st = pull_access_checks(&s)) != LLM_SUCCESS || (st = pull_source_shape_checks(&s)) != LLM_SUCCESS ||
+        (st = pull_placement_checks(&s)) != LLM_SUCCESS || (st = pull_source_block_checks(&s)) != LLM_SUCCESS)
+        return st;
+    st = pull_move(&s);
+    /* step 11: which successful pulls release their key (semantics.md §9.5) */
+    *release = st == LLM_SUCCESS && !s.direct && form != PLAN_B2B && src->r.through_key &&
+               src->r.key_ns == KEY_NS_REQ && !(s.v1 && (a->soff != -1 || a->doff != -1));
+    return st;
+}
+
+lldd_status ext_xfer_pull(engine *e, const char *fn, const lldd_key *src, int64_t dst_cache_id, uint32_t batch_index,
+                          int64_t size, const uint64_t *src_blocks, size_t num_src_blocks, const uint64_t *dst_blocks,
+                          size_t num_dst_blocks, const uint64_t *src_tensors, size_t num_src_tensors,
+                          const uint64_t *dst_tensors, size_t num_dst_tensors, int64_t src_cache_offset,
+                          int64_t dst_cache_offset, uint32_t tensor_num_per_layer)
+{
+    lldd_status st = LLM_SUCCESS;
+    epull a = {src, dst_cache_id, batch_index, size, src_blocks, dst_blocks, src_tensors, dst_tensors,
+               num_src_blocks, num_dst_blocks, num_src_tensors, num_dst_tensors, src_cache_offset, dst_cache_offset,
+               tensor_num_per_layer};
+    int form;
+    mcache *lc = NULL;
+    if ((st = pull_args_check(e, fn, &a, &form)) != LLM_SUCCESS)
+        goto out;
+    if (e->gen != GEN_V1 && src->cluster_id == e->cluster_id) {
+        /* v2 only: v1 has no such check and pulls over a link named by its own id (E-7) */
+        mock_set_error("%s: src.cluster_id %llu is this engine's own cluster; pull from a peer", fn,
+                       (unsigned long long)src->cluster_id);
+        st = LLM_PARAM_INVALID;
+        goto out;
+    }
+    if ((lc = cache_pin(e, dst_cache_id)) == NULL) {
+        mock_set_error("%s: dst_cache_id %lld does not exist", fn, (long long)dst_cache_id);
+        st = LLM_KV_CACHE_NOT_EXIST;
+        goto out;
+    }
+    xlink xl;
+    xsrc s;
+    int release = 0;
+    memset(&xl, 0, sizeof xl);
+    memset(&s, 0, sizeof s);
+    st = pull_checked(e, fn, &a, form, lc, &xl, &s, &release);
+    if (xl.l != NULL) {
+        if (release)
+            src_release(&xl, &s, num_src_tensors > 0 ? src_tensors : NULL, num_src_tensors);
+        else
+            peer_unpin(&xl, &s.pc);
+    }
+    link_release(&xl);
+    cache_unpin(e, lc);
+out:
+    st = ext_gen_status(e, st);
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * lldd_ext_push_layer: one layer of push_cache / push_blocks / TransferWithCacheKeyConfig
+ * (direct mode, docs/reference/semantics.md §8.5, §8.6 and §8.0 for the push order)
+ * ------------------------------------------------------------------------------------------ */
+
+typedef struct epush {
+    int64_t src_id;
+    uint32_t src_batch, src_layer, dst_layer, n;
+    const lldd_key *dst;
+    const uint64_t *sblk, *dblk;
+    size_t nsb, ndb;
+    int b2b;
+    /* a BlocksCacheKey destination with no block lists: the vendor's layer-wise job
+     * copies "batch" 0 of it, which in a blocks cache is block 0, from batch (block)
+     * src_batch of the source (docs/semantics.md X-25) */
+    int block0;
+} epush;
+
+/* Batches of a cache as a C2C transfer addresses them: its blocks, when it has no batches. */
+static uint64_t c2c_batches(const cache_wire *w, int block0)
+{
+    return block0 && !kind_has_batches(w) ? w->blocks : w->batches;
+}
+
+/* Steps 3 and 4: the link, and the local cache's remote access and registration time. */
+static lldd_status push_local_access(engine *e, const char *fn, const epush *a, const cache_wire *lw, xlink *xl)
+{
+    lldd_status st;
+    if ((st = link_acquire_ex(e, fn, a->dst->cluster_id, xl, 0)) != LLM_SUCCESS)
+        return st;
+    if (!lw->remote_accessible) {
+        mock_set_error("%s: the local cache %lld is not remote accessible", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    return pr32_check_local(fn, xl->l, lw);
+}
+
+/* Step 5: the destination, in the table copy. */
+static lldd_status push_resolve_destination(engine *e, const char *fn, const epush *a, xlink *xl, xsrc *dst)
+{
+    resolve_req q;
+    memset(&q, 0, sizeof q);
+    q.key_kind = a->dst->kind;
+    q.batch_index = a->dst->batch_index;
+    q.model_id = a->dst->model_id;
+    q.req_id = UINT64_MAX;
+    q.prefix_id = UINT64_MAX;
+    q.cache_id = a->dst->cache_id;
+    q.direct = 1;
+    q.push = 1;
+    q.id_mark = xl->l->watermark;
+    q.bind_mark = xl->l->bind_watermark;
+    q.requester = e->cluster_id;
+    return src_resolve(xl, fn, &q, dst);
+}
+
+/* The destination batch of a cache-to-cache push (0 when block0 names block 0). */
+static uint32_t push_dst_batch(const epush *a)
+{
+    return a->block0 ? 0 : a->dst->batch_index;
+}
+
+/* Step 6: the destination's access, layer, batch and shape. */
+static lldd_status push_destination_checks(const char *fn, const epush *a, const cache_wire *lw, const cache_wire *rw,
+                                           const xlink *xl)
+{
+    lldd_status st;
+    if ((st = push_dst_access_checks(fn, rw, xl->l, a->dst->cluster_id)) != LLM_SUCCESS)
+        return st;
+    if (a->dst_layer >= rw->num_tensors / a->n) {
+        mock_set_error("%s: destination layer %u is out of range: the remote cache has %u tensors, %u per layer", fn,
+                       (unsigned)a->dst_layer, (unsigned)rw->num_tensors, (unsigned)a->n);
+        return LLM_PARAM_INVALID;
+    }
+    uint32_t dst_batch = push_dst_batch(a);
+    if (!a->b2b && dst_batch >= c2c_batches(rw, a->block0)) {
+        mock_set_error("%s: dst.batch_index %u is out of range: the remote cache %lld has %llu batches", fn,
+                       (unsigned)dst_batch, (long long)rw->id, (unsigned long long)c2c_batches(rw, a->block0));
+        return LLM_PARAM_INVALID;
+    }
+    if (a->block0 && !kind_has_batches(rw)) {
+        if (lw->stride > rw->stride) {       /* PR-14: the guard of every C2C push */
+            mock_set_error("%s: source batch larger than destination block: %llu > %llu bytes (PR-14)", fn,
+                           (unsigned long long)lw->stride, (unsigned long long)rw->stride);
+            return LLM_PARAM_INVALID;
+        }
+        return LLM_SUCCESS;
+    }
+    return push_dst_shape_checks(fn, a->b2b, lw, rw, a->dblk, a->ndb);
+}
+
+/* Step 7: the source's layer, kind, batch and blocks. */
+static lldd_status push_source_checks(const char *fn, const epush *a, const cache_wire *lw)
+{
+    if (a->src_layer >= lw->num_tensors / a->n) {
+        mock_set_error("%s: source layer %u is out of range: the local cache has %u tensors, %u per layer", fn,
+                       (unsigned)a->src_layer, (unsigned)lw->num_tensors, (unsigned)a->n);
+        return LLM_PARAM_INVALID;
+    }
+    if (lw->num_tensors % a->n != 0) {
+        mock_set_error("%s: tensor_num_per_layer %u must divide the local cache's %u tensors", fn,
+                       (unsigned)a->n, (unsigned)lw->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    if (!a->b2b && !a->block0 && !kind_has_batches(lw)) {
+        mock_set_error("%s: the local cache %lld is a blocks cache; a contiguous push needs batches (PR-15)", fn,
+                       (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (!a->b2b && a->src_batch >= c2c_batches(lw, a->block0)) {
+        mock_set_error("%s: src_batch_index %u is out of range: cache %lld has %llu batches", fn,
+                       (unsigned)a->src_batch, (long long)lw->id, (unsigned long long)c2c_batches(lw, a->block0));
+        return LLM_PARAM_INVALID;
+    }
+    if (a->b2b && !kind_has_blocks(lw)) {
+        mock_set_error("%s: the local cache %lld has no blocks", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->b2b)
+        return check_blocks(fn, "src_blocks", a->sblk, a->nsb, lw->blocks, "local");
+    return LLM_SUCCESS;
+}
+
+/* Step 8: the bytes. */
+static lldd_status push_move(xlink *xl, const char *fn, const epush *a, const mcache *lc, const xsrc *dst)
+{
+    const cache_wire *lw = &lc->w, *rw = &dst->pc.w;
+    plan p;
+    memset(&p, 0, sizeof p);
+    p.form = a->b2b ? PLAN_B2B : PLAN_C2C;
+    p.s_base = a->src_layer * a->n;
+    p.d_base = a->dst_layer * a->n;
+    p.pairs = a->n;
+    p.src_addrs = lc->addrs;
+    p.dst_addrs = dst->pc.addrs;
+    if (a->b2b) {
+        p.sblk = a->sblk;
+        p.dblk = a->dblk;
+        p.nblk = a->nsb;
+        p.block = lw->stride;
+    } else {
+        p.soff = (uint64_t)a->src_batch * lw->stride;
+        p.doff = (uint64_t)push_dst_batch(a) * rw->stride;
+        p.len = lw->stride;
+    }
+    return move_bytes(xl, fn, &p, 0, rw->id);
+}
+
+/* Steps 3 to 8 of an extension push, each a function above, in this order. */
+static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcache *lc, xlink *xl, xsrc *dst)
+{
+    const cache_wire *lw = &lc->w;
+    lldd_status st;
+    if ((st = push_local_access(e, fn, a, lw, xl)) != LLM_SUCCESS ||
+        (st = push_resolve_destination(e, fn, a, xl, dst)) != LLM_SUCCESS ||
+        (st = push_destination_checks(fn, a, lw, &dst->pc.w, xl)) != LLM_SUCCESS ||
+        (st = push_source_checks(fn, a, lw)) != LLM_SUCCESS)
+        return st;
+    return push_move(xl, fn, a, lc, dst);
+}
+
+lldd_status ext_xfer_push_layer(engine *e, const char *fn, int64_t src_cache_id, uint32_t src_batch_index,
+                                uint32_t src_layer, const lldd_key *dst, uint32_t dst_layer,
+                                uint32_t tensor_num_per_layer, const uint64_t *src_blocks, size_t num_src_blocks,
+                                const uint64_t *dst_blocks, size_t num_dst_blocks)
+{
+    lldd_status st = LLM_SUCCESS;
+    int block0 = dst->kind == LLDD_KEY_BLOCKS && num_src_blocks == 0 && num_dst_blocks == 0;
+    epush a = {src_cache_id, src_batch_index, src_layer, dst_layer, tensor_num_per_layer, dst, src_blocks, dst_blocks,
+               num_src_blocks, num_dst_blocks, dst->kind == LLDD_KEY_BLOCKS && !block0, block0};
+    mcache *lc = NULL;
+    if (e->gen == GEN_V1) {
+        mock_set_error("%s: push_cache and push_blocks do not exist in KvCacheManager (v1) mode", fn);
+        st = LLM_FEATURE_NOT_ENABLED;
+    } else if (e->mode != MODE_DIRECT) {
+        mock_set_error("%s: pushes are only supported while enable_remote_cache_accessible is True (direct mode, "
+                       "docs/reference/semantics.md §1.3)", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (dst->kind != LLDD_KEY_BY_ID && dst->kind != LLDD_KEY_BLOCKS) {
+        mock_set_error("%s: dst.kind %u: a push addresses a CacheKeyByIdAndIndex (LLDD_KEY_BY_ID) or a "
+                       "BlocksCacheKey (LLDD_KEY_BLOCKS)", fn, (unsigned)dst->kind);
+        st = LLM_PARAM_INVALID;
+    } else if (tensor_num_per_layer == 0) {
+        mock_set_error("%s: tensor_num_per_layer (0) is invalid, should [1, N] (PR-3)", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (!a.b2b && (num_src_blocks > 0 || num_dst_blocks > 0)) {
+        mock_set_error("%s: a push to a CacheKeyByIdAndIndex moves a batch; block lists are not read", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (a.b2b && num_dst_blocks == 0) {
+        mock_set_error("%s: dst_blocks is empty", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (a.b2b && num_src_blocks == 0) {
+        mock_set_error("%s: src_blocks is empty: block_mem_size of a cache-to-blocks push must > 0", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (a.b2b && num_src_blocks != num_dst_blocks) {
+        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, num_src_blocks, num_dst_blocks);
+        st = LLM_PARAM_INVALID;
+    } else if (dst->cluster_id == e->cluster_id) {
+        mock_set_error("%s: dst.cluster_id %llu is this engine's own cluster; push to a peer", fn,
+                       (unsigned long long)dst->cluster_id);
+        st = LLM_PARAM_INVALID;
+    } else if ((lc = cache_pin(e, src_cache_id)) == NULL) {
+        mock_set_error("%s: src_cache_id %lld does not exist", fn, (long long)src_cache_id);
+        st = LLM_KV_CACHE_NOT_EXIST;
+    } else {
+        xlink xl;
+        xsrc d;
+        memset(&xl, 0, sizeof xl);
+        memset(&d, 0, sizeof d);
+        st = push_checked(e, fn, &a, lc, &xl, &d);
+        if (xl.l != NULL)
+            peer_unpin(&xl, &d.pc);
+        link_release(&xl);
+        cache_unpin(e, lc);
+    }
+    return st;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * lldd_ext_transfer_layer: one layer of a TransferConfig (server-assisted v2, v1) to raw
+ * peer addresses (docs/reference/semantics.md §8.7, PR-16, PR-40)
+ * ------------------------------------------------------------------------------------------ */
+
+/* The live remote-accessible peer tensor holding [addr, addr + len), pinned. */
+static lldd_status peer_pin_addr(xlink *x, const char *fn, uint64_t addr, uint64_t len, peer_cache *pc,
+                                 uint32_t *tensor)
+{
+    memset(pc, 0, sizeof *pc);
+    mlink *l = x->l;
+    const char *bad = "%s: destination range [0x%llx, +%llu) is not inside one tensor of a live, remote-accessible "
+                      "cache on cluster %llu (PR-40)";
+    if (l->same_process) {
+        engine *peer = x->peer;
+        lldd_status st = peer_local_enter(x, fn);
+        if (st != LLM_SUCCESS)
+            return st;
+        mcache *c = holder_find_addr_locked(peer, addr, len, tensor);
+        if (c != NULL) {
+            c->pins++;
+            pc->w = c->w;
+            pc->addrs = c->addrs;
+            pc->pc = c;
+            pc->pinned = 1;
+        }
+        pthread_mutex_unlock(&peer->mu);
+        if (c == NULL) {
+            mock_set_error(bad, fn, (unsigned long long)addr, (unsigned long long)len,
+                           (unsigned long long)l->peer_cluster);
+            return LLM_PARAM_INVALID;
+        }
+        return LLM_SUCCESS;
+    }
+    uint32_t timeout = x->e->sync_timeout_ms;
+    int64_t deadline = tp_deadline(timeout);
+    msg_hdr h;
+    msg_init(&h, MSG_PIN_ADDR);
+    h.a = addr;
+    h.b = len;
+    lldd_status st = link_ask(x, fn, &h, MSG_PIN_ADDR_REPLY, deadline);
+    if (st != LLM_SUCCESS)
+        return st;
+    if (h.status != LLM_SUCCESS) {
+        mock_set_error(bad, fn, (unsigned long long)addr, (unsigned long long)len,
+                       (unsigned long long)l->peer_cluster);
+        return LLM_PARAM_INVALID;
+    }
+    if ((st = link_recv_pinned(x, fn, &h, deadline, pc, h.a)) != LLM_SUCCESS)
+        return st;
+    *tensor = (uint32_t)h.a;
+    return LLM_SUCCESS;
+}
+
+typedef struct etransfer {
+    int64_t src_id;
+    uint32_t src_batch, layer;
+    uint64_t dst_cluster;
+    const uint64_t *dst_addrs, *sblk, *dblk;
+    size_t nsb, ndb;
+    uint64_t bms;
+    int form;
+} etransfer;
+
+/* The source's checks, before the link: placement, layer, kind, batch and blocks. */
+static lldd_status transfer_source_checks(const char *fn, const etransfer *a, const cache_wire *lw, int v1)
+{
+    lldd_status st;
+    if (!v1 && lw->placement != LLDD_PLACEMENT_DEVICE) {
+        mock_set_error("%s: the source cache %lld is HOST-placed; transfer_cache_async needs a DEVICE source", fn,
+                       (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (lw->num_tensors % 2 != 0) {
+        mock_set_error("%s: the source cache %lld has %u tensors; a layer is 2 tensors, so it must be even", fn,
+                       (long long)lw->id, (unsigned)lw->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->layer >= lw->num_tensors / 2) {
+        mock_set_error("%s: layer %u is out of range: the source cache has %u layers of 2 tensors", fn,
+                       (unsigned)a->layer, (unsigned)(lw->num_tensors / 2));
+        return LLM_PARAM_INVALID;
+    }
+    if (a->form != PLAN_B2B && !kind_has_batches(lw)) {
+        mock_set_error("%s: the source cache %lld is a blocks cache; only blocks-to-blocks transfers read it (PR-15)",
+                       fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->form == PLAN_B2B && !kind_has_blocks(lw)) {
+        mock_set_error("%s: src_block_indices need a blocks source; cache %lld has no blocks (PR-15)", fn,
+                       (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->form != PLAN_B2B && a->src_batch >= lw->batches) {
+        mock_set_error("%s: src_batch_index %u is out of range: cache %lld has %llu batches", fn,
+                       (unsigned)a->src_batch, (long long)lw->id, (unsigned long long)lw->batches);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->form == PLAN_B2B) {
+        if ((st = check_blocks(fn, "src_block_indices", a->sblk, a->nsb, lw->blocks, "source")) != LLM_SUCCESS)
+            return st;
+        if (a->bms != 0 && a->bms != lw->stride) {
+            mock_set_error("%s: dst_block_memory_size %llu differs from the source block size %llu (docs/reference/semantics.md §7.5)",
+                           fn, (unsigned long long)a->bms, (unsigned long long)lw->stride);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    return LLM_SUCCESS;
+}
+
+/* After the link: a cache-to-blocks transfer's block size and chunks. The device's layer
+ * job checks the block size and cuts the chunks after it found the link; the spans need
+ * the chunks' lengths (*c2b_len). */
+static lldd_status transfer_c2b_checks(const char *fn, const etransfer *a, const cache_wire *lw, uint64_t *c2b_len)
+{
+    *c2b_len = 0;
+    if (a->form != PLAN_C2B)
+        return LLM_SUCCESS;
+    if (a->bms >= lw->tensor_size) {
+        mock_set_error("%s: dst_block_memory_size %llu must be < the source tensor size %llu when transferring "
+                       "from a contiguous cache to blocks", fn, (unsigned long long)a->bms,
+                       (unsigned long long)lw->tensor_size);
+        return LLM_PARAM_INVALID;
+    }
+    return c2b_check_chunks(fn, a->ndb, a->bms, lw->stride, lw->tensor_size, c2b_len);
+}
+
+/* The span [lo, hi) each destination address is written at (PR-40), and that it does not
+ * wrap past 2^64 from either address. */
+static lldd_status transfer_dst_span(const char *fn, const etransfer *a, uint64_t S, uint64_t c2b_len, uint64_t *lo,
+                                     uint64_t *hi)
+{
+    *lo = 0;
+    *hi = 0;
+    if (a->form == PLAN_C2C) {
+        *hi = S;
+    } else {
+        uint64_t block = a->form == PLAN_B2B ? S : a->bms;
+        *lo = UINT64_MAX;
+        for (size_t k = 0; k < a->ndb; k++) {
+            uint64_t len = a->form == PLAN_B2B || k + 1 < a->ndb ? block : c2b_len - k * block;
+            uint64_t start, end;
+            if (__builtin_mul_overflow(a->dblk[k], block, &start) || __builtin_add_overflow(start, len, &end)) {
+                mock_set_error("%s: dst_block_indices[%zu] = %llu times the block size overflows", fn, k,
+                               (unsigned long long)a->dblk[k]);
+                return LLM_PARAM_INVALID;
+            }
+            *lo = start < *lo ? start : *lo;
+            *hi = end > *hi ? end : *hi;
+        }
+    }
+    for (int j = 0; j < 2; j++) {
+        uint64_t end;
+        if (__builtin_add_overflow(a->dst_addrs[j], *hi, &end)) {
+            mock_set_error("%s: dst_addrs[%d] + %llu overflows (PR-40)", fn, j, (unsigned long long)*hi);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    return LLM_SUCCESS;
+}
+
+/* The peer's caches that hold the two destination spans, pinned (tensors[j]: the tensor
+ * of span j), each registered before the link (PR-32). */
+static lldd_status transfer_pin_destinations(xlink *xl, const char *fn, const etransfer *a, uint64_t lo, uint64_t hi,
+                                             peer_cache pcs[2], uint32_t tensors[2])
+{
+    lldd_status st;
+    for (int j = 0; j < 2; j++) {
+        if ((st = peer_pin_addr(xl, fn, a->dst_addrs[j] + lo, hi - lo, &pcs[j], &tensors[j])) != LLM_SUCCESS)
+            return st;
+        if (!pcs[j].w.owned && pcs[j].w.id >= xl->l->peer_next_at_link) {
+            mock_set_error("%s: dst_addrs[%d] lies in cache %lld of cluster %llu, registered after the link: not "
+                           "remote accessible through it (PR-32)", fn, j, (long long)pcs[j].w.id,
+                           (unsigned long long)a->dst_cluster);
+            return LLM_PARAM_INVALID;
+        }
+    }
+    return LLM_SUCCESS;
+}
+
+/* The bytes: the layer's two tensors, each to its destination. */
+static lldd_status transfer_move(xlink *xl, const char *fn, const etransfer *a, const mcache *lc,
+                                 const peer_cache pcs[2], const uint32_t tensors[2], uint64_t c2b_len)
+{
+    uint64_t S = lc->w.stride;
+    lldd_status st;
+    for (int j = 0; j < 2; j++) {
+        plan p;
+        memset(&p, 0, sizeof p);
+        p.form = a->form;
+        p.s_base = 2 * a->layer + (uint32_t)j;
+        p.d_base = tensors[j];
+        p.pairs = 1;
+        p.src_addrs = lc->addrs;
+        p.dst_addrs = pcs[j].addrs;
+        p.doff = a->dst_addrs[j] - pcs[j].addrs[tensors[j]];
+        if (a->form == PLAN_C2C) {
+            p.soff = (uint64_t)a->src_batch * S;
+            p.len = S;
+        } else if (a->form == PLAN_B2B) {
+            p.sblk = a->sblk;
+            p.dblk = a->dblk;
+            p.nblk = a->nsb;
+            p.block = S;
+        } else {
+            p.soff = (uint64_t)a->src_batch * S;
+            p.len = c2b_len;
+            p.dblk = a->dblk;
+            p.nblk = a->ndb;
+            p.block = a->bms;
+        }
+        if ((st = move_bytes(xl, fn, &p, 0, pcs[j].w.id)) != LLM_SUCCESS)
+            return st;
+    }
+    return LLM_SUCCESS;
+}
+
+/* A transfer by address, each step a function above, in this order. */
+static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *a, mcache *lc, xlink *xl,
+                                    peer_cache pcs[2])
+{
+    const cache_wire *lw = &lc->w;
+    int v1 = e->gen == GEN_V1;
+    uint64_t c2b_len = 0, lo = 0, hi = 0;
+    uint32_t tensors[2];
+    lldd_status st;
+    if ((st = transfer_source_checks(fn, a, lw, v1)) != LLM_SUCCESS ||
+        (st = link_acquire_ex(e, fn, a->dst_cluster, xl, v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS ||
+        (st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS ||
+        (st = transfer_c2b_checks(fn, a, lw, &c2b_len)) != LLM_SUCCESS ||
+        (st = transfer_dst_span(fn, a, lw->stride, c2b_len, &lo, &hi)) != LLM_SUCCESS ||
+        (st = transfer_pin_destinations(xl, fn, a, lo, hi, pcs, tensors)) != LLM_SUCCESS)
+        return st;
+    return transfer_move(xl, fn, a, lc, pcs, tensors, c2b_len);
+}
+
+lldd_status ext_xfer_transfer_layer(engine *e, const char *fn, int64_t src_cache_id, uint32_t src_batch_index,
+                                    uint32_t layer, uint64_t dst_cluster_id, const uint64_t *dst_addrs,
+                                    const uint64_t *src_blocks, size_t num_src_blocks, const uint64_t *dst_blocks,
+                                    size_t num_dst_blocks, uint64_t dst_block_memory_size)
+{
+    lldd_status st = LLM_SUCCESS;
+    int role = atomic_load(&e->role);
+    etransfer a = {src_cache_id, src_batch_index, layer, dst_cluster_id, dst_addrs, src_blocks, dst_blocks,
+                   num_src_blocks, num_dst_blocks, dst_block_memory_size,
+                   num_src_blocks > 0 ? PLAN_B2B : num_dst_blocks > 0 ? PLAN_C2B : PLAN_C2C};
+    mcache *lc = NULL;
+    if (e->gen == GEN_V2 && e->mode == MODE_DIRECT) {
+        mock_set_error("%s: a TransferConfig needs server-assisted mode; in direct mode transfer_cache_async takes "
+                       "TransferWithCacheKeyConfig (lldd_ext_push_layer)", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (e->gen == GEN_V1 && role != LLDD_ROLE_PROMPT) {
+        mock_set_error("%s: transfer_cache_async is not supported by %s (PROMPT only in v1, docs/reference/semantics.md §11)", fn,
+                       ext_role_name(role));
+        st = LLM_PARAM_INVALID;
+    } else if (num_src_blocks > 0 && num_dst_blocks == 0) {
+        mock_set_error("%s: transfer from blocks to cache is not supported (src_blocks without dst_blocks)", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (a.form == PLAN_B2B && num_src_blocks != num_dst_blocks) {
+        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, num_src_blocks, num_dst_blocks);
+        st = LLM_PARAM_INVALID;
+    } else if (a.form == PLAN_C2B && dst_block_memory_size == 0) {
+        mock_set_error("%s: dst_block_memory_size must > 0 for a cache-to-blocks transfer", fn);
+        st = LLM_PARAM_INVALID;
+    } else if (a.form == PLAN_C2C && dst_block_memory_size != 0) {
+        mock_set_error("%s: dst_block_memory_size %llu is given without dst_blocks", fn,
+                       (unsigned long long)dst_block_memory_size);
+        st = LLM_PARAM_INVALID;
+    } else if (a.form == PLAN_B2B && src_batch_index != 0) {
+        mock_set_error("%s: src_batch_index %u must be 0 when src_blocks are given", fn, (unsigned)src_batch_index);
+        st = LLM_PARAM_INVALID;
+    } else if ((st = check_repeats(fn, "dst_blocks", dst_blocks, num_dst_blocks, 1)) != LLM_SUCCESS) {
+        /* message set */
+    } else if (dst_cluster_id == e->cluster_id) {
+        mock_set_error("%s: dst_cluster_id %llu is this engine's own cluster", fn, (unsigned long long)dst_cluster_id);
+        st = LLM_PARAM_INVALID;
+    } else if ((lc = cache_pin(e, src_cache_id)) == NULL) {
+        mock_set_error("%s: src_cache_id %lld does not exist", fn, (long long)src_cache_id);
+        st = LLM_KV_CACHE_NOT_EXIST;
+    } else {
+        xlink xl;
+        peer_cache pcs[2];
+        memset(&xl, 0, sizeof xl);
+        memset(pcs, 0, sizeof pcs);
+        st = transfer_checked(e, fn, &a, lc, &xl, pcs);
+        if (xl.l != NULL) {
+            peer_unpin(&xl, &pcs[0]);
+            peer_unpin(&xl, &pcs[1]);
+        }
+        link_release(&xl);
+        cache_unpin(e, lc);
+    }
+    st = ext_gen_status(e, st);
+    return st;
+}
