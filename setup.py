@@ -5,7 +5,8 @@
      loader reads at run time: the same text the C compilers read), and the user
      documents of ``docs/`` as ``_docs/`` (``llm_datadist_ffi/_tools/_userdocs.py`` names them;
      ``python -m llm_datadist_ffi docs`` prints them);
-  2. compiles the mock backend ``mock_libs/*/*.c`` into ``_lib/libllm_datadist_mock.so``;
+  2. compiles the mock backend ``mock_libs/*/*.c`` into ``_lib/libllm_datadist_mock.so``,
+     and the C++ SDK over it (``mock_libs/cpp/build_sdk.py``, docs/cpp.md) into ``_lib/sdk``;
   3. on a host with the Ascend toolkit (``ASCEND_HOME_PATH``/``ASCEND_TOOLKIT_HOME``,
      or ``LLM_DATADIST_FFI_ASCEND_HOME``), compiles the C-ABI shim against it into
      ``_lib/libllm_datadist_ffi_shim.so``; elsewhere this step is skipped silently.
@@ -61,7 +62,9 @@ class BuildPyWithNative(build_py):
             _load_script(ROOT / "llm_datadist_ffi" / "_tools" / "_userdocs.py").ship(ROOT / "docs", package_dir)
             lib_dir = package_dir / "_lib"
         build_mock = _load_script(ROOT / "mock_libs" / "build_mock.py")
-        build_mock.build(lib_dir)
+        mock = build_mock.build(lib_dir)
+        build_sdk = _load_script(ROOT / "mock_libs" / "cpp" / "build_sdk.py")
+        build_sdk.build(lib_dir / "sdk", mock)
         shim_script = ROOT / "llm_datadist_ffi" / "_shim" / "build_shim.py"
         if shim_script.is_file():
             build_shim = _load_script(shim_script)

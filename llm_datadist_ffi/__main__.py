@@ -1,5 +1,5 @@
-"""Command line: ``python -m llm_datadist_ffi {info,errors,demo,bench,docs,trace}``, and
-``--version``. A misspelt command is answered with the closest one.
+"""Command line: ``python -m llm_datadist_ffi {info,errors,demo,bench,docs,trace,run,sdk}``,
+and ``--version``. A misspelt command is answered with the closest one.
 
 - ``info``: the live backend, every library loaded and its path, ABI version,
   capabilities, and the ACL runtime's version.
@@ -14,6 +14,8 @@
 - ``run [--quiet] SCRIPT [ARGS…]``: a script written for the vendor's ``llm_datadist``,
   unchanged, with the companion over the vendor's package where it is importable and
   on the mock through the compat alias elsewhere (``llm_datadist_ffi/_tools/_run.py``).
+- ``sdk --cflags --libs``, ``sdk --prefix``: the C++ SDK over the mock (docs/cpp.md),
+  its compiler and linker flags, its prefix (``llm_datadist_ffi._tools._sdk``).
 - ``docs [PAGE]``: the documents the package carries (the user guide, the semantics
   decisions, the error codes, the testing guides) and the generated native API
   reference; without PAGE, the list.
@@ -94,12 +96,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("trace", help="merge or summarise call traces (see `trace --help`)", add_help=False)
     sub.add_parser("run", help="run a script written for the vendor's llm_datadist with the checks (see `run --help`)",
                    add_help=False)
+    sub.add_parser("sdk", help="the C++ SDK: --cflags, --libs, --prefix (see `sdk --help`)", add_help=False)
     try:
-        if argv and argv[0] in ("errors", "demo", "bench", "docs", "trace", "run"):
+        if argv and argv[0] in ("errors", "demo", "bench", "docs", "trace", "run", "sdk"):
             command, rest = argv[0], argv[1:]
             if command == "run":
                 from ._tools._run import main as run_main
                 return run_main(rest)
+            if command == "sdk":
+                from ._tools._sdk import main as sdk_main
+                return sdk_main(rest)
             if command == "trace":
                 from .testing.trace import main as trace_main
                 return trace_main(rest)

@@ -101,7 +101,7 @@ def test_vendor_double_conforms_to_the_cpp_api_spec(toolkit: Path, tmp_path: Pat
     env = build_toolkit.toolkit_env(toolkit)
     built = run([*CXX.split(), "-std=c++17", "-D_GLIBCXX_USE_CXX11_ABI=0", "-Wall", "-Wextra", "-Werror",
                  f"-I{toolkit / 'include'}", f"-I{toolkit / 'include' / 'external'}",
-                 str(DOUBLE / "double_check.cpp"), "-o", str(exe), f"-L{toolkit / 'lib64'}",
+                 str(ROOT / "tests" / "cpp" / "programs" / "conformance.cpp"), "-o", str(exe), f"-L{toolkit / 'lib64'}",
                  "-lllm_datadist", "-lmetadef"], env=env)
     assert built.returncode == 0, built.stdout
     result = run([str(exe), str(free_port())], env=env)

@@ -7,8 +7,8 @@ same ``set_env.sh`` contract. The layout::
     OUT_ROOT/include/llm_datadist/llm_datadist.h           the double's public header
     OUT_ROOT/include/external/ge_common/api_error_codes.h  ge::Status (+ metadef headers)
     OUT_ROOT/include/external/graph/{types,ascend_string}.h
-    OUT_ROOT/lib64/libmetadef.so       ge::AscendString      (ascend_string.cpp)
-    OUT_ROOT/lib64/libllm_datadist.so  llm_datadist::LlmDataDist over the mock
+    OUT_ROOT/lib64/libmetadef.so       ge::AscendString      (the C++ SDK's, mock_libs/cpp)
+    OUT_ROOT/lib64/libllm_datadist.so  llm_datadist::LlmDataDist over the mock (the SDK's)
     OUT_ROOT/lib64/libacl_rt.so        symlink to the mock library, so that the ACL
                                        memory the user allocates and the engine that
                                        checks it are one mock instance
@@ -20,9 +20,11 @@ Usage::
     python tests/vendor_double/build_toolkit.py OUT_ROOT [--sanitize] [--mock-lib PATH] [--link-acl]
 
 Without ``--mock-lib`` the mock is built from ``mock_libs/`` into ``OUT_ROOT/mock/``
-(with ``--sanitize``, as an ASan/UBSan build). The double's libraries are built with
-``-D_GLIBCXX_USE_CXX11_ABI=0 -Wall -Wextra -Werror``; ``CXX`` selects the compiler.
-Standard library only.
+(with ``--sanitize``, as an ASan/UBSan build). The headers are the project's own
+(``include/``, as the C++ SDK ships them) and the libraries are built from the SDK's
+sources by ``mock_libs/cpp/build_sdk.py``, except that this ``libllm_datadist.so`` finds
+the mock as ``libacl_rt.so`` on the loader's path, as a toolkit's library would.
+``CXX`` selects the compiler. Standard library only.
 """
 from __future__ import annotations
 
@@ -31,14 +33,15 @@ import importlib.util
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 PROJECT = HERE.parents[1]
 PROJECT_INCLUDE = PROJECT / "include"
 BUILD_MOCK = PROJECT / "mock_libs" / "build_mock.py"
+BUILD_SDK = PROJECT / "mock_libs" / "cpp" / "build_sdk.py"
 
 HEADERS = (
     Path("llm_datadist/llm_datadist.h"),
@@ -46,9 +49,6 @@ HEADERS = (
     Path("external/graph/types.h"),
     Path("external/graph/ascend_string.h"),
 )
-
-CXXFLAGS = ["-std=c++17", "-fPIC", "-shared", "-D_GLIBCXX_USE_CXX11_ABI=0", "-Wall", "-Wextra", "-Werror"]
-SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
 
 SET_ENV = """\
 # Fake Ascend toolkit for the llm_datadist_ffi shim tests (tests/vendor_double).
@@ -71,20 +71,12 @@ def toolkit_env(root: Path, base: dict[str, str] | None = None) -> dict[str, str
     return env
 
 
-def _build_mock(out_dir: Path, sanitize: bool) -> Path:
-    spec = importlib.util.spec_from_file_location("lldd_build_mock", BUILD_MOCK)
+def _load(path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(f"lldd_{path.stem}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return Path(module.build(out_dir, sanitize=sanitize))
-
-
-def _compile(args: list[str]) -> None:
-    cxx = shlex.split(os.environ.get("CXX", "") or "g++")
-    cmd = [*cxx, *args]
-    result = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"building the vendor double failed:\n{shlex.join(cmd)}\n{result.stdout}")
+    return module
 
 
 def build(out_root: Path, sanitize: bool = False, mock_lib: Path | None = None, link_acl: bool = False) -> Path:
@@ -105,29 +97,20 @@ def build(out_root: Path, sanitize: bool = False, mock_lib: Path | None = None, 
     for rel in HEADERS:
         target = include / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(HERE / "include" / rel, target)
+        shutil.copyfile(PROJECT_INCLUDE / rel, target)
 
-    mock = Path(mock_lib).resolve() if mock_lib else _build_mock(root / "mock", sanitize).resolve()
+    mock = Path(mock_lib).resolve() if mock_lib else Path(_load(BUILD_MOCK).build(root / "mock", sanitize=sanitize))
     acl = lib64 / "libacl_rt.so"
     if acl.is_symlink() or acl.exists():
         acl.unlink()
     acl.symlink_to(mock)
 
-    flags = [*CXXFLAGS, *(["-O1", "-g", *SANITIZE] if sanitize else ["-O2"])]
-    _compile([
-        *flags, f"-I{include / 'external'}", str(HERE / "ascend_string.cpp"),
-        "-Wl,-soname,libmetadef.so", "-o", str(lib64 / "libmetadef.so"), "-Wl,--no-undefined",
-    ])
-    # Like the vendor's build: hidden by default, the class exported through
-    # ASCEND_FUNC_VISIBILITY (FUNC_VISIBILITY defined).
-    _compile([
-        *flags, "-fvisibility=hidden", "-DFUNC_VISIBILITY",
-        f"-I{include}", f"-I{include / 'external'}", f"-I{PROJECT_INCLUDE}",
-        str(HERE / "llm_datadist_double.cpp"),
-        "-Wl,-soname,libllm_datadist.so", "-o", str(lib64 / "libllm_datadist.so"),
-        f"-L{lib64}", "-lmetadef", *(["-Wl,--no-as-needed", "-lacl_rt", "-Wl,--as-needed"] if link_acl else []),
-        "-ldl", "-Wl,--no-undefined",
-    ])
+    sdk = _load(BUILD_SDK)
+    flags = [*sdk.CXXFLAGS, *(["-O1", "-g", *sdk.SANITIZE] if sanitize else ["-O2"])]
+    includes = [include, include / "external"]
+    sdk.build_metadef(lib64, includes, flags)
+    sdk.build_llm_datadist(lib64, includes, flags,
+                           link=["-Wl,--no-as-needed", "-lacl_rt", "-Wl,--as-needed"] if link_acl else [])
     (root / "set_env.sh").write_text(SET_ENV.format(root=shlex.quote(str(root))), encoding="utf-8")
     return root
 

@@ -10,7 +10,8 @@
 # 3. the whole test suite with LLM_DATADIST_FFI_BACKEND=ascend: the same tests as on
 #    the mock, same results; tests marked mock_only are skipped with their reason
 #    (tests/abi/test_shim.py and tests/abi/test_shim_parity.py are left out: they build
-#    their own toolkits, do not depend on the backend, and ran already);
+#    their own toolkits, do not depend on the backend, and ran already; so is tests/cpp,
+#    whose C++ programs run over the mock whatever the backend, in a stage of their own);
 # 4. the shim, the double and the mock rebuilt with ASan + UBSan, and the smoke run,
 #    the suite and the differential test (test_shim_parity.py) repeated under them.
 # Runs in the caller's Python environment (.ci/run's virtual environment).
@@ -38,7 +39,8 @@ run_stage() {   # run_stage DIR SMOKE_FLAGS [pytest args...]: smoke + suite in D
         cd "$root"
         LLM_DATADIST_FFI_BACKEND=ascend \
         LLM_DATADIST_FFI_SHIM_LIB="$dir/shim/libllm_datadist_ffi_shim.so" \
-            pytest -p no:cacheprovider -q --ignore=tests/abi/test_shim.py --ignore=tests/abi/test_shim_parity.py "$@"
+            pytest -p no:cacheprovider -q --ignore=tests/abi/test_shim.py --ignore=tests/abi/test_shim_parity.py \
+                --ignore=tests/cpp "$@"
     )
 }
 

@@ -1,8 +1,8 @@
-/* Vendor double: the part of metadef's graph/types.h that llm_datadist.h needs
- * (docs/reference/cpp-api.md §2.3, §2.4). Written from the specification for the shim's CI
- * build; on an Ascend host the toolkit's own header is used instead. */
-#ifndef LLDD_VENDOR_DOUBLE_GRAPH_TYPES_H
-#define LLDD_VENDOR_DOUBLE_GRAPH_TYPES_H
+/* The part of metadef's graph/types.h that llm_datadist.h needs
+ * (docs/reference/cpp-api.md §2.3, §2.4), for the C++ SDK and the shim's CI build;
+ * written from the specification. On an Ascend host the toolkit's own header is used. */
+#ifndef LLDD_SDK_GRAPH_TYPES_H
+#define LLDD_SDK_GRAPH_TYPES_H
 
 namespace ge {
 
@@ -60,4 +60,4 @@ enum DataType {
 
 }  // namespace ge
 
-#endif  // LLDD_VENDOR_DOUBLE_GRAPH_TYPES_H
+#endif  // LLDD_SDK_GRAPH_TYPES_H

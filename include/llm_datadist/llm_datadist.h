@@ -1,14 +1,15 @@
-/* Vendor double: the public C++ API of LLM-DataDist v2, declared exactly as
- * docs/reference/cpp-api.md §1-§6 gives it (names, types, member order, defaults).
+/* The public C++ API of LLM-DataDist v2, declared as docs/reference/cpp-api.md §1-§6
+ * gives it (names, types, member order, defaults), for the C++ SDK (docs/cpp.md): C++
+ * code written for the vendor's header compiles against this one unchanged, and links
+ * against the SDK's libllm_datadist.so (mock_libs/cpp/llm_datadist.cpp), which forwards
+ * to the project's C mock.
  *
- * It exists so that the project's C-ABI shim (llm_datadist_ffi/_shim/lldd_shim.cpp)
- * can be compiled and run in CI without an Ascend toolkit; on a real host the shim
- * is compiled against the toolkit's own llm_datadist/llm_datadist.h. The
- * implementation (tests/vendor_double/llm_datadist_double.cpp) forwards to the
- * project's C mock. Nothing in this header may be something the real one lacks:
- * the shim must compile against either unchanged. */
-#ifndef LLDD_VENDOR_DOUBLE_LLM_DATADIST_H
-#define LLDD_VENDOR_DOUBLE_LLM_DATADIST_H
+ * The same header is the vendor double of the C-ABI shim's CI stage
+ * (tests/vendor_double): on a real host the shim is compiled against the toolkit's own
+ * llm_datadist/llm_datadist.h. Nothing in this header may be something the real one
+ * lacks: the shim and the samples must compile against either unchanged. */
+#ifndef LLDD_SDK_LLM_DATADIST_H
+#define LLDD_SDK_LLM_DATADIST_H
 
 #include <cstdint>
 #include <map>
@@ -202,4 +203,4 @@ class ASCEND_FUNC_VISIBILITY LlmDataDist {
 
 }  // namespace llm_datadist
 
-#endif  // LLDD_VENDOR_DOUBLE_LLM_DATADIST_H
+#endif  // LLDD_SDK_LLM_DATADIST_H

@@ -1,4 +1,4 @@
-// Vendor double: ge::AscendString, built as the fake toolkit's libmetadef.so.
+// ge::AscendString: the SDK's libmetadef.so (docs/cpp.md), also the fake toolkit's.
 //
 // Behaviour from docs/reference/cpp-api.md §2.3. A default-constructed or NULL-constructed
 // string holds no std::string at all ("null"); AscendString("") holds an empty one.

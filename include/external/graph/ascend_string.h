@@ -1,9 +1,10 @@
-/* Vendor double: ge::AscendString as docs/reference/cpp-api.md §2.3 declares it. Every
- * member function except the defaulted ones is defined out of line, in the fake
- * libmetadef.so (tests/vendor_double/ascend_string.cpp), so that a consumer that
- * forgets to link the metadef library fails to link, as on an Ascend host. */
-#ifndef LLDD_VENDOR_DOUBLE_GRAPH_ASCEND_STRING_H
-#define LLDD_VENDOR_DOUBLE_GRAPH_ASCEND_STRING_H
+/* ge::AscendString as docs/reference/cpp-api.md §2.3 declares it (the same layout as the
+ * vendor's: one std::shared_ptr<std::string>). Every member function except the
+ * defaulted ones is defined out of line, in the SDK's libmetadef.so
+ * (mock_libs/cpp/ascend_string.cpp), so that a consumer that forgets to link the metadef
+ * library fails to link, as on an Ascend host. */
+#ifndef LLDD_SDK_GRAPH_ASCEND_STRING_H
+#define LLDD_SDK_GRAPH_ASCEND_STRING_H
 
 #include <cstddef>
 #include <functional>
@@ -46,4 +47,4 @@ struct hash<ge::AscendString> {
 };
 }  // namespace std
 
-#endif  // LLDD_VENDOR_DOUBLE_GRAPH_ASCEND_STRING_H
+#endif  // LLDD_SDK_GRAPH_ASCEND_STRING_H

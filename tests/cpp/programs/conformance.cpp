@@ -1,4 +1,6 @@
-// Conformance check of the vendor double against docs/reference/cpp-api.md, in C++.
+// Conformance check of the SDK's llm_datadist::LlmDataDist (the class the C++ SDK ships
+// and the vendor double of the shim's CI stage is built from) against
+// docs/reference/cpp-api.md, in C++.
 //
 // The shim is only as trustworthy as the double it is tested against, so this
 // program pins what the shim relies on: the declarations (types, member order,
@@ -9,8 +11,9 @@
 // untouched by an argument error, Initialize idempotent, Finalize idempotent, and a
 // destructor that finalizes (its listener's port becomes free again).
 //
-// Built by tests/test_shim.py against a fake toolkit and run with its environment:
-//     double_check PORT
+// Built by tests/abi/test_shim.py against a fake toolkit and run with its environment, and
+// by tests/cpp/test_sdk_pairs.py against the SDK:
+//     conformance PORT
 // Prints "double check: OK" and exits 0, or names the first failed check.
 #include <cstdio>
 #include <cstdlib>
