@@ -25,7 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import List, Optional, Sequence
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent      # llm_datadist_ffi/ (this file: _tools/_sdk.py)
 LIB_DIR = _PACKAGE_DIR / "_lib"
 PREFIX = LIB_DIR / "sdk"
 MOCK_LIB = LIB_DIR / "libllm_datadist_mock.so"
