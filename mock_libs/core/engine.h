@@ -88,6 +88,8 @@ typedef struct eng_thread {
     int fd;                      /* the connection it serves (closed by its owner) */
     atomic_int done;
     struct lldd_engine *e;
+    uint64_t source;             /* the listener's gate: the source whose handshake slot it holds
+                                    (0: none; docs/security.md §3.4) */
 } eng_thread;
 
 /* One link's pace (the link model, include/lldd/mock.h). */
