@@ -406,6 +406,24 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h, co
         link_unref(l);
 }
 
+/* The refusal of a DISCONNECT that does not prove the listener's shared secret: the
+ * same bytes, at once, whatever it names (docs/security.md §2.5). */
+static const char UNLINK_UNPROVEN[] = "the unlink did not prove the listener's shared secret "
+                                      "(llm_datadist_ffi.mock.LinkSecret or LLM_DATADIST_FFI_LINK_SECRET)";
+
+/* Whether a DISCONNECT proves the listener's secret (always, when it has none): the
+ * client's proof over its own nonce and its cluster id. */
+static int disconnect_proven(engine *e, const msg_hdr *h, const disconnect_body *body)
+{
+    if (e->secret_len == 0)
+        return 1;
+    if (h->payload_len != sizeof *body)
+        return 0;
+    uint8_t proof[PROOF_LEN];
+    secret_proof(e->secret, e->secret_len, "lldd-unlink", body->nonce, body->nonce, h->a, proof);
+    return bytes_equal_ct(proof, body->proof, sizeof proof);
+}
+
 /* DISCONNECT on a fresh connection: drop our side of the link to the client. The sender
  * must show it is that client: we send a fresh nonce, it answers with a proof for each
  * link token it holds (token_proof), and only a proof of the token of a live link
@@ -413,10 +431,14 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h, co
  * counts — or the link is dead anyway (its connection closed: its peer finalized and a
  * new engine under that id asks, which the vendor honours). Anyone else is answered as
  * if it held no link, and nothing changes (E-25). The proofs show no token to us. */
-static void on_disconnect(engine *e, int fd, const msg_hdr *h)
+static void on_disconnect(engine *e, int fd, const msg_hdr *h, const disconnect_body *body)
 {
     char text[LINK_MSG_LEN];
     text[0] = '\0';
+    if (!disconnect_proven(e, h, body)) {
+        reply_status(fd, MSG_DISCONNECT_REPLY, LLM_UNLINK_FAILED, NULL, UNLINK_UNPROVEN, 0);
+        return;
+    }
     uint8_t nonce[NONCE_LEN];
     if (rand_bytes(nonce, sizeof nonce) != 0)
         return;
@@ -617,8 +639,10 @@ int64_t first_msg_body_len(const msg_hdr *h, int is_unix)
         want = sizeof(hello_body);
     else if (!is_unix && h->type == MSG_REVERSE)
         want = sizeof(reverse_body);
-    else if (!is_unix && h->type == MSG_DISCONNECT)
+    else if (!is_unix && h->type == MSG_DISCONNECT && h->payload_len == 0)
         want = 0;
+    else if (!is_unix && h->type == MSG_DISCONNECT)
+        want = sizeof(disconnect_body);
     return h->payload_len == want ? (int64_t)want : -1;
 }
 
@@ -659,6 +683,8 @@ int first_msg_screen(engine *e, int fd, const first_msg *m)
                      0);
     else if (h->type == MSG_HELLO && !hello_proven(e, &m->body.hello))
         reply_status(fd, MSG_HELLO_REPLY, LLM_LINK_FAILED, NULL, HELLO_UNPROVEN, 0);
+    else if (h->type == MSG_DISCONNECT && !disconnect_proven(e, h, &m->body.disconnect))
+        reply_status(fd, MSG_DISCONNECT_REPLY, LLM_UNLINK_FAILED, NULL, UNLINK_UNPROVEN, 0);
     else
         return FIRST_UNPROVEN;
     return FIRST_REFUSED;
@@ -682,7 +708,7 @@ static void conn_serve(engine *e, eng_thread *self, int fd, const first_msg *m)
         on_reverse(e, self, fd, &m->h, &m->body.reverse);
         break;
     case MSG_DISCONNECT:
-        on_disconnect(e, fd, &m->h);
+        on_disconnect(e, fd, &m->h, &m->body.disconnect);
         break;
     default:
         break;

@@ -161,6 +161,7 @@ typedef struct first_msg {
     union {
         hello_body hello;
         reverse_body reverse;
+        disconnect_body disconnect;
         id_request ident;
         map_request map;
     } body;

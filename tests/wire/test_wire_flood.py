@@ -242,8 +242,12 @@ def test_with_a_secret_a_stranger_takes_no_thread_and_no_slot(listener: Callable
     held: list[socket.socket] = []
     try:
         for i in range(ws.BOUND_HANDSHAKES + 16):
-            # a HELLO with a wrong proof of the secret, a REVERSE naming no handshake: each
-            # is answered at once and takes nothing
+            # a DISCONNECT without the secret's proof, a HELLO with a wrong one, a REVERSE
+            # naming no handshake: each is answered at once and takes nothing
+            d = ws.connect(port)
+            d.sendall(ws.header(ws.MSG_DISCONNECT, a=2, b=1))
+            reply = ws.recv_reply(d)
+            assert (reply.kind, reply.status, reply.a) == (ws.MSG_DISCONNECT_REPLY, S.LLM_UNLINK_FAILED, 0)
             h = ws.connect(port)
             body = ws.hello_body(cluster_id=100 + i, expected=1, token=0x9000 + i, secret=b"wrong")
             h.sendall(ws.header(ws.MSG_HELLO, payload_len=len(body)) + body)
@@ -252,7 +256,7 @@ def test_with_a_secret_a_stranger_takes_no_thread_and_no_slot(listener: Callable
             r.sendall(ws.header(ws.MSG_REVERSE, a=0x9000 + i, b=100 + i, payload_len=ws.REVERSE.size) +
                       ws.REVERSE.pack(bytes(128), bytes(32)))
             assert ws.recv_reply(r).status == S.LLM_LINK_FAILED
-            held += [h, r]
+            held += [d, h, r]
         assert status_of(os.getpid())["threads"] <= before["threads"] + 1
         # the strangers' connections are still open: a client with the secret links
         with native.LlmDataDist(2, native.LlmRole.DECODER) as client:
