@@ -10,6 +10,7 @@ The engine under test lives in this process; the flood comes from raw sockets
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import socket
@@ -269,26 +270,42 @@ def test_with_a_secret_a_stranger_takes_no_thread_and_no_slot(listener: Callable
             s.close()
 
 
+@contextlib.contextmanager
+def raw_links(port: int, per_source: dict[str, int]) -> Iterator[None]:
+    """Raw links (wire_support.raw_link) from each address, as many as it says; closed after."""
+    raw: list[tuple[socket.socket, socket.socket]] = []
+    try:
+        for source, count in per_source.items():
+            for _ in range(count):
+                n = 1000 + len(raw)
+                raw.append(ws.raw_link(port, n, 1, token=0x20000 + n, source=source))
+        yield
+    finally:
+        for pair in raw:
+            for s in pair:
+                s.close()
+
+
+def refused_hello(port: int, source: str) -> str:
+    """The text of the refusal of a HELLO from ``source``, which must be refused."""
+    with ws.connect(port, source=source) as c1:
+        status, text = ws.hello(c1, 5000, 1, token=0x30000)
+    assert status == S.LLM_LINK_FAILED, "the HELLO was answered with a link"
+    return text
+
+
 def test_without_a_secret_one_address_cannot_take_every_link_slot(
         listener: Callable[..., native.LlmDataDist]) -> None:
     prompt = listener(1)
     port = prompt.listen_port  # type: ignore[attr-defined]
     share = ws.BOUND_LINKS_PER_SOURCE
-    raw = [ws.raw_link(port, 1000 + i, 1, token=0x20000 + i, source="127.0.0.2") for i in range(share)]
-    try:
-        with ws.connect(port, source="127.0.0.2") as c1:
-            status, text = ws.hello(c1, 5000, 1, token=0x30000)
-            assert status == S.LLM_LINK_FAILED
-            assert f"serves {share} links to this client's address" in text
+    with raw_links(port, {"127.0.0.2": share}):
+        assert f"serves {share} links to this client's address" in refused_hello(port, "127.0.0.2")
         # another address still links (the slots left are not that address's to take)
         with native.LlmDataDist(2, native.LlmRole.DECODER) as client:
             client.initialize({native.OPTION_DEVICE_ID: "0"})
             status, rets = client.link_llm_clusters([cluster(1, port)], timeout_in_millis=3000)
             assert (status, rets) == (S.LLM_SUCCESS, [S.LLM_SUCCESS]), Raw().last_error()
-    finally:
-        for pair in raw:
-            for s in pair:
-                s.close()
 
 
 def test_without_a_secret_one_address_holds_at_most_its_share_of_handshake_threads(
@@ -326,15 +343,5 @@ def test_the_link_slots_one_address_leaves_are_taken_by_others_up_to_the_cap(
     prompt = listener(1)
     port = prompt.listen_port  # type: ignore[attr-defined]
     share = ws.BOUND_LINKS_PER_SOURCE
-    raw = [ws.raw_link(port, 1000 + i, 1, token=0x40000 + i, source="127.0.0.2") for i in range(share)]
-    raw += [ws.raw_link(port, 2000 + i, 1, token=0x50000 + i, source="127.0.0.3")
-            for i in range(ws.BOUND_LINKS - share)]
-    try:
-        with ws.connect(port, source="127.0.0.4") as c1:
-            status, text = ws.hello(c1, 5000, 1, token=0x60000)
-            assert status == S.LLM_LINK_FAILED and f"serves {ws.BOUND_LINKS} links, the most it takes" in text
-    finally:
-        for pair in raw:
-            for s in pair:
-                s.close()
-
+    with raw_links(port, {"127.0.0.2": share, "127.0.0.3": ws.BOUND_LINKS - share}):
+        assert f"serves {ws.BOUND_LINKS} links, the most it takes" in refused_hello(port, "127.0.0.4")
