@@ -12,7 +12,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,32 +73,7 @@ void engine_adopt_conn(engine *e, int fd)
 
 static void *listener_main(void *arg)
 {
-    engine *e = arg;
-    for (;;) {
-        struct pollfd p[3] = {{e->listen_fd, POLLIN, 0}, {e->wake_pipe[0], POLLIN, 0}, {e->id_fd, POLLIN, 0}};
-        int r = poll(p, e->id_fd >= 0 ? 3 : 2, 500);
-        if (r < 0 && errno != EINTR)
-            break;
-        if (p[1].revents)
-            break;
-        engine_reap_conns(e, 0);
-        if (r > 0 && e->id_fd >= 0 && (p[2].revents & POLLIN)) {
-            /* an IDENTIFY on the identity channel: answered by a connection thread */
-            int fd = accept4(e->id_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-            if (fd >= 0)
-                engine_adopt_conn(e, fd);
-        }
-        links_reap(e);
-        if (r <= 0 || !(p[0].revents & POLLIN))
-            continue;
-        int fd = accept4(e->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)
-                tp_sleep_ms(50, &e->stopping);
-            continue;
-        }
-        engine_adopt_conn(e, fd);
-    }
+    listener_gate_run(arg); /* wire/engine_gate.c: accepts, reads first messages, starts threads */
     return NULL;
 }
 

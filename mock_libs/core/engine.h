@@ -46,9 +46,11 @@ enum { ENGINE_UNINIT = 0, ENGINE_READY = 1, ENGINE_FINALIZING = 2 };
 
 /* Bounds on what a peer, or anyone who can reach the listener, can make an engine
  * hold or wait for (docs/security.md §3). Each is a fixed property of the mock.
- *   BOUND_HANDSHAKES     accepted connections whose thread has not become a link's
- *                        server thread (handshakes, disconnects in progress); a
- *                        connection beyond it is closed at once, before any read
+ *   BOUND_HANDSHAKES     threads of handshakes no token vouches for (a HELLO waiting
+ *                        for its REVERSE, a DISCONNECT), and as many again for requests
+ *                        that name a token of ours; a complete first message beyond it
+ *                        waits in the listener's gate (wire/engine_gate.c, which also
+ *                        holds the shares of one source: wire/links.h)
  *   BOUND_FIRST_MSG_MS   how long such a connection may take to send its first message
  *   BOUND_REVERSE_MS     the server's wait for REVERSE after it answered a HELLO:
  *                        min(the client's own timeout, this) + BOUND_REVERSE_SLACK_MS;
@@ -88,6 +90,8 @@ typedef struct eng_thread {
     int fd;                      /* the connection it serves (closed by its owner) */
     atomic_int done;
     struct lldd_engine *e;
+    uint64_t source;             /* the listener's gate: the source whose handshake slot it holds
+                                    (0: none; docs/security.md §3.4) */
 } eng_thread;
 
 /* One link's pace (the link model, include/lldd/mock.h). */

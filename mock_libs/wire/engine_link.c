@@ -291,15 +291,15 @@ size_t links_cut_pinning_locked(engine *e, const mcache *c)
 }
 
 /* Links that hold a live connection and a server thread, and handshakes past HELLO:
- * what BOUND_LINKS counts. mu held. */
-size_t links_serving_locked(engine *e)
+ * what BOUND_LINKS counts; with source != 0, those of that source only. mu held. */
+size_t links_serving_locked(engine *e, uint64_t source)
 {
     size_t n = 0;
     for (int list = 0; list < 2; list++)
         for (mlink *l = list == 0 ? e->links : e->served; l != NULL; l = l->next)
-            n += !l->reaped && !l->removed && !atomic_load(&l->peer_gone);
+            n += !l->reaped && !l->removed && !atomic_load(&l->peer_gone) && (source == 0 || l->source == source);
     for (pending_link *p = e->pending; p != NULL; p = p->next)
-        n += p->state == 0;
+        n += p->state == 0 && (source == 0 || p->source == source);
     return n;
 }
 

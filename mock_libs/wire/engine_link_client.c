@@ -500,6 +500,36 @@ static int disconnect_prove(engine *e, int fd, const uint8_t *nonce, int64_t dea
     return r;
 }
 
+/* DISCONNECT to the listener, with the proof of our shared secret when we have one
+ * (docs/security.md §2.5). */
+static int disconnect_send(engine *e, int fd, const msg_hdr *h, int64_t deadline)
+{
+    if (e->secret_len == 0)
+        return msg_send(fd, h, NULL, 0, deadline);
+    disconnect_body body;
+    if (rand_bytes(body.nonce, sizeof body.nonce) != 0)
+        abort();
+    secret_proof(e->secret, e->secret_len, "lldd-unlink", body.nonce, body.nonce, h->a, body.proof);
+    msg_hdr m = *h;
+    m.payload_len = sizeof body;
+    return msg_send(fd, &m, &body, sizeof body, deadline);
+}
+
+/* A listener with a shared secret refuses a DISCONNECT without its proof at once, with
+ * a reply instead of the challenge: the text of that reply, as our message. */
+static lldd_status disconnect_refused(int fd, const msg_hdr *h, int64_t deadline, char *msg)
+{
+    reply_text text;
+    if (h->status == LLM_SUCCESS || h->payload_len != sizeof text ||
+        tp_recv_all(fd, &text, sizeof text, deadline) != TP_OK) {
+        snprintf(msg, LINK_MSG_LEN, "the peer closed the connection during the disconnect");
+        return LLM_UNLINK_FAILED;
+    }
+    tp_sanitize_text(text.text, sizeof text.text);
+    snprintf(msg, LINK_MSG_LEN, "the peer refused the disconnect: %.200s", text.text);
+    return LLM_UNLINK_FAILED;
+}
+
 /* DISCONNECT to the listener, its challenge, our proofs and its reply; *server_id is
  * the cluster id the listener reports. */
 static lldd_status unlink_disconnect(cluster_job *job, int fd, int64_t deadline, uint64_t *server_id)
@@ -510,10 +540,12 @@ static lldd_status unlink_disconnect(cluster_job *job, int fd, int64_t deadline,
     h.a = e->cluster_id;
     h.b = job->ci->remote_cluster_id;
     h.count = mock_strict() ? DISCONNECT_STRICT_IDS : 0;
-    int r = msg_send(fd, &h, NULL, 0, deadline);
+    int r = disconnect_send(e, fd, &h, deadline);
     uint8_t nonce[NONCE_LEN];
     if (r == TP_OK)
         r = msg_recv_hdr(fd, &h, deadline);
+    if (r == TP_OK && h.type == MSG_DISCONNECT_REPLY)
+        return disconnect_refused(fd, &h, deadline, job->msg);
     if (r == TP_OK && (h.type != MSG_DISCONNECT_CHALLENGE || h.payload_len != sizeof nonce))
         r = TP_CLOSED;
     if (r == TP_OK)

@@ -85,6 +85,10 @@ static int link_gone_within(engine *e, mlink *l, int64_t ms)
     }
 }
 
+/* The refusal of a HELLO that does not prove the listener's shared secret. */
+static const char HELLO_UNPROVEN[] = "the handshake did not prove the listener's shared secret "
+                                     "(llm_datadist_ffi.mock.LinkSecret or LLM_DATADIST_FFI_LINK_SECRET)";
+
 /* Whether a HELLO proves the listener's secret: the client proves it over its own nonce
  * and the token (a replayed HELLO gets no further than REVERSE, which needs a proof over
  * our fresh nonce). */
@@ -107,8 +111,7 @@ static lldd_status hello_refusal_locked(engine *e, const msg_hdr *h, const hello
         return LLM_LINK_FAILED;
     }
     if (!proven) {
-        snprintf(text, LINK_MSG_LEN, "the handshake did not prove the listener's shared secret "
-                 "(llm_datadist_ffi.mock.LinkSecret or LLM_DATADIST_FFI_LINK_SECRET)");
+        snprintf(text, LINK_MSG_LEN, "%s", HELLO_UNPROVEN);
         return LLM_LINK_FAILED;
     }
     if (peer->strict_ids && peer->expected_cluster_id != e->cluster_id) {
@@ -154,6 +157,7 @@ static pending_link *hello_pending_add_locked(engine *e, eng_thread *self, int f
     p->comm_key = h->b;
     p->c1_fd = fd;
     p->c1_thread = self;
+    p->source = self->source;
     p->next = e->pending;
     e->pending = p;
     return p;
@@ -192,13 +196,10 @@ static mlink *hello_await_reverse(engine *e, pending_link *p, int fd)
 }
 
 /* HELLO on c1. On success the thread waits for REVERSE, then serves the link. */
-static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h)
+static void on_hello(engine *e, eng_thread *self, int fd, const msg_hdr *h, const hello_body *body)
 {
-    hello_body peer;
+    hello_body peer = *body;
     char text[LINK_MSG_LEN];
-    if (h->payload_len != sizeof peer || (h->a != HELLO_LINK && h->a != HELLO_CHECK_ONLY) ||
-        tp_recv_all(fd, &peer, sizeof peer, tp_deadline(FIRST_MESSAGE_WAIT_MS)) != TP_OK)
-        return;
     serve_delay(e);
     hello_body mine;
     fill_hello(e, &mine, peer.cluster_id, peer.token, 0);
@@ -337,6 +338,7 @@ static lldd_status reverse_install_locked(engine *e, eng_thread *self, int fd, r
     }
     l->srv_fd = p->c1_fd;
     l->req_fd = fd;
+    l->source = p->source;
     l->own_next_at_link = e->next_id;
     l->comm_key = p->comm_key;
     atomic_store(&l->comm_pending, p->comm_key != 0);
@@ -363,11 +365,9 @@ static lldd_status reverse_install_locked(engine *e, eng_thread *self, int fd, r
 }
 
 /* REVERSE on c2: installs the server side of the link. */
-static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
+static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h, const reverse_body *rb)
 {
-    reverse_body body;
-    if (h->payload_len != sizeof body || tp_recv_all(fd, &body, sizeof body, tp_deadline(FIRST_MESSAGE_WAIT_MS)) != TP_OK)
-        return;
+    reverse_body body = *rb;
     serve_delay(e);
     reverse_try t;
     memset(&t, 0, sizeof t);
@@ -401,6 +401,24 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
         link_unref(l);
 }
 
+/* The refusal of a DISCONNECT that does not prove the listener's shared secret: the
+ * same bytes, at once, whatever it names (docs/security.md §2.5). */
+static const char UNLINK_UNPROVEN[] = "the unlink did not prove the listener's shared secret "
+                                      "(llm_datadist_ffi.mock.LinkSecret or LLM_DATADIST_FFI_LINK_SECRET)";
+
+/* Whether a DISCONNECT proves the listener's secret (always, when it has none): the
+ * client's proof over its own nonce and its cluster id. */
+static int disconnect_proven(engine *e, const msg_hdr *h, const disconnect_body *body)
+{
+    if (e->secret_len == 0)
+        return 1;
+    if (h->payload_len != sizeof *body)
+        return 0;
+    uint8_t proof[PROOF_LEN];
+    secret_proof(e->secret, e->secret_len, "lldd-unlink", body->nonce, body->nonce, h->a, proof);
+    return bytes_equal_ct(proof, body->proof, sizeof proof);
+}
+
 /* DISCONNECT on a fresh connection: drop our side of the link to the client. The sender
  * must show it is that client: we send a fresh nonce, it answers with a proof for each
  * link token it holds (token_proof), and only a proof of the token of a live link
@@ -408,12 +426,14 @@ static void on_reverse(engine *e, eng_thread *self, int fd, const msg_hdr *h)
  * counts — or the link is dead anyway (its connection closed: its peer finalized and a
  * new engine under that id asks, which the vendor honours). Anyone else is answered as
  * if it held no link, and nothing changes (E-25). The proofs show no token to us. */
-static void on_disconnect(engine *e, int fd, const msg_hdr *h)
+static void on_disconnect(engine *e, int fd, const msg_hdr *h, const disconnect_body *body)
 {
     char text[LINK_MSG_LEN];
     text[0] = '\0';
-    if (h->payload_len != 0)
+    if (!disconnect_proven(e, h, body)) {
+        reply_status(fd, MSG_DISCONNECT_REPLY, LLM_UNLINK_FAILED, NULL, UNLINK_UNPROVEN, 0);
         return;
+    }
     uint8_t nonce[NONCE_LEN];
     if (rand_bytes(nonce, sizeof nonce) != 0)
         return;
@@ -567,68 +587,158 @@ static void on_table(engine *e, int fd, const map_request *req, const peer_cred 
         close(fds[1]); /* the pin page: the peer's copy and our mapping keep it */
 }
 
-/* The first message of an identity-channel connection: IDENTIFY or MAP. */
-static void on_identity_channel(engine *e, int fd)
+/* The first message of an identity-channel connection: IDENTIFY, MAP or TABLE. */
+static void on_identity_channel(engine *e, int fd, const first_msg *m)
 {
-    id_request ident;
-    map_request map;
-    peer_cred cred;
-    uint16_t type = 0;
-    if (idch_read_msg(fd, tp_deadline(LINK_IDENTIFY_WAIT_MS), &cred, &type, &ident, &map) != 0)
-        return;
-    if (type == MSG_IDENTIFY)
-        on_identify(e, fd, &ident, &cred);
-    else if (type == MSG_TABLE)
-        on_table(e, fd, &map, &cred);
+    if (m->h.type == MSG_IDENTIFY)
+        on_identify(e, fd, &m->body.ident, &m->cred);
+    else if (m->h.type == MSG_TABLE)
+        on_table(e, fd, &m->body.map, &m->cred);
     else
-        on_map(e, fd, &map, &cred);
+        on_map(e, fd, &m->body.map, &m->cred);
 }
 
-/* BOUND_LINKS: a HELLO that would make one more link than the engine serves is
- * refused with the vendor's code for a failed link; the body is read first, so that
- * the refusal is not lost to a reset. Returns 1 when it refused. */
-static int links_full(engine *e, int fd, const msg_hdr *h)
+/* BOUND_LINKS and BOUND_LINKS_PER_SOURCE: a HELLO that would make one more link than
+ * the engine serves, or than it serves for the HELLO's source, is refused with the
+ * vendor's code for a failed link. Returns 1 when it refused. */
+static int links_full(engine *e, int fd, uint64_t source)
 {
     pthread_mutex_lock(&e->mu);
-    size_t serving = links_serving_locked(e);
+    size_t serving = links_serving_locked(e, 0);
+    size_t mine = source != 0 ? links_serving_locked(e, source) : 0;
     pthread_mutex_unlock(&e->mu);
-    if (serving < BOUND_LINKS)
-        return 0;
-    if (h->payload_len <= sizeof(hello_body) &&
-        tp_discard(fd, h->payload_len, tp_deadline(FIRST_MESSAGE_WAIT_MS)) == TP_OK) {
-        char text[LINK_MSG_LEN];
+    char text[LINK_MSG_LEN];
+    if (serving >= BOUND_LINKS)
         snprintf(text, sizeof text, "cluster %llu serves %u links, the most it takes (docs/security.md §3); "
                  "unlink a cluster first", (unsigned long long)e->cluster_id, (unsigned)BOUND_LINKS);
-        reply_status(fd, MSG_HELLO_REPLY, LLM_LINK_FAILED, NULL, text, 0);
-    }
+    else if (mine >= BOUND_LINKS_PER_SOURCE)
+        snprintf(text, sizeof text, "cluster %llu serves %u links to this client's address, the most it takes "
+                 "from one address (docs/security.md §3.4); unlink a cluster first",
+                 (unsigned long long)e->cluster_id, (unsigned)BOUND_LINKS_PER_SOURCE);
+    else
+        return 0;
+    reply_status(fd, MSG_HELLO_REPLY, LLM_LINK_FAILED, NULL, text, 0);
     return 1;
+}
+
+int64_t first_msg_body_len(const msg_hdr *h, int is_unix)
+{
+    if (h->magic != PROTO_MAGIC || h->version != PROTO_VERSION)
+        return -1;
+    uint64_t want = UINT64_MAX;
+    if (is_unix && h->type == MSG_IDENTIFY)
+        want = sizeof(id_request);
+    else if (is_unix && (h->type == MSG_MAP || h->type == MSG_TABLE))
+        want = sizeof(map_request);
+    else if (!is_unix && h->type == MSG_HELLO && (h->a == HELLO_LINK || h->a == HELLO_CHECK_ONLY))
+        want = sizeof(hello_body);
+    else if (!is_unix && h->type == MSG_REVERSE)
+        want = sizeof(reverse_body);
+    else if (!is_unix && h->type == MSG_DISCONNECT && h->payload_len == 0)
+        want = 0;
+    else if (!is_unix && h->type == MSG_DISCONNECT)
+        want = sizeof(disconnect_body);
+    return h->payload_len == want ? (int64_t)want : -1;
+}
+
+/* Whether a handshake waiting for its REVERSE has this token (and, for a REVERSE,
+ * this client): an IDENTIFY or REVERSE that names none gets no thread. e->mu held. */
+static int pending_token_locked(engine *e, uint64_t token, const uint64_t *client)
+{
+    for (const pending_link *p = e->pending; p != NULL; p = p->next)
+        if (p->state == 0 && token != 0 && p->peer.token == token && (client == NULL || p->peer.cluster_id == *client))
+            return 1;
+    return 0;
+}
+
+/* The gate's screen, without a thread and before any wait: a message that shows no
+ * token of ours and, with a shared secret, no proof of it is answered at once. */
+int first_msg_screen(engine *e, int fd, const first_msg *m)
+{
+    const msg_hdr *h = &m->h;
+    int proven = 0;
+    pthread_mutex_lock(&e->mu);
+    if (m->is_unix && h->type == MSG_IDENTIFY)
+        proven = pending_token_locked(e, m->body.ident.token, NULL);
+    else if (m->is_unix)
+        proven = memory_peer_locked(e, m->body.map.token, &m->cred) != NULL;
+    else if (h->type == MSG_REVERSE)
+        proven = pending_token_locked(e, h->a, &h->b);
+    pthread_mutex_unlock(&e->mu);
+    if (proven)
+        return FIRST_PROVEN;
+    if (m->is_unix && h->type == MSG_IDENTIFY)
+        idch_answer(fd, 1);
+    else if (m->is_unix && h->type == MSG_TABLE)
+        idch_answer_table(fd, 1, 0, 0, (const int[2]){-1, -1});
+    else if (m->is_unix)
+        idch_answer_map(fd, 1, NULL, NULL, 0, 0);
+    else if (h->type == MSG_REVERSE)
+        reply_status(fd, MSG_REVERSE_REPLY, LLM_LINK_FAILED, NULL, "no handshake in progress for this link (it timed out)",
+                     0);
+    else if (h->type == MSG_HELLO && !hello_proven(e, &m->body.hello))
+        reply_status(fd, MSG_HELLO_REPLY, LLM_LINK_FAILED, NULL, HELLO_UNPROVEN, 0);
+    else if (h->type == MSG_DISCONNECT && !disconnect_proven(e, h, &m->body.disconnect))
+        reply_status(fd, MSG_DISCONNECT_REPLY, LLM_UNLINK_FAILED, NULL, UNLINK_UNPROVEN, 0);
+    else
+        return FIRST_UNPROVEN;
+    return FIRST_REFUSED;
+}
+
+/* Serves a connection whose first message m has been read. */
+static void conn_serve(engine *e, eng_thread *self, int fd, const first_msg *m)
+{
+    if (m->is_unix) {
+        on_identity_channel(e, fd, m);
+        return;
+    }
+    switch (m->h.type) {
+    case MSG_HELLO:
+        /* the secret first: a refused peer learns nothing, not even how many links we serve */
+        if (m->h.a == HELLO_LINK && hello_proven(e, &m->body.hello) && links_full(e, fd, self->source))
+            break;
+        on_hello(e, self, fd, &m->h, &m->body.hello);
+        break;
+    case MSG_REVERSE:
+        on_reverse(e, self, fd, &m->h, &m->body.reverse);
+        break;
+    case MSG_DISCONNECT:
+        on_disconnect(e, fd, &m->h, &m->body.disconnect);
+        break;
+    default:
+        break;
+    }
+}
+
+void *conn_first_main(void *arg)
+{
+    conn_job *job = arg;
+    eng_thread *self = job->self;
+    conn_serve(self->e, self, self->fd, &job->m);
+    free(job);
+    atomic_store(&self->done, 1);
+    return NULL;
+}
+
+/* The first message of a connection, read by its own thread. 0 or -1. */
+static int first_msg_read(int fd, first_msg *m)
+{
+    memset(m, 0, sizeof *m);
+    m->is_unix = idch_is_unix(fd);
+    int64_t deadline = tp_deadline(m->is_unix ? LINK_IDENTIFY_WAIT_MS : FIRST_MESSAGE_WAIT_MS);
+    if ((m->is_unix && idch_peer_cred(fd, &m->cred) != 0) || msg_recv_hdr(fd, &m->h, deadline) != TP_OK)
+        return -1;
+    int64_t len = first_msg_body_len(&m->h, m->is_unix);
+    return len == 0 || (len > 0 && tp_recv_all(fd, &m->body, (size_t)len, deadline) == TP_OK) ? 0 : -1;
 }
 
 void *conn_thread_main(void *arg)
 {
     eng_thread *self = arg;
-    engine *e = self->e;
-    int fd = self->fd;
-    msg_hdr h;
-    if (idch_is_unix(fd)) {
-        on_identity_channel(e, fd);
-    } else if (msg_recv_hdr(fd, &h, tp_deadline(FIRST_MESSAGE_WAIT_MS)) == TP_OK) {
-        switch (h.type) {
-        case MSG_HELLO:
-            if (h.a == HELLO_LINK && links_full(e, fd, &h))
-                break;
-            on_hello(e, self, fd, &h);
-            break;
-        case MSG_REVERSE:
-            on_reverse(e, self, fd, &h);
-            break;
-        case MSG_DISCONNECT:
-            on_disconnect(e, fd, &h);
-            break;
-        default:
-            break;
-        }
-    }
+    first_msg *m = malloc(sizeof *m);
+    if (m != NULL && first_msg_read(self->fd, m) == 0)
+        conn_serve(self->e, self, self->fd, m);
+    free(m);
     atomic_store(&self->done, 1);
     return NULL;
 }

@@ -37,6 +37,7 @@ typedef struct mlink {
     pid_t peer_pid;              /* the kernel-vouched peer process (peer_id.h), 0 if unknown */
     int peer_pidfd;              /* holds that process: a transfer checks it is still alive */
     uint64_t peer_serial;
+    uint64_t source;             /* the gate's source of its HELLO (BOUND_LINKS_PER_SOURCE), 0: none */
     int same_process;            /* the kernel says the peer is this process */
     atomic_int vm_ok;            /* process_vm_readv/writev reach the identified peer */
     int addr_ok;                 /* replies may carry tensor addresses: an identified peer of
@@ -88,6 +89,7 @@ typedef struct pending_link {
     uint64_t comm_key;           /* the HELLO's communicator key */
     int c1_fd;
     eng_thread *c1_thread;
+    uint64_t source;             /* the gate's source of the HELLO (0: none) */
     int state;                   /* 0 waiting, 1 installed, 2 abandoned */
     mlink *link;
 } pending_link;
@@ -125,8 +127,9 @@ mlink *link_new(engine *e, uint64_t peer_cluster, uint64_t token);
 /* The client's link to the listener at ip:port, or NULL. mu held. */
 mlink *link_find_addr_locked(engine *e, const char *ip, uint16_t port);
 /* Links that hold a live connection and a server thread, and handshakes past HELLO:
- * what BOUND_LINKS counts. mu held. */
-size_t links_serving_locked(engine *e);
+ * what BOUND_LINKS counts; with source != 0, those of that source only
+ * (BOUND_LINKS_PER_SOURCE). mu held. */
+size_t links_serving_locked(engine *e, uint64_t source);
 /* LLDD_MOCK_NO_PROCESS_VM=1: links move bytes over their sockets only. */
 int process_vm_disabled(void);
 /* What the link may do with the process the kernel named as its peer (same process,
@@ -136,8 +139,61 @@ void link_set_peer(engine *e, mlink *l, const peer_cred *cred, uint64_t serial);
 void fill_hello(engine *e, hello_body *h, uint64_t expected, uint64_t token, uint32_t timeout_ms);
 
 /* ---- engine_link_listen.c: the listener's side of the handshakes ---- */
-/* Connection threads started by the listener (one per accepted connection). */
+/* What the listener's gate (engine_gate.c) lets one source hold, beyond BOUND_HANDSHAKES
+ * and BOUND_LINKS (docs/security.md §3.4). A source is a TCP client's IP address, or the
+ * user id of an identity-channel client.
+ *   BOUND_GATE                connections whose first message is not complete yet (no
+ *                             thread: the listener thread reads them); beyond it the
+ *                             oldest of the source holding the most goes
+ *   BOUND_GATE_PER_SOURCE     ... of one source; beyond it that source's oldest goes
+ *   BOUND_HANDSHAKES_PER_SOURCE  threads of one source that no token vouches for (a HELLO
+ *                             waiting for its REVERSE, a DISCONNECT); a complete message
+ *                             beyond it waits in the gate for a slot
+ *   BOUND_LINKS_PER_SOURCE    links and handshakes past HELLO of one source */
+enum {
+    BOUND_GATE = 256,
+    BOUND_GATE_PER_SOURCE = 32,
+    BOUND_HANDSHAKES_PER_SOURCE = 16,
+    BOUND_LINKS_PER_SOURCE = 192
+};
+
+/* The first message of a connection to the listener, read whole before anything is
+ * decided: by the gate without a thread, or by conn_thread_main. */
+typedef struct first_msg {
+    msg_hdr h;
+    union {
+        hello_body hello;
+        reverse_body reverse;
+        disconnect_body disconnect;
+        id_request ident;
+        map_request map;
+    } body;
+    int is_unix;
+    peer_cred cred;              /* the identity channel: the kernel's word on the client */
+} first_msg;
+
+/* The body length a first message with header h has on this kind of connection, or
+ * -1 when no such message opens a connection. */
+int64_t first_msg_body_len(const msg_hdr *h, int is_unix);
+/* What the gate does with a complete first message: FIRST_REFUSED (answered here,
+ * close it), FIRST_UNPROVEN (a thread counted against its source), FIRST_PROVEN (a
+ * thread: it names a token of a handshake or link in progress). */
+enum { FIRST_REFUSED = -1, FIRST_UNPROVEN = 0, FIRST_PROVEN = 1 };
+int first_msg_screen(engine *e, int fd, const first_msg *m);
+/* A connection thread started by the gate: arg is a malloc'd conn_job it frees. */
+typedef struct conn_job {
+    eng_thread *self;
+    first_msg m;
+} conn_job;
+void *conn_first_main(void *arg);
+/* Connection threads started for a connection nobody has read from (a communicator's
+ * listener): reads the first message, then as conn_first_main. */
 void *conn_thread_main(void *arg);
+
+/* ---- engine_gate.c: the listener thread ---- */
+/* Accepts connections on the listener's TCP socket and identity channel until
+ * finalize wakes it, reads their first messages and starts their threads. */
+void listener_gate_run(engine *e);
 /* Wakes and ends handshakes in progress (finalize). */
 void pending_abort_all(engine *e);
 

@@ -174,17 +174,9 @@ int idch_prove(const char *name, uint64_t token, int c1_fd, int64_t deadline, pe
     return 0;
 }
 
-int idch_read_msg(int fd, int64_t deadline, peer_cred *cred, uint16_t *type, id_request *ident, map_request *map)
+int idch_peer_cred(int fd, peer_cred *out)
 {
-    msg_hdr h;
-    if (cred_of(fd, cred) != 0 || msg_recv_hdr(fd, &h, deadline) != TP_OK)
-        return -1;
-    *type = h.type;
-    if (h.type == MSG_IDENTIFY && h.payload_len == sizeof *ident)
-        return tp_recv_all(fd, ident, sizeof *ident, deadline) == TP_OK ? 0 : -1;
-    if ((h.type == MSG_MAP || h.type == MSG_TABLE) && h.payload_len == sizeof *map)
-        return tp_recv_all(fd, map, sizeof *map, deadline) == TP_OK ? 0 : -1;
-    return -1;
+    return cred_of(fd, out);
 }
 
 int idch_map_challenge(int fd, int64_t deadline)

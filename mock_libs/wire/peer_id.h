@@ -96,10 +96,9 @@ typedef struct map_desc {
     uint64_t size;
 } map_desc;
 
-/* Server: the first message of an identity-channel connection and the connecting
- * process's credentials. *type is MSG_IDENTIFY (ident filled), MSG_MAP or MSG_TABLE
- * (map filled). 0 or -1. */
-int idch_read_msg(int fd, int64_t deadline, peer_cred *cred, uint16_t *type, id_request *ident, map_request *map);
+/* Server: the connecting process's credentials (SO_PEERCRED) of an identity-channel
+ * connection. 0 or -1. */
+int idch_peer_cred(int fd, peer_cred *out);
 /* Server: 1 if the client reads back, from this process's memory, a fresh nonce. */
 int idch_map_challenge(int fd, int64_t deadline);
 /* Server: answers MAP with n chunk descriptors and their fds and the chunk number to ask

@@ -33,7 +33,8 @@ enum msg_type {
                                                                       -> MSG_REVERSE_REPLY */
     MSG_REVERSE_REPLY,      /* status; body reply_text                                       */
     MSG_DISCONNECT,         /* a = client cluster id, b = expected server cluster id,
-                               count = DISCONNECT_STRICT_IDS or 0 -> MSG_DISCONNECT_CHALLENGE */
+                               count = DISCONNECT_STRICT_IDS or 0; body: none, or disconnect_body
+                               from a client with a shared secret -> MSG_DISCONNECT_CHALLENGE */
     MSG_DISCONNECT_REPLY,   /* status; a = server cluster id; body reply_text               */
     MSG_PIN,                /* a = cache id, b = table watermark (0: take it now)           */
     MSG_PIN_REPLY,          /* status; a = watermark; body cache_wire + addrs, or reply_text */
@@ -119,6 +120,15 @@ typedef struct reverse_body {
                                       keying, concurrent jobs of one call); zeros = none */
     uint8_t proof[32];             /* the shared secret's proof, zeros when none is in use */
 } reverse_body;
+
+/* The body of DISCONNECT from a client with a shared secret: its proof (peer_id.h,
+ * secret_proof "lldd-unlink" over the nonce twice and the client's cluster id). A
+ * listener with a secret answers a DISCONNECT without a valid one at once, with the
+ * same bytes whatever it names (docs/security.md §2.5). */
+typedef struct disconnect_body {
+    uint8_t nonce[16];
+    uint8_t proof[32];
+} disconnect_body;
 
 typedef struct reply_text {
     char text[240];

@@ -323,19 +323,6 @@ int tp_recvv(int fd, struct iovec *iov, size_t count, int64_t deadline, int64_t 
     return TP_OK;
 }
 
-int tp_discard(int fd, uint64_t len, int64_t deadline)
-{
-    char buf[4096];
-    while (len > 0) {
-        size_t n = len > sizeof buf ? sizeof buf : (size_t)len;
-        int r = tp_recv_all(fd, buf, n, deadline);
-        if (r != TP_OK)
-            return r;
-        len -= n;
-    }
-    return TP_OK;
-}
-
 int tp_peer_closed(int fd)
 {
     if (fd < 0)

@@ -57,8 +57,6 @@ void tp_tune(int fd);
 int tp_recv_all(int fd, void *buf, size_t len, int64_t deadline);
 int tp_sendv(int fd, struct iovec *iov, size_t count, int64_t deadline, int64_t idle_ms);
 int tp_recvv(int fd, struct iovec *iov, size_t count, int64_t deadline, int64_t idle_ms);
-/* Reads and drops len bytes. */
-int tp_discard(int fd, uint64_t len, int64_t deadline);
 
 /* 1 if the peer has closed or reset the connection (checked without blocking). */
 int tp_peer_closed(int fd);

@@ -32,6 +32,7 @@ LAYOUTS = {
     "HDR": ("wire/protocol.h", "msg_hdr"),
     "HELLO": ("wire/protocol.h", "hello_body"),
     "REVERSE": ("wire/protocol.h", "reverse_body"),
+    "DISCONNECT_BODY": ("wire/protocol.h", "disconnect_body"),
     "REGION": ("wire/protocol.h", "wire_region"),
     "CACHE_WIRE": ("core/cache_table.h", "cache_wire"),
     "RELEASE": ("core/keys.h", "release_req"),
@@ -47,8 +48,10 @@ CONSTANTS = {
     "TEXT_LEN": "sizeof(reply_text)",
     "HELLO_LINK": "HELLO_LINK",
     "MODE_DIRECT": "MODE_DIRECT",
+    "DISCONNECT_STRICT_IDS": "DISCONNECT_STRICT_IDS",
 }
-BOUNDS = ("BOUND_HANDSHAKES", "BOUND_LINKS", "BOUND_PINS_PER_LINK", "BOUND_GONE_RECORDS")   # core/engine.h
+BOUNDS = ("BOUND_HANDSHAKES", "BOUND_LINKS", "BOUND_PINS_PER_LINK", "BOUND_GONE_RECORDS",   # core/engine.h
+          "BOUND_GATE", "BOUND_GATE_PER_SOURCE", "BOUND_HANDSHAKES_PER_SOURCE", "BOUND_LINKS_PER_SOURCE")  # wire/links.h
 SCALARS = {"uint8_t": "u", "uint16_t": "u", "uint32_t": "u", "uint64_t": "u",
            "int8_t": "i", "int16_t": "i", "int32_t": "i", "int64_t": "i"}
 
@@ -83,7 +86,7 @@ def message_types(header: str) -> list[str]:
 def _probe(root: Path, tmp_path: Path) -> SimpleNamespace:
     """What the compiler makes of the headers under root: per struct, its size and per
     field (name, offset, size, kind); the value of every constant and message type."""
-    headers = {path: (root / path).read_text() for path, _ in LAYOUTS.values()}
+    headers = {path: (root / path).read_text() for path in [*(path for path, _ in LAYOUTS.values()), "wire/links.h"]}
     fields = {name: struct_fields(headers[path], name) for path, name in LAYOUTS.values()}
     types = message_types(headers["wire/protocol.h"])
     lines = [f'#include "{path}"' for path in sorted(headers)] + ["#include <stdio.h>", "int main(void)", "{"]

@@ -37,6 +37,8 @@ ID_REQUEST = struct.Struct("=Q20s20s")
  MSG_DISCONNECT_CHALLENGE, MSG_DISCONNECT_PROOF, MSG_MAP, MSG_MAP_REPLY, MSG_MAP_CHALLENGE,
  MSG_MAP_PROOF) = range(1, 28)
 MAP_REQUEST = struct.Struct("=QQ")   # the link's token, the first chunk asked for
+DISCONNECT_BODY = struct.Struct("=16s32s")   # a client with a secret: its nonce, its proof of the secret
+DISCONNECT_STRICT_IDS = 1
 MAP_DESC = struct.Struct("=QQ")      # a chunk's base in its process, its size
 HELLO_LINK = 0
 MODE_DIRECT = 1
@@ -45,6 +47,11 @@ BOUND_HANDSHAKES = 64
 BOUND_LINKS = 256
 BOUND_PINS_PER_LINK = 64
 BOUND_GONE_RECORDS = 1024
+# what the listener's gate lets one source hold (mock_libs/wire/links.h, docs/security.md §3.4)
+BOUND_GATE = 256
+BOUND_GATE_PER_SOURCE = 32
+BOUND_HANDSHAKES_PER_SOURCE = 16
+BOUND_LINKS_PER_SOURCE = 192
 
 
 def header(kind: int, *, status: int = 0, count: int = 0, a: int = 0, b: int = 0, payload_len: int = 0) -> bytes:
@@ -193,6 +200,23 @@ def disconnect(port: int, *, cluster_id: int, expected: int, tokens: tuple[int, 
         return recv_reply(s)
 
 
+def disconnect_transcript(port: int, *, cluster_id: int, expected: int, count: int = 0,
+                          timeout: float = 5.0) -> bytes:
+    """A stranger's DISCONNECT (no secret, no token): every byte the listener sends until
+    it closes the connection. A challenge is answered with no proofs."""
+    received = b""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(header(MSG_DISCONNECT, a=cluster_id, b=expected, count=count))
+        head = recv_exact(s, HDR.size)
+        received += head
+        if HDR.unpack(head)[1] == MSG_DISCONNECT_CHALLENGE:
+            received += recv_exact(s, HDR.unpack(head)[7])
+            s.sendall(header(MSG_DISCONNECT_PROOF))
+        while chunk := s.recv(65536):
+            received += chunk
+    return received
+
+
 def endpoint(sockaddr: tuple[str, int]) -> bytes:
     return ENDPOINT.pack(socket.AF_INET, sockaddr[1], socket.inet_aton(sockaddr[0]) + bytes(12))
 
@@ -255,8 +279,10 @@ RELEASE = struct.Struct("=qQIIQQQ")       # cache id, slot, key ns, all, key id,
 REPLY_TEXT = TEXT_LEN
 
 
-def connect(port: int, timeout: float = 5.0) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", port), timeout=timeout)
+def connect(port: int, timeout: float = 5.0, source: str = "127.0.0.1") -> socket.socket:
+    """A TCP connection to the listener on 127.0.0.1; ``source``: the client's address
+    (another address of 127.0.0.0/8 is another source to the listener's gate)."""
+    return socket.create_connection(("127.0.0.1", port), timeout=timeout, source_address=(source, 0))
 
 
 def send_hdr(s: socket.socket, kind: int, a: int = 0, b: int = 0, count: int = 0, payload: bytes = b"",
@@ -297,13 +323,14 @@ def hello(s: socket.socket, cluster_id: int, expected: int, token: int, timeout_
     return status, text.split(b"\0", 1)[0].decode()
 
 
-def raw_link(port: int, cluster_id: int, expected: int, token: int) -> tuple[socket.socket, socket.socket]:
+def raw_link(port: int, cluster_id: int, expected: int, token: int,
+             source: str = "127.0.0.1") -> tuple[socket.socket, socket.socket]:
     """A whole handshake as a client that is not an engine: (c1, c2). The engine then
     answers requests sent on c1 and would ask its own on c2."""
-    c1 = connect(port)
+    c1 = connect(port, source=source)
     status, text = hello(c1, cluster_id, expected, token)
     assert status == 0, text
-    c2 = connect(port)
+    c2 = connect(port, source=source)
     send_hdr(c2, MSG_REVERSE, a=token, b=cluster_id, payload=REVERSE.pack(bytes(128), bytes(32)))
     kind, status, _, _, length = recv_hdr(c2)
     recv_exact(c2, length)

@@ -216,24 +216,27 @@ def test_finalize_ends_within_the_wait_time_while_an_unregister_waits_for_a_pin(
 
 # ---- Why 7: resource exhaustion ------------------------------------------------------------
 
-def test_connections_beyond_the_handshake_cap_are_closed_at_once(prompt: native.LlmDataDist) -> None:
+def test_silent_connections_take_no_thread_and_the_oldest_of_a_full_share_are_closed(
+        prompt: native.LlmDataDist) -> None:
+    """The listener's gate (docs/security.md §3.4): a connection that has not sent its
+    first message holds a descriptor and no thread; past one address's share of the gate,
+    that address's oldest silent connections are closed."""
     before = threads()
-    silent = [ws.connect(prompt.listen_port) for _ in range(BOUND_HANDSHAKES)]
+    silent = [ws.connect(prompt.listen_port) for _ in range(BOUND_HANDSHAKES + 1)]
     try:
-        assert settles(lambda: threads() >= before + BOUND_HANDSHAKES, 20.0)  # each has its thread
-        extra = ws.connect(prompt.listen_port)
-        with extra:
-            assert ws.closed_by_peer(extra, 10.0), "a connection past the cap got a thread"
+        time.sleep(0.5)
+        assert threads() == before, "a silent connection got a thread"
+        evicted = BOUND_HANDSHAKES + 1 - ws.BOUND_GATE_PER_SOURCE
+        assert all(ws.closed_by_peer(s, 5.0) for s in silent[:evicted])
+        # a real link from the same address still works: its connections are the newest
+        client_arrays = [np.zeros((4, 8), np.uint8) for _ in range(2)]
+        with native.LlmDataDist(2, native.LlmRole.DECODER) as client:
+            client.initialize({native.OPTION_DEVICE_ID: "0"})
+            register(client, client_arrays)
+            assert client.link_llm_clusters([link_info(1, prompt.listen_port)])[0] == S.LLM_SUCCESS
     finally:
         for s in silent:
             s.close()
-    # the silent connections' threads end with them: a real link works again
-    client_arrays = [np.zeros((4, 8), np.uint8) for _ in range(2)]
-    with native.LlmDataDist(2, native.LlmRole.DECODER) as client:
-        client.initialize({native.OPTION_DEVICE_ID: "0"})
-        register(client, client_arrays)
-        assert settles(lambda: client.link_llm_clusters([link_info(1, prompt.listen_port)])[0] == S.LLM_SUCCESS,
-                       5.0)
 
 
 def test_the_wait_for_reverse_ends_when_the_client_closes_its_connection(prompt: native.LlmDataDist) -> None:
@@ -332,7 +335,10 @@ def test_one_connection_holds_at_most_the_pin_cap(prompt: native.LlmDataDist, ca
 
 
 def test_links_beyond_the_cap_are_refused_with_link_failed(prompt: native.LlmDataDist) -> None:
-    raw = [ws.raw_link(prompt.listen_port, 1000 + i, 1, token=0x10000 + i) for i in range(BOUND_LINKS)]
+    # from two addresses: one address takes at most BOUND_LINKS_PER_SOURCE (docs/security.md §3.4)
+    raw = [ws.raw_link(prompt.listen_port, 1000 + i, 1, token=0x10000 + i,
+                       source="127.0.0.2" if i < ws.BOUND_LINKS_PER_SOURCE else "127.0.0.3")
+           for i in range(BOUND_LINKS)]
     try:
         with native.LlmDataDist(2, native.LlmRole.DECODER) as client:
             client.initialize({native.OPTION_DEVICE_ID: "0"})

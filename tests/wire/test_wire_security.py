@@ -13,6 +13,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -396,6 +397,59 @@ def test_engines_link_only_when_both_hold_the_same_secret(engines: Any, monkeypa
     monkeypatch.setenv("LLM_DATADIST_FFI_LINK_SECRET", "alpha")
     from_env = engines(6, listen=False)
     assert from_env.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+
+
+def _stranger_disconnect(port: int, named: int, expected: int, count: int) -> tuple[bytes, float]:
+    start = time.monotonic()
+    transcript = wire.disconnect_transcript(port, cluster_id=named, expected=expected, count=count)
+    return transcript, time.monotonic() - start
+
+
+def test_a_disconnect_without_the_secret_learns_nothing_in_content_or_timing(engines: Any) -> None:
+    """With a secret set, a DISCONNECT from a client without it gets the same bytes at
+    once whatever it names: a cluster linked to the listener (which the listener would
+    wait up to a second for), one that exists unlinked, one that does not exist; and
+    whatever listener id it expects, strict or not. The link stays."""
+    listener_id = 0x51A7E1D
+    server = engines(listener_id, **{SECRET_OPTION: "s3cret"})
+    linked = engines(7, listen=False, **{SECRET_OPTION: "s3cret"})
+    engines(8, listen=False, **{SECRET_OPTION: "s3cret"})          # exists, not linked
+    assert linked.link_llm_clusters([sup.cluster(listener_id, server.listen_port)])[0] == S.LLM_SUCCESS
+    transcripts = set()
+    times: dict[int, list[float]] = {7: [], 8: [], 9: []}
+    for _ in range(5):
+        for named in (7, 8, 9):
+            for expected, count in ((listener_id, 0), (listener_id, wire.DISCONNECT_STRICT_IDS), (12345, 0),
+                                    (12345, wire.DISCONNECT_STRICT_IDS)):
+                transcript, seconds = _stranger_disconnect(server.listen_port, named, expected, count)
+                transcripts.add(transcript)
+                if count == 0 and expected == listener_id:
+                    times[named].append(seconds)
+    medians = {named: sorted(t)[len(t) // 2] for named, t in times.items()}
+    assert max(medians.values()) - min(medians.values()) < 0.2, f"median seconds per named cluster: {medians}"
+    assert not [t for t in transcripts if struct.pack("=Q", listener_id) in t], "an answer names the listener"
+    assert len(transcripts) == 1, f"{len(transcripts)} different answers"
+    (transcript,) = transcripts
+    reply = wire.HDR.unpack_from(transcript)
+    assert (reply[1], reply[3], reply[5]) == (wire.MSG_DISCONNECT_REPLY, S.LLM_UNLINK_FAILED, 0)
+    assert "shared secret" in transcript[wire.HDR.size:].split(b"\0", 1)[0].decode()
+    # the stranger dropped nothing: the link holds, and its own end unlinks it (with the secret)
+    assert mock_control.link_path(linked, listener_id) != "none"
+    assert linked.unlink_llm_clusters([sup.cluster(listener_id, server.listen_port)])[0] == S.LLM_SUCCESS
+    assert mock_control.link_path(linked, listener_id) == "none"
+
+
+def test_an_unlink_with_another_secret_is_refused_with_the_listeners_reason(engines: Any) -> None:
+    server = engines(1, **{SECRET_OPTION: "alpha"})
+    same = engines(2, listen=False, **{SECRET_OPTION: "alpha"})
+    assert same.link_llm_clusters([sup.cluster(1, server.listen_port)])[0] == S.LLM_SUCCESS
+    other = engines(3, listen=False, **{SECRET_OPTION: "beta"})
+    # (before: the listener asked for token proofs and answered LLM_SUCCESS with its cluster id)
+    assert other.unlink_llm_clusters([sup.cluster(1, server.listen_port)]) == (S.LLM_UNLINK_FAILED,
+                                                                               [S.LLM_UNLINK_FAILED])
+    assert ("the peer refused the disconnect: the unlink did not prove the listener's shared secret"
+            in sup.Raw().last_error())
+    assert mock_control.link_path(same, 1) != "none"
 
 
 def test_a_secret_longer_than_256_bytes_is_refused_with_its_name(engines: Any) -> None:
