@@ -884,8 +884,19 @@ static lldd_status push_source_checks(const char *fn, const epush *a, const cach
                        (unsigned)a->src_batch, (long long)lw->id, (unsigned long long)c2c_batches(lw, a->block0));
         return LLM_PARAM_INVALID;
     }
+    /* the block lists are read last, as the vendor's layer-wise job reads them
+     * (docs/semantics.md X-17): no source blocks is its cache-to-blocks form, whose
+     * block size a push leaves 0 */
+    if (a->b2b && a->nsb == 0) {
+        mock_set_error("%s: src_blocks is empty: block_mem_size of a cache-to-blocks push must > 0", fn);
+        return LLM_PARAM_INVALID;
+    }
     if (a->b2b && !kind_has_blocks(lw)) {
         mock_set_error("%s: the local cache %lld has no blocks", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->b2b && a->nsb != a->ndb) {
+        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, a->nsb, a->ndb);
         return LLM_PARAM_INVALID;
     }
     if (a->b2b)
@@ -960,16 +971,6 @@ lldd_status ext_xfer_push_layer(engine *e, const char *fn, int64_t src_cache_id,
         st = LLM_PARAM_INVALID;
     } else if (a.b2b && num_dst_blocks == 0) {
         mock_set_error("%s: dst_blocks is empty", fn);
-        st = LLM_PARAM_INVALID;
-    } else if (a.b2b && num_src_blocks == 0) {
-        mock_set_error("%s: src_blocks is empty: block_mem_size of a cache-to-blocks push must > 0", fn);
-        st = LLM_PARAM_INVALID;
-    } else if (a.b2b && num_src_blocks != num_dst_blocks) {
-        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, num_src_blocks, num_dst_blocks);
-        st = LLM_PARAM_INVALID;
-    } else if (dst->cluster_id == e->cluster_id) {
-        mock_set_error("%s: dst.cluster_id %llu is this engine's own cluster; push to a peer", fn,
-                       (unsigned long long)dst->cluster_id);
         st = LLM_PARAM_INVALID;
     } else if ((lc = cache_pin(e, src_cache_id)) == NULL) {
         mock_set_error("%s: src_cache_id %lld does not exist", fn, (long long)src_cache_id);
