@@ -804,7 +804,9 @@ static lldd_status push_local_access(engine *e, const char *fn, const epush *a, 
         mock_set_error("%s: the local cache %lld is not remote accessible", fn, (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    return pr32_check_local(fn, xl->l, lw);
+    /* HIXL refuses a source its client never registered when the transfer starts,
+     * after every check (docs/semantics.md E-11): push_checked does it there */
+    return e->hixl ? LLM_SUCCESS : pr32_check_local(fn, xl->l, lw);
 }
 
 /* Step 5: the destination, in the table copy. */
@@ -937,7 +939,8 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
     if ((st = push_local_access(e, fn, a, lw, xl)) != LLM_SUCCESS ||
         (st = push_resolve_destination(e, fn, a, xl, dst)) != LLM_SUCCESS ||
         (st = push_destination_checks(fn, a, lw, &dst->pc.w, xl)) != LLM_SUCCESS ||
-        (st = push_source_checks(fn, a, lw)) != LLM_SUCCESS)
+        (st = push_source_checks(fn, a, lw)) != LLM_SUCCESS ||
+        (e->hixl && (st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS))
         return st;
     return push_move(xl, fn, a, lc, dst);
 }

@@ -48,8 +48,9 @@ class Local:
         cache = self.cm.register_blocks_cache(desc, [a.ctypes.data for a in arrays], key, remote_accessible)
         return cache, arrays
 
-    def link(self, port: int) -> None:
-        assert self.engine.link_clusters([vs.cluster_info(P_ID, port)], 5000) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
+    def link(self, port: int, remote_cluster_id: int = P_ID) -> None:
+        assert self.engine.link_clusters([vs.cluster_info(remote_cluster_id, port)], 5000) == \
+            (S.LLM_SUCCESS, [S.LLM_SUCCESS])
 
 
 def start_prompt(peer: Any, port: int, **extra: str) -> None:

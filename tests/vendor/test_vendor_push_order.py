@@ -1,5 +1,5 @@
 """The check order of the extension pushes (push_blocks, push_cache) against the
-vendor's layer-wise job (docs/semantics.md X-16, X-17, docs/reference/semantics.md §8.0).
+vendor's layer-wise job (docs/semantics.md X-16, X-17, E-11, docs/reference/semantics.md §8.0).
 
 The vendor's engine looks up the local cache, then the link, then (direct mode) the
 local cache's remote access, the destination and its checks, and reads the block
@@ -8,7 +8,7 @@ goes over a self link when there is one.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 import pytest
@@ -93,3 +93,30 @@ def test_a_push_to_the_own_cluster_goes_over_a_self_link() -> None:
             assert arrays[t].tobytes() == expected.tobytes()
     finally:
         local.engine.finalize()
+
+
+@pytest.mark.rules("PR-32", "E-11", "E-5")
+@pytest.mark.parametrize("backend", ["hixl", None])
+def test_a_push_source_registered_after_the_link_is_refused_where_its_backend_refuses_it(backend: Optional[str]) -> None:
+    """HIXL: the client validates the local address when the transfer starts, after the
+    destination lookup and checks; default backend: the guard, at the local cache's
+    remote-access step (E-12)."""
+    with vs.Peer() as peer:
+        port = vs.free_port()
+        extra = {"llm.TransferBackend": backend} if backend else {}
+        peer.run(f"d = LLMDataDist(LLMRole.DECODER, {D_ID}); d.init(support.v2_options({port}, **{extra!r})); "
+                 f"cm = d.cache_manager; arrays = [np.zeros(({BLOCKS}, {BLOCK_BYTES}), np.uint8) for _ in "
+                 f"range({TENSORS})]; dst = cm.register_blocks_cache(CacheDesc({TENSORS}, [{BLOCKS}, {BLOCK_BYTES}], "
+                 f"DataType.DT_UINT8), [a.ctypes.data for a in arrays], BlocksCacheKey({D_ID}, 0))")
+        local = Local(vs.v2_options(vs.free_port(), **extra), role=LLMRole.PROMPT, cluster_id=P_ID)
+        try:
+            local.link(port, D_ID)
+            src, _ = local.blocks_cache(seed=5)                  # registered after the link
+            unbound = raises(LLMException, lambda: local.cm.push_blocks(BlocksCacheKey(D_ID, 9), src, [0], [1]))
+            assert unbound.status_code == (S.LLM_KV_CACHE_NOT_EXIST if backend else S.LLM_PARAM_INVALID)
+            raises(LLMException, lambda: local.cm.push_blocks(BlocksCacheKey(D_ID, 0), src, [0], [1]),
+                   "registered after link", S.LLM_PARAM_INVALID)
+            for t in range(TENSORS):                             # nothing moved
+                assert peer.bytes_of(f"arrays[{t}]") == bytes(BLOCKS * BLOCK_BYTES)
+        finally:
+            local.engine.finalize()
