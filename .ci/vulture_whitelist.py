@@ -10,9 +10,9 @@ pytest_runtest_makereport
 _child_main            # testing.topology: run by the child's `python -c` command line
 exc_info               # acl: __exit__'s protocol parameters
 tb                     # testing.topology: __exit__'s protocol parameter
-layer_index            # v2.llm_types: a vendor signature's parameter
+layer_index            # _vendor.v2.llm_types: a vendor signature's parameter
 _life                  # v2.llm_datadist: holds the engine's life object, whose finalizer frees the engine
-_local_comm_res        # v2.cache_manager: the vendor's attribute of the same name
-NO_CACHE_KEY           # v2.llm_types: the vendor's key kinds, public names
+_local_comm_res        # _vendor.v2.cache_manager: the vendor's attribute of the same name
+NO_CACHE_KEY           # _vendor.v2.llm_types: the vendor's key kinds, public names
 BLOCKS_CACHE_KEY
 CACHE_KEY_BY_ID

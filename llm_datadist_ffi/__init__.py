@@ -24,7 +24,7 @@ __all__ = ["backend", "LintWarning", "LLMException", "LLMStatusCode", "Status", 
 
 def __getattr__(name: str) -> Any:
     if name == "backend":
-        from ._loader import backend
+        from ._core._loader import backend
 
         return backend
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

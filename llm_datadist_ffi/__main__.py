@@ -29,8 +29,9 @@ PROG = "python -m llm_datadist_ffi"
 
 
 def _info_data() -> Dict[str, Any]:
-    from . import __version__, _capi, acl
-    from ._loader import BACKEND_ENV, loaded
+    from . import __version__, acl
+    from ._core import _capi
+    from ._core._loader import BACKEND_ENV, loaded
     from .native import capabilities
 
     return {
@@ -89,15 +90,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from .testing.trace import main as trace_main
                 return trace_main(rest)
             if command == "docs":
-                from ._docgen import main as docs_main
+                from ._tools._docgen import main as docs_main
                 return docs_main(rest)
             if command == "errors":
-                from ._errors_cli import main as errors_main
+                from ._tools._errors_cli import main as errors_main
                 return errors_main(rest)
             if command == "demo":
-                from ._demo import main as demo_main
+                from ._tools._demo import main as demo_main
                 return demo_main(rest)
-            from ._bench import main as bench_main
+            from ._tools._bench import main as bench_main
             return bench_main(rest)
         args = parser.parse_args(argv)
         return _info(args)

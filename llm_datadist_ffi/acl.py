@@ -3,7 +3,7 @@
 Users of LLM-DataDist call these functions to pick a device and to allocate and fill
 the memory they register as KV caches. On an Ascend host they go to the vendor's
 ``libacl_rt.so``; on the mock backend to the mock ACL, which copies the vendor's
-behaviour (docs/reference/acl.md §6) and adds checks of its own (§7: exact allocation sizes,
+behaviour (docs/reference/acl.md §6) and adds checks of its own (acl.md §7: exact allocation sizes,
 range-checked copies, reported double frees and use after free).
 
 Two tiers over the raw ``acl_lib`` (docs/design.md):
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, Optional, Union
 
 import numpy as np
 
-from ._loader import acl_lib, ffi
+from ._core._loader import acl_lib, ffi
 
 if TYPE_CHECKING:
     import numpy.typing as npt

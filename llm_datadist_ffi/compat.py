@@ -7,11 +7,11 @@ to this package's modules::
     llm_datadist_ffi.compat.install()
 
     import llm_datadist                                  # llm_datadist_ffi.vendor
-    from llm_datadist.v2.llm_types import CacheDesc      # llm_datadist_ffi.v2.llm_types
+    from llm_datadist.v2.llm_types import CacheDesc      # llm_datadist_ffi._vendor.v2.llm_types
 
 How: every vendor module name in ``ALIASES`` is entered into ``sys.modules`` as the
 very module object of this package, so each class is one object whichever path
-imports it (``llm_datadist.CacheDesc is llm_datadist_ffi.v2.llm_types.CacheDesc``).
+imports it (``llm_datadist.CacheDesc is llm_datadist_ffi._vendor.v2.llm_types.CacheDesc``).
 A meta-path finder, first in ``sys.meta_path`` while installed, does the same for a
 vendor name that is not (or no longer) in ``sys.modules`` — an ``ALIASES`` entry
 that someone removed, or a further module under ``llm_datadist.v2`` — so that no
@@ -46,18 +46,18 @@ PACKAGE = "llm_datadist_ffi"
 ALIASES: Dict[str, str] = {
     "llm_datadist": "llm_datadist_ffi.vendor",
     "llm_datadist.status": "llm_datadist_ffi.status",
-    "llm_datadist.configs": "llm_datadist_ffi.configs",
+    "llm_datadist.configs": "llm_datadist_ffi._vendor.configs",
     "llm_datadist.data_type": "llm_datadist_ffi.data_type",
-    "llm_datadist.v2": "llm_datadist_ffi.v2",
-    "llm_datadist.v2.llm_types": "llm_datadist_ffi.v2.llm_types",
-    "llm_datadist.v2.llm_datadist": "llm_datadist_ffi.v2.llm_datadist",
-    "llm_datadist.v2.cache_manager": "llm_datadist_ffi.v2.cache_manager",
+    "llm_datadist.v2": "llm_datadist_ffi._vendor.v2",
+    "llm_datadist.v2.llm_types": "llm_datadist_ffi._vendor.v2.llm_types",
+    "llm_datadist.v2.llm_datadist": "llm_datadist_ffi._vendor.v2.llm_datadist",
+    "llm_datadist.v2.cache_manager": "llm_datadist_ffi._vendor.v2.cache_manager",
 }
 
 _V2_PREFIX = "llm_datadist.v2."
 
 #: The modules that stand for vendor packages (they have a ``__path__``).
-_PACKAGES = (PACKAGE + ".vendor", PACKAGE + ".v2")
+_PACKAGES = (PACKAGE + ".vendor", PACKAGE + "._vendor.v2")
 
 _lock = threading.RLock()
 _added: Set[str] = set()  # sys.modules names this module entered
@@ -68,7 +68,7 @@ def _target_of(fullname: str) -> Optional[str]:
     if fullname in ALIASES:
         return ALIASES[fullname]
     if fullname.startswith(_V2_PREFIX):
-        return PACKAGE + ".v2." + fullname[len(_V2_PREFIX):]
+        return PACKAGE + "._vendor.v2." + fullname[len(_V2_PREFIX):]
     return None
 
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Iterator, Union
 
-from . import _capi
+from ._core import _capi
 from .native import LlmDataDist
 from .status import LLMStatusCode
 
 if TYPE_CHECKING:
-    from .v2.llm_datadist import LLMDataDist
+    from ._vendor.v2.llm_datadist import LLMDataDist
 
 __all__ = [
     "set_device_count", "set_device_capacity", "inject_fault", "clear_faults", "fault",
@@ -125,7 +125,7 @@ def set_link_pace(engine: Union[LlmDataDist, "LLMDataDist"], cluster_id: int, by
         with engine._held() as handle:
             _capi.check(fn(handle, cluster_id, bytes_per_second, latency_us), tag)
         return
-    from .v2 import _native
+    from ._vendor import _native
 
     handle = _native.engine_for(tag, LLMStatusCode.LLM_FAILED)
     _capi.check(fn(handle, cluster_id, bytes_per_second, latency_us), tag)

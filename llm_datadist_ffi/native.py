@@ -36,12 +36,13 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Tuple, 
 
 import numpy as np
 
-from . import _buffers, _capi, lint
-from ._trace import traced
-from ._capi import ffi
-from ._blocklists import plain_u64
-from ._cints import INT32, INT64, UINT16, UINT32, UINT64, CInt, int_converter, plain_ints
-from ._marshal import (
+from ._core import _buffers, _capi
+from . import lint
+from ._core._trace import traced
+from ._core._capi import ffi
+from ._core._blocklists import plain_u64
+from ._core._cints import INT32, INT64, UINT16, UINT32, UINT64, CInt, int_converter, plain_ints
+from ._core._marshal import (
     ClusterEntry, Endpoint, U64Buffer, block_pointer, blocks_converter, c_array, c_cache_desc, c_clusters, c_options,
     lint_repeated_blocks, u64_block_array, u64_block_list,
 )

@@ -4,23 +4,23 @@ Everything the package knows about a status code lives in ``STATUS_TABLE``: one
 ``StatusInfo`` row per code the vendor's LLM-DataDist can return or raise
 (docs/reference/status-codes.md §2), holding its value, its C++ and Python names, what it means,
 what each vendor document says about recovering from it, the remedy, and which calls
-produce it in each generation (§3, §4). The rest of this module is derived from that
+produce it in each generation (status-codes.md §3, §4). The rest of this module is derived from that
 table or checked against it:
 
 * ``LLMStatusCode`` is the vendor's ``IntEnum``. Its members are written out below so
   that readers and type checkers see them; an import-time check (and
   tests/abi/test_status.py) keeps them equal to the table.
-* ``map_status`` is the vendor's mapping rule (§5): every int without a member becomes
+* ``map_status`` is the vendor's mapping rule (status-codes.md §5): every int without a member becomes
   ``LLM_FAILED``.
-* ``LLMException`` is the vendor's exception (§7.2). Its subclasses, one per code and
+* ``LLMException`` is the vendor's exception (status-codes.md §7.2). Its subclasses, one per code and
   grouped in families (links, timeouts, memory, prefixes), read ``recoverable`` and
   ``remedy`` from the table. ``exception_for`` picks the subclass for a native status;
   it is what the binding's single checked-call path raises.
-* ``Status`` is the vendor's small status wrapper (§7.3).
+* ``Status`` is the vendor's small status wrapper (status-codes.md §7.3).
 * ``info_for`` looks a code up by value, hex or decimal text, or name, for the
   ``python -m llm_datadist_ffi errors`` command and for people reading logs.
 * The C enum ``include/lldd/status.h`` and the ascend shim's table of status names
-  are generated from the table (``python -m llm_datadist_ffi._codegen``), and
+  are generated from the table (``python -m llm_datadist_ffi._tools._codegen``), and
   docs/error-codes.md is printed from it; tests fail when a copy is stale.
 
 This module is pure Python and imports nothing else from the package, so that it can
@@ -89,7 +89,7 @@ __all__ = [
 
 
 class Documented(enum.Enum):
-    """What one vendor document says about recovering from a code (§3)."""
+    """What one vendor document says about recovering from a code (status-codes.md §3)."""
 
     YES = "yes"
     NO = "no"
@@ -106,7 +106,7 @@ class Producer:
 
 
 # The prefix every LLM-specific code shares: GE_ERRORNO_DEFINE(0b01, 0b01, 0b000, 8, 11, ...)
-# packs runtime, type, level, system id 8 and module id 11 above the 12-bit value (§1).
+# packs runtime, type, level, system id 8 and module id 11 above the 12-bit value (status-codes.md §1).
 LLM_CODE_BASE: Final = 0x5010B000
 
 
@@ -139,7 +139,7 @@ class StatusInfo:
 
     @property
     def recoverable(self) -> bool:
-        """The resolved recoverability (§8.6).
+        """The resolved recoverability (status-codes.md §8.6).
 
         The current Python document decides for the codes it lists (so ``LLM_TIMEOUT``
         is recoverable by re-linking); for codes only the older documents list, the v1
@@ -206,7 +206,7 @@ class StatusInfo:
 
     @property
     def mapped(self) -> LLMStatusCode:
-        """What Python reports for this value after the vendor's mapping rule (§5)."""
+        """What Python reports for this value after the vendor's mapping rule (status-codes.md §5)."""
         return map_status(self.value)
 
     @property
@@ -1127,7 +1127,7 @@ def _check_enum_against_table() -> None:
 
 _check_enum_against_table()
 
-# The vendor's dictionary: every member except LLM_UNKNOWN_ERROR (§5).
+# The vendor's dictionary: every member except LLM_UNKNOWN_ERROR (status-codes.md §5).
 _MAPPING: Final[dict[int, LLMStatusCode]] = {
     member.value: member
     for member in LLMStatusCode
@@ -1136,7 +1136,7 @@ _MAPPING: Final[dict[int, LLMStatusCode]] = {
 
 
 def map_status(raw: int) -> LLMStatusCode:
-    """Map a native status to the member Python reports (the vendor rule, §5).
+    """Map a native status to the member Python reports (the vendor rule, status-codes.md §5).
 
     An int with a member gives that member; any other int gives ``LLM_FAILED``:
     codes 20-23, raw ACL codes other than 507053/507057, leaked HCCL or HIXL values
@@ -1477,7 +1477,7 @@ class ProcessingTimeoutError(LLMTimeoutError):
 
 
 class LLMMemoryError(LLMException):
-    """Family: memory exhausted or faulty. Not a builtin ``MemoryError`` (§8.5)."""
+    """Family: memory exhausted or faulty. Not a builtin ``MemoryError`` (status-codes.md §8.5)."""
 
 
 class DeviceOutOfMemoryError(LLMMemoryError):
@@ -1573,7 +1573,7 @@ def exception_for(raw: int, message: str) -> LLMException:
 
 
 class Status:
-    """The vendor's status wrapper (§7.3); exported for compatibility only.
+    """The vendor's status wrapper (status-codes.md §7.3); exported for compatibility only.
 
     ``Status(status)`` keeps ``status`` as passed; ``is_ok()`` is true when it equals
     ``LLM_SUCCESS``, so a plain ``0`` counts as OK. No vendor call returns one.

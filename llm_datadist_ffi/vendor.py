@@ -14,6 +14,10 @@ module the project does not provide fails with the usual ``ModuleNotFoundError``
 names (its ``__all__`` without the three lazy v1 names), which client code uses to
 copy the names into its own namespace.
 
+This module is the public face of the vendor-compatible tier, whose modules are in
+``llm_datadist_ffi._vendor`` (``v1/``, ``v2/`` and what they share); importing one of
+those does not import this module, so it does not have this module's side effect.
+
 Importing this module has the vendor's side effect: the environment variable
 ``AUTO_USE_UC_MEMORY`` is set to ``"0"`` unless it is already set.
 """
@@ -29,12 +33,13 @@ __path__: List[str] = []
 os.environ.setdefault("AUTO_USE_UC_MEMORY", "0")
 
 # The vendor's submodules are attributes of its package (llm_datadist.status, ...).
-from . import configs, data_type, status, v2  # noqa: E402,F401
-from .configs import LLMClusterInfo, LLMConfig, LLMRole, LlmConfig  # noqa: E402
+from . import data_type, status  # noqa: E402,F401
+from ._vendor import configs, v2  # noqa: E402,F401
+from ._vendor.configs import LLMClusterInfo, LLMConfig, LLMRole, LlmConfig  # noqa: E402
 from .data_type import DataType  # noqa: E402
 from .status import LLMException, LLMStatusCode, Status  # noqa: E402
-from .v2.llm_datadist import LLMDataDist  # noqa: E402
-from .v2.llm_types import (  # noqa: E402
+from ._vendor.v2.llm_datadist import LLMDataDist  # noqa: E402
+from ._vendor.v2.llm_types import (  # noqa: E402
     BlocksCacheKey, Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex, CacheTask, KvCache,
     LayerSynchronizer, MemInfo, Memtype, Placement, RegisterMemStatus, TransferConfig,
     TransferWithCacheKeyConfig,
@@ -50,9 +55,9 @@ __all__ = [
 
 # Lazy name -> (module of this package, attribute).
 _LAZY = {
-    "TensorDesc": ("llm_datadist_ffi.tensor", "TensorDesc"),
-    "Tensor": ("llm_datadist_ffi.tensor", "Tensor"),
-    "KvCacheManager": ("llm_datadist_ffi.v2.cache_manager", "KvCacheManager"),
+    "TensorDesc": ("llm_datadist_ffi._vendor.v1.tensor", "TensorDesc"),
+    "Tensor": ("llm_datadist_ffi._vendor.v1.tensor", "Tensor"),
+    "KvCacheManager": ("llm_datadist_ffi._vendor.v1.cache_manager", "KvCacheManager"),
 }
 
 #: The vendor's names of the current generation: ``__all__`` without the lazy v1 names.

@@ -37,7 +37,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    from llm_datadist_ffi._loader import loaded
+    from llm_datadist_ffi._core._loader import loaded
     return [f"llm_datadist_ffi {llm_datadist_ffi.__file__}: backend={loaded.name} lldd={loaded.lldd_path}",
             f"hypothesis profile: {settings._current_profile}"]
 
@@ -152,5 +152,5 @@ def _empty_lint_record() -> Iterator[None]:
 
 
 def _lint_clear() -> Callable[[], None] | None:
-    from llm_datadist_ffi import _capi
+    from llm_datadist_ffi._core import _capi
     return _capi.lldd_lib.lldd_mock_lint_clear if _capi._HAS_LINT_RECORD else None

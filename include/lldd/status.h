@@ -1,7 +1,7 @@
 /* LLM-DataDist status values, identical to the vendor's (docs/reference/status-codes.md §2).
  *
  * Generated from STATUS_TABLE in llm_datadist_ffi/status.py by
- * llm_datadist_ffi/_codegen.py; do not edit. Regenerate with: python -m llm_datadist_ffi._codegen
+ * llm_datadist_ffi/_tools/_codegen.py; do not edit. Regenerate with: python -m llm_datadist_ffi._tools._codegen
  *
  * Directive-free declaration fragment: read verbatim by cffi's cdef and included
  * by include/llm_datadist_ffi.h for C and C++ compilers.

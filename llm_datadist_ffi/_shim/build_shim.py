@@ -41,7 +41,7 @@ VENDOR_LIB = "libllm_datadist.so"
 #: docs/reference/cpp-api.md §8.4, verbatim apart from the file names.
 HOST_CXXFLAGS = ["-std=c++17", "-O2", "-fPIC", "-shared", "-D_GLIBCXX_USE_CXX11_ABI=0"]
 WARNINGS = ["-Wall", "-Wextra"]
-#: Additions to §8.4, both harmless on a real host: export only the C ABI (so that a
+#: Additions to cpp-api.md §8.4, both harmless on a real host: export only the C ABI (so that a
 #: lookup through the shim can never fall through to a same-named symbol of a
 #: dependency), and name libdl for glibc older than 2.34, where dlsym lives there.
 EXTRA_CXXFLAGS = ["-fvisibility=hidden", "-fvisibility-inlines-hidden"]
@@ -99,7 +99,7 @@ def command(toolkit_root: Path, out: Path, *, sanitize: bool = False, werror: bo
             project_include: Path = PROJECT_INCLUDE, extra_flags: bool = True) -> list[str]:
     """The compiler command line that builds the shim into ``out``.
 
-    ``extra_flags=False`` gives the bare §8.4 command (used by the tests to prove
+    ``extra_flags=False`` gives the bare cpp-api.md §8.4 command (used by the tests to prove
     that the source builds with exactly the vendor-documented flags).
 
     Raises:

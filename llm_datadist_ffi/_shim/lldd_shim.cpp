@@ -3,7 +3,7 @@
 //
 // cffi cannot call C++ (std::map, std::vector, ge::AscendString), so on an Ascend
 // host this one file is compiled against the installed toolkit headers and linked
-// to libllm_datadist.so (DESIGN §2.5, docs/reference/cpp-api.md §8.4). Each C function:
+// to libllm_datadist.so (docs/ascend.md, docs/reference/cpp-api.md §8.4). Each C function:
 //
 //  1. checks the C-only hazards the vendor's reference parameters cannot have (a NULL
 //     engine, struct or out-pointer; a NULL array with a non-zero count; a value the
@@ -77,7 +77,7 @@ __attribute__((format(printf, 1, 2))) void SetError(const char *fmt, ...) {
 }
 
 // ---- status names ---------------------------------------------------------------------------
-// The table is generated (llm_datadist_ffi/_codegen.py): the LLM codes from the status table,
+// The table is generated (llm_datadist_ffi/_tools/_codegen.py): the LLM codes from the status table,
 // which also writes the C ABI header; the ACL runtime codes, some of which reach LLM-DataDist
 // callers unchanged (docs/reference/acl.md §5.3), from include/acl/types.h.
 
@@ -87,7 +87,7 @@ struct StatusName {
 };
 
 #define LLDD_STATUS_NAME(code) {static_cast<uint32_t>(code), #code}
-// BEGIN GENERATED from the status table by llm_datadist_ffi/_codegen.py (python -m llm_datadist_ffi._codegen)
+// BEGIN GENERATED from the status table by llm_datadist_ffi/_tools/_codegen.py (python -m llm_datadist_ffi._tools._codegen)
 constexpr StatusName kStatusNames[] = {
     LLDD_STATUS_NAME(LLM_SUCCESS),
     LLDD_STATUS_NAME(LLM_FAILED),

@@ -33,9 +33,9 @@ class FaultPoint:
         return self.owner.rpartition(".")[2]
 
 
-_V2_ENGINE = "llm_datadist_ffi.v2.llm_datadist.LLMDataDist"
-_V2_CACHES = "llm_datadist_ffi.v2.cache_manager.CacheManager"
-_V1_CACHES = "llm_datadist_ffi.v2.cache_manager.KvCacheManager"
+_V2_ENGINE = "llm_datadist_ffi._vendor.v2.llm_datadist.LLMDataDist"
+_V2_CACHES = "llm_datadist_ffi._vendor.v2.cache_manager.CacheManager"
+_V1_CACHES = "llm_datadist_ffi._vendor.v1.cache_manager.KvCacheManager"
 _NATIVE = "llm_datadist_ffi.native.LlmDataDist"
 
 

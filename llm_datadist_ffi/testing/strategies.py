@@ -39,7 +39,7 @@ import numpy as np
 
 from llm_datadist_ffi import native
 from llm_datadist_ffi.data_type import ELEMENT_BITS, DataType, GeDataType
-from llm_datadist_ffi.v2.llm_types import BlocksCacheKey, CacheDesc, CacheKey, CacheKeyByIdAndIndex, Placement
+from llm_datadist_ffi._vendor.v2.llm_types import BlocksCacheKey, CacheDesc, CacheKey, CacheKeyByIdAndIndex, Placement
 
 __all__ = [
     "Validity", "Api", "Container", "U64_INVALID_ID", "VENDOR_DATA_TYPES", "NATIVE_DATA_TYPES", "SUB_BYTE_DATA_TYPES",

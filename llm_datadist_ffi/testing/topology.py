@@ -261,7 +261,7 @@ def _engine_handle(me: Here) -> Any:
     """The C handle of this process's engine, for the mock's control functions."""
     if me.api == API_NATIVE:
         return me.engine._engine()
-    from ..v2 import _native
+    from .._vendor import _native
     return _native.engine_for("topology")
 
 
@@ -276,13 +276,13 @@ def _clear_faults() -> None:
 
 
 def _serve_delay(delay_ms: int) -> None:
-    from .. import _capi
+    from .._core import _capi
     _capi.check(_capi.mock_function("lldd_mock_set_serve_delay")(_engine_handle(here()), delay_ms),
                 "mock.set_serve_delay")
 
 
 def _drop_connections() -> None:
-    from .. import _capi
+    from .._core import _capi
     _capi.check(_capi.mock_function("lldd_mock_drop_connections")(_engine_handle(here())),
                 "mock.drop_connections")
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Union
 
-from .._trace import TRACE_ENV
+from .._core._trace import TRACE_ENV
 
 __all__ = ["TRACE_ENV", "read_events", "merge", "write_merged", "MethodStats", "stats", "summary",
            "directory_for", "attach_to_report", "main"]

@@ -18,8 +18,9 @@ from types import ModuleType
 import pytest
 
 import llm_datadist_ffi
-from llm_datadist_ffi import _capi, _cdef, mock_control
-from llm_datadist_ffi._loader import const, ffi, lldd_lib, loaded
+from llm_datadist_ffi._core import _capi, _cdef
+from llm_datadist_ffi import mock_control
+from llm_datadist_ffi._core._loader import const, ffi, lldd_lib, loaded
 
 INCLUDE = _cdef.include_dir()
 REPO = Path(__file__).resolve().parents[2]
@@ -136,7 +137,7 @@ def test_status_values_are_the_vendor_values() -> None:
 
 
 def test_abi_version_of_library_matches_headers() -> None:
-    from llm_datadist_ffi import _capi
+    from llm_datadist_ffi._core import _capi
     assert _capi.lldd_abi_version() == const("LLDD_ABI_VERSION") == 1
 
 

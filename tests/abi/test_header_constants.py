@@ -10,9 +10,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from llm_datadist_ffi import _capi, configs, mock_control, native
+from llm_datadist_ffi._core import _capi
+from llm_datadist_ffi._vendor import configs
+from llm_datadist_ffi import mock_control, native
 from llm_datadist_ffi.data_type import ELEMENT_BITS, GeDataType
-from llm_datadist_ffi.v2 import llm_types
+from llm_datadist_ffi._vendor.v2 import llm_types
 
 REPO = Path(__file__).resolve().parents[2]
 

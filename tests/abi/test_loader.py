@@ -1,4 +1,4 @@
-"""Backend selection and loading (DESIGN §2.4), each case in a fresh interpreter."""
+"""Backend selection and loading (docs/design.md, "Backend selection"), each case in a fresh interpreter."""
 from __future__ import annotations
 
 import json

@@ -19,7 +19,7 @@ from typing import Iterator
 
 import pytest
 
-from llm_datadist_ffi import _loader
+from llm_datadist_ffi._core import _loader
 
 ROOT = Path(__file__).resolve().parents[2]
 LIB = Path("llm_datadist_ffi") / "_lib" / _loader.MOCK_LIB_NAME

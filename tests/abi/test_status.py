@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from llm_datadist_ffi import _errors_cli, status
+from llm_datadist_ffi._tools import _errors_cli
+from llm_datadist_ffi import status
 from llm_datadist_ffi.status import (
     LLMException,
     LLMStatusCode,
@@ -106,7 +107,7 @@ SPEC_IN_CPP_HEADER = {
 }
 
 Y, N, L, NA = "yes", "no", "not listed", "n/a"
-# docs/reference/status-codes.md §3: (Python doc, v1 Python doc, C++ doc) and the resolved flag of §8.6
+# docs/reference/status-codes.md §3: (Python doc, v1 Python doc, C++ doc) and the resolved flag of status-codes.md §8.6
 # (Python doc first, then v1 Python doc, then C++ doc; no opinion -> not recoverable).
 SPEC_RECOVERABILITY = {
     "LLM_SUCCESS": (NA, NA, NA, False),

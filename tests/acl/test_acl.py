@@ -1,5 +1,5 @@
 """The ACL runtime subset through ``llm_datadist_ffi.acl``: every row of docs/reference/acl.md §6
-and every mock rule A-1 … A-9 of §7, with exact codes and exact bytes.
+and every mock rule A-1 … A-9 of acl.md §7, with exact codes and exact bytes.
 
 Rows about NULL out-parameters cannot be reached through the Python tiers (they
 return out-parameters instead of taking them), so those few tests call the raw
@@ -31,7 +31,7 @@ from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, invari
 
 import llm_datadist_ffi
 from llm_datadist_ffi import acl, mock_control
-from llm_datadist_ffi._loader import acl_lib, ffi
+from llm_datadist_ffi._core._loader import acl_lib, ffi
 from llm_datadist_ffi.acl import AclError
 
 mock_only = pytest.mark.mock_only
@@ -212,7 +212,7 @@ def test_a_failed_call_raises_acl_error_with_the_library_message() -> None:
     assert exc.message is not None and "deviceId -1" in exc.message
 
 
-# ---- aclInit, aclFinalize, aclFinalizeReference (§6, A-1) -----------------------------------------
+# ---- aclInit, aclFinalize, aclFinalizeReference (acl.md §6, A-1) -----------------------------------------
 
 def test_init_without_configuration_succeeds_with_one_reference() -> None:
     result = fresh_process("""
@@ -278,7 +278,7 @@ def test_finalize_drops_every_reference_at_once() -> None:
 
 def test_finalize_reference_accepts_a_null_count() -> None:
     result = fresh_process("""
-        from llm_datadist_ffi._loader import acl_lib, ffi
+        from llm_datadist_ffi._core._loader import acl_lib, ffi
         result = [code(acl.aclInit, None), code(acl.aclInit, None),
                   acl_lib.aclFinalizeReference(ffi.NULL), acl_lib.aclFinalizeReference(ffi.NULL),
                   acl_lib.aclFinalizeReference(ffi.NULL)]
@@ -318,7 +318,7 @@ def test_init_accepts_any_readable_file_without_parsing_it(tmp_path: Path) -> No
     assert result == [SUCCESS, SUCCESS]
 
 
-# ---- aclGetRecentErrMsg (§6, A-8) ------------------------------------------------------------------
+# ---- aclGetRecentErrMsg (acl.md §6, A-8) ------------------------------------------------------------------
 
 def test_recent_error_message_is_none_in_a_thread_that_has_not_failed() -> None:
     assert in_thread(acl.recent_error_message) is None
@@ -363,7 +363,7 @@ def test_recent_error_message_reports_llm_datadist_failures_too() -> None:
     assert message is not None and '"no_such_function"' in message
 
 
-# ---- devices (§6, A-2, A-9) ------------------------------------------------------------------------
+# ---- devices (acl.md §6, A-2, A-9) ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("device_id", [-1, 8, 2 ** 31 - 1])
 @mock_only(reason="A-2: the mock has 8 devices")
@@ -497,7 +497,7 @@ def test_device_ids_must_be_integers() -> None:
         acl.set_device("0")  # type: ignore[arg-type]
 
 
-# ---- aclrtMalloc, aclrtMallocHost (§6, A-3, A-4) -------------------------------------------------------
+# ---- aclrtMalloc, aclrtMallocHost (acl.md §6, A-3, A-4) -------------------------------------------------------
 
 def test_malloc_rejects_a_null_out_pointer(device: int) -> None:
     assert acl_lib.aclrtMalloc(ffi.NULL, 16, 0) == INVALID_PARAM
@@ -562,7 +562,7 @@ def test_malloc_sizes_outside_size_t_are_rejected_before_c(device: int, size: An
         acl.malloc(size)
 
 
-# ---- aclrtFree, aclrtFreeHost (§6, A-6) -------------------------------------------------------------
+# ---- aclrtFree, aclrtFreeHost (acl.md §6, A-6) -------------------------------------------------------------
 
 @pytest.mark.parametrize("free", [acl.free, acl.free_host])
 def test_free_rejects_null(free: Callable[[int], None]) -> None:
@@ -652,7 +652,7 @@ def test_live_allocations_count_every_allocation_until_it_is_freed(device: int) 
     assert mock_control.live_allocations() == before
 
 
-# ---- aclrtMemcpy, aclrtMemcpyAsync (§6, A-5, A-7) ---------------------------------------------------------
+# ---- aclrtMemcpy, aclrtMemcpyAsync (acl.md §6, A-5, A-7) ---------------------------------------------------------
 
 def copy_sync(dst: int, dest_max: int, src: int, count: int, kind: int) -> None:
     acl.memcpy(dst, dest_max, src, count, kind)
@@ -865,7 +865,7 @@ def test_an_async_device_to_device_copy_needs_64_byte_aligned_addresses(allocati
     acl.memcpy(a + 32, 128, b + 8, 64, acl.ACL_MEMCPY_DEVICE_TO_DEVICE)   # the synchronous copy has no such rule
 
 
-# ---- aclrtMemset (§6, A-5) ------------------------------------------------------------------------
+# ---- aclrtMemset (acl.md §6, A-5) ------------------------------------------------------------------------
 
 def test_memset_of_zero_bytes_succeeds_without_any_other_check() -> None:
     assert in_thread(lambda: acl.memset(0, 0, 7, 0)) is None
@@ -917,7 +917,7 @@ def test_memset_of_freed_memory_or_past_the_end_is_reported(allocations: Callabl
     assert exc.message is not None and "use after free" in exc.message
 
 
-# ---- aclrtGetMemInfo (§6, A-3) --------------------------------------------------------------------
+# ---- aclrtGetMemInfo (acl.md §6, A-3) --------------------------------------------------------------------
 
 def test_get_mem_info_rejects_null_outputs(device: int) -> None:
     size = ffi.new("size_t *")
@@ -971,7 +971,7 @@ def test_allocations_count_against_their_own_device_only(allocations: Callable[.
     acl.free(ptr)
 
 
-# ---- streams (§6, A-7) ----------------------------------------------------------------------------
+# ---- streams (acl.md §6, A-7) ----------------------------------------------------------------------------
 
 def test_stream_functions_reject_null_handles(device: int) -> None:
     assert acl_lib.aclrtCreateStream(ffi.NULL) == INVALID_PARAM

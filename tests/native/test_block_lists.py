@@ -20,8 +20,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llm_datadist_ffi import LLMException, LLMStatusCode, lint, native
-from llm_datadist_ffi._blocklists import ints_to_u64, packed_u64, plain_u64, smallest_repeat
-from llm_datadist_ffi._vendor_checks import UINT64, check_int_items
+from llm_datadist_ffi._core._blocklists import ints_to_u64, packed_u64, plain_u64, smallest_repeat
+from llm_datadist_ffi._vendor._vendor_checks import UINT64, check_int_items
 from llm_datadist_ffi.native import Cache, CacheIndex
 
 import vendor_support as vs

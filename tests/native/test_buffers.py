@@ -1,4 +1,4 @@
-"""Tensor memory given as objects at registration (llm_datadist_ffi._buffers): checked
+"""Tensor memory given as objects at registration (llm_datadist_ffi._core._buffers): checked
 for contiguity, writability and size, kept alive while registered; ints unchanged."""
 from __future__ import annotations
 

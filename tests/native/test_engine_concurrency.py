@@ -19,7 +19,7 @@ import pytest
 from llm_datadist_ffi import LLMException
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import mock_control, native
-from llm_datadist_ffi._loader import ffi, lldd_lib
+from llm_datadist_ffi._core._loader import ffi, lldd_lib
 from llm_datadist_ffi.native import Cache, CacheDesc, CacheIndex, DataType
 
 Engines = Callable[..., native.LlmDataDist]

@@ -28,7 +28,7 @@ POOL = '{"memory_size": 65536, "page_shift": 10}'
 @pytest.mark.mock_only(reason="describes the mock backend's own ABI, capabilities and name")
 def test_version_capabilities_and_backend_name_describe_the_mock() -> None:
     lib = raw.lib
-    from llm_datadist_ffi._loader import const
+    from llm_datadist_ffi._core._loader import const
     assert lib.lldd_abi_version() == const("LLDD_ABI_VERSION") == 1
     caps = lib.lldd_capabilities()
     assert caps == 0x01 | 0x02 | 0x04 | 0x08 | 0x10 | 0x20

@@ -375,7 +375,7 @@ def test_the_peer_of_a_forced_unlink_sees_a_dead_link_until_it_unlinks(server_an
     assert pull(server, 2, c_src, s_dst) == S.LLM_TIMEOUT                     # PR-31
     assert "gone" in raw.last_error()
     assert sup.status_of(server.set_role, native.LlmRole.MIX) == S.LLM_EXIST_LINK
-    # the side without a link links again: the peer replaces its stale link (§10.4)
+    # the side without a link links again: the peer replaces its stale link (semantics.md §10.4)
     assert client.link_llm_clusters([info])[1] == [S.LLM_SUCCESS]
     assert pull(server, 2, c_src, s_dst) == S.LLM_SUCCESS
     assert pull(client, 1, s_src, c_dst) == S.LLM_SUCCESS

@@ -3,7 +3,7 @@
 starts on a page that is not mapped, one that starts in a freed mock-ACL allocation. The
 refusal is
 ``LLM_PARAM_INVALID`` and nothing is registered (the call still consumes its id,
-§3.1). A caller's ``lldd_cache`` with a NULL array and a non-zero count is refused
+semantics.md §3.1). A caller's ``lldd_cache`` with a NULL array and a non-zero count is refused
 like any NULL array (E-1)."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 from llm_datadist_ffi import LLMException
 from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi import acl, native
-from llm_datadist_ffi._loader import ffi, lldd_lib
+from llm_datadist_ffi._core._loader import ffi, lldd_lib
 from llm_datadist_ffi.native import Cache, CacheDesc, DataType
 
 Engines = Callable[..., native.LlmDataDist]

@@ -1,5 +1,5 @@
 """Pulls and pushes of the mock engine (docs/reference/cpp-api.md §6.10-6.11, docs/reference/semantics.md §4-§9, §15):
-the check order of §8.0, exact bytes against numpy, the table copy of §9.7 with PR-7
+the check order of semantics.md §8.0, exact bytes against numpy, the table copy of semantics.md §9.7 with PR-7
 and PR-32, timeouts (PR-31, PR-35), in one process and between processes over both
 data paths (process_vm_readv/writev and the socket fall-back)."""
 from __future__ import annotations
@@ -181,8 +181,8 @@ def test_pull_kv_cache_checks(world: Callable[..., World], monkeypatch: pytest.M
 
 @pytest.mark.rules("§2.1", "§2.5")
 def test_transfers_compare_byte_sizes_not_data_types_or_shapes(engines: Engines) -> None:
-    # §2.1: a FLOAT16 cache of shape (3, 4, 2) and a UINT8 cache of shape (2, 16) both have
-    # 16-byte batches; §2.5: a pull reads only dst_cache.cache_id, a push only the
+    # semantics.md §2.1: a FLOAT16 cache of shape (3, 4, 2) and a UINT8 cache of shape (2, 16) both have
+    # 16-byte batches; semantics.md §2.5: a pull reads only dst_cache.cache_id, a push only the
     # placement and num_tensors of src_cache.cache_desc
     server, client = engines(1, listen=True), engines(2, options={}, device_id=1)
     half = sup.random_arrays(2, (48,), 7)
@@ -322,7 +322,7 @@ def test_large_transfers_with_unaligned_odd_sized_blocks_move_exact_bytes(world:
         assert (dst == src[::-1]).all()
 
 
-# ---- the table copy (§9.7), PR-7, PR-32 --------------------------------------------------------
+# ---- the table copy (semantics.md §9.7), PR-7, PR-32 --------------------------------------------------------
 
 @pytest.mark.rules("E-11", "E-10", "§3.2", "§9.7", "PR-32")
 def test_caches_registered_on_the_peer_after_the_link(world: Callable[..., World]) -> None:
@@ -368,7 +368,7 @@ def test_a_push_to_a_peer_cache_registered_after_the_link_is_refused(world: Call
     assert sup.status_of(w.client.push_kv_blocks, push_src(w.cid[0], 2), CacheIndex(1, late_id), [0], [1]) == P
     assert "PR-32" in raw.last_error()
     assert all((a == 0).all() for a in late)
-    # that first push took the table copy (§9.7): a cache registered after it is not found
+    # that first push took the table copy (semantics.md §9.7): a cache registered after it is not found
     later = sup.register(w.server, [np.zeros((2, 8), np.uint8) for _ in range(2)])
     assert sup.status_of(w.client.push_kv_cache, push_src(w.cid[0], 2), CacheIndex(1, later)) == NX
     assert "§9.7" in raw.last_error()
@@ -614,7 +614,7 @@ def test_push_kv_blocks_checks(world: Callable[..., World], monkeypatch: pytest.
 
 @pytest.mark.rules("§11", "cpp-api §6.2", "cpp-api §6.3")
 def test_the_role_restricts_no_call(engines: Engines) -> None:
-    # §11: a DECODER links and pushes, a MIX engine pulls and pushes (v1 would refuse
+    # semantics.md §11: a DECODER links and pushes, a MIX engine pulls and pushes (v1 would refuse
     # pushes by a DECODER and links and pulls by anything but a DECODER); the world
     # fixture's engines are PROMPTs, which link and pull in the tests above
     server = engines(1, native.LlmRole.MIX, listen=True)
@@ -771,7 +771,7 @@ def test_the_native_layer_checks_the_all_rules_before_the_backend(world: Callabl
 @pytest.mark.rules("§14")
 @pytest.mark.mock_only(reason="uses the mock's control interface (fault injection, serve delay, dropped connections, accounting)")
 def test_transfers_over_one_link_are_serialized_and_over_two_links_are_not(engines: Engines) -> None:
-    # §14: each transfer waits 300 ms for its (slow) peer while it holds its link
+    # semantics.md §14: each transfer waits 300 ms for its (slow) peer while it holds its link
     servers = [engines(10 + k, listen=True) for k in range(2)]
     client = engines(2, options={})
     # the arrays live as long as their caches: the pulls read and write them
@@ -860,7 +860,7 @@ def test_peer_caches_between_processes_follow_the_table_copy(remote: Any) -> Non
     late = peer.call("register", num_tensors=4, shape=[8, 32], seed=3)
     assert sup.status_of(client.pull_kv_cache, CacheIndex(1, late), Cache(1)) == P         # PR-32
     later = peer.call("register", num_tensors=4, shape=[8, 32], seed=4)
-    assert sup.status_of(client.pull_kv_cache, CacheIndex(1, later), Cache(1)) == NX        # §9.7
+    assert sup.status_of(client.pull_kv_cache, CacheIndex(1, later), Cache(1)) == NX        # semantics.md §9.7
     peer.call("unregister", cache_id=1)
     assert sup.status_of(client.pull_kv_cache, CacheIndex(1, 1), Cache(1)) == NX            # PR-7
     assert all((a == 0).all() for a in zeros)

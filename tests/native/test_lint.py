@@ -46,7 +46,7 @@ def test_an_escalated_lint_is_an_error_of_its_class(monkeypatch: pytest.MonkeyPa
 @pytest.mark.mock_only(reason="the lint record is part of the mock's control interface")
 def test_the_mock_keeps_a_lint_record_per_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     lenient(monkeypatch)
-    from llm_datadist_ffi._loader import ffi, lldd_lib
+    from llm_datadist_ffi._core._loader import ffi, lldd_lib
     lldd_lib.lldd_mock_lint_clear()
     assert lldd_lib.lldd_mock_lint_count() == 0
     assert lldd_lib.lldd_mock_lint_rule(0) == 0 and ffi.string(lldd_lib.lldd_mock_lint_text(0)) == b""

@@ -13,16 +13,16 @@ import numpy as np
 import pytest
 
 from llm_datadist_ffi import lint, native
-from llm_datadist_ffi._capi import ffi
-from llm_datadist_ffi._cints import (
+from llm_datadist_ffi._core._capi import ffi
+from llm_datadist_ffi._core._cints import (
     INT32, INT64, UINT16, UINT32, UINT64, first_outside, int_converter, plain_ints,
 )
-from llm_datadist_ffi._marshal import (
+from llm_datadist_ffi._core._marshal import (
     block_pointer, blocks_converter, c_array, c_cache_desc, c_clusters, c_options, lint_repeated_blocks, u64_block_array,
     u64_block_list,
 )
-from llm_datadist_ffi._vendor_checks import check_int
-from llm_datadist_ffi.v2 import _native as vendor_native
+from llm_datadist_ffi._vendor._vendor_checks import check_int
+from llm_datadist_ffi._vendor import _native as vendor_native
 
 from lint_support import lenient
 
@@ -290,7 +290,7 @@ def test_each_tier_words_an_int_outside_its_type_its_own_way() -> None:
 def test_each_tier_words_an_option_that_is_not_a_str_its_own_way() -> None:
     assert raised_by(lambda: native._options({"llm.DeviceId": 0}, "options")) == (  # type: ignore[dict-item]
         TypeError, "options keys and values must be str, got 'llm.DeviceId': 0")
-    from llm_datadist_ffi.v2.llm_datadist import _option_not_str
+    from llm_datadist_ffi._vendor.v2.llm_datadist import _option_not_str
     assert raised_by(lambda: c_options({"llm.DeviceId": 0}, "options", _option_not_str)) == (
         TypeError, "options keys and values must be str, got 'llm.DeviceId': 0 (str: int)")
 

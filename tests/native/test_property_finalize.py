@@ -5,15 +5,15 @@ docs/reference/semantics.md §12.3 (PR-37) and docs/semantics.md E-2: a transfer
 ``Finalize`` begins completes with the outcome it would have had (the oracle's answer
 for it, bytes included); every call that starts on that engine after ``Finalize``
 began returns ``LLM_FAILED``, pool calls included; once ``Finalize`` has returned, the
-engine answers as an engine that was never initialised (§12.1: ``FAILED``, the PR-9
+engine answers as an engine that was never initialised (semantics.md §12.1: ``FAILED``, the PR-9
 calls ``FEATURE_NOT_ENABLED``).
 
 Each example links engine A (the caller, with a device pool) to engine B, creates one
 cache on each, and starts one transfer from A over the fresh link. The transfer's
-first step asks B for its cache table (§9.7), which B answers only after a serve
+first step asks B for its cache table (semantics.md §9.7), which B answers only after a serve
 delay; meanwhile another thread calls ``A.finalize()``. The test sees that Finalize
 has begun when a call that always succeeds on a live engine (unregistering an
-unknown id, §3.5) stops succeeding, then makes the drawn late calls on the C ABI
+unknown id, semantics.md §3.5) stops succeeding, then makes the drawn late calls on the C ABI
 (their arguments valid or not: PR-37 comes first), waits for both threads and
 compares the transfer's outcome and every byte with the oracle. Then it makes the
 drawn calls on the finalized engine through the package and compares them with the
@@ -90,7 +90,7 @@ def _transfer(h: Harness, name: str, local: int, remote: int, blocks: int,
         expected = h.world.pull_kv_blocks(A, (B, remote, 0), local, *pairs)
         return expected, lambda: engine.pull_kv_blocks(native.CacheIndex(B, remote, 0), native.Cache(local),
                                                        *pairs)
-    caller = (int(CachePlacement.DEVICE), num_tensors)        # pushes read the caller's description (§2.5)
+    caller = (int(CachePlacement.DEVICE), num_tensors)        # pushes read the caller's description (semantics.md §2.5)
     if name == "push_kv_cache":
         expected = h.world.push_kv_cache(A, local, (B, remote, 0), caller=caller)
         return expected, lambda: engine.push_kv_cache(h._caller(local, caller), native.CacheIndex(B, remote, 0))

@@ -14,7 +14,7 @@ before a failing layer, docs/reference/semantics.md §8.12).
 Two engines live for the whole module: A (cluster 1, DECODER) with a device and a host
 memory pool, B (cluster 2, PROMPT) without a pool. Each example starts them afresh
 (finalize + initialize: no caches, no links, ids from 1), registers its caches, links,
-makes the call and cleans up; semantics PR-32 and §9.7 make a link that predates the
+makes the call and cleans up; semantics PR-32 and semantics.md §9.7 make a link that predates the
 caches part of each example rather than of the module.
 
 docs/testing.md maps every rule to the tests here.
@@ -201,7 +201,7 @@ def inner_dims(draw: st.DrawFn, data_type: int, tile: bool) -> tuple[int, ...]:
 
 @st.composite
 def when_created(draw: st.DrawFn, f: Flaws, side: str, allocated: bool) -> str:
-    """Registering after the link breaks PR-32, after its first use §9.7; allocated
+    """Registering after the link breaks PR-32, after its first use semantics.md §9.7; allocated
     caches are exempt from PR-32, so "after_link" is valid for them."""
     valid = weighted((4, st.just("before")), (1, st.just("after_link"))) if allocated else st.just("before")
     return str(draw(f(f"{side}.when", valid, st.sampled_from(["after_link", "after_use"]), 8)))
@@ -255,7 +255,7 @@ def index_near(f: Flaws, knob: str, limit: int, bits_max: int) -> st.SearchStrat
 @st.composite
 def ext_params(draw: st.DrawFn, f: Flaws, n_src: int, n_dst: int, n_local: int) -> Optional[Ext]:
     """Layer pairs and ``tensor_num_per_layer``: defaults, valid ranges and every malformed
-    form (§4.2-§4.5, §5, PR-1, PR-3, PR-11, PR-12)."""
+    form (semantics.md §4.2-§4.5, §5, PR-1, PR-3, PR-11, PR-12)."""
     divisors = [d for d in range(1, max(n_local, 1) + 1) if n_local % d == 0]
     below = [d for d in range(2, n_local) if n_local % d]            # PR-3: must divide N_local
     n = draw(f("n", st.sampled_from(divisors),
@@ -291,8 +291,8 @@ def ext_params(draw: st.DrawFn, f: Flaws, n_src: int, n_dst: int, n_local: int) 
         other = draw(st.sampled_from([(0, 0), (first, first - 1), (1, 0)]))
         return Ext((first, first - 1), other, n) if draw(st.booleans()) else Ext(other, (first, first - 1), n)
     if shape in ("src_past", "dst_past"):
-        # one range reaches one layer past its cache (src: PR-12 for pulls, §4.3 for
-        # pushes; dst: §4.2, §4.3), the other is valid and of the same span
+        # one range reaches one layer past its cache (src: PR-12 for pulls, semantics.md §4.3 for
+        # pushes; dst: semantics.md §4.2, §4.3), the other is valid and of the same span
         past, other = (ls, ld) if shape == "src_past" else (ld, ls)
         span = draw(st.integers(1, max(1, min(past + 1, other))))
         first_past, first_other = past + 1 - span, draw(st.integers(0, max(other - span, 0)))
@@ -320,7 +320,7 @@ def as_container(values: Sequence[int], container: str) -> Any:
 @st.composite
 def block_lists(draw: st.DrawFn, f: Flaws, nb_src: int, nb_dst: int) -> tuple[Any, Any]:
     """Source and destination block lists: runs and scattered pairs, duplicate sources,
-    and every malformed form (§7.2, §7.3, PR-4, PR-5)."""
+    and every malformed form (semantics.md §7.2, §7.3, PR-4, PR-5)."""
     nb_src, nb_dst = min(nb_src, 64), min(nb_dst, 64)          # sizes of the caches that can hold bytes
     k = draw(st.integers(1, max(1, min(nb_dst, 12))))
     if draw(st.booleans()):                                   # runs
@@ -450,9 +450,9 @@ def c_abi(half: bool = False) -> st.SearchStrategy[bool]:
 
 @st.composite
 def registrations(draw: st.DrawFn) -> tuple[int, int, tuple[int, ...], int, str]:
-    """Descriptions for register/allocate: every size rule of §2.3, §2.4, PR-17."""
+    """Descriptions for register/allocate: every size rule of semantics.md §2.3, §2.4, PR-17."""
     num_tensors = draw(weighted((8, st.integers(1, 4)), (1, st.sampled_from([0, U32_MAX + 1])),
-                                (1, st.sampled_from([131_060, 131_061, 131_062]))))     # the 1 MiB table (§15)
+                                (1, st.sampled_from([131_060, 131_061, 131_062]))))     # the 1 MiB table (semantics.md §15)
     data_type = draw(weighted((6, st.sampled_from(BYTE_TYPES + SUB_BYTE_TYPES)),
                               (1, st.sampled_from(UNSIZED_TYPES + [2**31])), (1, st.integers(0, 43))))
     big = st.sampled_from([2**31 - 1, 2**31, 2**32, 2**40, 2**61, 2**62, I64_MAX, 2**63])
@@ -494,10 +494,10 @@ def in_acl_memory(h: Harness, num_tensors: int, data_type: int, shape: tuple[int
                 (2, int(G.DT_UINT8), (4, 8), DEVICE, "own")])                       # ids not taken
 @example(steps=[(2, int(G.DT_UINT8), (4, 8), DEVICE, "acl-1")])                     # PR-30
 @example(steps=[(131_061, int(G.DT_UINT8), (1,), DEVICE, "own"),
-                (1, int(G.DT_UINT8), (1,), DEVICE, "own")])                         # §15: 1 MiB table
+                (1, int(G.DT_UINT8), (1,), DEVICE, "own")])                         # semantics.md §15: 1 MiB table
 def test_register_kv_cache_agrees_with_oracle(harness: Harness, steps: list[Any]) -> None:
-    """Registration: codes, ids consumed (§3.1), sizes, ranks and data types (§2.3, §2.4),
-    mock-ACL bounds (PR-30), the published table's 1 MiB (§15)."""
+    """Registration: codes, ids consumed (semantics.md §3.1), sizes, ranks and data types (semantics.md §2.3, §2.4),
+    mock-ACL bounds (PR-30), the published table's 1 MiB (semantics.md §15)."""
     harness.reset()
     keep: list[np.ndarray] = []
     for num_tensors, data_type, shape, placement, addresses in steps:
@@ -521,12 +521,12 @@ def test_register_kv_cache_agrees_with_oracle(harness: Harness, steps: list[Any]
 @pytest.mark.rules("§1.2", "§1.5", "§2.3", "§2.4", "§2.6", "§3.1", "§3.4", "§3.6", "§15", "PR-9", "PR-17", "PR-34",
                    "N-1", "N-2")
 @scaled(2)
-@example(steps=[("allocate", (131_062, U8, (1,), DEVICE, "own"), 0)], cluster=A)    # §15 before the pool
+@example(steps=[("allocate", (131_062, U8, (1,), DEVICE, "own"), 0)], cluster=A)    # semantics.md §15 before the pool
 @given(steps=st.lists(st.tuples(st.sampled_from(["allocate", "allocate", "deallocate"]), registrations(),
                                  st.integers(0, 5)), min_size=1, max_size=8),
        cluster=weighted((5, st.just(A)), (1, st.just(B))))
 def test_allocate_and_deallocate_agree_with_oracle(harness: Harness, steps: list[Any], cluster: int) -> None:
-    """PR-9, §3.6, PR-34: pools, placements, first-fit pages and exhaustion."""
+    """PR-9, semantics.md §3.6, PR-34: pools, placements, first-fit pages and exhaustion."""
     harness.reset()
     for action, (num_tensors, data_type, shape, placement, _), pick in steps:
         if action == "allocate":
@@ -583,7 +583,7 @@ def cases(draw: st.DrawFn, call: str, focus: str) -> Case:
         first = first.but(placement=DEVICE)                 # PR-33: pushes need a DEVICE source
     second = draw(related(first, f, "remote", remote == A, max_count=max_count))
     if call == "pull_kv_cache" and f.allows("size") and second.shape and draw(st.booleans()):
-        second = second.but(shape=(*second.shape, 2))     # S_src = 2·S_dst: sizes between them (§6.1)
+        second = second.but(shape=(*second.shape, 2))     # S_src = 2·S_dst: sizes between them (semantics.md §6.1)
     src, dst = (first, second) if push else (second, first)
     n_local = first.num_tensors
     s_dst, s_src = stride_of(dst), stride_of(src)
@@ -660,7 +660,7 @@ def make_call(h: Harness, call: str, case: Case, peer: int, src_id: int, dst_id:
 @pytest.mark.parametrize("focus", FOCUS_OF["pull_kv_cache"])
 @given(data=st.data())
 def test_pull_kv_cache_agrees_with_oracle(harness: Harness, focus: str, data: Any) -> None:
-    """§4, §5, §6.1, §6.2, §8.0 (pull), §8.2, §9.7, PR-1, PR-3, PR-6, PR-7, PR-11, PR-12, PR-20, PR-32."""
+    """semantics.md §4, §5, §6.1, §6.2, §8.0 (pull), semantics.md §8.2, §9.7, PR-1, PR-3, PR-6, PR-7, PR-11, PR-12, PR-20, PR-32."""
     run_case(harness, "pull_kv_cache", data.draw(cases("pull_kv_cache", focus), "case"))
 
 
@@ -671,7 +671,7 @@ def test_pull_kv_cache_agrees_with_oracle(harness: Harness, focus: str, data: An
 @pytest.mark.parametrize("focus", FOCUS_OF["pull_kv_blocks"])
 @given(data=st.data())
 def test_pull_kv_blocks_agrees_with_oracle(harness: Harness, focus: str, data: Any) -> None:
-    """§7, §8.3 and the pull rules: PR-4, PR-5, PR-13 on top of those of pull_kv_cache."""
+    """semantics.md §7, §8.3 and the pull rules: PR-4, PR-5, PR-13 on top of those of pull_kv_cache."""
     run_case(harness, "pull_kv_blocks", data.draw(cases("pull_kv_blocks", focus), "case"))
 
 
@@ -681,7 +681,7 @@ def test_pull_kv_blocks_agrees_with_oracle(harness: Harness, focus: str, data: A
 @pytest.mark.parametrize("focus", FOCUS_OF["push_kv_cache"])
 @given(data=st.data())
 def test_push_kv_cache_agrees_with_oracle(harness: Harness, focus: str, data: Any) -> None:
-    """§4.4, §6.5, §8.0 (push), §8.5, §8.12, PR-14, PR-15, PR-33 and the link/table rules."""
+    """semantics.md §4.4, §6.5, §8.0 (push), semantics.md §8.5, §8.12, PR-14, PR-15, PR-33 and the link/table rules."""
     run_case(harness, "push_kv_cache", data.draw(cases("push_kv_cache", focus), "case"))
 
 
@@ -692,7 +692,7 @@ def test_push_kv_cache_agrees_with_oracle(harness: Harness, focus: str, data: An
 @pytest.mark.parametrize("focus", FOCUS_OF["push_kv_blocks"])
 @given(data=st.data())
 def test_push_kv_blocks_agrees_with_oracle(harness: Harness, focus: str, data: Any) -> None:
-    """§7, §8.6 for pushes: PR-4, PR-5, PR-13 on top of those of push_kv_cache."""
+    """semantics.md §7, §8.6 for pushes: PR-4, PR-5, PR-13 on top of those of push_kv_cache."""
     run_case(harness, "push_kv_blocks", data.draw(cases("push_kv_blocks", focus), "case"))
 
 
@@ -719,7 +719,7 @@ def make_copy_caches(h: Harness, cluster: int, src: Spec, dst: Spec, same: bool)
 @pytest.mark.parametrize("focus", [g for g in COPY_FOCUS if g not in (*BLOCK_GROUPS, "destination lists")])
 @given(data=st.data())
 def test_copy_kv_cache_agrees_with_oracle(harness: Harness, focus: str, data: Any) -> None:
-    """PR-9, §3.6, §6.6, §8.8, PR-24: local copies between (or within) caches."""
+    """PR-9, semantics.md §3.6, §6.6, §8.8, PR-24: local copies between (or within) caches."""
     f, cluster, src, dst, same = data.draw(copy_setups(8, focus), "caches")
     src_id, dst_id = make_copy_caches(harness, cluster, src, dst, same)
     if same:
@@ -742,7 +742,7 @@ def test_copy_kv_cache_agrees_with_oracle(harness: Harness, focus: str, data: An
 @pytest.mark.parametrize("focus", [g for g in COPY_FOCUS if g not in ("batch indexes", "offset", "size")])
 @given(data=st.data())
 def test_copy_kv_blocks_agrees_with_oracle(harness: Harness, focus: str, data: Any) -> None:
-    """PR-9, §3.6, §8.9, PR-5 (within and across lists), PR-24."""
+    """PR-9, semantics.md §3.6, §8.9, PR-5 (within and across lists), PR-24."""
     f, cluster, src, dst, same = data.draw(copy_setups(16, focus), "caches")
     src_id, dst_id = make_copy_caches(harness, cluster, src, dst, same)
     if same:
@@ -775,7 +775,7 @@ def test_copy_kv_blocks_agrees_with_oracle(harness: Harness, focus: str, data: A
 @st.composite
 def long_block_lists(draw: st.DrawFn) -> tuple[int, int, Any, Any]:
     """1 to 10,000 block pairs over caches of up to 12,000 blocks: one run, many runs,
-    scattered or descending, with at most one flaw (§7.3, PR-4, PR-5)."""
+    scattered or descending, with at most one flaw (semantics.md §7.3, PR-4, PR-5)."""
     k = draw(weighted((3, st.integers(1, 64)), (2, st.integers(65, 2_000)), (1, st.integers(2_001, 10_000))))
     nb_dst = k + draw(st.integers(0, 2_000))
     nb_src = draw(st.integers(max(1, k // 4), 12_000))
@@ -838,7 +838,7 @@ def test_long_block_lists_agree_with_oracle(harness: Harness, lists: tuple[int, 
 @pytest.mark.rules("§10.2", "PR-42", "E-21")
 def test_link_from_a_stale_side_to_a_silent_peer_fails_to_connect(harness: Harness) -> None:
     """Found by the stateful test; a mock bug until the mock connected before reporting
-    ALREADY_LINK (docs/reference/cpp-api.md §6.7 step 5, §10.2, PR-42; docs/semantics.md E-21)."""
+    ALREADY_LINK (docs/reference/cpp-api.md §6.7 step 5, semantics.md §10.2, PR-42; docs/semantics.md E-21)."""
     harness.reset()
     assert harness.link(A, B).ok
     harness.finalize(B)                       # B drops its side and stops listening; A keeps its side
@@ -867,7 +867,7 @@ def test_deallocate_of_a_registered_cache_keeps_the_package_record(harness: Harn
 def test_layer_ranges_up_to_int32_max_agree_with_oracle(harness: Harness, raw: bool) -> None:
     """Found by the property tests: pairs such as {0, 2^31 - 1} once made the oracle build
     lists of 2^31 tensor indexes (the process ran out of memory); every such pull and push
-    is PARAM_INVALID (§4.2, §4.3) and moves nothing."""
+    is PARAM_INVALID (semantics.md §4.2, §4.3) and moves nothing."""
     made = set_up(harness, A, B, {"src": (B, Spec(2, U8, (2, 8))), "dst": (A, Spec(2, U8, (2, 8)))}, linked=True)
     with harness.layer(raw):
         for pairs in [((0, I32_MAX), (0, I32_MAX)), ((I32_MAX, I32_MAX), (0, 0)), ((0, 0), (I32_MAX, I32_MAX))]:
@@ -884,7 +884,7 @@ def test_layer_ranges_up_to_int32_max_agree_with_oracle(harness: Harness, raw: b
 @pytest.mark.parametrize("tensors", [1, 4])
 @pytest.mark.parametrize("runs_over_limit", [-1, 0, 1])
 def test_pull_requests_are_limited_by_their_entries(harness: Harness, tensors: int, runs_over_limit: int) -> None:
-    """§15, direct mode: a pull request has E = T + 2·R entries (T destination tensors, R
+    """semantics.md §15, direct mode: a pull request has E = T + 2·R entries (T destination tensors, R
     runs of block pairs), at most 131,064; pushes send no request (E-13). Scattered
     pairs make one run each; the oracle decides each side of the boundary."""
     runs = (131_064 - tensors) // 2 + runs_over_limit
@@ -912,7 +912,7 @@ def runs_of(src: Any, dst: Any) -> list[tuple[int, int, int]]:
 @scaled(1)
 @given(data=st.data(), threads=st.integers(2, 6))
 def test_concurrent_transfers_agree_with_oracle(harness: Harness, data: Any, threads: int) -> None:
-    """§14: calls from several threads at once. Each thread pulls into (or pushes from) its
+    """semantics.md §14: calls from several threads at once. Each thread pulls into (or pushes from) its
     own caches over the one link between A and B, in either direction; each call must give
     what the oracle says of it alone (the calls touch disjoint destinations), and memory
     must then hold every call's bytes."""
@@ -987,7 +987,7 @@ SLOW_STEPS = st.sampled_from([("pull", A), ("pull", B), ("push", A), ("push", B)
 @given(steps=st.lists(SLOW_STEPS, min_size=1, max_size=8))
 @example(steps=[("delay", B, 100), ("pull", A), ("delay", B, 0), ("pull", A), ("relink",), ("pull", A)])
 def test_slow_peers_time_out_as_the_oracle_says(harness: Harness, steps: list[Any]) -> None:
-    """§13, PR-35, E-15: with llm.SyncKvCacheWaitTime = 60 ms on both engines, a peer
+    """semantics.md §13, PR-35, E-15: with llm.SyncKvCacheWaitTime = 60 ms on both engines, a peer
     whose answers are delayed by 100 ms makes a transfer time out and poisons the link on
     that side until it is linked again; 20 ms is in time.
 

@@ -15,10 +15,10 @@ or names a newer cache with the same id: ids restart at 1), which is part of wha
 tested.
 
 The machine's random walks cover the life-cycle rules that a single call cannot: a
-registration after a link or after its first use (PR-32, §9.7), transfers over a link
+registration after a link or after its first use (PR-32, semantics.md §9.7), transfers over a link
 whose peer side was dropped (PR-31) and the poisoned link after it (PR-35), re-links
-from either side (§10.4, PR-42), set_role while a link lives (§10.7), calls before
-initialize and after finalize (§12.1), ids that restart after a re-initialise (§3.1),
+from either side (semantics.md §10.4, PR-42), set_role while a link lives (semantics.md §10.7), calls before
+initialize and after finalize (semantics.md §12.1), ids that restart after a re-initialise (semantics.md §3.1),
 first-fit pool pages after deallocations (PR-34).
 """
 from __future__ import annotations
@@ -139,7 +139,7 @@ class NativeEngines(RuleBasedStateMachine):
     # -- life cycle --
     @rule(cluster=clusters, bad=st.sampled_from([None, None, None, None, "wait time", "port"]))
     def initialize(self, cluster: int, bad: Optional[str]) -> None:
-        """Initialize (a no-op when initialised, §12.1), sometimes with a bad option."""
+        """Initialize (a no-op when initialised, semantics.md §12.1), sometimes with a bad option."""
         options = dict(self.h.nodes[cluster].options)
         if bad == "wait time":
             options["llm.SyncKvCacheWaitTime"] = "2147483648"    # PR-26: past int32, refused
@@ -149,7 +149,7 @@ class NativeEngines(RuleBasedStateMachine):
 
     @rule(cluster=clusters, again=st.sampled_from([True, True, True, False]))
     def finalize(self, cluster: int, again: bool) -> None:
-        """Finalize, mostly initialising again at once (a fresh engine, §12.1)."""
+        """Finalize, mostly initialising again at once (a fresh engine, semantics.md §12.1)."""
         self.h.finalize(cluster)
         if again:
             self.h.initialize(cluster)
@@ -222,7 +222,7 @@ class NativeEngines(RuleBasedStateMachine):
     @rule(cache=caches)
     def release_the_wrong_way(self, cache: tuple[int, int, bool]) -> None:
         """unregister of an allocated cache (PR-23); deallocate of a registered one (a
-        no-op, §3.6, after which the package still knows the cache: N-2)."""
+        no-op, semantics.md §3.6, after which the package still knows the cache: N-2)."""
         cluster, cache_id, allocated = cache
         if allocated:
             self.h.unregister(cluster, cache_id)

@@ -8,7 +8,7 @@ their table copies, the package's record of its own caches):
   the Python layer (docs/semantics.md N-1), or an ``LLMException`` with a given
   ``status_code``, following the check order of the Python layer (N-2), the C++ API
   layer (docs/reference/cpp-api.md §6) and the engine (docs/reference/semantics.md §8.0);
-* on success (and for the layers a push wrote before a failing one, §8.12), exactly
+* on success (and for the layers a push wrote before a failing one, semantics.md §8.12), exactly
   which bytes move: a list of ``Copy(dst_tensor, dst_offset, src_tensor, src_offset,
   length)`` between the call's source and destination caches.
 

@@ -50,7 +50,7 @@ class Layout:
 
 
 def tensor_layout(shape: Sequence[int], data_type: Union[int, G]) -> Union[Layout, str]:
-    """The layout of one tensor, or the reason it is ``PARAM_INVALID`` (§2.3, PR-17).
+    """The layout of one tensor, or the reason it is ``PARAM_INVALID`` (semantics.md §2.3, PR-17).
 
     The shape rank (1..31) is checked by the callers, at its own place in the order.
     """

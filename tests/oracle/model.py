@@ -16,7 +16,7 @@ and returns the copies it makes. A lint rule (docs/semantics.md §0) is noted in
 ``World.lints`` and the call goes on as the device's; in strict mode
 (``LLM_DATADIST_FFI_STRICT=1``, read per call) it is the refusal the rule names, at the
 rule's place in the order. Logical time (``World.clock``) orders registrations,
-links and table copies, which decides PR-32 and §9.7.
+links and table copies, which decides PR-32 and semantics.md §9.7.
 
 Every rule below carries the spec reference it implements; where the specification
 leaves a choice, the comment says "decision" and the report of the test suite lists it.
@@ -41,10 +41,10 @@ U64 = (0, 2**64 - 1)
 I32 = (-(2**31), 2**31 - 1)
 I64 = (-(2**63), 2**63 - 1)
 
-MAX_RANK = 31                   # §2.4: 1 .. 31 dims
-TABLE_LIMIT = 1 << 20           # §15: published cache table ≤ 1 MiB
+MAX_RANK = 31                   # semantics.md §2.4: 1 .. 31 dims
+TABLE_LIMIT = 1 << 20           # semantics.md §15: published cache table ≤ 1 MiB
 TABLE_HEADER, TABLE_PER_CACHE, TABLE_PER_ADDR = 24, 64, 8
-DIRECT_MAX_ENTRIES = 131_064    # §15: E = T + 2·R ≤ 131,064 in direct mode
+DIRECT_MAX_ENTRIES = 131_064    # semantics.md §15: E = T + 2·R ≤ 131,064 in direct mode
 
 
 # ---- arguments --------------------------------------------------------------------------------
@@ -59,7 +59,7 @@ class Ext:
 
     @property
     def ranged(self) -> bool:
-        """Both pairs are ranges (pulls use pairs only when both ``first`` ≥ 0, §4.4)."""
+        """Both pairs are ranges (pulls use pairs only when both ``first`` ≥ 0, semantics.md §4.4)."""
         return self.src[0] >= 0 and self.dst[0] >= 0
 
 
@@ -80,7 +80,7 @@ class ClusterArg:
 
 @dataclass
 class CacheModel:
-    """A cache of a native engine: always kind MIX (§2.2), usable with ``count``
+    """A cache of a native engine: always kind MIX (semantics.md §2.2), usable with ``count``
     batches and ``count`` blocks of ``stride`` bytes."""
 
     cache_id: int
@@ -110,8 +110,8 @@ class CacheModel:
 
 @dataclass
 class LinkEnd:
-    """One side of a link (§10.1). Both sides share ``token``; ``table`` is this side's
-    copy of the peer's cache ids, taken on first use (§9.7)."""
+    """One side of a link (semantics.md §10.1). Both sides share ``token``; ``table`` is this side's
+    copy of the peer's cache ids, taken on first use (semantics.md §9.7)."""
 
     peer: int
     token: int
@@ -162,18 +162,18 @@ class EngineModel:
     role: int
     initialized: bool = False
     listen_port: Optional[int] = None
-    comm_resource: bool = False                   # §10.2: listen address or a first link
-    sync_timeout: int = 1000                      # llm.SyncKvCacheWaitTime, ms (§13)
+    comm_resource: bool = False                   # semantics.md §10.2: listen address or a first link
+    sync_timeout: int = 1000                      # llm.SyncKvCacheWaitTime, ms (semantics.md §13)
     native_pool: bool = False                     # llm_datadist_ffi.mock.NativePool = "1" (PR-9)
     pools: dict[int, Pool] = field(default_factory=dict)     # by placement
     next_id: int = 1
     caches: dict[int, CacheModel] = field(default_factory=dict)
     known: set[int] = field(default_factory=set)  # the package's own record (N-2)
     links: dict[int, LinkEnd] = field(default_factory=dict)  # by peer cluster id
-    finalizing: bool = False                      # §12.3: Finalize has begun and not returned
+    finalizing: bool = False                      # semantics.md §12.3: Finalize has begun and not returned
 
     def table_bytes(self) -> int:
-        """Size of the published cache table (§15; native engines bind no keys)."""
+        """Size of the published cache table (semantics.md §15; native engines bind no keys)."""
         return TABLE_HEADER + sum(TABLE_PER_CACHE + TABLE_PER_ADDR * c.num_tensors for c in self.caches.values())
 
 
@@ -190,7 +190,7 @@ def _blocks(values: Sequence[int]) -> Optional[list[int]]:
 
 
 def runs(pairs: Sequence[tuple[int, int]]) -> list[tuple[int, int, int]]:
-    """Maximal runs ``(s0, d0, len)`` in list order, both indexes increasing by 1 (§7.3)."""
+    """Maximal runs ``(s0, d0, len)`` in list order, both indexes increasing by 1 (semantics.md §7.3)."""
     out: list[tuple[int, int, int]] = []
     for s, d in pairs:
         if out and s == out[-1][0] + out[-1][2] and d == out[-1][1] + out[-1][2]:
@@ -220,7 +220,7 @@ def _ext_lints(ext: Ext) -> list[str]:
 
 
 def _api_ext_rules(ext: Ext, push: bool) -> Optional[str]:
-    """docs/reference/cpp-api.md §6.10 step 3 (and §6.11 step 4 for pushes), N-3."""
+    """docs/reference/cpp-api.md §6.10 step 3 (and cpp-api.md §6.11 step 4 for pushes), N-3."""
     for name, (first, second) in (("src", ext.src), ("dst", ext.dst)):
         if first < -1 or second < -1 or first > second:
             return f"§4.4: {name} layer range {(first, second)} is malformed"
@@ -232,7 +232,7 @@ def _api_ext_rules(ext: Ext, push: bool) -> Optional[str]:
 
 
 def _tensor_num_rule(ext: Ext, local_tensors: int) -> Optional[str]:
-    """§5: a ranged pull needs a local tensor count that is a multiple of ``n`` (the v2
+    """semantics.md §5: a ranged pull needs a local tensor count that is a multiple of ``n`` (the v2
     engine's check); no upper bound (PR-3 is gone)."""
     if ext.ranged and local_tensors % ext.n:
         return f"§5: tensor_num_per_layer {ext.n} does not divide {local_tensors}"
@@ -294,7 +294,7 @@ class World:
         return True
 
     def _answers_in_time(self, engine: EngineModel, end: LinkEnd) -> bool:
-        """§13: the peer's answer to the lookup arrives within llm.SyncKvCacheWaitTime;
+        """semantics.md §13: the peer's answer to the lookup arrives within llm.SyncKvCacheWaitTime;
         otherwise this side is poisoned (PR-35) and the other side broken (E-9)."""
         if self.serve_delay.get(end.peer, 0) < engine.sync_timeout:
             return True
@@ -311,7 +311,7 @@ class World:
         other = peer.links.get(engine.cluster_id)
         return other is not None and other.token == end.token
 
-    # -- life cycle (§12.1, docs/reference/cpp-api.md §6.4, §6.5) --
+    # -- life cycle (semantics.md §12.1, docs/reference/cpp-api.md §6.4, §6.5) --
 
     def initialize(self, cluster_id: int, options: Mapping[str, str]) -> Outcome:
         e = self.engines[cluster_id]
@@ -368,7 +368,7 @@ class World:
         return success().linted(*lints)
 
     def finalize(self, cluster_id: int) -> Outcome:
-        """Drops every link locally (peers keep theirs, §10.4), frees everything."""
+        """Drops every link locally (peers keep theirs, semantics.md §10.4), frees everything."""
         e = self.engines[cluster_id]
         e.initialized, e.listen_port, e.comm_resource, e.finalizing = False, None, False, False
         e.pools, e.caches, e.known, e.links, e.native_pool = {}, {}, set(), {}, False
@@ -379,7 +379,7 @@ class World:
         self.engines[cluster_id].finalizing = True
 
     def call_while_finalizing(self, cluster_id: int, name: str) -> Outcome:
-        """§12.3, PR-37: a call that starts after ``Finalize`` began returns ``FAILED``,
+        """semantics.md §12.3, PR-37: a call that starts after ``Finalize`` began returns ``FAILED``,
         whatever its arguments; the pool calls too (decision E-2), where an engine that
         was never initialised answers them ``FEATURE_NOT_ENABLED`` (PR-9)."""
         assert self.engines[cluster_id].finalizing, "the engine is not finalizing"
@@ -409,7 +409,7 @@ class World:
         e.role = int(role)
         return success()
 
-    # -- links (§10.2, §10.3, PR-28, PR-29, PR-42) --
+    # -- links (semantics.md §10.2, §10.3, PR-28, PR-29, PR-42) --
 
     def _link_args(self, e: EngineModel, clusters: Sequence[ClusterArg], timeout: int) -> Optional[Outcome]:
         if _outside([(timeout, I32)]) or _outside((c.remote_cluster_id, U64) for c in clusters):
@@ -459,7 +459,7 @@ class World:
             return S.LLM_ALREADY_LINK                         # PR-42: the peer is left unchanged
         self._tokens += 1
         born = self.tick()
-        # an older link under that key, and the peer's old side, are replaced (§10.2, §10.4)
+        # an older link under that key, and the peer's old side, are replaced (semantics.md §10.2, §10.4)
         e.links[key] = LinkEnd(key, self._tokens, born)
         target.links[e.cluster_id] = LinkEnd(e.cluster_id, self._tokens, born)
         return S.LLM_SUCCESS
@@ -495,7 +495,7 @@ class World:
             rets.append(S.LLM_SUCCESS)
         return Outcome(status=self._call_status(rets), value=rets, lints=frozenset(lints))
 
-    # -- caches (§3, docs/reference/cpp-api.md §6.9, §6.13) --
+    # -- caches (semantics.md §3, docs/reference/cpp-api.md §6.9, §6.13) --
 
     @staticmethod
     def _desc_values_outside(num_tensors: int, data_type: int, placement: int, shape: Sequence[int]) -> bool:
@@ -517,7 +517,7 @@ class World:
             return fail(PI, "cpp-api §6.13: address 0")
         if not 1 <= len(shape) <= MAX_RANK:
             return fail(PI, "§2.4: shape rank")
-        cache_id = e.next_id                                   # §3.1: the id is taken here
+        cache_id = e.next_id                                   # semantics.md §3.1: the id is taken here
         e.next_id += 1
         layout = tensor_layout(shape, data_type)
         if isinstance(layout, str):
@@ -554,7 +554,7 @@ class World:
 
     def allocate(self, cluster_id: int, num_tensors: int, data_type: int, shape: Sequence[int],
                  placement: int = Placement.DEVICE) -> Outcome:
-        """§3.6 ``AllocateCache``."""
+        """semantics.md §3.6 ``AllocateCache``."""
         e = self.engines[cluster_id]
         if self._desc_values_outside(num_tensors, data_type, placement, shape):
             return python_error(ValueError, "N-1: a value outside its C type")
@@ -572,7 +572,7 @@ class World:
         layout = tensor_layout(shape, data_type)
         if isinstance(layout, str):
             return fail(PI, f"§2.3: {layout}")
-        # decision (§3.6 and §15 give no order): the table limit, which the description
+        # decision (semantics.md §3.6 and §15 give no order): the table limit, which the description
         # alone decides, before any pool page is taken
         rounded = ["PR-17"] if layout.rounded else []
         if e.table_bytes() + TABLE_PER_CACHE + TABLE_PER_ADDR * num_tensors > TABLE_LIMIT:
@@ -598,7 +598,7 @@ class World:
         e.known.discard(cache_id)
         return success()
 
-    # -- local copies (§3.6, §6.6, §8.8, §8.9, PR-24) --
+    # -- local copies (semantics.md §3.6, §6.6, §8.8, §8.9, PR-24) --
 
     @staticmethod
     def _pool_calls(e: "EngineModel") -> bool:
@@ -683,7 +683,7 @@ class World:
                   for lst in dlists for s, d in zip(sblk, lst) for i in range(src.num_tensors)]
         return success(copies=copies).at((cluster_id, src_id), (cluster_id, dst_id)).linted(*lints)
 
-    # -- pulls (docs/reference/cpp-api.md §6.10, docs/reference/semantics.md §8.0 pull order, §8.2, §8.3) --
+    # -- pulls (docs/reference/cpp-api.md §6.10, docs/reference/semantics.md §8.0 pull order, semantics.md §8.2, §8.3) --
 
     def pull_kv_cache(self, cluster_id: int, src: tuple[int, int, int], dst_id: int, batch_index: int = 0,
                       size: int = -1, ext: Optional[Ext] = None) -> Outcome:
@@ -824,7 +824,7 @@ class World:
                       for s0, d0, count in runs(list(zip(sblk, dblk))) for s, d in pairs]
         return success(copies=copies).at((src_cluster, src_id), (e.cluster_id, dst_id))
 
-    # -- pushes (docs/reference/cpp-api.md §6.11, docs/reference/semantics.md §8.0 push order, §8.5, §8.6) --
+    # -- pushes (docs/reference/cpp-api.md §6.11, docs/reference/semantics.md §8.0 push order, semantics.md §8.5, §8.6) --
 
     def push_kv_cache(self, cluster_id: int, src_id: int, dst: tuple[int, int, int], src_batch: int = 0,
                       size: int = -1, ext: Optional[Ext] = None,

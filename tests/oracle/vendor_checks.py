@@ -1,7 +1,7 @@
 """The Python-side checks of the vendor-compatible managers, in the vendor's order.
 
 Written from docs/reference/python-api.md §7, §11 and §12 (each method's numbered steps), the
-project rules of its §14 and of docs/reference/semantics.md ([all] rules PR-2, PR-3, PR-5, PR-8, PR-18,
+project rules of its python-api.md §14 and of docs/reference/semantics.md ([all] rules PR-2, PR-3, PR-5, PR-8, PR-18,
 PR-25, PR-41) and docs/semantics.md V-4 (``None``), V-5 (ranges wider than the local
 cache), V-10 (numpy block lists) and V-13 (messages name the parameter). Given the
 engine's generation, transfer mode, role and pools, a method and its arguments, the
@@ -70,7 +70,7 @@ class Ref:
     blocks: bool
     batch_dim: int = 0
     cpu: bool = False               # made by create_cpu_cache (no engine, id -1)
-    deallocated: bool = False       # tensor_addrs became [] (§3.4)
+    deallocated: bool = False       # tensor_addrs became [] (semantics.md §3.4)
 
     @property
     def desc_size(self) -> int:
@@ -204,7 +204,7 @@ def length(x: Any, name: str) -> int:
 
 
 def convert_blocks(x: Any, name: str) -> None:
-    """The binding's conversion of a block list (§11.2, V-10): negative or > 2**64-1 → T."""
+    """The binding's conversion of a block list (python-api.md §11.2, V-10): negative or > 2**64-1 → T."""
     for v in blocks_of(x):
         if not 0 <= v <= U64_MAX:
             _t(name, f"{name} element {v} is not a uint64")
@@ -220,7 +220,7 @@ def validity(key: Key, rule: str = "§7.5") -> None:
 
 
 def pull_ranges(src: Any, dst: Any) -> Tuple[Optional[range], Optional[range]]:
-    """The layer-range conversion of pulls (§11.2) with PR-2 at the vendor's place."""
+    """The layer-range conversion of pulls (python-api.md §11.2) with PR-2 at the vendor's place."""
     type_check(src, ["range"], "src_layer_range")
     type_check(dst, ["range"], "dst_layer_range")
     if src is not None and src.step != 1:
@@ -329,7 +329,7 @@ class Checks:
     def live(self, ref: Ref) -> Optional[CacheM]:
         return self.engine.caches.get(ref.cache_id)
 
-    # ---- v2 pulls (§11.2) -------------------------------------------------------------------
+    # ---- v2 pulls (python-api.md §11.2) -------------------------------------------------------------------
 
     def _pull_core(self, key: Key, cache: Ref, batch_index: int, size: int, src: Optional[range],
                    dst: Optional[range], n: int, blocks: bool) -> Verdict:
@@ -407,7 +407,7 @@ class Checks:
             _lint("PR-5", "dst_blocks")
         return self._pull_core(src_cache_key, dst_cache, 0, -1, src, dst, n, blocks=True)
 
-    # ---- v2 pushes (§11.3) ------------------------------------------------------------------
+    # ---- v2 pushes (python-api.md §11.3) ------------------------------------------------------------------
 
     def _push_ranges(self, src_cache: Ref, src: Any, dst: Any, n: int) -> int:
         """The range checks of a push; the number of layers it pushes."""
@@ -473,13 +473,13 @@ class Checks:
         return self._push_core(src_cache, dst_cache_key)
 
     def _push_core(self, src_cache: Ref, key: Key) -> Verdict:
-        """§8.0 push steps 2–3: the local cache, then the link. A push has no own-cluster
+        """semantics.md §8.0 push steps 2–3: the local cache, then the link. A push has no own-cluster
         step (X-16): its own id is a link id like any other, and no link exists here."""
         if self.live(src_cache) is None:
             return Verdict("core", S.LLM_KV_CACHE_NOT_EXIST, rule="§8.0 push step 2")
         return Verdict("core", S.LLM_NOT_YET_LINK, rule="§8.0 push step 3")
 
-    # ---- v2 registration (§11.1) ------------------------------------------------------------
+    # ---- v2 registration (python-api.md §11.1) ------------------------------------------------------------
 
     def _register_cache(self, desc: Ref, addrs: Any, cache_keys: Any = (), remote_accessible: Any = None,
                         contents: Sequence[bytes] = ()) -> Verdict:
@@ -530,7 +530,7 @@ class Checks:
         int_range(cache_id, I64_MIN, I64_MAX, "cache_id")
         return Verdict("core", self.engine.unregister(cache_id), rule="§3.5")
 
-    # ---- allocation (§11.5, §12) ------------------------------------------------------------
+    # ---- allocation (python-api.md §11.5, §12) ------------------------------------------------------------
 
     def _allocate(self, desc: Ref, keys: Any, blocks: bool) -> Verdict:
         g = self.mode.generation
@@ -606,7 +606,7 @@ class Checks:
             self._lint("PR-41", "req id" if not valid_id(cache_key.req_id) else "only one")
         return Verdict("core", self.engine.remove_cache_key(cache_key.key()), rule="§9.6")
 
-    # ---- local copies (§11.6, §12) ----------------------------------------------------------
+    # ---- local copies (python-api.md §11.6, §12) ----------------------------------------------------------
 
     def _copy_cache(self, dst: Any, src: Any, dst_batch_index: Any = 0, src_batch_index: Any = 0, offset: Any = 0,
                     size: Any = -1, req_id: Any = None) -> Verdict:
@@ -728,24 +728,24 @@ class Checks:
         return Verdict("core", S.LLM_SUCCESS, rule="§8.10")
 
     def _check_cache_key(self, cache_key: Any) -> Verdict:
-        """§7.5 as a static method: the validity rule of a ``CacheKey``."""
+        """python-api.md §7.5 as a static method: the validity rule of a ``CacheKey``."""
         if isinstance(cache_key, Key):
             validity(cache_key)
         return Verdict("core", S.LLM_SUCCESS, rule="§7.5")
 
-    # ---- v1 (§12) ---------------------------------------------------------------------------
+    # ---- v1 (python-api.md §12) ---------------------------------------------------------------------------
 
     def _v1_pull_core(self, key: Any, cache: Ref, batch_index: int, size: int, src: Optional[range],
                       dst: Optional[range], n: int, dst_offset: int, blocks: bool) -> Verdict:
         """The v1 core without a link: docs/reference/semantics.md §8.0's pull order (local cache, local
-        checks, link) with the v1 length rule of §6.1 (decision: §8.0 is written for
+        checks, link) with the v1 length rule of semantics.md §6.1 (decision: semantics.md §8.0 is written for
         v2; v1 pulls are answered by the same engine steps before the link). v1 has no
         own-cluster step (E-7)."""
         local = self.live(cache)
         if local is None:
             return Verdict("core", S.LLM_KV_CACHE_NOT_EXIST, rule="v1 local cache")
         if blocks and local.blocks == 0:
-            # §7.6: a block pull into a local cache without blocks (a v1 KvCache carries no
+            # semantics.md §7.6: a block pull into a local cache without blocks (a v1 KvCache carries no
             # blocks flag, so only the engine can tell)
             return Verdict("core", S.LLM_PARAM_INVALID, rule="§7.6 local cache kind")
         if not blocks:
@@ -915,7 +915,7 @@ def link_clusters(mode: Mode, clusters: Any, timeout: Any = 3000, local_comm_res
         results = []
         for i, c in enumerate(clusters):
             if any(d.remote_cluster_id == c.remote_cluster_id for d in clusters[:i]):
-                results.append(S.LLM_REPEAT_REQUEST)      # §10.5, X-12: a later occurrence
+                results.append(S.LLM_REPEAT_REQUEST)      # python-api.md §10.5, X-12: a later occurrence
             else:
                 results.append(S.LLM_LINK_FAILED)         # refused (the own cluster id too, E-7)
         if S.LLM_LINK_FAILED in results:
@@ -925,15 +925,15 @@ def link_clusters(mode: Mode, clusters: Any, timeout: Any = 3000, local_comm_res
     results = []
     for c in clusters:
         if c.remote_ips != 1 or (c.local_ips != 1 and not local_comm_res):
-            results.append(S.LLM_PARAM_INVALID)          # §10.5 per cluster: exactly one entry each
+            results.append(S.LLM_PARAM_INVALID)          # python-api.md §10.5 per cluster: exactly one entry each
         else:
-            results.append(S.LLM_LINK_FAILED)            # §10.5: refused (the own cluster id too, E-7)
+            results.append(S.LLM_LINK_FAILED)            # python-api.md §10.5: refused (the own cluster id too, E-7)
     failures = [r for r in results if r != S.LLM_SUCCESS]
     return Verdict("core", value=(failures[-1] if failures else S.LLM_SUCCESS, results), rule="§10.5")
 
 
 def check_link_status(mode: Mode, remote_cluster_id: Any) -> Verdict:
-    """§10.7 (v1): CacheManager mode → LX; uint64; core: DECODER only, not linked."""
+    """python-api.md §10.7 (v1): CacheManager mode → LX; uint64; core: DECODER only, not linked."""
     try:
         if mode.generation == 2:
             _lx("§10.7: not in CacheManager mode", "")
@@ -950,10 +950,10 @@ def unlink_clusters(mode: Mode, clusters: Any, timeout: Any = 3000, force: Any =
     docs/reference/semantics.md §10.3, §10.5 v1, X-12): the Python checks, then the core's answer
     ``(status, [status…])`` (``value``) with nothing listening at any remote address."""
     try:
-        _link_args(clusters, timeout)                     # §10.5: initialised, timeout, clusters
+        _link_args(clusters, timeout)                     # python-api.md §10.5: initialised, timeout, clusters
         if not isinstance(force, bool):
             _t("force", "§10.5 force is a bool")           # after the clusters' container check
-        for c in clusters:                                # §10.5 both generations: uint64 (T/V)
+        for c in clusters:                                # python-api.md §10.5 both generations: uint64 (T/V)
             int_range(c.remote_cluster_id, 0, U64_MAX, "remote_cluster_id")
     except _Stop as stop:
         return stop.verdict
@@ -969,20 +969,20 @@ def unlink_clusters(mode: Mode, clusters: Any, timeout: Any = 3000, force: Any =
         results = []
         for i, c in enumerate(clusters):
             if any(d.remote_cluster_id == c.remote_cluster_id for d in clusters[:i]):
-                results.append(S.LLM_REPEAT_REQUEST)      # §10.5 v1, X-12: a later occurrence
+                results.append(S.LLM_REPEAT_REQUEST)      # python-api.md §10.5 v1, X-12: a later occurrence
             else:
                 results.append(S.LLM_NOT_YET_LINK)        # X-12: never linked (own id included)
-        # §10.5 v1: any per-cluster status but SUCCESS and NOT_YET_LINK fails the call
+        # python-api.md §10.5 v1: any per-cluster status but SUCCESS and NOT_YET_LINK fails the call
         bad = any(r not in (S.LLM_SUCCESS, S.LLM_NOT_YET_LINK) for r in results)
         return Verdict("core", value=(S.LLM_UNLINK_FAILED if bad else S.LLM_SUCCESS, results), rule="X-12")
     results = []
     for c in clusters:
         if force:
-            results.append(S.LLM_SUCCESS)                 # §10.3: forced, never linked → SUCCESS, no traffic
+            results.append(S.LLM_SUCCESS)                 # semantics.md §10.3: forced, never linked → SUCCESS, no traffic
         elif c.remote_ips != 1:
-            results.append(S.LLM_PARAM_INVALID)           # §10.3: non-forced needs exactly one remote entry
+            results.append(S.LLM_PARAM_INVALID)           # semantics.md §10.3: non-forced needs exactly one remote entry
         else:
-            # §10.3: the non-forced form needs a reachable listener even for a cluster never
+            # semantics.md §10.3: the non-forced form needs a reachable listener even for a cluster never
             # linked; nothing listens → the connection is refused (decision: the own cluster
             # id and repeats (PR-29) are no exception, the connection is tried all the same)
             results.append(S.LLM_UNLINK_FAILED)
@@ -1019,7 +1019,7 @@ def switch_role(mode: Mode, role: Any, switch_options: Any = None, enable_switch
         if mode.generation == 1 and role.name != "PROMPT":
             listen = None                                 # v1 reads it only for PROMPT
         if listen is not None:
-            # §10.6: parsed as at init (§10.2 step 10, V-7) in v2; v1 adds the IPv4 rule
+            # python-api.md §10.6: parsed as at init (python-api.md §10.2 step 10, V-7) in v2; v1 adds the IPv4 rule
             parts = listen.split(":")
             if len(parts) != 2:
                 _lx("§10.6: llm.listenIpInfo is not ip:port", "llm.listenIpInfo")
@@ -1088,7 +1088,7 @@ def remap_registered_memory(mode: Mode, mem_infos: Any) -> Verdict:
         return stop.verdict
     if not items:
         return Verdict("core", S.LLM_PARAM_INVALID, rule="§11.7 empty list")
-    # §11.7: without a link the core answers NOT_YET_LINK before it looks at the ranges
+    # python-api.md §11.7: without a link the core answers NOT_YET_LINK before it looks at the ranges
     # (X-15's range rule needs a linked engine: not reachable in one process)
     return Verdict("core", S.LLM_NOT_YET_LINK, rule="§11.7 no link")
 
@@ -1110,10 +1110,10 @@ class Cfg:
 
 def transfer_cache_async(mode: Mode, src: Any, synchronizer: Any, configs: Any, src_blocks: Any = None,
                          dst_blocks: Any = None, block_size: Any = None) -> Verdict:
-    """The checks of §11.4 steps 1–10 with V-9, then what ``synchronize()`` of the task
+    """The checks of python-api.md §11.4 steps 1–10 with V-9, then what ``synchronize()`` of the task
     returns when no link exists: the first covered layer's first config fails (its push,
     or its transfer to raw addresses, reaches the core: the own cluster PARAM_INVALID,
-    otherwise NOT_YET_LINK) and the thread stops (§8.7)."""
+    otherwise NOT_YET_LINK) and the thread stops (semantics.md §8.7)."""
     try:
         if not (isinstance(src, Ref) and src.cls == "Cache"):
             _t("src_cache", "§11.4 step 1")
@@ -1172,7 +1172,7 @@ def transfer_cache_async(mode: Mode, src: Any, synchronizer: Any, configs: Any, 
     # raw addresses still refuses its own cluster
     code = S.LLM_PARAM_INVALID if cluster == mode.cluster_id and not keyed else S.LLM_NOT_YET_LINK
     if not keyed and src.blocks != bool(src_blocks):
-        # §7.6, PR-15 (X-10: also for TransferConfig sources): contiguous forms need a
+        # semantics.md §7.6, PR-15 (X-10: also for TransferConfig sources): contiguous forms need a
         # source without blocks, B2B one with blocks; a local check, before the link
         code = S.LLM_PARAM_INVALID
     # (a blocks push without source blocks reads its lists after the link, X-17; a

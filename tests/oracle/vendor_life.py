@@ -6,20 +6,20 @@ A process holds any number of ``LLMDataDist`` objects, but at most one initialis
 that is not initialised is a no-op. Every successful ``init`` starts a fresh engine
 (a new *generation*): ids of caches and rank-table communicators restart at 1, and
 links, caches and keys of the old engine are gone; the generation (v1
-``KvCacheManager`` or v2 ``CacheManager``, §1.1) may change. Managers and cache
+``KvCacheManager`` or v2 ``CacheManager``, semantics.md §1.1) may change. Managers and cache
 objects kept from an earlier generation fail (docs/semantics.md V-2).
 
 Links: ``finalize`` drops the engine's links locally and leaves the peer's side in
-place (§10.4). v1 links are made by a DECODER (§10.5, §11) to a listening PROMPT;
-``check_link_status`` (§10.8) reports them on a DECODER. v2 ``link_clusters`` links
-any role to a listening peer (§10.2), ``ALREADY_LINK`` while the client holds a link
-(PR-42). A rank-table communicator (§10.6, PR-39) that both members joined reaches
+place (semantics.md §10.4). v1 links are made by a DECODER (semantics.md §10.5, §11) to a listening PROMPT;
+``check_link_status`` (semantics.md §10.8) reports them on a DECODER. v2 ``link_clusters`` links
+any role to a listening peer (semantics.md §10.2), ``ALREADY_LINK`` while the client holds a link
+(PR-42). A rank-table communicator (semantics.md §10.6, PR-39) that both members joined reaches
 ``OK``; an unknown comm id is ``NOT_YET_LINK``. A second communicator between two
 engines that already share a link (a communicator's or ``link_clusters``') cannot make
 a link of its own: it is ``PREPARING`` until ``llm.LinkTotalTime`` and then ``FAILED``
-on both members (§10.6, §13; decision X-23), and it leaves the shared link alone; its
+on both members (semantics.md §10.6, §13; decision X-23), and it leaves the shared link alone; its
 ``unlink`` succeeds. Any live link or communicator, a failed one until its ``unlink``
-included, makes ``switch_role`` ``EXIST_LINK`` (§10.7; decision).
+included, makes ``switch_role`` ``EXIST_LINK`` (semantics.md §10.7; decision).
 
 ``ProcessModel`` is one process's view; the v1 caches and keys of its engine are a
 ``vendor_v1.V1Engine``. Written from the specification alone.
@@ -94,8 +94,8 @@ class ProcessModel:
         return success()
 
     def finalize(self, name: str) -> Outcome:
-        """``finalize`` (§12.2): a no-op unless ``name`` is the live object; drops
-        the links locally (§10.4)."""
+        """``finalize`` (semantics.md §12.2): a no-op unless ``name`` is the live object; drops
+        the links locally (semantics.md §10.4)."""
         if self.live != name:
             return success(rule="§12.2: not initialised, a no-op")
         self.live, self.version, self.role, self.v1 = None, None, None, None
@@ -104,7 +104,7 @@ class ProcessModel:
         return success()
 
     def check_link_status(self, remote: int) -> Outcome:
-        """§10.8, docs/reference/python-api.md §10.7."""
+        """semantics.md §10.8, docs/reference/python-api.md §10.7."""
         if self.version != "v1":
             return python_error_lx("§10.8: not available in CacheManager mode")
         if self.role != Role.DECODER:
@@ -114,12 +114,12 @@ class ProcessModel:
         return success()
 
     def switch_role(self, role: Role) -> Outcome:
-        """§10.7 (the tests always give a listen address with PROMPT and set
+        """semantics.md §10.7 (the tests always give a listen address with PROMPT and set
         ``llm.EnableSwitchRole`` at init)."""
         if self.version == "v1" and role is self.role:
             return python_error_lx("§10.7: v1 role not changed")
         if self.links or self.comms or self.orphans or self.failed:
-            # decision: a communicator counts until its unlink, a FAILED one too (§10.6, §10.7)
+            # decision: a communicator counts until its unlink, a FAILED one too (semantics.md §10.6, §10.7)
             return fail(S.LLM_EXIST_LINK, "§10.7: a link or communicator is alive")
         self.role = role
         if self.v1 is not None:
@@ -129,7 +129,7 @@ class ProcessModel:
 
 
 def link(client: ProcessModel, server: ProcessModel) -> Outcome:
-    """``link_clusters`` of one cluster by ``client`` to ``server`` (§10.2, §10.5).
+    """``link_clusters`` of one cluster by ``client`` to ``server`` (semantics.md §10.2, python-api.md §10.5).
     The value is the per-cluster list."""
     if client.version == "v1" and client.role != Role.DECODER:
         return Outcome(status=PI, rule="§10.5: caller not DECODER", value=[])
@@ -137,11 +137,11 @@ def link(client: ProcessModel, server: ProcessModel) -> Outcome:
         code = S.LLM_LINK_FAILED
         return Outcome(status=code, rule="§10.2: connection refused", value=[code])
     if server.cluster_id in client.links or client.comms:
-        # decision: a communicator's link is the one link per peer (§10.1, §10.6)
+        # decision: a communicator's link is the one link per peer (semantics.md §10.1, §10.6)
         return Outcome(status=S.LLM_ALREADY_LINK, rule="§10.2, PR-42", value=[S.LLM_ALREADY_LINK])
     token = next(_TOKENS)
     client.links[server.cluster_id] = token
-    server.links[client.cluster_id] = token     # the server replaces an old side of its own (§10.4)
+    server.links[client.cluster_id] = token     # the server replaces an old side of its own (semantics.md §10.4)
     if client.v1 is not None and server.v1 is not None:
         client.v1.links.add(server.cluster_id)
         server.v1.links.add(client.cluster_id)
@@ -150,7 +150,7 @@ def link(client: ProcessModel, server: ProcessModel) -> Outcome:
 
 def unlink_forced(client: ProcessModel, remote: int) -> Outcome:
     """A forced ``unlink_clusters`` of one cluster: only the local side goes
-    (§10.3; v1 never linked: per-cluster ``NOT_YET_LINK``, X-12)."""
+    (semantics.md §10.3; v1 never linked: per-cluster ``NOT_YET_LINK``, X-12)."""
     if remote not in client.links:
         code = S.LLM_NOT_YET_LINK if client.version == "v1" else S.LLM_SUCCESS
         return Outcome(value=[code], rule="X-12 / §10.3: never linked")
@@ -161,7 +161,7 @@ def unlink_forced(client: ProcessModel, remote: int) -> Outcome:
 
 
 def rank_table_link(a: ProcessModel, b: ProcessModel) -> tuple:
-    """Both members call ``link`` with the same arguments (§10.6): each gets the next
+    """Both members call ``link`` with the same arguments (semantics.md §10.6): each gets the next
     comm id of its engine (from 1), and the communicator reaches ``OK``."""
     mine, theirs = a.next_comm, b.next_comm
     a.next_comm += 1
@@ -173,7 +173,7 @@ def rank_table_link(a: ProcessModel, b: ProcessModel) -> tuple:
 
 def shares_a_link(a: ProcessModel, b: ProcessModel) -> bool:
     """``a`` and ``b`` hold one live link with both sides in place: a communicator
-    both joined, or a ``link_clusters`` link neither side dropped (§10.1, §10.6)."""
+    both joined, or a ``link_clusters`` link neither side dropped (semantics.md §10.1, §10.6)."""
     joined = any(partner in b.comms for partner in a.comms.values())
     token = a.links.get(b.cluster_id)
     return joined or (token is not None and b.links.get(a.cluster_id) == token)
@@ -181,7 +181,7 @@ def shares_a_link(a: ProcessModel, b: ProcessModel) -> bool:
 
 def second_rank_table_link(a: ProcessModel, b: ProcessModel) -> tuple:
     """Both members of a pair that already shares a link join another communicator
-    (§10.6): each gets the next comm id of its engine; the exchange cannot make a
+    (semantics.md §10.6): each gets the next comm id of its engine; the exchange cannot make a
     second link between them, so the communicator is ``PREPARING`` until
     ``llm.LinkTotalTime`` and then ``FAILED`` on both (decision X-23). The shared link
     and the other communicators are untouched."""
@@ -202,4 +202,4 @@ def orphan_comms(gone: ProcessModel, other: ProcessModel) -> None:
             other.orphans[comm] = other.comms.pop(comm)
     for comm, partner in other.failed.items():
         if partner is not None and gone.failed.get(partner) == comm:
-            other.failed[comm] = None       # still FAILED: that state is final (§10.6)
+            other.failed[comm] = None       # still FAILED: that state is final (semantics.md §10.6)

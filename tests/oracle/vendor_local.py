@@ -1,17 +1,17 @@
 """A reference model of one vendor-compatible engine's local calls (no peer, no link).
 
 What a single ``LLMDataDist`` engine does with the calls that need no peer, written from
-docs/reference/semantics.md alone: cache ids (§3.1), registration (§3.2, §9.3, PR-21, PR-23),
-allocation from the device and host pools (§3.3, PR-34) with key binding (§9.2, PR-22),
-deallocation and its deferral while keys are bound (§3.4, §9.8), ``remove_cache_key``
-(§9.6), and the bytes of ``copy_cache`` (§6.6, §8.8, PR-24), ``copy_blocks`` (§8.9, §7.3,
-PR-24) and ``swap_blocks`` (§8.10). The Python-side checks that come before these are
+docs/reference/semantics.md alone: cache ids (semantics.md §3.1), registration (semantics.md §3.2, §9.3, PR-21, PR-23),
+allocation from the device and host pools (semantics.md §3.3, PR-34) with key binding (semantics.md §9.2, PR-22),
+deallocation and its deferral while keys are bound (semantics.md §3.4, §9.8), ``remove_cache_key``
+(semantics.md §9.6), and the bytes of ``copy_cache`` (semantics.md §6.6, §8.8, PR-24), ``copy_blocks`` (semantics.md §8.9, §7.3,
+PR-24) and ``swap_blocks`` (semantics.md §8.10). The Python-side checks that come before these are
 modelled in ``vendor_checks``; this module answers what the core says once a call has
 passed them.
 
 ``Engine`` keeps, per cache, the bytes every tensor must hold (``CacheM.tensors``); the
 tests compare them with the real memory after every call. Keys live in two namespaces
-(§9.1): the request namespace holds request keys ``(req_id, model_id)`` and blocks keys
+(semantics.md §9.1): the request namespace holds request keys ``(req_id, model_id)`` and blocks keys
 ``(2**64-1, model_id)``; the prefix namespace holds prefix keys ``(prefix_id, model_id)``.
 A placeholder (neither id valid) is never bound but has the identity of its model's
 blocks key (PR-22).
@@ -26,7 +26,7 @@ from .model import Pool
 from .outcome import strict
 
 U64_MAX = 2**64 - 1
-TABLE_LIMIT = 1 << 20            # §15: the published cache table of direct mode
+TABLE_LIMIT = 1 << 20            # semantics.md §15: the published cache table of direct mode
 HOST, DEVICE = 0, 1
 REQUEST, PREFIX = "request", "prefix"
 
@@ -81,7 +81,7 @@ class CacheM:
     owned: bool
     tensors: List[bytearray]
     pages: List[Tuple[int, int]] = field(default_factory=list)
-    id_reference: bool = True    # ext_ref_count (§3.3): dropped by deallocate_cache
+    id_reference: bool = True    # ext_ref_count (semantics.md §3.3): dropped by deallocate_cache
 
     @property
     def stride(self) -> int:
@@ -97,7 +97,7 @@ class CacheM:
 
 
 def tensor_size(shape: Sequence[int], data_type: int) -> Optional[int]:
-    """``TS`` of a byte type (§2.3), or ``None`` when the core rejects it (PARAM_INVALID)."""
+    """``TS`` of a byte type (semantics.md §2.3), or ``None`` when the core rejects it (PARAM_INVALID)."""
     if not 1 <= len(shape) <= 31 or any(d <= 0 for d in shape) or data_type not in PY_ELEMENT_BYTES:
         return None
     size = PY_ELEMENT_BYTES[data_type]
@@ -126,7 +126,7 @@ class Engine:
     # ---- ids and keys ----------------------------------------------------------------------------
 
     def _take_id(self) -> int:
-        """§3.1: one counter for registration and allocation, consumed by failures after the
+        """semantics.md §3.1: one counter for registration and allocation, consumed by failures after the
         first checks."""
         cache_id = self.next_id
         self.next_id += 1
@@ -136,7 +136,7 @@ class Engine:
         return [ident for ident, (cid, _) in self.bindings.items() if cid == cache_id]
 
     def _check_keys(self, keys: Sequence[KeyM], count: int, strict: bool) -> Optional[str]:
-        """§9.2, PR-21, PR-22: why the keys cannot be bound, or ``None``. ``strict`` is the v2
+        """semantics.md §9.2, PR-21, PR-22: why the keys cannot be bound, or ``None``. ``strict`` is the v2
         rule (repeats rejected); v1 lets the last occurrence win (PR-22)."""
         if len(keys) > count:
             return "more keys than batches"
@@ -153,7 +153,7 @@ class Engine:
         return None
 
     def _plan_registration_keys(self, keys: Sequence[KeyM]) -> Tuple[List[Tuple[int, KeyM]], bool]:
-        """PR-21 (§9.3): the registration checks no key. A key bound already keeps that
+        """PR-21 (semantics.md §9.3): the registration checks no key. A key bound already keeps that
         binding and binds nothing here; a key repeated in the call binds once, at the slot
         of its last occurrence (the core's slot map keeps the last write). The (slot, key)
         pairs that bind, and whether the lint applies (placeholders count too)."""
@@ -176,11 +176,11 @@ class Engine:
         for ident in self.keys_of(cache_id):
             del self.bindings[ident]
 
-    # ---- the published cache table (§15, direct mode) ---------------------------------------------
+    # ---- the published cache table (semantics.md §15, direct mode) ---------------------------------------------
 
     def table_bytes(self, extra_tensors: Sequence[int] = (), extra_bindings: int = 0) -> int:
-        """§15: 24 B + Σ over caches (64 B + 8 B × N) + 24 B per request/blocks key binding
-        (prefix keys are not published, §9.7)."""
+        """semantics.md §15: 24 B + Σ over caches (64 B + 8 B × N) + 24 B per request/blocks key binding
+        (prefix keys are not published, semantics.md §9.7)."""
         bindings = sum(1 for ident in self.bindings if ident[0] == REQUEST) + extra_bindings
         caches = list(self.caches.values())
         return (24 + sum(64 + 8 * c.num_tensors for c in caches) + sum(64 + 8 * n for n in extra_tensors)
@@ -192,7 +192,7 @@ class Engine:
         new = {k.identity() for k in keys if not k.placeholder and k.identity()[0] == REQUEST}  # type: ignore
         return self.table_bytes([num_tensors], len(new)) > TABLE_LIMIT
 
-    # ---- registration (§3.2, §9.3) ---------------------------------------------------------------
+    # ---- registration (semantics.md §3.2, §9.3) ---------------------------------------------------------------
 
     def register(self, num_tensors: int, shape: Sequence[int], data_type: int, placement: int,
                  contents: Sequence[bytes], addrs: Sequence[int], keys: Sequence[KeyM],
@@ -206,7 +206,7 @@ class Engine:
             return S.LLM_PARAM_INVALID, None
         plan: List[Tuple[int, KeyM]] = []
         if not blocks:
-            # §9.3: a blocks key already bound moves to the new cache (last registration
+            # semantics.md §9.3: a blocks key already bound moves to the new cache (last registration
             # wins); slot keys follow PR-21
             if len(keys) > shape[0]:
                 return S.LLM_PARAM_INVALID, None              # a guard: slots past the cache
@@ -215,7 +215,7 @@ class Engine:
                 if strict():
                     return S.LLM_PARAM_INVALID, None
                 self.lints.append("PR-21")
-        if self.table_full(num_tensors, keys if blocks else [k for _, k in plan]):   # §3.2
+        if self.table_full(num_tensors, keys if blocks else [k for _, k in plan]):   # semantics.md §3.2
             return S.LLM_PARAM_INVALID, None
         cache = CacheM(cache_id, "BLOCKS" if blocks else "CACHE", num_tensors, size, shape[0], placement, False,
                        [bytearray(c) for c in contents])
@@ -229,7 +229,7 @@ class Engine:
     def unregister(self, cache_id: int) -> S:
         cache = self.caches.get(cache_id)
         if cache is None:
-            return S.LLM_SUCCESS                                      # §3.5: unknown id
+            return S.LLM_SUCCESS                                      # semantics.md §3.5: unknown id
         if cache.owned:                                               # PR-23: a lint
             if strict():
                 return S.LLM_PARAM_INVALID
@@ -240,7 +240,7 @@ class Engine:
         del self.caches[cache_id]
         return S.LLM_SUCCESS
 
-    # ---- allocation (§3.3, §3.6, §9.2) -----------------------------------------------------------
+    # ---- allocation (semantics.md §3.3, §3.6, §9.2) -----------------------------------------------------------
 
     def allocate(self, num_tensors: int, shape: Sequence[int], data_type: int, placement: int,
                  keys: Sequence[KeyM], blocks: bool) -> Tuple[S, Optional[int]]:
@@ -266,13 +266,13 @@ class Engine:
         if pages is None:
             return (S.LLM_OUT_OF_MEMORY if self.generation == 2 else S.LLM_DEVICE_OUT_OF_MEMORY), None
         if not why and self.table_full(num_tensors, keys):
-            # decision (§15 and E-22 give no order for the keys' 24 B): the bindings are
+            # decision (semantics.md §15 and E-22 give no order for the keys' 24 B): the bindings are
             # counted with the keys, after the pool; the pages go back
             why = "the key bindings would push the table past 1 MiB"
         if why:
             pool.give(pages)
             if self.generation == 1 and "already bound" in why:
-                return S.LLM_FAILED, None                             # §9.2: v1 "key already exists"
+                return S.LLM_FAILED, None                             # semantics.md §9.2: v1 "key already exists"
             return S.LLM_PARAM_INVALID, None
         kind = ("BLOCKS" if self.generation == 2 else "V1BLOCKS") if blocks else "CACHE"
         cache = CacheM(cache_id, kind, num_tensors, size, shape[0], placement, True,
@@ -297,7 +297,7 @@ class Engine:
         del self.caches[cache.cache_id]
 
     def deallocate(self, cache_id: int) -> S:
-        """§3.4 (v2 and v1), §9.8."""
+        """semantics.md §3.4 (v2 and v1), semantics.md §9.8."""
         if self.generation == 2 and self.device_pool is None and self.host_pool is None:
             return S.LLM_FEATURE_NOT_ENABLED
         cache = self.caches.get(cache_id)
@@ -310,11 +310,11 @@ class Engine:
         if cache.kind != "CACHE" or not self.keys_of(cache_id):
             self._free(cache)                         # blocks caches free at once and unbind
         else:
-            cache.id_reference = False                # deferred until the last key goes (§9.8)
+            cache.id_reference = False                # deferred until the last key goes (semantics.md §9.8)
         return S.LLM_SUCCESS
 
     def remove_cache_key(self, key: KeyM) -> S:
-        """§9.6 (the validity rule, PR-41, is a Python lint before): a placeholder-shaped
+        """semantics.md §9.6 (the validity rule, PR-41, is a Python lint before): a placeholder-shaped
         key has its model's blocks-key identity, a key with both ids valid the prefix one."""
         if self.generation == 2 and self.device_pool is None and self.host_pool is None:
             return S.LLM_FEATURE_NOT_ENABLED
@@ -330,7 +330,7 @@ class Engine:
             self._free(cache)
         return S.LLM_SUCCESS
 
-    # ---- local copies (§6.6, §8.8, §8.9, §8.10) --------------------------------------------------
+    # ---- local copies (semantics.md §6.6, §8.8, §8.9, §8.10) --------------------------------------------------
 
     def copy_cache(self, dst_id: int, src_id: int, dst_batch: int, src_batch: int, offset: int, size: int) -> S:
         src, dst = self.caches.get(src_id), self.caches.get(dst_id)
@@ -354,7 +354,7 @@ class Engine:
         return S.LLM_SUCCESS
 
     def copy_blocks(self, cache_id: int, pairs: Sequence[Tuple[int, int]]) -> S:
-        """§8.9: pairs ``(src, dst)`` within one cache, in order: a repeated destination
+        """semantics.md §8.9: pairs ``(src, dst)`` within one cache, in order: a repeated destination
         keeps the last pair's block (PR-5); no pair copies block 0 onto itself (PR-25).
         Both lints are Python checks."""
         cache = self.caches.get(cache_id)
@@ -363,7 +363,7 @@ class Engine:
         if cache.blocks == 0:
             return S.LLM_PARAM_INVALID                # X-11
         if any(s >= cache.blocks or d >= cache.blocks for s, d in pairs):
-            return S.LLM_PARAM_INVALID                # §7.3
+            return S.LLM_PARAM_INVALID                # semantics.md §7.3
         sources = {s for s, _ in pairs}
         if any(d in sources for _, d in pairs):
             return S.LLM_PARAM_INVALID                # PR-24
@@ -376,7 +376,7 @@ class Engine:
 
 
 def runs(pairs: Sequence[Tuple[int, int]]) -> List[Tuple[int, int, int]]:
-    """§7.3: maximal runs ``(s0, d0, len)`` in which both indexes rise by one."""
+    """semantics.md §7.3: maximal runs ``(s0, d0, len)`` in which both indexes rise by one."""
     out: List[Tuple[int, int, int]] = []
     for s, d in pairs:
         if out and out[-1][0] + out[-1][2] == s and out[-1][1] + out[-1][2] == d:
@@ -387,7 +387,7 @@ def runs(pairs: Sequence[Tuple[int, int]]) -> List[Tuple[int, int, int]]:
 
 
 def swap(src: List[bytearray], dst: List[bytearray], block_size: int, pairs: Sequence[Tuple[int, int]]) -> S:
-    """§8.10 on the tensors' bytes (the caches are addressed by their address lists).
+    """semantics.md §8.10 on the tensors' bytes (the caches are addressed by their address lists).
     X-11: source and destination spans of one tensor that overlap → PARAM_INVALID (they
     cannot here: a swap is always between a HOST and a DEVICE cache)."""
     for s0, d0, n in runs(pairs):

@@ -6,14 +6,14 @@ list position ``b`` binds slot ``b``, placeholders only advance the position, an
 key repeated in one call binds at its last position ("the last one wins", PR-22's v1
 half). A key already bound to a live cache makes the allocation ``LLM_FAILED``.
 The Prompt may deallocate at once: a cache with keys outstanding is only marked
-(its id reference dropped, §3.4, §9.8) and lives on until its last key is released.
+(its id reference dropped, semantics.md §3.4, §9.8) and lives on until its last key is released.
 
 A Decoder pulls through a key, or by ``(cache id, batch)``. Every pull is answered by
-the Prompt against its live tables (v1 works like server-assisted mode, §1.3). A
+the Prompt against its live tables (v1 works like server-assisted mode, semantics.md §1.3). A
 successful contiguous pull through a request key updates the cache's
 remaining-tensor set ``R`` shared by all its keys; when ``R`` is empty the key is
-released, and a marked cache whose last key goes is freed (§9.5). A pull that gave
-``src_cache_offset`` or ``dst_cache_offset`` (even 0) releases nothing (§6.3).
+released, and a marked cache whose last key goes is freed (semantics.md §9.5). A pull that gave
+``src_cache_offset`` or ``dst_cache_offset`` (even 0) releases nothing (semantics.md §6.3).
 
 ``V1Engine`` holds one engine's state: role, cluster id, caches (their tensor
 count, batch count, tensor size, kind, keys by slot, ``R``, the id reference and
@@ -21,9 +21,9 @@ whether they are freed), the key table and the links. Each call method checks it
 arguments in the order of the vendor's Python layer (docs/reference/python-api.md §12), the lints
 PR-2 and PR-5 (noted in ``lints``; the refusals in strict mode) and the Python rules
 PR-41 and V-5, then the engine
-(docs/reference/semantics.md §8.0 with the v1 rows of §6.1, §6.3, §7.3, §8.11) and returns an
+(docs/reference/semantics.md §8.0 with the v1 rows of semantics.md §6.1, §6.3, §7.3, §8.11) and returns an
 ``Outcome`` whose ``copies`` say exactly which bytes move from the source cache to
-the destination cache. ``transfer_cache_async`` (§8.7, PR-40, docs/semantics.md V-9)
+the destination cache. ``transfer_cache_async`` (semantics.md §8.7, PR-40, docs/semantics.md V-9)
 writes to raw peer addresses, so its copies are resolved against the peer's caches
 here, and its result per configuration follows the CacheTask rules of docs/reference/python-api.md
 §9.5.
@@ -74,16 +74,16 @@ class BlocksKey:
     model_id: int = 0
 
 
-Identity = Tuple[str, int, int]     # (namespace, id, model_id), §9.1
+Identity = Tuple[str, int, int]     # (namespace, id, model_id), semantics.md §9.1
 
 
 def valid_id(value: int) -> bool:
-    """§9.1: an id is valid when 0 ≤ id < 2**64 − 1."""
+    """semantics.md §9.1: an id is valid when 0 ≤ id < 2**64 − 1."""
     return 0 <= value < U64_MAX
 
 
 def identity(key: Union[Key, BlocksKey]) -> Optional[Identity]:
-    """The identity a key is bound under (§9.1, docs/reference/python-api.md §7.4); ``None`` for a
+    """The identity a key is bound under (semantics.md §9.1, docs/reference/python-api.md §7.4); ``None`` for a
     placeholder. A key with both ids valid is a prefix key when bound."""
     if isinstance(key, BlocksKey):
         return ("req", U64_MAX, key.model_id)
@@ -103,7 +103,7 @@ def pull_validity(key: Key) -> bool:
 
 @dataclass
 class V1Cache:
-    """An allocated v1 cache (§2.2: CACHE, or "v1 blocks" with batches and blocks)."""
+    """An allocated v1 cache (semantics.md §2.2: CACHE, or "v1 blocks" with batches and blocks)."""
 
     cache_id: int
     num_tensors: int
@@ -112,7 +112,7 @@ class V1Cache:
     blocks: bool
     slots: Dict[int, Identity] = field(default_factory=dict)   # bound request/prefix keys by slot
     blocks_key: Optional[Identity] = None
-    remaining: Set[int] = field(default_factory=set)            # R of §9.5
+    remaining: Set[int] = field(default_factory=set)            # R of semantics.md §9.5
     ext_ref: int = 1
     freed: bool = False
 
@@ -149,7 +149,7 @@ class V1Engine:
         outcome.lints, self.lints = frozenset(self.lints), []
         return outcome
 
-    # ---- allocation and keys (§3.3, §9.2, §3.4, §9.6) -------------------------------------------
+    # ---- allocation and keys (semantics.md §3.3, §9.2, §3.4, §9.6) -------------------------------------------
 
     def live(self, cache_id: int) -> Optional[V1Cache]:
         cache = self.caches.get(cache_id)
@@ -158,8 +158,8 @@ class V1Engine:
 
     def _python_layer_rules(self, n: int, src_range: Optional[range], dst_range: Optional[range],
                             dst_id: int) -> Tuple[Optional[Outcome], Optional[range], Optional[range]]:
-        """The Python steps both v1 pulls share, in order (python-api §12): ``n > 0`` (§5),
-        the layer-range conversion (§4.2, PR-2: an empty range is a lint and means no
+        """The Python steps both v1 pulls share, in order (python-api §12): ``n > 0`` (semantics.md §5),
+        the layer-range conversion (semantics.md §4.2, PR-2: an empty range is a lint and means no
         range), then V-5 against the local cache. Returns the first failure and the ranges
         as the core sees them."""
         if n <= 0:
@@ -193,12 +193,12 @@ class V1Engine:
         """``allocate_cache(desc, keys)`` or ``allocate_blocks_cache(desc, blocks_key)``.
 
         The value of a success is the new cache id."""
-        # docs/reference/python-api.md §12 allocate_cache / allocate_blocks_cache (the role rows of §9.2, §11)
+        # docs/reference/python-api.md §12 allocate_cache / allocate_blocks_cache (the role rows of semantics.md §9.2, §11)
         if not blocks and keys and self.role != Role.PROMPT:
             return python_error_lx("§9.2: keys given by a non-PROMPT engine")
         if blocks and blocks_key is not None and self.role == Role.DECODER:
             return python_error_lx("§9.2: a blocks key given by a DECODER")
-        # §3.1: a v1 allocation that passed the placement check takes an id, even if it fails later
+        # semantics.md §3.1: a v1 allocation that passed the placement check takes an id, even if it fails later
         cache_id = self.next_id
         self.next_id += 1
         if len(keys) > batches:
@@ -221,12 +221,12 @@ class V1Engine:
             else:
                 cache.slots[slot] = ident
         if cache.slots:
-            cache.remaining = set(range(num_tensors))     # §9.5: R is reset whenever a key is bound
+            cache.remaining = set(range(num_tensors))     # semantics.md §9.5: R is reset whenever a key is bound
         self.caches[cache_id] = cache
         return success(cache_id)
 
     def deallocate(self, cache_id: int) -> Outcome:
-        """``deallocate_cache`` (§3.4; the v2 deferral rule applies to v1, §9.5, §9.8)."""
+        """``deallocate_cache`` (semantics.md §3.4; the v2 deferral rule applies to v1, semantics.md §9.5, §9.8)."""
         cache = self.live(cache_id)
         if cache is None:
             return fail(KVNE, "§3.4: unknown id (v1)")
@@ -234,7 +234,7 @@ class V1Engine:
             return success(rule="X-6: already deferred")
         cache.ext_ref = 0
         if cache.blocks or not cache.slots:
-            # a blocks cache is freed at once and loses its key (§3.4, §9.8)
+            # a blocks cache is freed at once and loses its key (semantics.md §3.4, §9.8)
             if cache.blocks_key is not None:
                 del self.bindings[cache.blocks_key]
                 cache.blocks_key = None
@@ -242,7 +242,7 @@ class V1Engine:
         return success()
 
     def _release(self, ident: Identity) -> None:
-        """Unbind ``ident``; a cache without its id reference and keys is freed (§9.5)."""
+        """Unbind ``ident``; a cache without its id reference and keys is freed (semantics.md §9.5)."""
         cache_id, slot = self.bindings.pop(ident)
         cache = self.caches[cache_id]
         if cache.blocks_key == ident:
@@ -253,7 +253,7 @@ class V1Engine:
             cache.freed = True
 
     def remove_cache_key(self, key: Key) -> Outcome:
-        """``remove_cache_key`` (§9.6; PROMPT only; PR-41)."""
+        """``remove_cache_key`` (semantics.md §9.6; PROMPT only; PR-41)."""
         if self.role != Role.PROMPT:
             return python_error_lx("§9.6, §11: remove_cache_key by a non-PROMPT engine")
         lints: List[str] = []
@@ -270,7 +270,7 @@ class V1Engine:
         self._release(ident)
         return success().linted(*lints)
 
-    # ---- pulls (§6.1, §6.3, §8.0, §8.11, §9.4, §9.5) -----------------------------------------
+    # ---- pulls (semantics.md §6.1, §6.3, §8.0, §8.11, §9.4, §9.5) -----------------------------------------
 
     def pull_cache(self, prompt: Optional["V1Engine"], key: Union[Key, ById], dst_id: int, batch_index: int = 0,
                    size: int = -1, src_range: Optional[range] = None, dst_range: Optional[range] = None,
@@ -298,16 +298,16 @@ class V1Engine:
         if layered is not None:
             return layered
         local = self.live(dst_id)
-        # the engine (§8.0 pull order; v1 has no own-cluster step, E-7)
+        # the engine (semantics.md §8.0 pull order; v1 has no own-cluster step, E-7)
         if local is None:
             return fail(KVNE, "§8.0 step 3: local cache unknown")
         if batch_index >= local.batches:
             return fail(PI, "§6.2: destination batch >= B_dst")
         doff = dst_offset or 0
         soff = src_offset or 0
-        length = size if size > 0 else local.stride - doff           # §6.1 (v1): S_dst − dst_cache_offset
+        length = size if size > 0 else local.stride - doff           # semantics.md §6.1 (v1): S_dst − dst_cache_offset
         if length <= 0:
-            # decision: size -1 with dst_cache_offset = S_dst would move nothing (§1.5: rejected)
+            # decision: size -1 with dst_cache_offset = S_dst would move nothing (semantics.md §1.5: rejected)
             return fail(PI, "§6.1 (v1): no byte left after dst_cache_offset (decision)")
         if doff + length > local.stride:
             return fail(PI, "§6.1, §6.3: dst_cache_offset + L > S_dst")
@@ -316,7 +316,7 @@ class V1Engine:
             return tensor_check
         if prompt is None or key.cluster_id not in self.links:
             return fail(S.LLM_NOT_YET_LINK, "§8.0 step 5: no link")
-        # step 7: the source, resolved live by the Prompt (§9.4)
+        # step 7: the source, resolved live by the Prompt (semantics.md §9.4)
         through: Optional[Identity] = None
         if isinstance(key, Key):
             ident = identity(key)
@@ -345,7 +345,7 @@ class V1Engine:
             return fail(PI, "§6.1, §6.3: src_cache_offset + L > S_src")
         copies = [Copy(d, batch_index * local.stride + doff, s, b_src * source.stride + soff, length)
                   for s, d in pairs]
-        # §9.5: release through a request key, unless an offset was given (even 0)
+        # semantics.md §9.5: release through a request key, unless an offset was given (even 0)
         if through is not None and src_offset is None and dst_offset is None:
             source.remaining = set() if src_range is None else source.remaining - {s for s, _ in pairs}
             if not source.remaining:
@@ -355,7 +355,7 @@ class V1Engine:
     def pull_blocks(self, prompt: Optional["V1Engine"], key: BlocksKey, dst_id: int, src_blocks: Sequence[int],
                     dst_blocks: Sequence[int], src_range: Optional[range] = None,
                     dst_range: Optional[range] = None, n: int = 2) -> Outcome:
-        """``kv_cache_manager.pull_blocks`` (§7, §8.3, §8.11)."""
+        """``kv_cache_manager.pull_blocks`` (semantics.md §7, §8.3, §8.11)."""
         self.lints = []
         return self._with_lints(self._pull_blocks(prompt, key, dst_id, src_blocks, dst_blocks, src_range, dst_range,
                                                   n))
@@ -400,12 +400,12 @@ class V1Engine:
             return fail(PI, "§7.3 (v1), PR-4: a source run past the source cache")
         if source.stride != local.stride:
             return fail(PI, "PR-13: block sizes differ")
-        block = local.stride        # §8.11: the destination batch stride is the block length
+        block = local.stride        # semantics.md §8.11: the destination batch stride is the block length
         copies = [Copy(d, db * block, s, sb * block, block)
                   for s, d in pairs for sb, db in zip(src_blocks, dst_blocks)]
         return success(copies=copies).at((prompt.cluster_id, source.cache_id), (self.cluster_id, dst_id))
 
-    # ---- transfer_cache_async (§8.7, PR-40, V-9) ------------------------------------------------
+    # ---- transfer_cache_async (semantics.md §8.7, PR-40, V-9) ------------------------------------------------
 
     def transfer_cache_async(self, peers: Dict[int, "V1Engine"], src_id: int,
                              configs: Sequence["TransferConfigArg"],
@@ -456,7 +456,7 @@ class V1Engine:
     def _transfer_layer(self, peers: Dict[int, "V1Engine"], src: V1Cache, layer: int, config: "TransferConfigArg",
                         covered: range, peer_addresses: Dict[int, Dict[int, List[int]]]
                         ) -> Tuple[S, List[Tuple[int, Copy]]]:
-        """One layer to the raw addresses (§8.7): tensors 2L and 2L+1, ``S_src`` bytes
+        """One layer to the raw addresses (semantics.md §8.7): tensors 2L and 2L+1, ``S_src`` bytes
         each from batch ``src_batch``; each range inside one live peer tensor (PR-40),
         both checked before either is written."""
         peer = peers.get(config.dst_cluster)
@@ -473,10 +473,10 @@ class V1Engine:
             out.append((cache_id, Copy(tensor, offset, 2 * layer + j, config.src_batch * src.stride, src.stride)))
         return S.LLM_SUCCESS, out
 
-    # ---- links and roles (§10.5, §10.7, §10.8, §11) -------------------------------------------
+    # ---- links and roles (semantics.md §10.5, §10.7, §10.8, §11) -------------------------------------------
 
     def check_link_status(self, remote: int) -> Outcome:
-        """§10.8: DECODER only; a link exists → returns; else ``NOT_YET_LINK``."""
+        """semantics.md §10.8: DECODER only; a link exists → returns; else ``NOT_YET_LINK``."""
         if self.role != Role.DECODER:
             return fail(PI, "§10.8: caller not DECODER")
         if remote not in self.links:
@@ -495,12 +495,12 @@ class TransferConfigArg:
 
 
 def link_v1(decoder: V1Engine, prompt: Optional[V1Engine], remote_cluster: int) -> Outcome:
-    """v1 ``link_clusters`` of one cluster by ``decoder`` (§10.5, X-12). The value is the
+    """v1 ``link_clusters`` of one cluster by ``decoder`` (python-api.md §10.5, X-12). The value is the
     per-cluster list."""
     if decoder.role != Role.DECODER:
         return Outcome(status=PI, rule="§10.5: caller not DECODER", value=[])
     if prompt is None:
-        # nobody listens there: the cluster fails and is rolled back (§10.5)
+        # nobody listens there: the cluster fails and is rolled back (semantics.md §10.5)
         return Outcome(status=S.LLM_LINK_FAILED, rule="§10.5: refused", value=[S.LLM_LINK_FAILED])
     if remote_cluster in decoder.links:
         return Outcome(status=S.LLM_ALREADY_LINK, rule="§10.2 (v1 decision): linked already",
@@ -511,7 +511,7 @@ def link_v1(decoder: V1Engine, prompt: Optional[V1Engine], remote_cluster: int) 
 
 
 def unlink_v1(caller: V1Engine, peer: Optional[V1Engine], remote_cluster: int, force: bool) -> Outcome:
-    """v1 ``unlink_clusters`` of one cluster (§10.5, X-12: never linked → per-cluster
+    """v1 ``unlink_clusters`` of one cluster (python-api.md §10.5, X-12: never linked → per-cluster
     ``NOT_YET_LINK``, overall success)."""
     if remote_cluster not in caller.links:
         return Outcome(value=[S.LLM_NOT_YET_LINK], rule="X-12")
@@ -529,7 +529,7 @@ def python_error_lx(rule: str) -> Outcome:
 
 
 def _local_tensors(n: int, num_local: int, src: Optional[range], dst: Optional[range]) -> Optional[Outcome]:
-    """§4.2 rows checked against the local cache (step 4)."""
+    """semantics.md §4.2 rows checked against the local cache (step 4)."""
     if dst is not None and (dst.stop * n > num_local):
         return fail(PI, "§4.2: a destination tensor >= N_local")
     if src is not None and dst is not None and len(src) != len(dst):
@@ -541,8 +541,8 @@ def _local_tensors(n: int, num_local: int, src: Optional[range], dst: Optional[r
 
 def _pairs(n: int, num_local: int, num_remote: int, src: Optional[range],
            dst: Optional[range]) -> Union[Outcome, List[Tuple[int, int]]]:
-    """The tensor pairs ``(s, d)`` of a pull (§4.1, §8.1) after the source's checks
-    (§4.2: source tensors < N_remote; the counts without a range)."""
+    """The tensor pairs ``(s, d)`` of a pull (semantics.md §4.1, §8.1) after the source's checks
+    (semantics.md §4.2: source tensors < N_remote; the counts without a range)."""
     src_t = list(range(src.start * n, src.stop * n)) if src is not None else None
     dst_t = list(range(dst.start * n, dst.stop * n)) if dst is not None else None
     if src_t is not None and src_t[-1] >= num_remote:

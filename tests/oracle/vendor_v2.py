@@ -5,35 +5,35 @@ Written from docs/reference/semantics.md and docs/reference/python-api.md alone.
 
 The story the model tells. Two engines, ``local`` (the process making the calls,
 usually the Decoder) and ``peer`` (the other process, usually the Prompt), are each in
-direct mode or in server-assisted mode (§1.3). Each holds caches: registered over
-caller memory or allocated from a pool (§3.2, §3.3), contiguous (CACHE: ``B = D``) or
-blocks (BLOCKS: ``NB = D``), with a placement and a remote-accessible flag (§2.6).
+direct mode or in server-assisted mode (semantics.md §1.3). Each holds caches: registered over
+caller memory or allocated from a pool (semantics.md §3.2, §3.3), contiguous (CACHE: ``B = D``) or
+blocks (BLOCKS: ``NB = D``), with a placement and a remote-accessible flag (semantics.md §2.6).
 Ids come from a per-engine counter that starts at 1 and is consumed by calls that fail
-their key checks (§3.1).
+their key checks (semantics.md §3.1).
 
-Keys live in two namespaces (§9.1): the request namespace holds request keys
+Keys live in two namespaces (semantics.md §9.1): the request namespace holds request keys
 ``(req_id, model_id)`` and blocks keys ``(2**64-1, model_id)``; the prefix namespace
 holds prefix keys. A binding names a cache and a slot. An owned contiguous cache keeps
 one reference for its id (dropped by ``deallocate_cache``) and one per bound key, and
-a remaining-tensor set ``R`` shared by its keys (§9.5): a successful server-assisted
+a remaining-tensor set ``R`` shared by its keys (semantics.md §9.5): a successful server-assisted
 contiguous or cache-to-blocks pull through a request key removes the tensors it read
 from ``R`` (all of them without a source range) and releases the key once ``R`` is
-empty; a cache with no id reference and no key left is freed (§9.8).
-``remove_cache_key`` empties ``R`` and releases (§9.6).
+empty; a cache with no id reference and no key left is freed (semantics.md §9.8).
+``remove_cache_key`` empties ``R`` and releases (semantics.md §9.6).
 
 A link records the logical time it was made. In direct mode the local engine copies
-the peer's published table on the first pull or push over the link (§9.7): its caches
+the peer's published table on the first pull or push over the link (semantics.md §9.7): its caches
 and the bindings of request and blocks keys (prefix keys are never published). From
 then on a source or destination is found only if it is in that copy and still live on
 the peer with the same cache (PR-7, PR-19). In server-assisted mode the peer resolves
-every request against its live tables (§9.4). A cache registered after the link was
+every request against its live tables (semantics.md §9.4). A cache registered after the link was
 made is unreachable through it (PR-32; pool allocations exempt).
 
 Every data-movement call returns its ``Outcome`` (a ``TypeError``, an
 ``LLMException`` status, or success) following the Python checks of docs/reference/python-api.md
 §11.2–§11.4 and the engine order of docs/reference/semantics.md §8.0, and applies exactly the bytes
-that move to the model's memory (§8.2–§8.7; a multi-layer push keeps the layers
-written before a failing one, §8.12).
+that move to the model's memory (semantics.md §8.2–§8.7; a multi-layer push keeps the layers
+written before a failing one, semantics.md §8.12).
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ HOST, DEVICE = "HOST", "DEVICE"
 
 
 def valid(identifier: int) -> bool:
-    """An id is valid when ``0 <= id < 2**64 - 1`` (§9.1)."""
+    """An id is valid when ``0 <= id < 2**64 - 1`` (semantics.md §9.1)."""
     return 0 <= identifier < U64
 
 
@@ -70,7 +70,7 @@ class Key:
 
     @property
     def namespace(self) -> Optional[str]:
-        """``prefix`` when the prefix id is valid (it decides, §9.1), ``request`` when only
+        """``prefix`` when the prefix id is valid (it decides, semantics.md §9.1), ``request`` when only
         the request id is, ``None`` for a placeholder."""
         if valid(self.prefix_id):
             return "prefix"
@@ -93,7 +93,7 @@ class Key:
 
 @dataclass(frozen=True)
 class BlocksKey:
-    """A ``BlocksCacheKey(cluster, model_id)``: identity ``(2**64-1, model_id)`` (§9.1)."""
+    """A ``BlocksCacheKey(cluster, model_id)``: identity ``(2**64-1, model_id)`` (semantics.md §9.1)."""
 
     cluster: int
     model_id: int = 0
@@ -149,7 +149,7 @@ class VCache:
 
     @property
     def stride(self) -> int:
-        """``S = TS / D`` (§2.2)."""
+        """``S = TS / D`` (semantics.md §2.2)."""
         return self.row
 
     @property
@@ -167,7 +167,7 @@ class VCache:
 
 @dataclass
 class Table:
-    """A direct-mode table copy (§9.7): the peer's caches and request-namespace bindings
+    """A direct-mode table copy (semantics.md §9.7): the peer's caches and request-namespace bindings
     at the moment it was taken."""
 
     caches: Dict[int, VCache]
@@ -208,7 +208,7 @@ class VEngine:
         self.released.append(cache)
 
     def release_key(self, identity: Tuple[str, int, int]) -> None:
-        """Unbind a key of an owned contiguous cache; free the cache when nothing holds it (§9.5)."""
+        """Unbind a key of an owned contiguous cache; free the cache when nothing holds it (semantics.md §9.5)."""
         cache_id, _ = self.bindings.pop(identity)
         cache = self.caches[cache_id]
         if cache.ext_ref == 0 and not self.keys_of(cache_id):
@@ -224,7 +224,7 @@ class Link:
 
 
 def layers(rng: Optional[range], n: int) -> List[int]:
-    """Tensor indexes ``[a·n, b·n)`` of a Python layer range (§4.1)."""
+    """Tensor indexes ``[a·n, b·n)`` of a Python layer range (semantics.md §4.1)."""
     return [] if rng is None else list(range(rng.start * n, rng.stop * n))
 
 
@@ -264,12 +264,12 @@ class World:
 
     def init_local(self, cluster_id: int, direct: bool, device_pool: bool, host_pool: bool) -> VEngine:
         self.local = VEngine(cluster_id, direct, device_pool, host_pool)
-        self.link = None   # finalize drops every link locally (§10.4)
+        self.link = None   # finalize drops every link locally (semantics.md §10.4)
         self.peer_side = False   # (used at the start of an example, when both engines are fresh)
         return self.local
 
     def init_peer(self, cluster_id: int, direct: bool, device_pool: bool, host_pool: bool) -> VEngine:
-        """A fresh peer engine; a link the local side still holds becomes stale (§10.4, PR-31)."""
+        """A fresh peer engine; a link the local side still holds becomes stale (semantics.md §10.4, PR-31)."""
         if self.peer is not None:
             for cache in list(self.peer.caches.values()):
                 self.peer.free(cache)
@@ -284,16 +284,16 @@ class World:
         assert engine is not None
         return engine
 
-    # -- caches (§3) -------------------------------------------------------
+    # -- caches (semantics.md §3) -------------------------------------------------------
 
     def register(self, side: str, kind: Kind, num: int, dim0: int, row: int, placement: str,
                  memory: List[bytearray], keys: Sequence[Key] = (), blocks_key: Optional[BlocksKey] = None,
                  remote_accessible: Optional[bool] = None) -> Outcome:
-        """``register_cache``/``register_blocks_cache`` of well-formed memory (§3.2, §9.3)."""
+        """``register_cache``/``register_blocks_cache`` of well-formed memory (semantics.md §3.2, §9.3)."""
         engine = self.engine(side)
-        ra = remote_accessible if remote_accessible is not None else placement == DEVICE   # §2.6
+        ra = remote_accessible if remote_accessible is not None else placement == DEVICE   # semantics.md §2.6
         cache_id = engine.next_id
-        engine.next_id += 1                         # taken after the rank and address checks (§3.1)
+        engine.next_id += 1                         # taken after the rank and address checks (semantics.md §3.1)
         binding: Sequence[Optional[Key]] = keys
         lints: List[str] = []
         if kind is Kind.CACHE:
@@ -309,20 +309,20 @@ class World:
         if kind is Kind.CACHE:
             self._bind(engine, cache, binding)
         elif blocks_key is not None:
-            engine.bindings[blocks_key.identity] = (cache_id, 0)   # §9.3: the new cache takes the key
+            engine.bindings[blocks_key.identity] = (cache_id, 0)   # semantics.md §9.3: the new cache takes the key
         return success(cache_id).linted(*lints)
 
     def allocate(self, side: str, kind: Kind, num: int, dim0: int, row: int, placement: str,
                  keys: Sequence[Key] = (), blocks_key: Optional[BlocksKey] = None) -> Outcome:
-        """``allocate_cache``/``allocate_blocks_cache`` (§3.3, §9.2); memory starts as the test
+        """``allocate_cache``/``allocate_blocks_cache`` (semantics.md §3.3, §9.2); memory starts as the test
         fills it (``set_memory``)."""
         engine = self.engine(side)
         if not (engine.device_pool if placement == DEVICE else engine.host_pool):
             return fail(PI, "§2.6 placement without its pool (LX)")
         cache_id = engine.next_id
-        engine.next_id += 1                         # taken after pool, placement and rank (§3.1)
+        engine.next_id += 1                         # taken after pool, placement and rank (semantics.md §3.1)
         if kind is Kind.CACHE:
-            problem = self._key_problem(engine, keys, dim0)       # §9.2, PR-22
+            problem = self._key_problem(engine, keys, dim0)       # semantics.md §9.2, PR-22
             if problem:
                 return fail(PI, problem)
         elif blocks_key is not None and blocks_key.identity in engine.bindings:
@@ -368,10 +368,10 @@ class World:
                 engine.bindings[key.identity] = (cache.cache_id, slot)
                 bound = True
         if bound and cache.owned:
-            cache.remaining = set(range(cache.num))   # §9.5: R is reset when a key is bound
+            cache.remaining = set(range(cache.num))   # semantics.md §9.5: R is reset when a key is bound
 
     def deallocate(self, side: str, cache_id: int, blocks: bool) -> Outcome:
-        """``deallocate_cache``/``deallocate_blocks_cache`` (§3.4, §9.8)."""
+        """``deallocate_cache``/``deallocate_blocks_cache`` (semantics.md §3.4, §9.8)."""
         engine = self.engine(side)
         if not (engine.device_pool or engine.host_pool):
             return fail(S.LLM_FEATURE_NOT_ENABLED, "§3.4 no memory pool")
@@ -396,7 +396,7 @@ class World:
         return success().linted(*(["PR-23"] if cache.owned else []))
 
     def remove_cache_key(self, side: str, key: Key) -> Outcome:
-        """§9.6, PR-41."""
+        """semantics.md §9.6, PR-41."""
         engine = self.engine(side)
         if not (engine.device_pool or engine.host_pool):
             return fail(S.LLM_FEATURE_NOT_ENABLED, "§9.6 no memory pool")
@@ -415,10 +415,10 @@ class World:
         engine.release_key(key.identity)
         return success().linted(*lints)
 
-    # -- links (§10, §1.4) -------------------------------------------------
+    # -- links (semantics.md §10, §1.4) -------------------------------------------------
 
     def link_clusters(self, from_peer: bool = False) -> Outcome:
-        """A link between local and peer, made from either side (§10.2, §10.4).
+        """A link between local and peer, made from either side (semantics.md §10.2, §10.4).
 
         Each side holds its own end: ``self.link`` is the local end, ``self.peer_side``
         says whether the peer holds one. The client that already holds an end gets
@@ -433,17 +433,17 @@ class World:
         return success()
 
     def unlink(self, force: bool) -> Outcome:
-        """Unlink from the local side (§10.3): forced drops only the local end; otherwise the
+        """Unlink from the local side (semantics.md §10.3): forced drops only the local end; otherwise the
         peer drops its end too."""
         self.link = None
         if not force:
             self.peer_side = False
         return success()
 
-    # -- resolution (§9.4, §9.7) -------------------------------------------
+    # -- resolution (semantics.md §9.4, §9.7) -------------------------------------------
 
     def _table(self) -> Table:
-        """The table copy, taken on the first transfer that reaches the remote lookup (§9.7)."""
+        """The table copy, taken on the first transfer that reaches the remote lookup (semantics.md §9.7)."""
         assert self.link is not None
         if self.link.table is None:
             peer = self.engine("peer")
@@ -505,7 +505,7 @@ class World:
             return fail(S.LLM_TIMEOUT, "PR-31/PR-35 peer side gone")
         return None
 
-    # -- pulls (§8.0, §4.2, §6, §7, §8.2–§8.4, §9.5) -------------------------
+    # -- pulls (semantics.md §8.0, §4.2, §6, §7, §8.2–§8.4, §9.5) -------------------------
 
     def pull(self, form: str, key: AnyKey, dst_id: int, batch_index: int = 0, size: int = -1,
              src_range: Optional[range] = None, dst_range: Optional[range] = None, n: int = 2,
@@ -558,7 +558,7 @@ class World:
             refused = self.lint("PR-5 repeated destination block (LX)")
             if refused is not None:
                 return refused
-        # engine, §8.0 pull steps 2-4
+        # engine, semantics.md §8.0 pull steps 2-4
         if key.cluster == local.cluster_id:
             return fail(PI, "§8.0 step 2 source cluster is this engine")
         dst = local.live(dst_id)
@@ -629,7 +629,7 @@ class World:
         if form == "blocks" and not b2b:
             if dst.stride > src.stride:
                 return fail(PI, "§8.4 S_dst > S_src")
-            # §8.4 as the device: whole blocks, the one listed last cut to TS mod S_dst when
+            # semantics.md §8.4 as the device: whole blocks, the one listed last cut to TS mod S_dst when
             # that is not 0; every chunk inside the one source batch (PR-16, guard)
             chunk_lengths = [dst.stride] * (len(dst_blocks) - 1) + [src.tensor_size % dst.stride or dst.stride]
             if sum(chunk_lengths) > src.stride:
@@ -657,7 +657,7 @@ class World:
                 for k, (db, chunk) in enumerate(zip(dst_blocks, chunk_lengths)):
                     copies.append(Copy(d, db * dst.stride, s, src_base + k * dst.stride, chunk))
         _apply(copies, src.memory, dst.memory)
-        # step 11: key release (server-assisted, §9.5)
+        # step 11: key release (server-assisted, semantics.md §9.5)
         if not local.direct and not b2b and via is not None and via[0] == "request" and src.owned:
             peer = self.engine("peer")
             if src_range is None:
@@ -669,7 +669,7 @@ class World:
         return success(copies=copies).at((self.engine("peer").cluster_id, src.cache_id), (local.cluster_id, dst_id))
 
     def _placement_problem(self, src: VCache, dst: VCache) -> Optional[Outcome]:
-        """§1.3 server-assisted placement pairs (source → destination)."""
+        """semantics.md §1.3 server-assisted placement pairs (source → destination)."""
         if src.placement == HOST and dst.placement == HOST:
             return fail(S.LLM_FEATURE_NOT_ENABLED, "§1.3 H→H")
         if src.placement == DEVICE and dst.placement == HOST and not self.engine("local").device_pool:
@@ -678,7 +678,7 @@ class World:
             return fail(PI, "§1.3 H→D needs a device pool on the host-side peer")
         return None
 
-    # -- pushes (§8.0, §4.3, §6.5, §8.5, §8.6) ------------------------------
+    # -- pushes (semantics.md §8.0, §4.3, §6.5, §8.5, §8.6) ------------------------------
 
     def push(self, form: str, key: Union[ById, BlocksKey], src_id: int, src_batch_index: int = 0,
              src_range: Optional[range] = None, dst_range: Optional[range] = None, n: int = 2, size: int = -1,
@@ -896,7 +896,7 @@ def transfer_cache_async(world: World, src_id: int, configs: Sequence[Union[KeyC
         refused = world.lint("PR-5 repeated destination block (LX)")
         if refused is not None:
             return AsyncOutcome(world.with_lints(refused))
-    # the thread (§8.7)
+    # the thread (semantics.md §8.7)
     results: Dict[int, S] = {}
     rule = ""
     stop = False
@@ -906,7 +906,7 @@ def transfer_cache_async(world: World, src_id: int, configs: Sequence[Union[KeyC
             continue
         if layer == not_ready:
             for c, _, _ in covering:
-                results[_cluster(c)] = PI      # §8.7: False stops the thread
+                results[_cluster(c)] = PI      # semantics.md §8.7: False stops the thread
             rule = "§8.7 layer not ready"
             break
         for config, src_range, dst_range in covering:
@@ -942,7 +942,7 @@ def _cluster(config: Union[KeyConfig, AddrConfig]) -> int:
 
 def _transfer_layer(world: World, config: AddrConfig, src: VCache, layer: int, index: int,
                     src_blocks: Sequence[int], dst_blocks: Sequence[int]) -> Outcome:
-    """One server-assisted layer of a ``TransferConfig`` (§8.7, PR-40): tensors ``2L``,
+    """One server-assisted layer of a ``TransferConfig`` (semantics.md §8.7, PR-40): tensors ``2L``,
     ``2L+1``, ``S_src`` bytes from ``src_batch_index`` (or the listed blocks) to the given
     peer addresses, each written range inside one live remote-accessible peer tensor."""
     problem = world._link_problem(config.cluster)

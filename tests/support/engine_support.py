@@ -98,7 +98,7 @@ class Raw:
     """Direct C ABI calls returning raw statuses (no Python-side checks)."""
 
     def __init__(self) -> None:
-        from llm_datadist_ffi._loader import ffi, lldd_lib
+        from llm_datadist_ffi._core._loader import ffi, lldd_lib
         self.ffi = ffi
         self.lib = lldd_lib
 

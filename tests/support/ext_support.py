@@ -1,4 +1,4 @@
-"""Support for the extension-ABI tests (tests/native/test_ext_*.py): raw cffi calls of
+"""Support for the extension-ABI tests (tests/vendor/test_ext_*.py): raw cffi calls of
 include/lldd/ext.h, so that the tests reach the mock's own checks (the Python layer
 over these functions belongs to the vendor-compatible API and has its own tests).
 
@@ -72,7 +72,7 @@ class Ext:
     """Raw calls of the extension ABI. Statuses are returned, never raised."""
 
     def __init__(self) -> None:
-        from llm_datadist_ffi._loader import ffi, lldd_lib
+        from llm_datadist_ffi._core._loader import ffi, lldd_lib
         self.ffi = ffi
         self.lib = lldd_lib
         self.engines: list[Any] = []

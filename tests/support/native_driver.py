@@ -167,7 +167,7 @@ class RawAbi:
     call is then not made)."""
 
     def __init__(self) -> None:
-        from llm_datadist_ffi._loader import ffi, lldd_lib
+        from llm_datadist_ffi._core._loader import ffi, lldd_lib
         self.ffi, self.lib = ffi, lldd_lib
 
     def index(self, cluster_id: int, cache_id: int, batch: int) -> Any:

@@ -32,7 +32,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Sequence, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -248,12 +248,17 @@ def render(tests: Path = TESTS, docs: Path = DOCS) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: Sequence[str]) -> int:
+def print_page(argv: Sequence[str], render_page: Callable[[], str], command: str) -> int:
+    """The command line of a page generator: no arguments, the page on stdout."""
     if argv:
-        print(f"usage: {REGENERATE_COMMAND}", file=sys.stderr)
+        print(f"usage: {command}", file=sys.stderr)
         return 2
-    sys.stdout.write(render())
+    sys.stdout.write(render_page())
     return 0
+
+
+def main(argv: Sequence[str]) -> int:
+    return print_page(argv, render, REGENERATE_COMMAND)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,9 @@ from typing import Any, Dict, List
 import numpy as np
 import pytest
 
-from llm_datadist_ffi import LLMStatusCode, _bench, _bench_measure, _bench_report, _capi, _cli, _demo, acl
+from llm_datadist_ffi import LLMStatusCode, acl
+from llm_datadist_ffi._tools import _bench, _bench_measure, _bench_report, _cli, _demo
+from llm_datadist_ffi._core import _capi
 
 pytestmark = pytest.mark.mock_only(reason="demo and bench run the mock in several processes")
 
@@ -441,7 +443,7 @@ def test_the_mock_refuses_a_copy_of_blocks_outside_its_allocations() -> None:
 BLOCKED = """
 import socket, sys
 from llm_datadist_ffi import native
-from llm_datadist_ffi._cli import run_interruptibly
+from llm_datadist_ffi._tools._cli import run_interruptibly
 
 silent = socket.socket()                 # accepts connections and never answers
 silent.bind(("127.0.0.1", 0))

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from llm_datadist_ffi import _codegen
+from llm_datadist_ffi._tools import _codegen
 from llm_datadist_ffi.status import STATUS_TABLE
-from llm_datadist_ffi._loader import acl_lib, const
+from llm_datadist_ffi._core._loader import acl_lib, const
 
 REPO = Path(__file__).resolve().parents[2]
 STATUS_HEADER = Path("include/lldd/status.h")
@@ -36,7 +36,7 @@ def test_the_committed_shim_status_names_equal_the_generator_output() -> None:
 
 def test_the_header_says_it_is_generated_and_how_to_regenerate_it() -> None:
     header = _codegen.render_status_header()
-    assert "do not edit. Regenerate with: python -m llm_datadist_ffi._codegen" in header
+    assert "do not edit. Regenerate with: python -m llm_datadist_ffi._tools._codegen" in header
     assert "    LLM_NOTIFY_PROMPT_UNLINK_FAILED = 0x5010B00B,\n" in header
     assert header.endswith("    LLM_OUT_OF_MEMORY               = 0x5010B01C\n};\n")
 
@@ -78,7 +78,7 @@ def test_check_mode_names_each_drifted_file_and_changes_nothing(
     header.write_text(drifted, encoding="utf-8")
     assert _codegen.main(["--check", "--root", str(checkout)]) == 1
     assert capsys.readouterr().err == (
-        "include/lldd/status.h is out of date; regenerate it with: python -m llm_datadist_ffi._codegen\n"
+        "include/lldd/status.h is out of date; regenerate it with: python -m llm_datadist_ffi._tools._codegen\n"
     )
     assert header.read_text(encoding="utf-8") == drifted
 

@@ -1,7 +1,8 @@
 """docs/reference/: the native API page is generated from the docstrings of
 ``llm_datadist_ffi.native`` and the committed copy is never stale; every reference
 page keeps the section numbers that citations use and cites nothing outside the
-repository."""
+repository; every ``§`` in a comment, docstring or document names its document, and
+that document and section exist (tests/support/citations.py)."""
 from __future__ import annotations
 
 import re
@@ -9,9 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import citations
 import pytest
 
-from llm_datadist_ffi import _docgen, native
+from llm_datadist_ffi._tools import _docgen
+from llm_datadist_ffi import native
 
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "docs" / "reference"
@@ -198,3 +201,52 @@ def test_every_decision_id_cited_anywhere_is_defined_in_the_docs() -> None:
         defined |= set(re.findall(r'^#+ (?:<a id="[a-z]+-\d+"></a>)?((?:E|X|V|N|ACL|S|A)-\d+)\b', text, re.MULTILINE))
     assert len(cited) > 50
     assert {rule: where for rule, where in cited.items() if rule not in defined} == {}
+
+
+# ---- every § names its document (tests/support/citations.py) --------------------------------
+# The roots whose comments, docstrings and documents are read are citations.ROOTS; the
+# mock's C sources (mock_libs, include) join them once their comments name documents.
+
+def test_every_section_citation_names_an_existing_document_and_section() -> None:
+    assert citations.problems() == []
+
+
+def test_no_file_cites_the_developers_design_notes_by_section() -> None:
+    # the developers' design notes are outside the repository; the repository's own
+    # documents say the same (docs/design.md "Backend selection", "The C ABI"; docs/ascend.md)
+    design = "DESIGN" + " §"
+    offenders = [path for path in citations.tracked_files()
+                 if design in (REPO / path).read_text(encoding="utf-8", errors="replace")]
+    assert offenders == []
+
+
+@pytest.mark.parametrize("path, text, expected", [
+    ("tests/x.py", "# the bounds (§4.2)\n", ["tests/x.py:1: bare §4.2: # the bounds (§4.2)"]),
+    ("tests/x.py", '"""Pull rules (semantics.md §4.2, §4.5 and docs/semantics.md §7)."""\n', []),
+    ("tests/x.py", '@pytest.mark.rules("§4.2")\ndef test_a():\n    """The §4.2 bounds."""\n',
+     ["tests/x.py:3: bare §4.2: \"\"\"The §4.2 bounds.\"\"\""]),
+    ("tests/x.py", 'MESSAGE = "see §4.2"\n', []),                  # a string, not a comment or docstring
+    ("tests/x.py", "# as docs/security.md\n# §2.2 says; §2.3\nx = 1  # §2.4\n",   # a citation may wrap
+     ["tests/x.py:2: bare §2.3: # §2.2 says; §2.3", "tests/x.py:3: bare §2.4: # §2.4"]),
+    ("tests/x.py", "# python-api" + ".md §99.1\n",
+     ["tests/x.py:1: docs/reference/python-api.md has no §99.1: # python-api" + ".md §99.1"]),
+    ("tests/x.py", "# nowhere.md §1\n", ["tests/x.py:1: docs/nowhere.md does not exist: # nowhere.md §1"]),
+    ("docs/x.md", "As `cpp-api.md` §6.7 says; §6.8 too.\n`§6.9` in code is no citation.\n"
+     "cpp-api.md §6.10, §6.11 and §6.12.\n",
+     ["docs/x.md:1: bare §6.8: As `cpp-api.md` §6.7 says; §6.8 too."]),
+    ("docs/x.md", "| [§7.4](reference/semantics.md#74-duplicates) | x |\n", []),
+    ("mock_libs/x.c", "/* the order of semantics §8.0 */\nint f(void); // §8.0\n",
+     ["mock_libs/x.c:2: bare §8.0: // §8.0"]),
+])
+def test_the_citation_check_reports_bare_and_dangling_citations(tmp_path: Path, path: str, text: str,
+                                                                 expected: list[str]) -> None:
+    for document in ("reference/semantics.md", "reference/python-api.md", "reference/cpp-api.md", "semantics.md",
+                     "security.md"):
+        target = tmp_path / "docs" / document
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text((REPO / "docs" / document).read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / path).write_text(text, encoding="utf-8")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=tmp_path, check=True)
+    assert citations.problems(roots=(path,), repo=tmp_path) == expected

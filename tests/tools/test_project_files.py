@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import llm_datadist_ffi
@@ -30,6 +32,20 @@ def test_the_version_is_written_once_in_the_package_and_read_by_pyproject() -> N
     assert re.findall(r'^__version__ = "([^"]+)"$', init, re.M) == [llm_datadist_ffi.__version__]
 
 
+def test_every_folder_of_python_modules_is_a_package_that_pyproject_installs() -> None:
+    # pip install . copies exactly the packages pyproject lists: a folder of modules left
+    # out of the list is missing from the wheel, and one without __init__.py is only a
+    # namespace package. _shim holds the build script of the C++ shim, run by setup.py.
+    listed = re.search(r"^packages = \[(.*?)\]", _toml_section("tool.setuptools"), re.M | re.S)
+    assert listed is not None
+    packages = set(re.findall(r'"([^"]+)"', listed.group(1)))
+    package_root = ROOT / "llm_datadist_ffi"
+    folders = {path.parent for path in package_root.rglob("*.py")} - {package_root / "_shim"}
+    found = {".".join(folder.relative_to(ROOT).parts) for folder in folders}
+    assert packages == found
+    assert all((folder / "__init__.py").is_file() for folder in folders)
+
+
 def test_the_installed_metadata_carries_the_package_version() -> None:
     assert importlib.metadata.version("llm_datadist_ffi") == llm_datadist_ffi.__version__
 
@@ -51,3 +67,15 @@ def test_ci_runs_a_pinned_ruff_over_the_repository() -> None:
     assert re.search(r"pip install --quiet 'ruff==\d+\.\d+\.\d+'", ci)
     assert "\nruff check .\n" in ci
     assert 'select = ["E", "F", "W"]' in _toml_section("tool.ruff.lint")
+
+
+def test_the_test_helpers_are_a_package_and_the_children_still_find_them_by_name(tmp_path: Path) -> None:
+    # tests/support is the package ``support`` for a program with tests/ on its path,
+    # and paths.helper_env() still gives a child both folders, so ``import paths`` works
+    import paths
+
+    program = ("import support, support.paths, paths; "
+               "print(support.paths.SUPPORT == paths.SUPPORT, support.__file__.endswith('__init__.py'))")
+    done = subprocess.run([sys.executable, "-c", program], cwd=tmp_path, env=paths.helper_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "True True\n", "")

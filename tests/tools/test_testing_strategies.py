@@ -30,7 +30,7 @@ from llm_datadist_ffi import LLMStatusCode as S
 from llm_datadist_ffi.testing import strategies as lst
 from llm_datadist_ffi.vendor import (BlocksCacheKey, CacheDesc, CacheKey, CacheKeyByIdAndIndex, DataType,
                                      LLMClusterInfo, LLMConfig, LLMDataDist, LLMRole)
-from llm_datadist_ffi.v2.cache_manager import CacheManager
+from llm_datadist_ffi._vendor.v2.cache_manager import CacheManager
 
 PROMPT, DECODER, VENDOR = 1, 2, 3
 U8 = native.GeDataType.DT_UINT8

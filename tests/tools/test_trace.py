@@ -22,7 +22,7 @@ import pytest
 
 import vendor_support as vs
 from lint_support import STRICT_ENV
-from llm_datadist_ffi import _trace
+from llm_datadist_ffi._core import _trace
 from llm_datadist_ffi.testing import trace
 
 pytestmark = pytest.mark.mock_only(reason="the bytes of a call come from the mock's record")
@@ -222,9 +222,10 @@ def test_without_the_variable_the_classes_are_left_untouched() -> None:
     program = textwrap.dedent("""
         import sys
         from llm_datadist_ffi import native
-        from llm_datadist_ffi.v2 import llm_datadist, cache_manager, llm_types
+        from llm_datadist_ffi._vendor.v1 import cache_manager as v1_cache_manager
+        from llm_datadist_ffi._vendor.v2 import llm_datadist, cache_manager, llm_types
         classes = [native.LlmDataDist, llm_datadist.LLMDataDist, cache_manager.CacheManager,
-                   cache_manager.KvCacheManager, llm_types.CacheTask]
+                   v1_cache_manager.KvCacheManager, llm_types.CacheTask]
         wrapped = sorted({f"{c.__name__}.{n}" for c in classes for n, m in vars(c).items()
                           if callable(m) and getattr(getattr(m, "__code__", None), "co_filename", "").endswith("_trace.py")})
         print(" ".join(wrapped))
@@ -288,7 +289,8 @@ def test_a_finalizer_that_runs_while_a_call_is_written_neither_deadlocks_nor_get
     # Here the "finalizer" runs exactly there, every time.
     directory = tmp_path / "trace"
     program = textwrap.dedent("""
-        from llm_datadist_ffi import _trace, native
+        from llm_datadist_ffi import native
+        from llm_datadist_ffi._core import _trace
         encode = _trace._Recorder._line
         def line(event):
             if event.get("name") == "LlmDataDist.__init__" and event["args"]["cluster_id"] == 5:

@@ -7,6 +7,9 @@
 - ``pair``: a v2 engine here (cluster 2, DECODER) and one in a peer process (cluster 1,
   PROMPT), driven side by side with the oracle's ``vendor_v2`` world
   (``vendor_v2_peer_support.Pair``); one per module, as starting the peer is slow.
+- ``x``: the mock's extension functions called raw (``ext_support.Ext``), for the
+  ``test_ext_*`` modules (the C extension API under the vendor tier, include/lldd/ext.h);
+  every engine it made is destroyed after the test.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from typing import Iterator
 
 import pytest
 
+import ext_support as xs
 import vendor_v2_peer_support as v2s
 from llm_datadist_ffi.vendor import LLMDataDist
 from oracle import vendor_v2
@@ -31,3 +35,10 @@ def no_engine_left() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def pair() -> Iterator[v2s.Pair]:
     yield from v2s.module_pair(vendor_v2)
+
+
+@pytest.fixture
+def x() -> Iterator[xs.Ext]:
+    ext = xs.Ext()
+    yield ext
+    ext.close()

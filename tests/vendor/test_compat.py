@@ -19,8 +19,10 @@ import numpy as np
 import pytest
 
 import llm_datadist_ffi.vendor as vendor
-from llm_datadist_ffi import configs, data_type, status, tensor
-from llm_datadist_ffi.v2 import cache_manager, llm_datadist, llm_types
+from llm_datadist_ffi import data_type, status
+from llm_datadist_ffi._vendor import configs
+from llm_datadist_ffi._vendor.v1 import cache_manager as v1_cache_manager, tensor
+from llm_datadist_ffi._vendor.v2 import cache_manager, llm_datadist, llm_types
 
 VENDOR_ALL = ["LLMClusterInfo", "LLMStatusCode", "LLMException", "LLMRole", "LlmConfig", "LLMConfig", "DataType",
               "Status", "CacheDesc", "CacheKey", "CacheKeyByIdAndIndex", "KvCache", "Cache", "BlocksCacheKey",
@@ -40,7 +42,7 @@ def run_python(code: str, cwd: Path, env: Optional[dict[str, str]] = None) -> st
 
 
 # ---------------------------------------------------------------------------
-# The vendor module (§1.2), in process: no llm_datadist name involved
+# The vendor module (python-api.md §1.2), in process: no llm_datadist name involved
 # ---------------------------------------------------------------------------
 
 
@@ -69,7 +71,7 @@ def test_vendor_exports_are_the_package_classes() -> None:
 def test_lazy_names_resolve_to_the_package_classes() -> None:
     assert vendor.TensorDesc is tensor.TensorDesc
     assert vendor.Tensor is tensor.Tensor
-    assert vendor.KvCacheManager is cache_manager.KvCacheManager
+    assert vendor.KvCacheManager is v1_cache_manager.KvCacheManager
 
 
 def test_unknown_vendor_attribute_raises_the_vendors_attribute_error() -> None:
@@ -90,7 +92,7 @@ def test_llm_datadist_class_is_an_ordinary_attribute_with_no_engine_instance() -
 
 
 # ---------------------------------------------------------------------------
-# Submodules (§1.3)
+# Submodules (python-api.md §1.3)
 # ---------------------------------------------------------------------------
 
 
@@ -151,9 +153,9 @@ def test_lazy_names_are_not_imported_before_first_access(tmp_path: Path) -> None
     out = run_python("""
         import sys
         import llm_datadist_ffi.vendor as v
-        before = ["Tensor" in vars(v), "llm_datadist_ffi.tensor" in sys.modules]
+        before = ["Tensor" in vars(v), "llm_datadist_ffi._vendor.v1.tensor" in sys.modules]
         v.Tensor
-        after = ["Tensor" in vars(v), "llm_datadist_ffi.tensor" in sys.modules]
+        after = ["Tensor" in vars(v), "llm_datadist_ffi._vendor.v1.tensor" in sys.modules]
         print(before, after)
     """, tmp_path)
     assert out == "[False, False] [True, True]\n"
@@ -162,7 +164,7 @@ def test_lazy_names_are_not_imported_before_first_access(tmp_path: Path) -> None
 def test_without_install_nothing_named_llm_datadist_is_touched(tmp_path: Path) -> None:
     out = run_python("""
         import os, sys
-        import llm_datadist_ffi, llm_datadist_ffi.configs, llm_datadist_ffi.v2.llm_types
+        import llm_datadist_ffi, llm_datadist_ffi._vendor.configs, llm_datadist_ffi._vendor.v2.llm_types
         import llm_datadist_ffi.compat as compat
         names = [n for n in sys.modules if n == "llm_datadist" or n.startswith("llm_datadist.")]
         print(names, compat.is_installed(), "AUTO_USE_UC_MEMORY" in os.environ)
@@ -267,12 +269,13 @@ def test_install_gives_the_same_class_objects_through_every_path(tmp_path: Path)
         import llm_datadist, llm_datadist.status, llm_datadist.configs, llm_datadist.data_type
         import llm_datadist.v2.llm_types, llm_datadist.v2.llm_datadist, llm_datadist.v2.cache_manager
         from llm_datadist.v2.llm_types import BlocksCacheKey, CacheDesc
-        import llm_datadist_ffi.v2.llm_types as own_types
+        import llm_datadist_ffi._vendor.v2.llm_types as own_types
         import llm_datadist_ffi.status as own_status
-        import llm_datadist_ffi.configs as own_configs
+        import llm_datadist_ffi._vendor.configs as own_configs
         import llm_datadist_ffi.data_type as own_data_type
-        import llm_datadist_ffi.v2.cache_manager as own_cache_manager
-        import llm_datadist_ffi.v2.llm_datadist as own_llm_datadist
+        import llm_datadist_ffi._vendor.v2.cache_manager as own_cache_manager
+        import llm_datadist_ffi._vendor.v1.cache_manager as own_v1_cache_manager
+        import llm_datadist_ffi._vendor.v2.llm_datadist as own_llm_datadist
         import llm_datadist_ffi.vendor as own_vendor
         checks = [
             llm_datadist is own_vendor,
@@ -284,8 +287,8 @@ def test_install_gives_the_same_class_objects_through_every_path(tmp_path: Path)
             llm_datadist.data_type.DataType is llm_datadist.DataType is own_data_type.DataType,
             llm_datadist.v2.llm_datadist.LLMDataDist is llm_datadist.LLMDataDist is own_llm_datadist.LLMDataDist,
             llm_datadist.v2.cache_manager.CacheManager is own_cache_manager.CacheManager,
-            llm_datadist.KvCacheManager is own_cache_manager.KvCacheManager,
-            llm_datadist.v2.llm_types.__name__ == "llm_datadist_ffi.v2.llm_types",
+            llm_datadist.KvCacheManager is own_v1_cache_manager.KvCacheManager,
+            llm_datadist.v2.llm_types.__name__ == "llm_datadist_ffi._vendor.v2.llm_types",
         ]
         print(checks)
     """, tmp_path)
@@ -361,7 +364,7 @@ def test_finder_re_aliases_a_removed_vendor_module_without_a_second_copy(tmp_pat
         import sys
         import llm_datadist_ffi.compat as compat
         compat.install()
-        import llm_datadist_ffi.v2.cache_manager as own
+        import llm_datadist_ffi._vendor.v2.cache_manager as own
         del sys.modules["llm_datadist.v2.cache_manager"]
         import llm_datadist.v2.cache_manager as again
         try:
@@ -371,7 +374,7 @@ def test_finder_re_aliases_a_removed_vendor_module_without_a_second_copy(tmp_pat
             missing = "not found"
         print(again is own, own.__spec__.name, missing)
     """, tmp_path)
-    assert out == "True llm_datadist_ffi.v2.cache_manager not found\n"
+    assert out == "True llm_datadist_ffi._vendor.v2.cache_manager not found\n"
 
 
 def test_unknown_attribute_of_installed_llm_datadist_raises_the_vendor_text(tmp_path: Path) -> None:
@@ -430,6 +433,29 @@ def test_installed_llm_datadist_is_a_package_whose_unknown_submodules_are_not_fo
     assert out == "True 23 ['llm_datadist.utils', 'llm_datadist.utils', 'llm_datadist.llm_datadist_wrapper']\n"
 
 
+def test_the_vendor_tiers_own_modules_are_not_vendor_submodules(tmp_path: Path) -> None:
+    # The tier's own modules (llm_datadist_ffi._vendor: v1/, the shared helpers) are no
+    # vendor module names: none is found, or run a second time, under llm_datadist.
+    out = run_python("""
+        import sys
+        import llm_datadist_ffi.compat as compat
+        compat.install()
+        import llm_datadist
+        outcomes = []
+        for name in ("llm_datadist.v1", "llm_datadist.v1.cache_manager", "llm_datadist._options",
+                     "llm_datadist._managers", "llm_datadist._native", "llm_datadist.v2._no_such"):
+            try:
+                __import__(name)
+                outcomes.append("imported")
+            except ModuleNotFoundError as exc:
+                outcomes.append(exc.name)
+        twice = sorted(n for n in sys.modules if n.startswith("llm_datadist.") and sys.modules[n].__name__ == n)
+        print(bool(llm_datadist.__path__), outcomes, twice)
+    """, tmp_path)
+    assert out == ("False ['llm_datadist.v1', 'llm_datadist.v1', 'llm_datadist._options', 'llm_datadist._managers', "
+                   "'llm_datadist._native', 'llm_datadist.v2._no_such'] []\n")
+
+
 def test_the_vendors_import_pattern_of_v2_list_fills_a_namespace(tmp_path: Path) -> None:
     out = run_python("""
         import llm_datadist_ffi.compat as compat
@@ -437,7 +463,7 @@ def test_the_vendors_import_pattern_of_v2_list_fills_a_namespace(tmp_path: Path)
         import llm_datadist as ld
         from llm_datadist import v2_list
         namespace = {item: getattr(ld, item) for item in v2_list}
-        import llm_datadist_ffi.v2.llm_types as own
+        import llm_datadist_ffi._vendor.v2.llm_types as own
         print(namespace["CacheDesc"] is own.CacheDesc, sorted(namespace) == sorted(v2_list))
     """, tmp_path)
     assert out == "True True\n"

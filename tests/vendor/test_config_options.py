@@ -3,7 +3,7 @@
 The options dict is rendered from the ``Option`` declarations of the class, so these
 tests hold the declarations and the dict against each other (nothing declared is left
 out of the dict, nothing in the dict is undeclared) and both against the vendor's
-table of §4, written out here by hand: property names in table order, and the whole
+table of python-api.md §4, written out here by hand: property names in table order, and the whole
 dict of a fresh and of a fully set config.
 """
 from __future__ import annotations
@@ -12,11 +12,11 @@ from typing import Any, Dict, List, Tuple
 
 import pytest
 
-from llm_datadist_ffi._options import Checked, Option, declared_options, int_in, of_type, reset_by_none
-from llm_datadist_ffi._vendor_checks import UINT32
-from llm_datadist_ffi.configs import LLMConfig
+from llm_datadist_ffi._vendor._options import Checked, Option, declared_options, int_in, of_type, reset_by_none
+from llm_datadist_ffi._vendor._vendor_checks import UINT32
+from llm_datadist_ffi._vendor.configs import LLMConfig
 
-# The vendor's §4 table, in its order (``options`` is the read-only result, not an option).
+# The vendor's python-api.md §4 table, in its order (``options`` is the read-only result, not an option).
 VENDOR_PROPERTIES = [
     "ge_options", "device_id", "sync_kv_timeout", "deploy_res_path", "buf_pool_cfg", "mem_pool_cfg",
     "host_mem_pool_cfg", "enable_cache_manager", "enable_remote_cache_accessible", "listen_ip_info",
@@ -51,7 +51,7 @@ FULL: Dict[str, Any] = {
     "mem_utilization": 0.9,
 }
 
-# What §4 says FULL emits, in emission order ("192.168.1.2" is 0x0201A8C0 = 33663168).
+# What python-api.md §4 says FULL emits, in emission order ("192.168.1.2" is 0x0201A8C0 = 33663168).
 FULL_OPTIONS: List[Tuple[str, str]] = [
     ("ge.flowGraphMemMaxSize", "2147483648"),
     ("ge.exec.deviceId", "0;1"),

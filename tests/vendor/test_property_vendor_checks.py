@@ -41,7 +41,8 @@ from hypothesis import strategies as st
 
 from llm_datadist_ffi import LLMException, LLMStatusCode as S
 from llm_datadist_ffi.testing import strategies as lst
-from llm_datadist_ffi.v2.cache_manager import CacheManager, KvCacheManager
+from llm_datadist_ffi._vendor.v2.cache_manager import CacheManager
+from llm_datadist_ffi._vendor.v1.cache_manager import KvCacheManager
 from llm_datadist_ffi.vendor import (
     CacheDesc, CacheKeyByIdAndIndex, DataType, LayerSynchronizer, LLMClusterInfo, LLMDataDist, LLMRole, MemInfo,
     Memtype, TransferConfig, TransferWithCacheKeyConfig,
@@ -369,7 +370,7 @@ OPTION_VALUES = {
 @given(data=st.data(), role=st.sampled_from(["PROMPT", "DECODER", "MIX"]))
 def test_init_selects_the_generation_and_mode_the_oracle_selects(data: st.DataObject, role: str) -> None:
     """Options drawn around llm.EnableCacheManager, llm.LocalCommRes, llm.TransferBackend,
-    llm.EnableRemoteCacheAccessible and llm.listenIpInfo: ``init`` raises LX where §10.2
+    llm.EnableRemoteCacheAccessible and llm.listenIpInfo: ``init`` raises LX where python-api.md §10.2
     steps 8, 9 and 11 say so; otherwise exactly one manager is available (the other
     property raises LX) and in v2 the transfer mode shows in ``push_cache`` (LX outside
     direct mode, the core's NOT_YET_LINK in it)."""
@@ -440,14 +441,14 @@ def test_link_clusters_and_check_link_status_agree_with_the_oracle(env: Env, mod
     """``link_clusters`` with drawn cluster lists (unset ids, the own cluster id, zero or
     two ip entries) and timeouts, to addresses where nothing listens: the Python checks
     raise as the oracle says; otherwise the call returns the overall and per-cluster
-    codes (§10.5). Then ``check_link_status`` (§10.7)."""
+    codes (python-api.md §10.5). Then ``check_link_status`` (python-api.md §10.7)."""
     env.start(mode, np.random.default_rng(seed), bare=True)
     try:
         port = _free_port()
         drawn = CLUSTERS
         if env.mode.generation == 2:
             # two local entries: the mock keeps the first link attempt's local resource for
-            # later clusters (docs/semantics.md §7, §10.2 row), which the oracle does not model
+            # later clusters (docs/semantics.md §7, its row for semantics.md §10.2), which the oracle does not model
             drawn = CLUSTERS.filter(lambda c: c.local_ips < 2)
         clusters = data.draw(st.one_of(st.lists(drawn, max_size=3), st.lists(drawn, max_size=3).map(tuple),
                                        st.sampled_from([None, "clusters", [Cluster(1), "x"]])), label="clusters")
@@ -483,9 +484,9 @@ def test_unlink_clusters_of_clusters_never_linked_agrees_with_the_oracle(env: En
     """``unlink_clusters`` with drawn cluster lists (unset ids, the own cluster id,
     repeats, zero or two ip entries, seventeen clusters), timeouts and ``force`` values,
     of clusters this engine never linked and where nothing listens: the Python checks
-    raise as the oracle says (§10.5); otherwise the call returns the overall and
+    raise as the oracle says (python-api.md §10.5); otherwise the call returns the overall and
     per-cluster codes: v2 forced SUCCESS, non-forced UNLINK_FAILED or PARAM_INVALID
-    (§10.3); v1 NOT_YET_LINK per cluster with overall SUCCESS (X-12)."""
+    (semantics.md §10.3); v1 NOT_YET_LINK per cluster with overall SUCCESS (X-12)."""
     env.start(mode, np.random.default_rng(seed), bare=True)
     try:
         port = _free_port()
@@ -547,7 +548,7 @@ def test_switch_role_agrees_with_the_oracle(env: Env, mode: str, enable: bool, d
     to 3 ``switch_role`` calls with drawn roles (each ``LLMRole``, ``None``, a role name,
     an int) and options (``None``, empty, a listen address free, malformed, with a bad
     port or ip; not a dict): each raises as the oracle says or ends in the core's
-    answer (§10.6, §10.7). After each call the role the engine has governs v1's
+    answer (python-api.md §10.6, §10.7). After each call the role the engine has governs v1's
     ``check_link_status`` (DECODER only), and a listener runs exactly where the new role
     and options put one (v2: the options' address; v1: a PROMPT's, X-13)."""
     env.stop()
@@ -591,8 +592,8 @@ def test_switch_role_agrees_with_the_oracle(env: Env, mode: str, enable: bool, d
 def test_switch_role_is_exist_link_while_a_link_lives_and_unlink_needs_only_a_listener(env: Env) -> None:
     """With a peer process listening (v2): a non-forced unlink of a cluster never linked
     is SUCCESS once its listener is reachable (docs/reference/semantics.md §10.3); while the link lives,
-    ``switch_role`` is ``LLM_EXIST_LINK`` (§10.7) whatever the role; a non-forced unlink
-    drops both sides (§10.3), after which both engines switch roles."""
+    ``switch_role`` is ``LLM_EXIST_LINK`` (semantics.md §10.7) whatever the role; a non-forced unlink
+    drops both sides (semantics.md §10.3), after which both engines switch roles."""
     import vendor_support as vs
 
     env.stop()                                    # V-1: one engine per process
@@ -620,7 +621,7 @@ def test_switch_role_is_exist_link_while_a_link_lives_and_unlink_needs_only_a_li
 @settings(max_examples=settings.default.max_examples * 2)
 @given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool"]), data=st.data(), seed=st.integers(0, 2**32 - 1))
 def test_remap_registered_memory_agrees_with_the_oracle(env: Env, mode: str, data: st.DataObject, seed: int) -> None:
-    """``remap_registered_memory`` (§11.7): the vendor's LX checks, V-12's conversion, then
+    """``remap_registered_memory`` (python-api.md §11.7): the vendor's LX checks, V-12's conversion, then
     the core: an empty list ``LLM_PARAM_INVALID``, otherwise ``LLM_NOT_YET_LINK`` (one engine
     has no link); nothing in memory changes."""
     env.start(mode, np.random.default_rng(seed))
@@ -668,9 +669,9 @@ def _config(c: Cfg, env: Env) -> Any:
 @settings(max_examples=settings.default.max_examples * 3)
 @given(mode=st.sampled_from(["v2-direct-pools", "v2-server-pool"]), data=st.data(), seed=st.integers(0, 2**32 - 1))
 def test_transfer_cache_async_agrees_with_the_oracle(env: Env, mode: str, data: st.DataObject, seed: int) -> None:
-    """``transfer_cache_async``'s checks in the vendor's order (§11.4 steps 1–10, V-9, PR-5),
+    """``transfer_cache_async``'s checks in the vendor's order (python-api.md §11.4 steps 1–10, V-9, PR-5),
     and, for a call that passes them, the task's ``synchronize()`` and ``get_results()``
-    without a link: the first covered layer's config fails and the thread stops (§8.7)."""
+    without a link: the first covered layer's config fails and the thread stops (semantics.md §8.7)."""
     env.start(mode, np.random.default_rng(seed))
     try:
         refs = env.checks.refs
@@ -693,7 +694,7 @@ def test_transfer_cache_async_agrees_with_the_oracle(env: Env, mode: str, data: 
                                                        src_layer_range=range(0, 1), dst_layer_range=range(0, 1))]])),
                             label="transfer_configs")
         # block lists: none, empty, or flawed (the Python checks decide); the C2B and B2B forms'
-        # own engine rules (PR-16, §7.5) are not modelled without a peer
+        # own engine rules (PR-16, semantics.md §7.5) are not modelled without a peer
         blocks = st.one_of(st.none(), st.none(), st.just([]), st.sampled_from([[0, -1], [U64 + 1], "1", [1, 1]]))
         src_blocks = data.draw(blocks, label="src_block_indices")
         dst_blocks = data.draw(blocks, label="dst_block_indices")

@@ -7,13 +7,13 @@ behind ``vendor_checks``), both generations where the call exists:
 
 - the published-table limit of direct mode (docs/reference/semantics.md §15) at allocation, checked
   before the pool (E-22), against pool exhaustion (``OUT_OF_MEMORY``, PR-34);
-- key binding at allocation (§9.2): PR-22's repeats in v2, "the last one wins" and
+- key binding at allocation (semantics.md §9.2): PR-22's repeats in v2, "the last one wins" and
   ``LLM_FAILED`` for a bound key in v1, each binding probed afterwards by allocating
   its key again;
 - a deallocated cache whose keys are still bound stays usable by local copies until
-  its last key is removed (§9.6, §9.8), then it is gone (``LLM_KV_CACHE_NOT_EXIST``);
+  its last key is removed (semantics.md §9.6, §9.8), then it is gone (``LLM_KV_CACHE_NOT_EXIST``);
 - ``copy_cache`` between caches of different strides, batches, offsets and sizes
-  (§6.6, §8.8), ``copy_blocks`` (§8.9) and ``swap_blocks`` (§8.10) with sound mappings.
+  (semantics.md §6.6, §8.8), ``copy_blocks`` (semantics.md §8.9) and ``swap_blocks`` (semantics.md §8.10) with sound mappings.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def desc(num: int, shape: Tuple[int, ...], placement: int = DEVICE, blocks: bool
     return Ref("@desc", "CacheDesc", -1, num, shape, 4, placement, blocks)
 
 
-# ---- the table limit (§15, E-22) ---------------------------------------------------------------
+# ---- the table limit (semantics.md §15, E-22) ---------------------------------------------------------------
 
 @pytest.mark.rules("§3.3", "§3.4", "§15", "E-22", "X-19")
 @settings(max_examples=settings.default.max_examples)
@@ -60,7 +60,7 @@ def test_allocations_at_the_table_limit_are_refused_before_the_pool(env: Env, mo
     within it the pool runs out (``LLM_OUT_OF_MEMORY``); server-assisted mode has no table.
     Found: an entry that fits but whose key bindings do not is checked after the pool
     (the mock counts the bindings with the keys), so it is ``LLM_OUT_OF_MEMORY`` here;
-    the oracle follows that order (a decision where §15 and E-22 are silent)."""
+    the oracle follows that order (a decision where semantics.md §15 and E-22 are silent)."""
     env.start(mode, np.random.default_rng(seed))
     try:
         used = env.checks.engine.table_bytes()
@@ -74,7 +74,7 @@ def test_allocations_at_the_table_limit_are_refused_before_the_pool(env: Env, mo
         env.stop()
 
 
-# ---- key binding at allocation (§9.2, PR-22) ---------------------------------------------------
+# ---- key binding at allocation (semantics.md §9.2, PR-22) ---------------------------------------------------
 
 KEY_POOL = [Key("CacheKey", 1, req_id=1), Key("CacheKey", 1, req_id=2), Key("CacheKey", 1, req_id=1, model_id=1),
             Key("CacheKey", 1, prefix_id=1), PLACEHOLDER, Key("CacheKey", 1, model_id=1)]
@@ -127,7 +127,7 @@ def test_keys_bind_at_registration_as_the_model_says(env: Env, mode: str, seed: 
         env.stop()
 
 
-# ---- deferred deallocation (§9.8) ----------------------------------------------------------------
+# ---- deferred deallocation (semantics.md §9.8) ----------------------------------------------------------------
 
 @pytest.mark.rules("§6.6", "§9.8")
 @settings(max_examples=settings.default.max_examples * 2)
@@ -154,7 +154,7 @@ def test_a_deallocated_cache_lives_until_its_last_key_is_removed(env: Env, mode:
         env.stop()
 
 
-# ---- copies and swaps with sound arguments (§6.6, §8.8–§8.10) ------------------------------------
+# ---- copies and swaps with sound arguments (semantics.md §6.6, §8.8–§8.10) ------------------------------------
 
 @pytest.mark.rules("§6.6", "§7.3", "§8.8", "§8.9", "§8.10", "PR-4", "PR-24")
 @settings(max_examples=settings.default.max_examples * 2)
@@ -175,7 +175,7 @@ def test_copies_and_swaps_move_the_bytes_the_model_moves(env: Env, mode: str, se
             if what == "copy_cache":
                 dst, src = (refs[data.draw(st.sampled_from(contiguous), label=s)] for s in ("dst", "src"))
                 strides = sorted({dst.desc_size // dst.shape[0], src.desc_size // src.shape[0]})
-                # offsets and lengths up to, at and just past both strides (§6.6)
+                # offsets and lengths up to, at and just past both strides (semantics.md §6.6)
                 offset = data.draw(st.one_of(st.integers(0, strides[0] - 1), st.sampled_from(
                     [strides[0], strides[-1] - 1, strides[-1]])), label="offset")
                 size = data.draw(st.one_of(st.just(-1), st.integers(1, strides[-1] + 1),
@@ -184,7 +184,7 @@ def test_copies_and_swaps_move_the_bytes_the_model_moves(env: Env, mode: str, se
                         data.draw(st.integers(0, src.shape[0] - 1), label="src batch"), offset, size]
                 one_call(env, what, args, {}, record=False)
             elif what == "copy_blocks":
-                # indexes up to the block count (8), one past the last block (§7.3)
+                # indexes up to the block count (8), one past the last block (semantics.md §7.3)
                 sources = data.draw(st.lists(st.integers(0, 8), min_size=1, max_size=3, unique=True), label="srcs")
                 dsts = data.draw(st.lists(st.integers(0, 8), min_size=len(sources), max_size=len(sources),
                                           unique=True), label="dsts")

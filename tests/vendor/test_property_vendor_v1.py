@@ -9,18 +9,18 @@ with ``vendor_v1_peer_support`` loaded there), both in v1 mode. Two arrangements
   with keys drawn from a small pool (request keys, prefix keys, placeholders,
   duplicates, keys already bound by an earlier cache, more keys than batches),
   blocks caches with or without a blocks key, fills them from seeds, and
-  deallocates some at once (the keys keep them alive, §9.5). The Decoder
-  allocates its destination caches, links (§10.5), and makes one pull:
+  deallocates some at once (the keys keep them alive, semantics.md §9.5). The Decoder
+  allocates its destination caches, links (semantics.md §10.5), and makes one pull:
   ``pull_cache`` through a key or by ``(cache id, batch)`` with a destination
-  batch, ``size``, offsets (§6.3, PR-38), layer ranges and
-  ``tensor_num_per_layer`` (PR-3), or ``pull_blocks`` with block lists (§7.3, PR-4,
+  batch, ``size``, offsets (semantics.md §6.3, PR-38), layer ranges and
+  ``tensor_num_per_layer`` (PR-3), or ``pull_blocks`` with block lists (semantics.md §7.3, PR-4,
   PR-5, PR-13). The same call is then made a second time: what it gives shows the
   key state the first one left (released or not).
 * **Prompt here**, Decoder in the peer (the swapped roles). The Prompt allocates
   with keys, the Decoder links to it, and the Prompt either moves layers with
   ``transfer_cache_async`` to raw addresses inside (or outside) the Decoder's
-  tensors (§8.7, PR-40, V-9), or removes a key (§9.6) after which the Decoder
-  pulls through it; or this engine tries a pull, which its role forbids (§11).
+  tensors (semantics.md §8.7, PR-40, V-9), or removes a key (semantics.md §9.6) after which the Decoder
+  pulls through it; or this engine tries a pull, which its role forbids (semantics.md §11).
 
 Every example is clean (the call succeeds unless the drawn caches do not fit each
 other) or has one flawed knob, the focus group of the test. The outcome (an
@@ -195,7 +195,7 @@ class World:
             assert got == wanted, f"cache {cache_id} of cluster {cluster} differs from the model"
 
     def link(self) -> None:
-        """The Decoder links to the Prompt (§10.5)."""
+        """The Decoder links to the Prompt (semantics.md §10.5)."""
         decoder, prompt = (self.there, self.here) if self.prompt_here else (self.here, self.there)
         outcome = link_v1(decoder, prompt, prompt.cluster_id)
         if self.prompt_here:
@@ -450,7 +450,7 @@ def run_prompt_here(peer: Any, data: Any, focus: str) -> None:
         if focus != "no link":
             world.link()
         if focus == "wrong role":
-            # §11: a Prompt cannot pull (Python, before anything else)
+            # semantics.md §11: a Prompt cannot pull (Python, before anything else)
             key = data.draw(st.sampled_from(KEY_POOL[:3]))
             cache = world.objects[sources[0]] if sources else None
             outcome = world.here.pull_cache(None, key, sources[0] if sources else 1)

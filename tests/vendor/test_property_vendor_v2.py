@@ -10,7 +10,7 @@ before the link, after it, or after the link's first use (a warm-up pull that ta
 the direct-mode table copy), makes one pull or push with clean arguments or with one
 flawed knob, and then makes the same call **again**: the second call shows what the
 first did to the key tables (a server-assisted pull through a request key releases it,
-§9.5, so the repeat gives ``KV_CACHE_NOT_EXIST``). After every call the outcome
+semantics.md §9.5, so the repeat gives ``KV_CACHE_NOT_EXIST``). After every call the outcome
 (exception type and status code) must be the oracle's, and every byte of every cache of
 both processes (guards and unregistered buffers included) must equal the oracle's memory.
 
@@ -63,7 +63,7 @@ def warm_caches(pair: v2s.Pair) -> Tuple[int, int]:
 
 
 def warm_up(pair: v2s.Pair, warm: Tuple[int, int]) -> None:
-    """A clean pull by id: the link's first use, which takes the direct-mode table copy (§9.7)."""
+    """A clean pull by id: the link's first use, which takes the direct-mode table copy (semantics.md §9.7)."""
     assert pair.pull("cache", ("id", P, warm[0], 0), warm[1]).ok
 
 
@@ -259,7 +259,7 @@ def test_pulls_agree_with_oracle(pair: v2s.Pair, form: str, flaw: Optional[str],
 
 
 # ---------------------------------------------------------------------------
-# §9.5: the remaining-tensor set shared by the keys of one cache
+# semantics.md §9.5: the remaining-tensor set shared by the keys of one cache
 # ---------------------------------------------------------------------------
 
 PULL_STEP = st.tuples(st.just("pull"), st.integers(0, 2), st.sampled_from(["c2c", "c2b", "by id"]),
@@ -273,7 +273,7 @@ STEP = st.one_of(
 
 @pytest.mark.rules("§8.4", "§9.5", "§9.8", "PR-16")
 @settings(max_examples=settings.default.max_examples * 8)
-# a layer at a time through one key: the key stays until the second layer is pulled (§9.5)
+# a layer at a time through one key: the key stays until the second layer is pulled (semantics.md §9.5)
 @example(slots=["request", "request"], owned=True, layers=2,
          steps=[("pull", 0, "c2c", (0, 1)), ("pull", 1, "c2b", (0, 1)), ("pull", 0, "c2c", (1, 1)),
                 ("pull", 0, "c2c", None)])
@@ -283,8 +283,8 @@ def test_server_mode_keys_are_released_as_the_remaining_tensor_set_says(
         pair: v2s.Pair, slots: list, owned: bool, layers: int, steps: list) -> None:
     """Pulls through the keys of one cache (C2C, C2B and by id on a bound slot) with and
     without source layer ranges, ``remove_cache_key`` and ``deallocate_cache`` with keys
-    outstanding, in any order: every outcome and every byte as the oracle says (§9.5,
-    §9.6, §9.8)."""
+    outstanding, in any order: every outcome and every byte as the oracle says (semantics.md §9.5,
+    semantics.md §9.6, §9.8)."""
     pair.start(direct=False)
     keys = [request_key(10 + s) if kind == "request" else prefix_key(20 + s) if kind == "prefix" else PLACEHOLDER
             for s, kind in enumerate(slots)]
@@ -433,7 +433,7 @@ class _Draw:
 
 
 # ---------------------------------------------------------------------------
-# transfer_cache_async (§8.7, PR-40, V-9)
+# transfer_cache_async (semantics.md §8.7, PR-40, V-9)
 # ---------------------------------------------------------------------------
 
 
@@ -475,7 +475,7 @@ def test_transfer_cache_async_agrees_with_oracle(pair: v2s.Pair, t: dict) -> Non
     """Layer-wise transfers from this process into the peer: ``TransferWithCacheKeyConfig``
     (by id or blocks key) in direct mode, ``TransferConfig`` to raw peer addresses in
     server-assisted mode; a synchronizer that refuses one layer; results per destination
-    cluster after ``synchronize`` (§8.7, PR-40, V-9)."""
+    cluster after ``synchronize`` (semantics.md §8.7, PR-40, V-9)."""
     direct, blocks = t["direct"], t["blocks"]
     pair.start(direct)
     num = 2 * t["src_layers"] + (1 if t["odd"] else 0)

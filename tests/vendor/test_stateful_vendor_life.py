@@ -7,13 +7,13 @@ may exist, one may be initialised, V-1) and the peer's engine
 v2 with any role, also of a second object while one lives (``LLM_FAILED``) and with
 a bad ``llm.SyncKvCacheWaitTime`` (PR-26) or two device ids (PR-36); ``finalize`` of the live or another
 object; the peer's init and finalize; ``link_clusters`` (v1 by the Decoder side,
-§10.5; v2 by this side, §10.2) and forced ``unlink_clusters``;
-``check_link_status`` (§10.8); ``switch_role`` (§10.7); rank-table ``link`` /
-``unlink`` / ``query_register_mem_status`` (§10.6, PR-39) with both members, also a
+python-api.md §10.5; v2 by this side, semantics.md §10.2) and forced ``unlink_clusters``;
+``check_link_status`` (semantics.md §10.8); ``switch_role`` (semantics.md §10.7); rank-table ``link`` /
+``unlink`` / ``query_register_mem_status`` (semantics.md §10.6, PR-39) with both members, also a
 second communicator over a pair that already shares a link, which turns ``FAILED`` at
 ``llm.LinkTotalTime`` (2 s here, X-23) and leaves that link alone; v1 allocation with keys
 on a Prompt (into the ``caches`` Bundle) and deallocation (``consumes``);
-``remove_cache_key``; the peer Decoder's pulls through keys (§9.4, §9.5); and a
+``remove_cache_key``; the peer Decoder's pulls through keys (semantics.md §9.4, §9.5); and a
 manager and caches kept from a finalized generation (V-2).
 
 Each rule's outcome must be the model's. The invariant compares the model's view
@@ -65,7 +65,7 @@ def observed(call: Callable[[], Any]) -> Tuple[str, Any]:
 expect = vs.expect
 
 
-# llm.LinkTotalTime in seconds (§13): a communicator that cannot complete is FAILED after it.
+# llm.LinkTotalTime in seconds (semantics.md §13): a communicator that cannot complete is FAILED after it.
 # 2 s, not the minimum 1 s: a communicator that does complete must still do so in time when
 # the machine is loaded (CI runs this module under ASan).
 LINK_TOTAL_S = 2
@@ -142,7 +142,7 @@ class LifeMachine(RuleBasedStateMachine):
         if self.me.live == name:
             orphan_comms(self.me, self.them)
         expect(self.me.finalize(name), observed(obj.finalize), f"finalize of {name}")
-        # a finalized object's manager property is a plain RuntimeError (§12.2)
+        # a finalized object's manager property is a plain RuntimeError (semantics.md §12.2)
         if self.me.live != name:
             got = observed(lambda: obj.kv_cache_manager)
             assert got == ("error", "RuntimeError"), got
@@ -217,7 +217,7 @@ class LifeMachine(RuleBasedStateMachine):
                   and not self.me.orphans and not self.them.orphans)
     @rule()
     def rank_table_link(self) -> None:
-        """Both members join a new communicator (§10.6, PR-39); it becomes ``OK``."""
+        """Both members join a new communicator (semantics.md §10.6, PR-39); it becomes ``OK``."""
         name = f"life-{os.getpid()}-{time.monotonic_ns()}"      # a name no earlier communicator used
         members = {HERE: 0, THERE: 1}
         mine, theirs = rank_table_link(self.me, self.them)
@@ -239,7 +239,7 @@ class LifeMachine(RuleBasedStateMachine):
     def second_rank_table_link(self, skip: int = 0) -> None:
         """Both members of a pair that already shares a link join another communicator:
         ``PREPARING`` at first, ``FAILED`` on both once ``llm.LinkTotalTime`` passed
-        (§10.6, §13; decision X-23); the shared link is still there afterwards. It costs
+        (semantics.md §10.6, §13; decision X-23); the shared link is still there afterwards. It costs
         llm.LinkTotalTime, so it runs at most once per run and in a quarter of the tries
         (the explicit tests below run it every time)."""
         self.second_comm_tried = True
@@ -349,7 +349,7 @@ class LifeMachine(RuleBasedStateMachine):
         source = self.me.v1 if self.me.initialised and self.me.version == "v1" else None
         if stale(self.them, self.me):
             # PR-31, PR-35 in v1: v1 reports a transfer that cannot complete with its own
-            # timeout code, WAIT_PROC_TIMEOUT (§13's v1 row; decision, found by this machine)
+            # timeout code, WAIT_PROC_TIMEOUT (semantics.md §13's v1 row; decision, found by this machine)
             outcome = Outcome(status=S.LLM_WAIT_PROCESS_TIMEOUT, rule="PR-31, §13 (v1): the peer side is gone")
         else:
             outcome = self.them.v1.pull_cache(source, key, 1, batch, 8, src_offset=offset)
@@ -456,7 +456,7 @@ def test_the_life_cycle_and_links_of_both_generations_follow_the_model(peer: Any
 def test_a_v1_pull_over_a_link_whose_prompt_side_is_gone_is_wait_process_timeout(peer: Any) -> None:
     """Found by the machine: the Prompt (here) force-unlinks, the Decoder (the peer)
     still holds its side and pulls. The oracle first said ``LLM_TIMEOUT`` (PR-31);
-    v1 reports it with its own timeout code, ``LLM_WAIT_PROCESS_TIMEOUT`` (§13), and
+    v1 reports it with its own timeout code, ``LLM_WAIT_PROCESS_TIMEOUT`` (semantics.md §13), and
     the oracle now says so."""
     machine = LifeMachine()
     try:
@@ -478,7 +478,7 @@ def test_a_second_communicator_over_a_linked_pair_is_failed_and_counts_until_its
     ``FAILED`` on both members, the shared link stays (``ALREADY_LINK``), and
     ``switch_role`` is ``EXIST_LINK`` while the failed communicator is not unlinked,
     even once the ``link_clusters`` link is gone (decision: a communicator counts until
-    its ``unlink``, §10.7)."""
+    its ``unlink``, semantics.md §10.7)."""
     machine = LifeMachine()
     try:
         machine.both_engines_start("v2", LLMRole.DECODER, LLMRole.PROMPT)

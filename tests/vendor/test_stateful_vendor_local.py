@@ -5,7 +5,7 @@ with a device and a host pool, in direct or server-assisted mode, or KvCacheMana
 mode as a PROMPT or a DECODER) through sequences of the calls that need no peer:
 registering and allocating caches with keys, deallocating (blocks caches at once,
 contiguous caches deferred while keys are bound, docs/reference/semantics.md §9.8), unregistering
-(PR-23 for allocated caches), removing keys (§9.6, PR-41), and moving bytes with
+(PR-23 for allocated caches), removing keys (semantics.md §9.6, PR-41), and moving bytes with
 ``copy_cache``, ``copy_blocks`` and ``swap_blocks``. The caches are a Bundle; each call
 goes to the package and to the model (``tests/oracle/vendor_checks.py`` over
 ``vendor_local.Engine``), which must agree on the outcome, and after every call every
@@ -16,7 +16,7 @@ included) must equal the model's bytes.
 The key bindings are observed through local behaviour: an allocation or registration
 with a key that is still bound fails (PR-21, PR-22; v1 ``LLM_FAILED``), removing the
 last key of a deallocated cache frees it so that a copy from it then gives
-``LLM_KV_CACHE_NOT_EXIST``, and the cache ids (consumed by failures, §3.1) must match.
+``LLM_KV_CACHE_NOT_EXIST``, and the cache ids (consumed by failures, semantics.md §3.1) must match.
 """
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ class VendorLocalMachine(RuleBasedStateMachine):
         if data.draw(st.booleans(), label="reversed"):
             pair.reverse()
         if any(r.deallocated for r in pair):
-            return                                   # no addresses left to swap with (§3.4)
+            return                                   # no addresses left to swap with (semantics.md §3.4)
         followed = self.env.memory()
         if any(r.name not in followed for r in pair):
             return                                   # a pool cache whose pages went back (PR-23): bytes undefined

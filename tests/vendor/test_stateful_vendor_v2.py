@@ -6,9 +6,9 @@ oracle's ``World`` (tests/oracle/vendor_v2.py). Each run starts both engines afr
 direct or server-assisted mode. Bundles hold the caches of either side and the keys
 bound on the peer; rules allocate and register (with request keys, prefix keys,
 placeholders and blocks keys, sometimes reusing a bound key), link and unlink, pull
-through keys and by id (server-assisted pulls release keys, §9.5), push, remove keys
-(§9.6), deallocate with keys outstanding (§9.8), unregister, re-link (a new table copy,
-§9.7) and restart the peer (finalize + init: its caches are gone and the link this
+through keys and by id (server-assisted pulls release keys, semantics.md §9.5), push, remove keys
+(semantics.md §9.6), deallocate with keys outstanding (semantics.md §9.8), unregister, re-link (a new table copy,
+semantics.md §9.7) and restart the peer (finalize + init: its caches are gone and the link this
 side still holds times out, PR-31, PR-35, until it is unlinked). Each call's outcome
 must be the oracle's; after every step, every byte of every cache of both processes
 equals the oracle's memory.
@@ -233,7 +233,7 @@ class V2Machine(RuleBasedStateMachine):
         """Every binding the model holds on the peer (request, prefix and blocks keys) resolves
         as the model says: a cache-to-blocks pull through each cache key and a one-block pull
         through each blocks key (resolution decides between ``KV_CACHE_NOT_EXIST`` and the
-        later checks, §8.0 step 7)."""
+        later checks, semantics.md §8.0 step 7)."""
         for (namespace, identifier, model_id) in sorted(self.pair.world.engine("peer").bindings):
             if namespace == "prefix":
                 self.pair.pull("blocks", ("key", P, U64, model_id, identifier), dst, dst_blocks=[0])
@@ -287,8 +287,8 @@ def test_a_push_from_a_cache_registered_after_the_link_fails_before_the_destinat
 @pytest.mark.rules("§10.2", "§10.3", "§10.4")
 def test_after_a_forced_unlink_the_peer_still_holds_its_end_and_gets_already_link(pair: v2s.Pair) -> None:
     """Found by the state machine: after this side force-unlinks, the peer keeps its end
-    (§10.3), so a link made from the peer gets ``ALREADY_LINK`` (PR-42), while a link made
-    from this side (which has none) replaces the peer's old end (§10.4). The oracle had
+    (semantics.md §10.3), so a link made from the peer gets ``ALREADY_LINK`` (PR-42), while a link made
+    from this side (which has none) replaces the peer's old end (semantics.md §10.4). The oracle had
     kept one link for both sides."""
     from llm_datadist_ffi import LLMStatusCode as S
 

@@ -26,7 +26,7 @@ from llm_datadist_ffi.vendor import (
     BlocksCacheKey, Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex, CacheTask, DataType, LayerSynchronizer,
     LLMDataDist, LLMRole, MemInfo, Memtype, Placement, TransferConfig, TransferWithCacheKeyConfig,
 )
-from llm_datadist_ffi.v2.cache_manager import CacheManager
+from llm_datadist_ffi._vendor.v2.cache_manager import CacheManager
 
 import vendor_support as vs
 from lint_support import lenient, strict
@@ -104,7 +104,7 @@ def memory_at(address: int, nbytes: int) -> bytes:
 
 
 # ---------------------------------------------------------------------------
-# §11.1 registration
+# python-api.md §11.1 registration
 # ---------------------------------------------------------------------------
 
 
@@ -235,7 +235,7 @@ def test_register_cache_binds_a_repeated_or_bound_key_once_with_a_lint(local: Lo
 
 
 # ---------------------------------------------------------------------------
-# §11.2 pull_cache
+# python-api.md §11.2 pull_cache
 # ---------------------------------------------------------------------------
 
 
@@ -331,7 +331,7 @@ def test_pull_cache_checks_tensor_num_per_layer_as_the_v2_engine_does(local: Loc
 
 
 # ---------------------------------------------------------------------------
-# §11.2 pull_blocks
+# python-api.md §11.2 pull_blocks
 # ---------------------------------------------------------------------------
 
 
@@ -426,7 +426,7 @@ def test_pull_blocks_accepts_one_dimensional_integer_numpy_arrays(local: Local,
 
 
 def test_a_uint64_numpy_block_list_crosses_into_c_without_a_copy(local: Local) -> None:
-    from llm_datadist_ffi.v2 import _native
+    from llm_datadist_ffi._vendor import _native
 
     array = np.array([3, 1, 2], dtype=np.uint64)
     converted = _native.block_list(array, "dst_blocks")
@@ -436,7 +436,7 @@ def test_a_uint64_numpy_block_list_crosses_into_c_without_a_copy(local: Local) -
 
 
 # ---------------------------------------------------------------------------
-# §11.3 pushes
+# python-api.md §11.3 pushes
 # ---------------------------------------------------------------------------
 
 
@@ -506,7 +506,7 @@ def test_push_blocks_sends_a_none_source_list_as_an_empty_one_as_the_vendor_does
 
 
 # ---------------------------------------------------------------------------
-# §11.5 allocation, deallocation, keys
+# python-api.md §11.5 allocation, deallocation, keys
 # ---------------------------------------------------------------------------
 
 
@@ -640,7 +640,7 @@ def test_a_placeholder_key_unbinds_the_blocks_key_of_an_allocated_blocks_cache_w
 
 
 # ---------------------------------------------------------------------------
-# §11.6 copies and swaps
+# python-api.md §11.6 copies and swaps
 # ---------------------------------------------------------------------------
 
 
@@ -802,7 +802,7 @@ def test_swap_blocks_uses_shape_at_the_batch_dim_with_a_lint(local: Local) -> No
 
 
 # ---------------------------------------------------------------------------
-# §11.7, §11.8
+# python-api.md §11.7, §11.8
 # ---------------------------------------------------------------------------
 
 
@@ -824,7 +824,7 @@ def test_check_cache_key_is_the_static_validity_rule() -> None:
 
 
 # ---------------------------------------------------------------------------
-# §11.4 transfer_cache_async: checks
+# python-api.md §11.4 transfer_cache_async: checks
 # ---------------------------------------------------------------------------
 
 

@@ -1,6 +1,6 @@
 """``LLMRole``, ``LLMConfig``/``LlmConfig`` and ``LLMClusterInfo``: docs/reference/python-api.md §2, §4, §5.
 
-Every property of the §4 table is tested for its unset value, its setter checks in
+Every property of the python-api.md §4 table is tested for its unset value, its setter checks in
 order, its option key and its emission rule; expected option dicts are written out
 literally.
 """
@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 
 import pytest
 
-from llm_datadist_ffi.configs import ROLE_OPTION_TEXT, LLMClusterInfo, LLMConfig, LLMRole, LlmConfig
+from llm_datadist_ffi._vendor.configs import ROLE_OPTION_TEXT, LLMClusterInfo, LLMConfig, LLMRole, LlmConfig
 from llm_datadist_ffi.status import LLMException, LLMStatusCode
 
 PARAM_INVALID = 0x5010B005
@@ -50,7 +50,7 @@ def emitted(**props: Any) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------------
-# §2 LLMRole
+# python-api.md §2 LLMRole
 # ---------------------------------------------------------------------------
 
 
@@ -71,7 +71,7 @@ def test_role_text_for_the_core_is_prompt_decoder_mix() -> None:
 
 
 # ---------------------------------------------------------------------------
-# §4 LLMConfig: the object
+# python-api.md §4 LLMConfig: the object
 # ---------------------------------------------------------------------------
 
 
@@ -552,7 +552,7 @@ def test_a_failed_setter_keeps_the_previous_value() -> None:
 
 
 # ---------------------------------------------------------------------------
-# §5 LLMClusterInfo
+# python-api.md §5 LLMClusterInfo
 # ---------------------------------------------------------------------------
 
 

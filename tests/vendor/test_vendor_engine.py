@@ -16,13 +16,15 @@ from typing import Any, Dict, Iterator
 
 import pytest
 
-from llm_datadist_ffi import LLMException, LLMStatusCode, _capi, lint
-from llm_datadist_ffi._capi import ffi
-from llm_datadist_ffi.v2 import llm_datadist as llm_datadist_module
+from llm_datadist_ffi import LLMException, LLMStatusCode, lint
+from llm_datadist_ffi._core import _capi
+from llm_datadist_ffi._core._capi import ffi
+from llm_datadist_ffi._vendor.v2 import llm_datadist as llm_datadist_module
 from llm_datadist_ffi.vendor import (
     BlocksCacheKey, CacheDesc, CacheKeyByIdAndIndex, DataType, LLMClusterInfo, LLMConfig, LLMDataDist, LLMRole, RegisterMemStatus,
 )
-from llm_datadist_ffi.v2.cache_manager import CacheManager, KvCacheManager
+from llm_datadist_ffi._vendor.v2.cache_manager import CacheManager
+from llm_datadist_ffi._vendor.v1.cache_manager import KvCacheManager
 
 import vendor_support as vs
 
@@ -56,7 +58,7 @@ def v1_decoder() -> Iterator[LLMDataDist]:
 
 
 # ---------------------------------------------------------------------------
-# §10.1 constructor and members before init
+# python-api.md §10.1 constructor and members before init
 # ---------------------------------------------------------------------------
 
 
@@ -117,7 +119,7 @@ def test_finalize_before_init_is_a_no_op() -> None:
 
 
 # ---------------------------------------------------------------------------
-# §10.2 init: Python-side steps, in order
+# python-api.md §10.2 init: Python-side steps, in order
 # ---------------------------------------------------------------------------
 
 
@@ -245,7 +247,7 @@ def test_init_does_not_modify_the_callers_options(v2: LLMDataDist) -> None:
 
 
 # ---------------------------------------------------------------------------
-# §10.2 init: generations, one engine per process, failures
+# python-api.md §10.2 init: generations, one engine per process, failures
 # ---------------------------------------------------------------------------
 
 
@@ -365,7 +367,7 @@ def test_v2_core_rejects_two_device_ids_at_init() -> None:
 
 
 # ---------------------------------------------------------------------------
-# §10.3 finalize, re-init, atexit
+# python-api.md §10.3 finalize, re-init, atexit
 # ---------------------------------------------------------------------------
 
 
@@ -460,7 +462,7 @@ def test_a_process_that_exits_without_finalize_is_finalized_quietly(tmp_path: Pa
 
 
 # ---------------------------------------------------------------------------
-# §10.5 link_clusters / unlink_clusters
+# python-api.md §10.5 link_clusters / unlink_clusters
 # ---------------------------------------------------------------------------
 
 
@@ -629,7 +631,7 @@ def test_large_cluster_ids_round_trip_through_a_link() -> None:
 
 
 # ---------------------------------------------------------------------------
-# §10.4 rank-table links
+# python-api.md §10.4 rank-table links
 # ---------------------------------------------------------------------------
 
 RANK_TABLE = vs.RANK_TABLE
@@ -747,15 +749,15 @@ def test_a_second_communicator_over_a_linked_pair_fails_at_link_total_time_and_t
     """Two engines already linked (by an earlier communicator, or by ``link_clusters``)
     join a second communicator. Its member exchange cannot make a second link between
     them, so it stays ``PREPARING`` until ``llm.LinkTotalTime`` (here 2 s) and then is
-    ``FAILED`` on both members (§10.6, §13 ``llm.LinkTotalTime``; decision X-23). Its
-    ``unlink`` succeeds on both sides and drops only its own links (§10.6 "drops every
+    ``FAILED`` on both members (semantics.md §10.6, §13 ``llm.LinkTotalTime``; decision X-23). Its
+    ``unlink`` succeeds on both sides and drops only its own links (semantics.md §10.6 "drops every
     link of the communicator"): pulls over the first link work before, during and after.
     """
     import numpy as np
 
     port = vs.free_port()
     names = comm_name("first"), comm_name("second")
-    total_s = 2                                             # llm.LinkTotalTime in seconds (§13); default 30
+    total_s = 2                                             # llm.LinkTotalTime in seconds (semantics.md §13); default 30
     fast = {"llm.LinkTotalTime": str(total_s)}
     with vs.Peer() as peer:
         peer.run(f"p = LLMDataDist(LLMRole.PROMPT, 1); p.init(support.v2_options({port}, **{fast!r}))\n"
@@ -782,7 +784,7 @@ def test_a_second_communicator_over_a_linked_pair_fails_at_link_total_time_and_t
                 assert peer.run(f"c1 = p.link('{names[0]}', {{1: 0, 2: 1}}, support.RANK_TABLE)", "c1") == 1
                 assert status_of(lambda: engine.query_register_mem_status(first_id).name) == "OK"
                 assert status_of(lambda: peer.run(value="p.query_register_mem_status(c1).name")) == "OK"
-                second_id = 2                                 # comm ids count per engine (§10.6)
+                second_id = 2                                 # comm ids count per engine (semantics.md §10.6)
             else:
                 assert engine.link_clusters([vs.cluster_info(1, port)], 5000) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
                 second_id = 1
@@ -814,7 +816,7 @@ def test_a_second_communicator_over_a_linked_pair_fails_at_link_total_time_and_t
                        status=S.LLM_NOT_YET_LINK)
             else:
                 assert engine.unlink_clusters([vs.cluster_info(1, port)], 5000) == (S.LLM_SUCCESS, [S.LLM_SUCCESS])
-            engine.switch_role(LLMRole.PROMPT)                # no link is left (§10.7)
+            engine.switch_role(LLMRole.PROMPT)                # no link is left (semantics.md §10.7)
         finally:
             engine.finalize()
 
@@ -834,7 +836,7 @@ def test_register_after_link_cannot_be_remote_accessible(v2: LLMDataDist) -> Non
 
 
 # ---------------------------------------------------------------------------
-# §10.6 switch_role, §10.7 check_link_status
+# python-api.md §10.6 switch_role, python-api.md §10.7 check_link_status
 # ---------------------------------------------------------------------------
 
 

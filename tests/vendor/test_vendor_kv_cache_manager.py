@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 
 from llm_datadist_ffi import LLMException, LLMStatusCode
-from llm_datadist_ffi.tensor import Tensor
+from llm_datadist_ffi._vendor.v1.tensor import Tensor
 from llm_datadist_ffi.vendor import (
     BlocksCacheKey, CacheDesc, CacheKey, CacheKeyByIdAndIndex, DataType, KvCache, LayerSynchronizer, LLMDataDist,
     LLMRole, Placement, TransferConfig, TransferWithCacheKeyConfig,
 )
-from llm_datadist_ffi.v2.cache_manager import KvCacheManager
+from llm_datadist_ffi._vendor.v1.cache_manager import KvCacheManager
 
 import vendor_support as vs
 from lint_support import lenient, strict

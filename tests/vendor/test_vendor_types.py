@@ -19,15 +19,16 @@ import pytest
 
 from llm_datadist_ffi.data_type import DataType
 from llm_datadist_ffi.status import LLMException, LLMStatusCode
-from llm_datadist_ffi.tensor import Tensor, TensorDesc
-from llm_datadist_ffi.v2 import llm_types
-from llm_datadist_ffi.v2.cache_manager import CacheManager, KvCacheManager
-from llm_datadist_ffi.v2.llm_types import (
+from llm_datadist_ffi._vendor.v1.tensor import Tensor, TensorDesc
+from llm_datadist_ffi._vendor.v2 import llm_types
+from llm_datadist_ffi._vendor.v2.cache_manager import CacheManager
+from llm_datadist_ffi._vendor.v1.cache_manager import KvCacheManager
+from llm_datadist_ffi._vendor.v2.llm_types import (
     BlocksCacheKey, Cache, CacheDesc, CacheKey, CacheKeyByIdAndIndex, CoreCacheDesc, CoreKey, KvCache,
     LayerSynchronizer, MemInfo, Memtype, Placement, PushType, RegisterMemStatus, TransferConfig,
     TransferWithCacheKeyConfig, check_cache_key, core_cache_desc, core_key,
 )
-from llm_datadist_ffi._vendor_checks import check_layer_range
+from llm_datadist_ffi._vendor._vendor_checks import check_layer_range
 
 PARAM_INVALID = 0x5010B005
 U64_MAX = 18446744073709551615  # 2**64 - 1, the vendor's "no id"
@@ -60,7 +61,7 @@ def desc(**overrides: Any) -> CacheDesc:
 
 
 # ---------------------------------------------------------------------------
-# §2 enums
+# python-api.md §2 enums
 # ---------------------------------------------------------------------------
 
 
@@ -105,7 +106,7 @@ def test_data_type_is_a_plain_enum_in_the_vendor_declaration_order() -> None:
 
 
 # ---------------------------------------------------------------------------
-# §6 CacheDesc
+# python-api.md §6 CacheDesc
 # ---------------------------------------------------------------------------
 
 
@@ -356,7 +357,7 @@ def test_core_cache_desc_of_a_none_placement_raises_attribute_error_naming_it() 
 
 
 # ---------------------------------------------------------------------------
-# §7.1 CacheKey
+# python-api.md §7.1 CacheKey
 # ---------------------------------------------------------------------------
 
 
@@ -491,7 +492,7 @@ def test_cache_key_repr_shows_the_fields() -> None:
 
 
 # ---------------------------------------------------------------------------
-# §7.2 CacheKeyByIdAndIndex
+# python-api.md §7.2 CacheKeyByIdAndIndex
 # ---------------------------------------------------------------------------
 
 
@@ -529,7 +530,7 @@ def test_cache_key_by_id_and_index_has_no_prompt_cluster_id() -> None:
 
 
 # ---------------------------------------------------------------------------
-# §7.3 BlocksCacheKey
+# python-api.md §7.3 BlocksCacheKey
 # ---------------------------------------------------------------------------
 
 
@@ -594,7 +595,7 @@ def test_blocks_cache_key_repr_uses_the_keyword_the_caller_used() -> None:
 
 
 # ---------------------------------------------------------------------------
-# §7.4 core form, §7.5 validity rule
+# python-api.md §7.4 core form, python-api.md §7.5 validity rule
 # ---------------------------------------------------------------------------
 
 
@@ -654,7 +655,7 @@ def test_check_cache_key_is_static_on_both_managers() -> None:
 
 
 # ---------------------------------------------------------------------------
-# §8.1 Cache
+# python-api.md §8.1 Cache
 # ---------------------------------------------------------------------------
 
 
@@ -756,7 +757,7 @@ def test_close_of_a_cache_without_own_memory_changes_nothing() -> None:
 
 
 # ---------------------------------------------------------------------------
-# §8.2 KvCache
+# python-api.md §8.2 KvCache
 # ---------------------------------------------------------------------------
 
 
@@ -875,7 +876,7 @@ def test_kv_cache_create_cpu_cache_with_none_desc_raises_attribute_error() -> No
 
 
 # ---------------------------------------------------------------------------
-# §9.1 check_layer_range
+# python-api.md §9.1 check_layer_range
 # ---------------------------------------------------------------------------
 
 
@@ -898,7 +899,7 @@ def test_check_layer_range_rule_violations_are_param_invalid(value: range, match
 
 
 # ---------------------------------------------------------------------------
-# §9.2 TransferConfig
+# python-api.md §9.2 TransferConfig
 # ---------------------------------------------------------------------------
 
 
@@ -960,7 +961,7 @@ def test_transfer_config_dst_layer_range_is_a_plain_attribute() -> None:
 
 
 # ---------------------------------------------------------------------------
-# §9.3 TransferWithCacheKeyConfig
+# python-api.md §9.3 TransferWithCacheKeyConfig
 # ---------------------------------------------------------------------------
 
 
@@ -1044,7 +1045,7 @@ def test_transfer_with_cache_key_config_batch_setter_checks_the_blocks_rule_firs
 
 
 # ---------------------------------------------------------------------------
-# §9.4 LayerSynchronizer, §9.6 MemInfo
+# python-api.md §9.4 LayerSynchronizer, python-api.md §9.6 MemInfo
 # ---------------------------------------------------------------------------
 
 
@@ -1087,7 +1088,7 @@ def test_mem_info_lets_none_through_like_the_vendor() -> None:
 
 
 # ---------------------------------------------------------------------------
-# §13 Tensor, TensorDesc
+# python-api.md §13 Tensor, TensorDesc
 # ---------------------------------------------------------------------------
 
 
@@ -1173,7 +1174,7 @@ def test_tensor_from_tensor_tuple_builds_a_handle_tensor() -> None:
 
 
 # ---------------------------------------------------------------------------
-# §1.3 the module's name list
+# python-api.md §1.3 the module's name list
 # ---------------------------------------------------------------------------
 
 

@@ -3,8 +3,8 @@
 // The shim is only as trustworthy as the double it is tested against, so this
 // program pins what the shim relies on: the declarations (types, member order,
 // defaults, aggregate initialisation as the vendor's own tests write it, a class
-// that is neither copyable nor movable), ge::AscendString's behaviour (§2.3), and
-// the v2 behaviour the double adds in front of the mock (§6): the four methods that
+// that is neither copyable nor movable), ge::AscendString's behaviour (cpp-api.md §2.3), and
+// the v2 behaviour the double adds in front of the mock (cpp-api.md §6): the four methods that
 // are always FEATURE_NOT_ENABLED, FAILED before Initialize, `rets` appended and left
 // untouched by an argument error, Initialize idempotent, Finalize idempotent, and a
 // destructor that finalizes (its listener's port becomes free again).
@@ -137,7 +137,7 @@ void CheckV2Behaviour(uint16_t port) {
   desc.shape = {4, 16};
   {
     ld::LlmDataDist fresh(9U, ld::LlmRole::kDecoder);
-    // Always FEATURE_NOT_ENABLED, also before Initialize (§6.9, §6.12).
+    // Always FEATURE_NOT_ENABLED, also before Initialize (cpp-api.md §6.9, §6.12).
     Check(fresh.AllocateCache(desc, cache) == ld::LLM_FEATURE_NOT_ENABLED, "AllocateCache before init");
     Check(fresh.DeallocateCache(1) == ld::LLM_FEATURE_NOT_ENABLED, "DeallocateCache before init");
     Check(fresh.CopyKvCache(cache, cache) == ld::LLM_FEATURE_NOT_ENABLED, "CopyKvCache before init");

@@ -9,10 +9,10 @@
 // does differently from the native C ABI is done here, not in the mock:
 //
 //  - AllocateCache, DeallocateCache, CopyKvCache and CopyKvBlocks answer
-//    LLM_FEATURE_NOT_ENABLED in every state (§6.9, §6.12); the mock implements them
+//    LLM_FEATURE_NOT_ENABLED in every state (cpp-api.md §6.9, §6.12); the mock implements them
 //    when a pool exists (PR-9), so they never reach it;
 //  - LinkLlmClusters / UnlinkLlmClusters append to `rets` instead of filling it;
-//  - Initialize filters every code outside the LLM set to LLM_FAILED (§6.2);
+//  - Initialize filters every code outside the LLM set to LLM_FAILED (cpp-api.md §6.2);
 //  - the destructor finalizes; a failed construction makes every method FAILED.
 //
 // The mock is reached through dlopen/dlsym on its own handle, never by linking its
@@ -119,7 +119,7 @@ const MockApi *Mock() {
   return api;
 }
 
-// Initialize passes only the LLM codes through (§6.2): LLM_TIMEOUT, codes 0x14-0x17
+// Initialize passes only the LLM codes through (cpp-api.md §6.2): LLM_TIMEOUT, codes 0x14-0x17
 // and anything else (raw ACL codes) become LLM_FAILED.
 Status FilterInitializeStatus(Status status) {
   if (status == LLM_SUCCESS || status == LLM_FAILED) {
@@ -211,7 +211,7 @@ lldd_ext_param ToC(const KvCacheExtParam &ext) {
   return out;
 }
 
-// The C ABI fills an array; the v2 class appends to the caller's vector (§6.7).
+// The C ABI fills an array; the v2 class appends to the caller's vector (cpp-api.md §6.7).
 template <typename Call>
 Status LinkOrUnlink(const std::vector<ClusterInfo> &clusters, std::vector<Status> &rets, Call call) {
   const ClusterArray args(clusters);
@@ -303,7 +303,7 @@ Status LlmDataDist::UnlinkLlmClusters(const std::vector<ClusterInfo> &clusters, 
       });
 }
 
-// v2: never implemented by the public class, whatever the state (§6.9, §6.12).
+// v2: never implemented by the public class, whatever the state (cpp-api.md §6.9, §6.12).
 Status LlmDataDist::AllocateCache(const CacheDesc &cache_desc, Cache &cache) {
   (void)cache_desc;
   (void)cache;
@@ -386,7 +386,7 @@ Status LlmDataDist::PushKvBlocks(const Cache &src_cache, const CacheIndex &dst_c
 
 Status LlmDataDist::RegisterKvCache(const CacheDesc &cache_desc, const std::vector<uint64_t> &addrs,
                                     const RegisterCfg &cfg, int64_t &cache_id) {
-  (void)cfg;  // ignored by the vendor (§6.13)
+  (void)cfg;  // ignored by the vendor (cpp-api.md §6.13)
   if (impl_ == nullptr) {
     return LLM_FAILED;
   }

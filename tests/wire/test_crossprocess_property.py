@@ -11,7 +11,7 @@ after every call both engines' memory must match the oracle, byte for byte.
 
 A second test kills the helper process and checks that transfers over the dead link
 give what the oracle says (PR-31: ``LLM_TIMEOUT``, then PR-35) and that a new peer
-process can be linked again (§10.4).
+process can be linked again (semantics.md §10.4).
 """
 from __future__ import annotations
 
@@ -309,7 +309,7 @@ def ext_params(draw: st.DrawFn, n_src: int, n_dst: int, n_local: int) -> Optiona
 
 
 def block_lists(nb_src: int, nb_dst: int) -> st.SearchStrategy[tuple[list[int], list[int]]]:
-    """Valid block tables and the malformed ones (§7.2, §7.3)."""
+    """Valid block tables and the malformed ones (semantics.md §7.2, §7.3)."""
     return lst.block_pairs(nb_src, nb_dst, validity="any", containers=["list"])
 
 
@@ -362,7 +362,7 @@ def test_transfers_with_a_peer_process_agree_with_oracle(cross: CrossHarness, da
 
 @pytest.mark.rules("§10.4", "§13", "PR-31", "PR-35")
 def test_a_peer_process_that_dies_leaves_a_link_that_times_out(cross: CrossHarness) -> None:
-    """PR-31, PR-35, §10.4: the peer process dies; A's transfers give what the oracle says;
+    """PR-31, PR-35, semantics.md §10.4: the peer process dies; A's transfers give what the oracle says;
     after A unlinks, a new peer process with the same cluster id links again."""
     h = cross
     h.reset()

@@ -128,7 +128,7 @@ def test_the_table_answers_for_freed_and_later_caches_without_the_prompt(
     local = [np.zeros(SHAPE, dtype=np.uint8) for _ in range(2)]
     dst = register(decoder, local)
     linked(decoder, port)
-    decoder.pull_kv_blocks(CacheIndex(PROMPT, src), Cache(dst), [0], [0])       # the table copy (§9.7)
+    decoder.pull_kv_blocks(CacheIndex(PROMPT, src), Cache(dst), [0], [0])       # the table copy (semantics.md §9.7)
     later = peer.call("register", num_tensors=2, shape=SHAPE, seed=7)
     peer.call("unregister", cache_id=freed)
     with stopped(peer):
