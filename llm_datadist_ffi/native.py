@@ -410,9 +410,10 @@ def _check_listen_port(options: Optional[Mapping[str, str]], tag: str) -> None:
     if value is None:
         return
     _, sep, port = value.rpartition(":")
-    if sep and port.isdigit() and port.isascii() and not 1 <= int(port) <= 65535:
+    # port 0 is the vendor's (an ephemeral listener, or none with HIXL: docs/semantics.md E-26)
+    if sep and port.isdigit() and port.isascii() and int(port) > 65535:
         raise _param_invalid(tag, f"option {OPTION_LISTEN_IP_INFO}={value!r}: port {int(port)} is outside "
-                                  "[1, 65535] (PR-27)")
+                                  "[0, 65535] (PR-27)")
 
 
 def _check_ext_param(ext: KvCacheExtParam, tag: str) -> None:

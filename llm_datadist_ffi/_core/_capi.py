@@ -91,11 +91,18 @@ def lldd_backend_name() -> str:
 
 # ---- engine life cycle ----------------------------------------------------------------------
 
+# Looked up once here: cffi resolves a library function on its first use under its
+# own lock, which is not reentrant. The garbage collector can run _destroy_in on a
+# thread that holds that lock (while cffi parses a type for ffi.new), and a first
+# lookup there would wait for itself forever.
+_DESTROY = lldd_lib.lldd_destroy
+
+
 def _destroy_in(pid: int, engine: CData) -> None:
     # A child of fork() holds copies of its parent's handles: destroying one there
     # would act on an engine whose threads and sockets belong to the parent.
     if os.getpid() == pid:
-        lldd_lib.lldd_destroy(engine)
+        _DESTROY(engine)
 
 
 def lldd_create(cluster_id: int, role: int, tag: str) -> CData:

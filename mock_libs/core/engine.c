@@ -494,7 +494,14 @@ lldd_status engine_start(engine *e, const engine_cfg *c, const char *fn)
     e->table_bytes = 24;
     pthread_mutex_unlock(&e->mu);
 
-    if (c->has_listen) {
+    if (c->has_listen && c->hixl && c->listen.port == 0) {
+        /* HIXL starts its server only for a port above 0: a client-only engine, whose
+         * address a role switch compares with (docs/semantics.md E-5, PR-27) */
+        pthread_mutex_lock(&e->listen_mu);
+        e->listen_addr = c->listen;
+        pthread_mutex_unlock(&e->listen_mu);
+    } else if (c->has_listen) {
+        /* port 0 on the default backend: bound as given, the kernel picks the port (PR-27) */
         pthread_mutex_lock(&e->listen_mu);
         st = listener_start(e, &c->listen, fn);
         pthread_mutex_unlock(&e->listen_mu);
@@ -708,7 +715,10 @@ lldd_status engine_listen_as(engine *e, const char *fn, const tp_addr *addr)
     lldd_status st = LLM_SUCCESS;
     pthread_mutex_lock(&e->listen_mu);
     registry_fork_lock();
-    int change = addr != NULL ? !(e->listening && e->listen_addr.port == addr->port) : e->listening;
+    /* HIXL compares with the address given at init, which a client-only engine (port 0)
+     * does not listen on (E-5); the default backend with what it listens on */
+    int same = addr != NULL && (e->hixl || e->listening) && e->listen_addr.port == addr->port;
+    int change = addr != NULL ? !same : e->listening;
     if (change && e->hixl) {
         mock_set_error("%s: the listen address cannot change with llm.TransferBackend \"hixl\"", fn);
         st = LLM_FEATURE_NOT_ENABLED;

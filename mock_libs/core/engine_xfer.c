@@ -1477,7 +1477,7 @@ static lldd_status push_checked(engine *e, const char *fn, const push_args *a, m
         mock_set_error("%s: the local cache %lld is not remote accessible", fn, (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
+    if (!e->hixl && (st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
         return st;
     /* step 5: the destination */
     if ((st = peer_pin(xl, fn, a->dst->cache_id, pc)) != LLM_SUCCESS)
@@ -1487,6 +1487,9 @@ static lldd_status push_checked(engine *e, const char *fn, const push_args *a, m
     lldd_status layer_st = LLM_SUCCESS;
     for (; ok < layers; ok++) {
         layer_st = push_layer_checks(fn, a, lw, &pc->w, xl->l, ls0 + ok, ld0 + ok, ok == 0);
+        /* HIXL: the first layer's transfer refuses a source registered after the link (E-11) */
+        if (layer_st == LLM_SUCCESS && ok == 0 && e->hixl)
+            layer_st = pr32_check_local(fn, xl->l, lw);
         if (layer_st != LLM_SUCCESS)
             break;
     }

@@ -115,7 +115,7 @@ static lldd_status v2_listen(const char *fn, const lldd_option *o, size_t n, int
 /* The v1 listen address: the llm.ListenIp / llm.ListenPort pair when given (the v1
  * switch_role's Python layer parses llm.listenIpInfo with inet_aton, so "127.1" reaches
  * the engine as a number), else llm.listenIpInfo "ip:port" (one device, PR-36). */
-static lldd_status v1_listen(const char *fn, const lldd_option *o, size_t n, int *has, tp_addr *addr)
+static lldd_status v1_listen_text(const char *fn, const lldd_option *o, size_t n, int *has, tp_addr *addr)
 {
     const char *info = engine_opt_get(o, n, "llm.listenIpInfo");
     *has = 0;
@@ -133,6 +133,19 @@ static lldd_status v1_listen(const char *fn, const lldd_option *o, size_t n, int
     }
     *has = 1;
     return LLM_SUCCESS;
+}
+
+/* v1_listen_text, and PR-27's v1 guard: a v1 Prompt's port reaches a flow function whose
+ * listen code is not public, so port 0 is refused there (docs/semantics.md PR-27). */
+static lldd_status v1_listen(const char *fn, const lldd_option *o, size_t n, int *has, tp_addr *addr)
+{
+    lldd_status st = v1_listen_text(fn, o, n, has, addr);
+    if (st == LLM_SUCCESS && *has && addr->port == 0) {
+        mock_set_error("%s: listen port 0 is out of range [1, 65535] for the KvCacheManager (v1) generation "
+                       "(PR-27)", fn);
+        return LLM_PARAM_INVALID;
+    }
+    return st;
 }
 
 /* ge.exec.deviceId: ids separated by ";" (v1 lists one per device). */

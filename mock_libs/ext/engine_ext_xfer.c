@@ -804,7 +804,9 @@ static lldd_status push_local_access(engine *e, const char *fn, const epush *a, 
         mock_set_error("%s: the local cache %lld is not remote accessible", fn, (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    return pr32_check_local(fn, xl->l, lw);
+    /* HIXL refuses a source its client never registered when the transfer starts,
+     * after every check (docs/semantics.md E-11): push_checked does it there */
+    return e->hixl ? LLM_SUCCESS : pr32_check_local(fn, xl->l, lw);
 }
 
 /* Step 5: the destination, in the table copy. */
@@ -884,8 +886,19 @@ static lldd_status push_source_checks(const char *fn, const epush *a, const cach
                        (unsigned)a->src_batch, (long long)lw->id, (unsigned long long)c2c_batches(lw, a->block0));
         return LLM_PARAM_INVALID;
     }
+    /* the block lists are read last, as the vendor's layer-wise job reads them
+     * (docs/semantics.md X-17): no source blocks is its cache-to-blocks form, whose
+     * block size a push leaves 0 */
+    if (a->b2b && a->nsb == 0) {
+        mock_set_error("%s: src_blocks is empty: block_mem_size of a cache-to-blocks push must > 0", fn);
+        return LLM_PARAM_INVALID;
+    }
     if (a->b2b && !kind_has_blocks(lw)) {
         mock_set_error("%s: the local cache %lld has no blocks", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (a->b2b && a->nsb != a->ndb) {
+        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, a->nsb, a->ndb);
         return LLM_PARAM_INVALID;
     }
     if (a->b2b)
@@ -926,7 +939,8 @@ static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcach
     if ((st = push_local_access(e, fn, a, lw, xl)) != LLM_SUCCESS ||
         (st = push_resolve_destination(e, fn, a, xl, dst)) != LLM_SUCCESS ||
         (st = push_destination_checks(fn, a, lw, &dst->pc.w, xl)) != LLM_SUCCESS ||
-        (st = push_source_checks(fn, a, lw)) != LLM_SUCCESS)
+        (st = push_source_checks(fn, a, lw)) != LLM_SUCCESS ||
+        (e->hixl && (st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS))
         return st;
     return push_move(xl, fn, a, lc, dst);
 }
@@ -960,16 +974,6 @@ lldd_status ext_xfer_push_layer(engine *e, const char *fn, int64_t src_cache_id,
         st = LLM_PARAM_INVALID;
     } else if (a.b2b && num_dst_blocks == 0) {
         mock_set_error("%s: dst_blocks is empty", fn);
-        st = LLM_PARAM_INVALID;
-    } else if (a.b2b && num_src_blocks == 0) {
-        mock_set_error("%s: src_blocks is empty: block_mem_size of a cache-to-blocks push must > 0", fn);
-        st = LLM_PARAM_INVALID;
-    } else if (a.b2b && num_src_blocks != num_dst_blocks) {
-        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, num_src_blocks, num_dst_blocks);
-        st = LLM_PARAM_INVALID;
-    } else if (dst->cluster_id == e->cluster_id) {
-        mock_set_error("%s: dst.cluster_id %llu is this engine's own cluster; push to a peer", fn,
-                       (unsigned long long)dst->cluster_id);
         st = LLM_PARAM_INVALID;
     } else if ((lc = cache_pin(e, src_cache_id)) == NULL) {
         mock_set_error("%s: src_cache_id %lld does not exist", fn, (long long)src_cache_id);

@@ -128,12 +128,12 @@ int tp_parse_addr(const char *text, tp_addr *out, char *why, size_t why_len)
         }
         value = value * 10 + (uint64_t)(*c - '0');
         if (value > 0xFFFFFFFFull) {
-            snprintf(why, why_len, "port \"%s\" is out of range [1, 65535] (PR-27)", port);
+            snprintf(why, why_len, "port \"%s\" is out of range [0, 65535] (PR-27)", port);
             return -1;
         }
     }
-    if (value < 1 || value > 65535) {
-        snprintf(why, why_len, "port %llu is out of range [1, 65535] (PR-27)", (unsigned long long)value);
+    if (value > 65535) {
+        snprintf(why, why_len, "port %llu is out of range [0, 65535] (PR-27)", (unsigned long long)value);
         return -1;
     }
     out->port = (uint16_t)value;

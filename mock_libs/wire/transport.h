@@ -35,7 +35,8 @@ typedef struct tp_addr {
     uint16_t port;
 } tp_addr;
 
-/* Parses a listen address with the project's port rule (1 .. 65535, PR-27).
+/* Parses a listen address with the project's port rule (0 .. 65535, PR-27; port 0: the
+ * default backend binds an ephemeral port, a HIXL engine listens nowhere, E-5).
  * Returns 0, or -1 with the reason in why. */
 int tp_parse_addr(const char *text, tp_addr *out, char *why, size_t why_len);
 /* 1 if ip is a dotted IPv4 literal. */

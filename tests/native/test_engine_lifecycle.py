@@ -103,7 +103,7 @@ def test_initialize_requires_exactly_one_device_id(value: str | None) -> None:
 
 @pytest.mark.rules("E-3", "§13", "cpp-api §6.4", "PR-27")
 @pytest.mark.parametrize("value", ["127.0.0.1", "127.0.0.1:", "1.2.3:80", "localhost:80", "::1:80", "[::1]80",
-                                   "127.0.0.1:0", "127.0.0.1:65536", "127.0.0.1:4294967296", "127.0.0.1:8a", ""])
+                                   "127.0.0.1:65536", "127.0.0.1:4294967296", "127.0.0.1:8a", ""])
 def test_initialize_rejects_listen_addresses_that_do_not_parse(value: str) -> None:
     with native.LlmDataDist(1, 1) as e:
         assert raw.initialize(e, [("llm.DeviceId", "0"), ("llm.ListenIpInfo", value)]) == S.LLM_PARAM_INVALID
@@ -169,7 +169,6 @@ def test_the_native_layer_checks_pr_26_and_pr_27_before_the_backend(engines: Eng
     e = engines(1)
     with mock_control.fault("lldd_initialize", S.LLM_WAIT_PROCESS_TIMEOUT):
         for option, value, rule in [(native.OPTION_SYNC_CACHE_WAIT_TIME, "2147483648", "PR-26"),
-                                    (native.OPTION_LISTEN_IP_INFO, "127.0.0.1:0", "PR-27"),
                                     (native.OPTION_LISTEN_IP_INFO, "127.0.0.1:65536", "PR-27")]:
             with pytest.raises(LLMException) as info:
                 e.initialize({native.OPTION_DEVICE_ID: "0", option: value})
@@ -509,7 +508,7 @@ def test_set_role_checks_role_and_listen_address(engines: Engines) -> None:
     e = engines(1, options={})
     assert raw.set_role(e, 4, []) == S.LLM_PARAM_INVALID
     assert raw.set_role(e, 0, []) == S.LLM_PARAM_INVALID
-    assert raw.set_role(e, 2, [("llm.ListenIpInfo", "127.0.0.1:0")]) == S.LLM_PARAM_INVALID
+    assert raw.set_role(e, 2, [("llm.ListenIpInfo", "127.0.0.1:65536")]) == S.LLM_PARAM_INVALID
     assert raw.set_role(e, 2, [("llm.ListenIpInfo", "nowhere")]) == S.LLM_PARAM_INVALID
     e.set_role(native.LlmRole.MIX)
     assert e.role == native.LlmRole.MIX

@@ -144,7 +144,7 @@ class NativeEngines(RuleBasedStateMachine):
         if bad == "wait time":
             options["llm.SyncKvCacheWaitTime"] = "2147483648"    # PR-26: past int32, refused
         elif bad == "port":
-            options["llm.ListenIpInfo"] = "127.0.0.1:0"          # PR-27
+            options["llm.ListenIpInfo"] = "127.0.0.1:65536"      # PR-27: past 65535, refused
         self.h.initialize(cluster, options)
 
     @rule(cluster=clusters, again=st.sampled_from([True, True, True, False]))

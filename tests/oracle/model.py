@@ -327,7 +327,7 @@ class World:
                 lints.append("PR-26")
             if listen is not None:
                 _, sep, port_text = listen.rpartition(":")
-                if sep and port_text.isascii() and port_text.isdigit() and not 1 <= int(port_text) <= 65535:
+                if sep and port_text.isascii() and port_text.isdigit() and int(port_text) > 65535:
                     return fail(PI, "PR-27: listen port")
         if e.initialized:
             return success(rule="§12.1: already initialised, options ignored")
@@ -395,7 +395,7 @@ class World:
         port: Optional[int] = None
         if listen is not None:
             port = int(listen.rpartition(":")[2])
-        if e.initialized and port is not None and not 1 <= port <= 65535:
+        if e.initialized and port is not None and not 0 <= port <= 65535:
             return fail(PI, "PR-27: listen port")
         if not e.initialized:
             return fail(S.LLM_FAILED, "§12.1: not initialised")

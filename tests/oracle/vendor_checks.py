@@ -468,23 +468,13 @@ class Checks:
             _lint("PR-5", "dst_blocks")
         if layers == 0:
             return Verdict("core", S.LLM_SUCCESS, rule="PR-3: the vendor loops over no layer")
-        s = blocks_of(src_blocks)
-        if not s or len(s) != len(d):
-            # semantics.md §7.2: an empty src_blocks or lists of different lengths are PARAM_INVALID; the
-            # C++ API layer checks them before the engine (docs/reference/cpp-api.md §6), so before the link
-            # lookup too (decision: the position semantics.md §8.0 leaves open for py push_blocks)
-            return Verdict("core", S.LLM_PARAM_INVALID, rule="§7.2 push_blocks lists")
+        # an empty src_blocks or lists of different lengths are read after the link and the
+        # destination, as the vendor's layer-wise job reads them (X-17)
         return self._push_core(src_cache, dst_cache_key)
 
     def _push_core(self, src_cache: Ref, key: Key) -> Verdict:
-        """semantics.md §8.0 push steps 2–3: the local cache, then the link.
-
-        Decision: a push addressed to the engine's own cluster id is PARAM_INVALID before
-        the local cache lookup, as step 2 of the pull order is. semantics.md §8.0 lists that step for
-        pulls only and is silent for pushes; no link to oneself can exist (E-7), so the
-        push fails either way, and naming the wrong cluster is what a user needs."""
-        if key.cluster_id == self.mode.cluster_id:
-            return Verdict("core", S.LLM_PARAM_INVALID, rule="decision: push to the own cluster")
+        """semantics.md §8.0 push steps 2–3: the local cache, then the link. A push has no own-cluster
+        step (X-16): its own id is a link id like any other, and no link exists here."""
         if self.live(src_cache) is None:
             return Verdict("core", S.LLM_KV_CACHE_NOT_EXIST, rule="§8.0 push step 2")
         return Verdict("core", S.LLM_NOT_YET_LINK, rule="§8.0 push step 3")
@@ -1039,7 +1029,7 @@ def switch_role(mode: Mode, role: Any, switch_options: Any = None, enable_switch
                 port = int(parts[1])
             except ValueError:
                 _v("llm.listenIpInfo", "§10.6: int() of the port")
-            if not 1 <= port <= 65535:
+            if not (0 if mode.generation == 2 else 1) <= port <= 65535:   # PR-27: port 0 is v2's ephemeral listen
                 _lx("PR-27", "llm.listenIpInfo")
     except _Stop as stop:
         return stop.verdict
@@ -1178,17 +1168,16 @@ def transfer_cache_async(mode: Mode, src: Any, synchronizer: Any, configs: Any, 
     if first is None:
         return Verdict("core", S.LLM_SUCCESS, rule="§8.7 nothing to transfer", value=(S.LLM_SUCCESS, []))
     cluster = configs[first].key.cluster_id if keyed else configs[first].dst_cluster_id
-    code = S.LLM_PARAM_INVALID if cluster == mode.cluster_id else S.LLM_NOT_YET_LINK
+    # X-16: a keyed push has no own-cluster step (no link under that id here); a transfer to
+    # raw addresses still refuses its own cluster
+    code = S.LLM_PARAM_INVALID if cluster == mode.cluster_id and not keyed else S.LLM_NOT_YET_LINK
     if not keyed and src.blocks != bool(src_blocks):
         # semantics.md §7.6, PR-15 (X-10: also for TransferConfig sources): contiguous forms need a
         # source without blocks, B2B one with blocks; a local check, before the link
         code = S.LLM_PARAM_INVALID
-    if keyed and cluster != mode.cluster_id and configs[first].key.kind == "BlocksCacheKey" and not src_blocks \
-            and dst_blocks:
-        code = S.LLM_PARAM_INVALID       # semantics.md §7.2: a blocks push without source blocks, as push_blocks
-    # (a BlocksCacheKey with neither list is the vendor's "batch" 0 of it, block 0: X-25)
-    if keyed and cluster != mode.cluster_id and configs[first].key.kind != "BlocksCacheKey" and \
-            (src_blocks or dst_blocks):
+    # (a blocks push without source blocks reads its lists after the link, X-17; a
+    # BlocksCacheKey with neither list is the vendor's "batch" 0 of it, block 0: X-25)
+    if keyed and configs[first].key.kind != "BlocksCacheKey" and (src_blocks or dst_blocks):
         code = S.LLM_PARAM_INVALID       # decision: a contiguous push (push_cache's form) takes no block lists
     results = [code if (c.key.cluster_id if keyed else c.dst_cluster_id) == cluster else None for c in configs]
     return Verdict("core", S.LLM_SUCCESS, rule="§8.7 the first layer fails", value=(code, results))

@@ -19,6 +19,7 @@ from llm_datadist_ffi import lint
 
 
 import ext_support as xs
+from listeners import listening_ports
 U64 = xs.U64
 pytestmark = pytest.mark.mock_only(reason="raw calls of the mock's extension functions")
 
@@ -59,7 +60,8 @@ def test_initialize_accepts_each_generation_and_mode(x: Any, options: dict[str, 
     (xs.v2_options(**{"llm.EnableRemoteCacheAccessible": "2"}), S.LLM_PARAM_INVALID, "\"0\" or \"1\""),
     (xs.v2_options(**{"llm.SyncKvCacheWaitTime": "2147483648"}), S.LLM_PARAM_INVALID, "PR-26"),
     (xs.v2_options(**{"llm.ListenIp": "127.0.0.1"}), S.LLM_PARAM_INVALID, "llm.ListenPort"),
-    (xs.v2_options(**{"llm.ListenIp": "127.0.0.1", "llm.ListenPort": "0"}), S.LLM_PARAM_INVALID, "PR-27"),
+    (xs.v2_options(**{"llm.ListenIp": "127.0.0.1", "llm.ListenPort": "65536"}), S.LLM_PARAM_INVALID, "PR-27"),
+    (xs.v1_options("Prompt", **{"llm.listenIpInfo": "127.0.0.1:0"}), S.LLM_PARAM_INVALID, "PR-27"),
     (xs.v2_options(**{"llm.ListenIp": "host", "llm.ListenPort": "1"}), S.LLM_PARAM_INVALID, "llm.ListenIp"),
     (xs.v2_options(**{"llm.TransferBackend": "rdma"}), S.LLM_PARAM_INVALID, "hixl"),
     (xs.v2_options(**{"llm.MemPoolConfig": '{"memory_size": 4096, "page_shift": 9}'}), S.LLM_PARAM_INVALID,
@@ -611,3 +613,18 @@ def test_keys_and_caches_under_concurrent_calls(x: Any) -> None:
     assert errors == []
     # every cache was freed with its last key: the whole pool is free again
     assert x.allocate(engine, 1, [1, 16777216])[0] == 0
+
+
+@pytest.mark.rules("PR-27", "E-5", "E-26")
+def test_the_extension_abi_takes_listen_port_0_for_both_backends_and_refuses_65536(x: Any) -> None:
+    before = listening_ports()
+    default = x.create(1)
+    assert x.init(default, xs.v2_options(port=0, role="Prompt")) == S.LLM_SUCCESS, x.last_error()
+    assert len(listening_ports() - before) == 1                  # an ephemeral listener
+    now = listening_ports()
+    client = x.create(2)
+    assert x.init(client, xs.v2_options(port=0, **{"llm.TransferBackend": "hixl"})) == S.LLM_SUCCESS, x.last_error()
+    assert listening_ports() == now                             # HIXL with port 0: nothing listens
+    refused = x.create(3)
+    assert x.init(refused, xs.v2_options(port=65536)) == S.LLM_PARAM_INVALID
+    assert "(PR-27)" in x.last_error()

@@ -163,8 +163,8 @@ def test_init_checks_the_transfer_backend_requirements_in_order() -> None:
     ("127.0.0.1", LLMException, "ip:port"),
     ("::1:26000", LLMException, "ip:port"),
     ("127.0.0.1:http", ValueError, "port"),
-    ("127.0.0.1:0", LLMException, "PR-27"),
     ("127.0.0.1:65536", LLMException, "PR-27"),
+    ("127.0.0.1:4294967296", LLMException, "PR-27"),
 ])
 def test_init_parses_the_v2_listen_address_as_ip_colon_port(listen: str, error: type, fragment: str) -> None:
     engine = LLMDataDist(LLMRole.PROMPT, 1)
@@ -846,7 +846,7 @@ def test_v2_switch_role_checks_role_then_options(v2: LLMDataDist) -> None:
     raises(TypeError, lambda: v2.switch_role(LLMRole.PROMPT, [("a", "b")]), "switch_options")  # type: ignore
     lx(lambda: v2.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": "127.0.0.1"}), "ip:port")
     raises(ValueError, lambda: v2.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": "127.0.0.1:x"}), "port")
-    lx(lambda: v2.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": "127.0.0.1:0"}), "PR-27")
+    lx(lambda: v2.switch_role(LLMRole.PROMPT, {"llm.listenIpInfo": "127.0.0.1:65536"}), "PR-27")
 
 
 def test_v2_switch_role_needs_no_change_and_starts_a_listener(v2: LLMDataDist) -> None:

@@ -107,7 +107,8 @@ def _parse_listen(value: str, key: str) -> Tuple[str, int]:
 
     Raises:
         LLMException: ``LLM_PARAM_INVALID`` unless the text splits into exactly two
-            parts, or (PR-27) when the port is outside [1, 65535].
+            parts, or (PR-27) when the port is outside [0, 65535] (port 0: an
+            ephemeral listener, or none with HIXL; docs/semantics.md E-26).
         ValueError: the port is not a number (the vendor's ``int()``).
     """
     parts = value.split(":")
@@ -118,8 +119,8 @@ def _parse_listen(value: str, key: str) -> Tuple[str, int]:
         port = int(parts[1])
     except ValueError:
         raise ValueError(f"option {key}={value!r}: the port {parts[1]!r} is not an integer") from None
-    if not 1 <= port <= 65535:
-        raise_param_invalid(f"option {key}={value!r}: port {port} is outside [1, 65535] (PR-27)")
+    if not 0 <= port <= 65535:
+        raise_param_invalid(f"option {key}={value!r}: port {port} is outside [0, 65535] (PR-27)")
     return parts[0], port
 
 
