@@ -1,4 +1,4 @@
-/* Extension functions: what only the vendor's *Python* layer has (DESIGN §2.1).
+/* Extension functions: what only the vendor's *Python* layer has (docs/design.md, "Layers").
  *
  * Cache keys (request, prefix and model ids; blocks-cache keys), allocation with keys
  * and their reference counting, remove_cache_key, CACHE and BLOCKS cache kinds,
@@ -55,11 +55,11 @@ enum {
 lldd_status lldd_ext_initialize(lldd_engine *engine, const lldd_option *options, size_t num_options);
 
 /* switch_role with the vendor Python's option names (llm.ListenIp/llm.ListenPort in
- * v2, llm.listenIpInfo in v1) and the generation's rules (§10.7). */
+ * v2, llm.listenIpInfo in v1) and the generation's rules (semantics.md §10.7). */
 lldd_status lldd_ext_switch_role(lldd_engine *engine, int32_t role, const lldd_option *options,
                                  size_t num_options);
 
-/* v1 check_link_status (§10.8). */
+/* v1 check_link_status (semantics.md §10.8). */
 lldd_status lldd_ext_check_link_status(lldd_engine *engine, uint64_t remote_cluster_id);
 
 /* register_cache / register_blocks_cache (v2): kind CACHE with request/prefix keys
@@ -80,7 +80,7 @@ lldd_status lldd_ext_allocate_cache(lldd_engine *engine, const lldd_cache_desc *
 lldd_status lldd_ext_deallocate_cache(lldd_engine *engine, int64_t cache_id);
 lldd_status lldd_ext_remove_cache_key(lldd_engine *engine, const lldd_key *key);
 
-/* pull_cache and pull_blocks of both generations (docs/reference/python-api.md §11.2 step 10, §12):
+/* pull_cache and pull_blocks of both generations (docs/reference/python-api.md §12, §11.2 step 10):
  * tensor-index lists empty = all tensors; offsets -1 = not given (v1 only). */
 lldd_status lldd_ext_pull(lldd_engine *engine, const lldd_key *src, int64_t dst_cache_id, uint32_t batch_index,
                           int64_t size, const uint64_t *src_blocks, size_t num_src_blocks,
@@ -103,22 +103,22 @@ lldd_status lldd_ext_transfer_layer(lldd_engine *engine, int64_t src_cache_id, u
                                     const uint64_t *src_blocks, size_t num_src_blocks, const uint64_t *dst_blocks,
                                     size_t num_dst_blocks, uint64_t dst_block_memory_size);
 
-/* copy_cache (§6.6, §8.8) and copy_blocks (pairs src0, dst0, src1, dst1, ...; §8.9). */
+/* copy_cache (semantics.md §6.6, §8.8) and copy_blocks (pairs src0, dst0, src1, dst1, ...; semantics.md §8.9). */
 lldd_status lldd_ext_copy_cache(lldd_engine *engine, int64_t dst_cache_id, int64_t src_cache_id,
                                 uint32_t dst_batch_index, uint32_t src_batch_index, uint64_t offset, int64_t size);
 lldd_status lldd_ext_copy_blocks(lldd_engine *engine, int64_t cache_id, const uint64_t *pairs, size_t num_pairs);
 
-/* swap_blocks by addresses (§8.10): pairs src0, dst0, ...; swap_in 1 = HOST→DEVICE. */
+/* swap_blocks by addresses (semantics.md §8.10): pairs src0, dst0, ...; swap_in 1 = HOST→DEVICE. */
 lldd_status lldd_ext_swap_blocks(lldd_engine *engine, const uint64_t *src_addrs, const uint64_t *dst_addrs,
                                  size_t num_tensors, uint64_t block_size, const uint64_t *pairs, size_t num_pairs,
                                  uint32_t swap_in);
 
-/* Rank-table links (§10.6): every member calls link with the same comm_name. */
+/* Rank-table links (semantics.md §10.6): every member calls link with the same comm_name. */
 lldd_status lldd_ext_link(lldd_engine *engine, const char *comm_name, const uint64_t *cluster_ids,
                           const uint32_t *ranks, size_t num_members, const char *rank_table, uint64_t *comm_id);
 lldd_status lldd_ext_unlink(lldd_engine *engine, uint64_t comm_id);
 lldd_status lldd_ext_query_register_mem_status(lldd_engine *engine, uint64_t comm_id, uint32_t *status);
 
-/* remap_registered_memory (§11.7). */
+/* remap_registered_memory (docs/reference/python-api.md §11.7). */
 lldd_status lldd_ext_remap_registered_memory(lldd_engine *engine, const uint64_t *addrs, const uint64_t *sizes,
                                              size_t num);

@@ -1,4 +1,4 @@
-/* The mock ACL runtime subset (docs/reference/acl.md §6 vendor behaviour, §7 rules A-1 … A-9).
+/* The mock ACL runtime subset (docs/reference/acl.md §6, §7: vendor behaviour, rules A-1 … A-9).
  *
  * "Device" memory is host memory with allocation tracking. Every allocation of
  * aclrtMalloc, aclrtMallocHost and the engine's pools (mock_acl_alloc_device) is a

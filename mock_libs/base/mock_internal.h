@@ -13,7 +13,7 @@
 #define MOCK_EXPORT __attribute__((visibility("default")))
 #define MOCK_PRINTF(a, b) __attribute__((format(printf, a, b)))
 
-/* ---- errors.c: the thread-local last-error message (DESIGN §2.1, docs/reference/acl.md A-8) ----
+/* ---- errors.c: the thread-local last-error message (docs/design.md, "Errors"; docs/reference/acl.md A-8) ----
  * One buffer per thread, shared by the ACL subset and the engine: lldd_last_error()
  * and aclGetRecentErrMsg() read the same text. Set on every failure, never cleared
  * by a success. */

@@ -77,8 +77,8 @@ typedef struct mcache {
     keynode *keys;               /* every key bound to this cache */
     keynode **slot_key;          /* per batch slot, NULL until a key binds a slot */
     uint32_t req_keys;           /* bound request and prefix keys */
-    uint32_t ext_ref;            /* owned: 1 for the id handle until deallocated (§9.5) */
-    uint64_t *remaining;         /* R of §9.5 as a bitmap over the tensors, NULL if never set */
+    uint32_t ext_ref;            /* owned: 1 for the id handle until deallocated (semantics.md §9.5) */
+    uint64_t *remaining;         /* R of semantics.md §9.5 as a bitmap over the tensors, NULL if never set */
     uint64_t remaining_count;
     int pub_state;               /* PUB_* (engine_pub.c), under the owner's mu */
     uint32_t pub_slot;
@@ -134,7 +134,7 @@ lldd_status cache_arg_check(const char *fn, const char *name, const lldd_cache *
 /* A registered cache's record: w and a copy of the caller's addresses. NULL, with
  * "out of host memory" set, when memory runs out. */
 mcache *cache_record_new(const char *fn, const cache_wire *w, const uint64_t *addrs, size_t num_addrs);
-/* Bytes of one cache's entry in the published table (§15), and of one key binding. */
+/* Bytes of one cache's entry in the published table (semantics.md §15), and of one key binding. */
 uint64_t cache_entry_bytes(uint32_t num_tensors);
 enum { TABLE_LIMIT = 1024 * 1024, TABLE_KEY_BYTES = 24 };
 /* Inserts a cache whose id was taken by cache_take_id_locked in the same hold of mu;
@@ -150,7 +150,7 @@ void cache_destroy(mcache *c);
 lldd_status cache_pool_for(engine *e, const char *fn, const lldd_cache_desc *desc, mpool **out);
 int pool_take(mpool *p, uint64_t count, uint64_t *first);
 void pool_give(mpool *p, uint64_t first, uint64_t count);
-/* CopyKvCache / copy_cache: the checks of docs/reference/semantics.md §6.6 and the bytes of §8.8. */
+/* CopyKvCache / copy_cache: the checks and the bytes (docs/reference/semantics.md §6.6, §8.8). */
 lldd_status cache_copy(engine *e, const char *fn, int64_t src_id, int64_t dst_id, uint32_t src_batch,
                        uint32_t dst_batch, uint64_t offset, int64_t size, int v1, const char *src_name,
                        const char *dst_name);
@@ -161,11 +161,11 @@ lldd_status cache_register(engine *e, const char *fn, const lldd_cache_desc *des
                            size_t num_addrs, int64_t *cache_id);
 lldd_status cache_unregister(engine *e, const char *fn, int64_t cache_id);
 /* The entry of the PR-9 calls: FEATURE_NOT_ENABLED without a pool (also before
- * Initialize and after Finalize, §3.6); FAILED once Finalize has begun (PR-37). */
+ * Initialize and after Finalize, semantics.md §3.6); FAILED once Finalize has begun (PR-37). */
 lldd_status pool_call_enter(engine *e, const char *fn);
 lldd_status cache_allocate(engine *e, const char *fn, const lldd_cache_desc *desc, int64_t *cache_id,
                            uint64_t *tensor_addrs, size_t addrs_capacity);
-/* Unknown or registered: nothing happens (§3.6). */
+/* Unknown or registered: nothing happens (semantics.md §3.6). */
 void cache_deallocate(engine *e, int64_t cache_id);
 /* total: the entries of dst_blocks_flat (the sum of dst_list_lens, checked by the entry). */
 lldd_status cache_copy_blocks(engine *e, const char *fn, const lldd_cache *src_cache, const lldd_cache *dst_cache,

@@ -1,6 +1,7 @@
 /* The engine record of the mock LLM-DataDist engine (one lldd_engine per
- * llm_datadist::LlmDataDist) and the services every module uses: entering an API call,
- * the process-wide registry, threads (engine.c). docs/design.md draws the modules and
+ * llm_datadist::LlmDataDist), the services every module uses: entering an API call,
+ * the process-wide registry, threads, waits (engine_services.c, below every module), and
+ * the engine's life (engine.c, above every module). docs/design.md draws the modules and
  * which may call which.
  *
  * Locking, outermost first (never take a lock of an earlier row while holding a
@@ -24,7 +25,7 @@
  *              communicator list, pending handshakes, thread list. Held only for
  *              short bookkeeping, never across I/O or a wait other than
  *              pthread_cond_wait on e->cv.
- *   g_registry (engine.c)  the process-wide engine list
+ *   g_registry (engine_services.c)the process-wide engine list
  * Two engines' mu are never held at once. A communicator's thread
  * (engine_ext_comm.c) takes only e->mu and what a link handshake takes; Finalize
  * joins it before links and caches go.
@@ -131,7 +132,7 @@ struct lldd_engine {
     uint32_t sync_timeout_ms;
     int hixl;
     char *local_comm_res;        /* NULL when absent or empty */
-    int comm_res_generated;      /* a link generated the local resource (§10.2) */
+    int comm_res_generated;      /* a link generated the local resource (semantics.md §10.2) */
     uint32_t mode;               /* MODE_DIRECT for the native layer */
     int gen;                     /* GEN_V2 (native, ext v2) or GEN_V1 */
     int ext;                     /* initialised by lldd_ext_initialize */
@@ -139,7 +140,7 @@ struct lldd_engine {
     int v1_unlimited;            /* v1 without a pool size: caches come straight from the device */
     int native_pool;             /* llm_datadist_ffi.mock.NativePool = "1": the PR-9 calls work (mock only) */
     uint32_t link_total_ms;      /* llm.LinkTotalTime (rank-table links) */
-    int rank_linked;             /* lldd_ext_link was called (register rules, §2.6) */
+    int rank_linked;             /* lldd_ext_link was called (register rules, semantics.md §2.6) */
     pthread_mutex_t v1_link_mu;  /* v1: one link/unlink at a time (PROCESSING_LINK) */
 
     /* link security (docs/security.md §2) */
@@ -161,9 +162,9 @@ struct lldd_engine {
     mcache **caches;             /* sorted by id (ids only grow) */
     size_t cache_count, cache_cap;
     int64_t next_id;
-    uint64_t table_bytes;        /* size of the published table (§15) */
+    uint64_t table_bytes;        /* size of the published table (semantics.md §15) */
     mpool dev_pool, host_pool;
-    keytab keys;                 /* bound keys (§9) */
+    keytab keys;                 /* bound keys (semantics.md §9) */
     uint64_t next_bind;          /* binding sequence, from 1 */
 
     /* links, handshakes and connection threads (mu) */
@@ -189,7 +190,7 @@ struct lldd_engine {
 
 typedef struct lldd_engine engine;
 
-/* ---- engine.c ---- */
+/* ---- engine_services.c ---- */
 /* Begins an API call: LLM_FAILED with "not initialized" unless the engine is ready
  * (PR-37), else counts the call as running. */
 lldd_status engine_enter(engine *e, const char *fn);
@@ -206,13 +207,25 @@ engine *registry_acquire(uint64_t serial);
 void registry_release(engine *e);
 int thread_start(engine *e, eng_thread *t, void *(*fn)(void *), void *arg);
 void thread_join_free(eng_thread *t);
+/* Joins the finished connection threads (all of them when `all`). */
 void engine_reap_conns(engine *e, int all);
+/* Waits on e->cv for at most ms milliseconds (mu held); ETIMEDOUT when the time ran out. */
+int engine_cv_wait_ms(engine *e, int64_t ms);
+/* Lists a new engine in the registry and gives it its serial (engine_create). */
+void registry_add(engine *e);
+/* Takes e off the registry and waits until no peer holds it (engine_destroy). */
+void registry_remove(engine *e);
+/* The fork lock: a listener's descriptors are made, recorded, closed and forgotten under
+ * it (an engine's listen_mu first), so that a fork's child finds every one of them. */
+void registry_fork_lock(void);
+void registry_fork_unlock(void);
+/* Engines created and not destroyed in this process (lldd_mock_live_engines). */
+uint64_t engine_live_engines(void);
+
+/* ---- engine.c ---- */
 /* An accepted connection (engine listener or communicator): a connection thread
  * (conn_thread_main) in e->conns serves it; on failure the fd is closed. */
 void engine_adopt_conn(engine *e, int fd);
-
-/* Waits on e->cv for at most ms milliseconds (mu held); ETIMEDOUT when the time ran out. */
-int engine_cv_wait_ms(engine *e, int64_t ms);
 
 /* The engine's life and the mock controls past their entry (api_engine.c): each runs
  * the checks after the arguments, in their order, then the work. create takes a
@@ -229,6 +242,5 @@ lldd_status engine_set_link_pace(engine *e, const char *fn, uint64_t cluster_id,
 void engine_drop_connections(engine *e);
 uint32_t engine_link_path(engine *e, uint64_t cluster_id);
 uint32_t engine_last_transfer_path(engine *e, uint64_t cluster_id);
-uint64_t engine_live_engines(void);
 
 #endif /* LLDD_MOCK_ENGINE_H */

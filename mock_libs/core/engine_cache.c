@@ -3,9 +3,9 @@
  * CopyKvBlocks (docs/reference/semantics.md §2, §3, §6.6, §8.8, §8.9).
  *
  * Cache ids come from one per-engine counter starting at 1; an id is consumed by
- * every call that passes the checks before it (§3.1), also when a later check
+ * every call that passes the checks before it (semantics.md §3.1), also when a later check
  * fails. Every cache is MIX: shape[0] batches and shape[0] blocks of one stride.
- * The published-table size of §15 is tracked as caches come and go.
+ * The published-table size of semantics.md §15 is tracked as caches come and go.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -475,7 +475,7 @@ lldd_status cache_register(engine *e, const char *fn, const lldd_cache_desc *des
     }
     if ((st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
         goto out;
-    /* From here on the call consumes an id, also when it fails (§3.1). The id is taken
+    /* From here on the call consumes an id, also when it fails (semantics.md §3.1). The id is taken
      * in the locked step that inserts the cache (docs/security.md §1.1). */
     cache_wire w;
     st = cache_layout(fn, desc, &w);
@@ -534,7 +534,7 @@ out:
  * ------------------------------------------------------------------------------------------ */
 
 /* FEATURE_NOT_ENABLED without a pool (also before Initialize and after Finalize,
- * §3.6); FAILED once Finalize has begun (PR-37). */
+ * semantics.md §3.6); FAILED once Finalize has begun (PR-37). */
 lldd_status pool_call_enter(engine *e, const char *fn)
 {
     pthread_mutex_lock(&e->mu);
@@ -599,7 +599,7 @@ lldd_status cache_allocate(engine *e, const char *fn, const lldd_cache_desc *des
     mpool *pool = NULL;
     if ((st = allocate_checks(e, fn, desc, tensor_addrs, addrs_capacity, &pool)) != LLM_SUCCESS)
         goto out;
-    /* From here on the call consumes an id, also when it fails (§3.1); the id is taken
+    /* From here on the call consumes an id, also when it fails (semantics.md §3.1); the id is taken
      * in the locked step that inserts the cache (docs/security.md §1.1). */
     cache_wire w;
     uint64_t page = 1ull << pool->page_shift, pages = 0;
@@ -668,14 +668,14 @@ void cache_deallocate(engine *e, int64_t cache_id)
     if (c != NULL && c->w.owned)
         table_remove_locked(e, c);
     else
-        c = NULL; /* unknown or registered: success, nothing happens (§3.6) */
+        c = NULL; /* unknown or registered: success, nothing happens (semantics.md §3.6) */
     pthread_mutex_unlock(&e->mu);
     cache_destroy(c);
 }
 
 #define has_blocks kind_has_blocks
 
-/* The checks of docs/reference/semantics.md §6.6 in order, then the bytes of §8.8. v1 refuses HOST
+/* The checks in order, then the bytes (docs/reference/semantics.md §6.6, §8.8). v1 refuses HOST
  * caches (docs/reference/semantics.md §2.6). Caller has entered the engine. */
 lldd_status cache_copy(engine *e, const char *fn, int64_t src_id, int64_t dst_id, uint32_t src_batch_index,
                        uint32_t dst_batch_index, uint64_t offset, int64_t size, int v1, const char *src_name,

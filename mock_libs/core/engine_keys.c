@@ -1,21 +1,21 @@
-/* The key table of an engine (keys.h): identities, bindings, and the release rule of a
- * key's references.
+/* The key table of an engine (keys.h): identities and bindings. The release rule of a
+ * key's references, which removes a cache, is engine_release.c, above the cache table.
  *
  * The key table maps a key's identity to its binding. Identities live in two
  * namespaces: request keys (req_id, model_id), which blocks keys share as
  * (2**64-1, model_id), and prefix keys (prefix_id, model_id). A binding names a
  * cache and a batch slot; the cache keeps the list of its keys and, per slot, the
- * key bound there, so that a pull by id finds the key of its slot (§9.4) and a
+ * key bound there, so that a pull by id finds the key of its slot (semantics.md §9.4) and a
  * removed cache takes its keys with it.
  *
  * Every binding gets a sequence number from a per-engine counter, so that a direct-
- * mode table copy (§9.7) sees exactly the bindings that existed when it was taken
+ * mode table copy (semantics.md §9.7) sees exactly the bindings that existed when it was taken
  * (PR-19). Request and blocks key bindings count 24 bytes each towards the 1 MiB
  * published table in direct mode; prefix bindings are never published.
  *
  * The cache life cycle that keys drive (allocate, register, deallocate) is the
  * extension layer's (engine_ext_cache.c); this file is what the core needs as well: a
- * removed cache unbinds its keys, and a link's server thread applies a peer's release.
+ * removed cache unbinds its keys (engine_cache.c calls down into this table).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -141,7 +141,7 @@ void keys_teardown(engine *e)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * identities and references
+ * identities
  * ------------------------------------------------------------------------------------------ */
 
 void key_ident(const lldd_key *k, uint32_t *ns, uint64_t *id, uint64_t *model)
@@ -154,47 +154,4 @@ void key_ident(const lldd_key *k, uint32_t *ns, uint64_t *id, uint64_t *model)
         *ns = KEY_NS_REQ;
         *id = k->kind == LLDD_KEY_CACHE ? k->req_id : UINT64_MAX;
     }
-}
-
-mcache *cache_free_if_unreferenced_locked(engine *e, mcache *c)
-{
-    if (!c->w.owned || c->ext_ref > 0 || c->req_keys > 0 || c->removed)
-        return NULL;
-    table_remove_locked(e, c);
-    return c;
-}
-
-mcache *key_release_locked(engine *e, keynode *k, const uint64_t *x, uint64_t nx)
-{
-    mcache *c = k->c;
-    if (c->remaining != NULL) {
-        if (x == NULL) {
-            memset(c->remaining, 0, ((size_t)c->w.num_tensors + 63) / 64 * sizeof *c->remaining);
-            c->remaining_count = 0;
-        } else {
-            for (uint64_t i = 0; i < nx; i++) {
-                uint64_t t = x[i];
-                if (t >= c->w.num_tensors)
-                    continue;
-                uint64_t bit = 1ull << (t % 64);
-                if (c->remaining[t / 64] & bit) {
-                    c->remaining[t / 64] &= ~bit;
-                    c->remaining_count--;
-                }
-            }
-        }
-    }
-    if (c->remaining != NULL && c->remaining_count > 0)
-        return NULL;
-    key_unbind_locked(e, k);
-    return cache_free_if_unreferenced_locked(e, c);
-}
-
-mcache *key_release_request_locked(engine *e, const release_req *q, const uint64_t *tensors)
-{
-    keynode *k = key_find_locked(e, q->key_ns, q->key_id, q->key_model);
-    if (k == NULL || k->blocks || k->ns != KEY_NS_REQ || k->c->w.id != q->cache_id || k->slot != q->slot ||
-        !k->c->w.owned || k->c->w.kind != KIND_CACHE)
-        return NULL; /* released or re-bound meanwhile, or not releasable */
-    return key_release_locked(e, k, q->all ? NULL : tensors, q->count);
 }

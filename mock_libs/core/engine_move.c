@@ -1,6 +1,6 @@
-/* The data plane of a transfer: a plan (tensor pairs x regions, docs/reference/semantics.md
- * §8) walked region by region without copying the block lists, over the first path the
- * link allows:
+/* The data plane of a transfer: a plan (tensor pairs x regions,
+ * docs/reference/semantics.md §8) walked region by region without copying the block
+ * lists, over the first path the link allows:
  *   same process      memmove between the two engines' memory;
  *   shared memory     memcpy between mappings: both sides in library memory, the peer's
  *                     arena chunks mapped here (engine_shared.c);

@@ -5,8 +5,8 @@
  *
  *   server-assisted (v2) and v1   live: the holder's current key table and caches;
  *                                  a by-id source on a slot bound to a request key is
- *                                  a pull through that key (§9.4);
- *   direct (v2)                    against the link's table copy (§9.7): ids below its
+ *                                  a pull through that key (semantics.md §9.4);
+ *   direct (v2)                    against the link's table copy (semantics.md §9.7): ids below its
  *                                  id mark, bindings below its binding mark, and still
  *                                  live (PR-7, PR-19); prefix keys never resolve.
  */
@@ -30,7 +30,7 @@ lldd_status holder_resolve_locked(engine *e, mlink *link, const resolve_req *q, 
     r->id_mark = id_mark;
     r->bind_mark = bind_mark;
     if (q->v1 && link != NULL && atomic_load(&link->busy)) {
-        /* v1: this side is itself transferring over the link (§10.5) */
+        /* v1: this side is itself transferring over the link (semantics.md §10.5) */
         snprintf(why, why_len, "the link is busy: cluster %llu is serving another request on it",
                  (unsigned long long)e->cluster_id);
         return LLM_LINK_BUSY;

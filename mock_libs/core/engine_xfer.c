@@ -118,7 +118,7 @@ lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *
     } else if (!v1) {
         pthread_rwlock_wrlock(&l->xfer_mu);
     } else {
-        /* v1: the link's lock within the transfer timeout, else LINK_BUSY (§10.5) */
+        /* v1: the link's lock within the transfer timeout, else LINK_BUSY (semantics.md §10.5) */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         uint32_t ms = e->sync_timeout_ms;

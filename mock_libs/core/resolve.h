@@ -32,7 +32,7 @@ typedef struct resolve_reply {
     uint64_t key_id, key_model;
     int64_t id_mark;
     uint64_t bind_mark;
-    uint32_t dev_pool;               /* the holder has a device pool (§1.3 placement pairs) */
+    uint32_t dev_pool;               /* the holder has a device pool (semantics.md §1.3 placement pairs) */
     uint32_t reserved;
 } resolve_reply;
 

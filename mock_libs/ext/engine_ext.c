@@ -1,13 +1,13 @@
 /* The extension ABI's life cycle: lldd_ext_initialize with the option map of the
- * vendor's Python layer (docs/reference/python-api.md §10.2), lldd_ext_switch_role (semantics
- * §10.7) and the v1 lldd_ext_check_link_status (§10.8).
+ * vendor's Python layer (docs/reference/python-api.md §10.2), lldd_ext_switch_role and the
+ * v1 lldd_ext_check_link_status (semantics.md §10.7, §10.8).
  *
  * lldd_ext_initialize chooses the generation and the transfer mode, which stay
  * fixed until Finalize:
  *   llm.EnableCacheManager == "1"           v2 (CacheManager); otherwise v1 (KvCacheManager)
  *   v2: llm.EnableRemoteCacheAccessible     "1" direct mode, "0" or absent server-assisted
  * The rest of the engine reads e->gen and e->mode; a link needs both ends in the
- * same mode (the handshake compares them, §1.4), and v1 is a mode of its own.
+ * same mode (the handshake compares them, semantics.md §1.4), and v1 is a mode of its own.
  */
 #include <arpa/inet.h>
 #include <stdio.h>

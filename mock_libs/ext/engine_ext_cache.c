@@ -3,10 +3,10 @@
  * allocate_blocks_cache / deallocate_cache / remove_cache_key (v2 and v1)
  * (docs/reference/semantics.md §2.2, §3, §9; docs/reference/python-api.md §11.1, §11.5, §12).
  *
- * The key table and the release rule are the core's (engine_keys.c); this file binds
- * keys at registration and allocation and drops the id's reference.
+ * The key table and the release rule are the core's (engine_keys.c, engine_release.c);
+ * this file binds keys at registration and allocation and drops the id's reference.
  *
- * Reference counting (§9.5): an owned non-blocks cache holds one reference for its
+ * Reference counting (semantics.md §9.5): an owned non-blocks cache holds one reference for its
  * id (ext_ref, dropped by deallocate) and one per bound request or prefix key; the
  * remaining-tensor set R is a bitmap over its tensors, filled when keys are bound
  * at allocation. When the last reference goes the cache is freed.
@@ -160,7 +160,7 @@ static lldd_status plan_slot_keys(engine *e, const char *fn, const lldd_key *key
         if (out->bind[i]) {
             out->binds++;
             if (keys[i].prefix_id == UINT64_MAX)
-                out->published++; /* request keys are published, prefix keys never (§9.7) */
+                out->published++; /* request keys are published, prefix keys never (semantics.md §9.7) */
         }
     }
     free(v);
@@ -238,7 +238,7 @@ static void apply_kind(cache_wire *w, uint32_t kind, int v1)
         w->kind = KIND_CACHE;
         w->blocks = 0;
     } else if (v1) {
-        w->kind = KIND_MIX;      /* a v1 blocks cache has D batches and D blocks (§2.2) */
+        w->kind = KIND_MIX;      /* a v1 blocks cache has D batches and D blocks (semantics.md §2.2) */
     } else {
         w->kind = KIND_BLOCKS;
         w->batches = 1;
@@ -250,7 +250,7 @@ static void apply_kind(cache_wire *w, uint32_t kind, int v1)
  * ------------------------------------------------------------------------------------------ */
 
 /* The checks of a registration before it takes an id: the generation, kind and keys,
- * remote access (not after a rank-table link, §2.6), the rank, the address count. */
+ * remote access (not after a rank-table link, semantics.md §2.6), the rank, the address count. */
 static lldd_status register_checks(engine *e, const char *fn, const lldd_cache_desc *desc, size_t num_addrs,
                                    uint32_t kind, uint32_t remote_accessible, const lldd_key *keys,
                                    size_t num_keys)
@@ -318,7 +318,7 @@ lldd_status ext_cache_register(engine *e, const char *fn, const lldd_cache_desc 
     key_plan kp = {NULL, 0, 0};
     if ((st = register_checks(e, fn, desc, num_addrs, kind, remote_accessible, keys, num_keys)) != LLM_SUCCESS)
         goto out;
-    /* From here on the call consumes an id, also when it fails (§3.1); the id is taken
+    /* From here on the call consumes an id, also when it fails (semantics.md §3.1); the id is taken
      * in the locked step that inserts the cache (docs/security.md §1.1). */
     cache_wire w;
     st = register_record(fn, desc, addrs, num_addrs, kind, remote_accessible, &w, &c);
@@ -353,7 +353,7 @@ lldd_status ext_cache_register(engine *e, const char *fn, const lldd_cache_desc 
     if (kind == LLDD_CACHE_KIND_CACHE) {
         bind_slot_keys(e, c, keys, num_keys, &kp);
     } else if (num_keys == 1) {
-        /* the last registration of a model's blocks key wins (§9.3, vendor) */
+        /* the last registration of a model's blocks key wins (semantics.md §9.3, vendor) */
         keynode *old = key_find_locked(e, KEY_NS_REQ, UINT64_MAX, keys[0].model_id);
         if (old != NULL)
             key_unbind_locked(e, old);
@@ -388,7 +388,7 @@ lldd_status ext_cache_unregister(engine *e, const char *fn, int64_t cache_id)
         goto out;
     }
     if (c != NULL)
-        table_remove_locked(e, c); /* its keys go with it (§3.5) */
+        table_remove_locked(e, c); /* its keys go with it (semantics.md §3.5) */
     pthread_mutex_unlock(&e->mu);
 out:
     cache_destroy(c);
@@ -520,7 +520,7 @@ lldd_status ext_cache_allocate(engine *e, const char *fn, const lldd_cache_desc 
         goto out;
     if (!v1 && (st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
         goto out;
-    /* From here on the call consumes an id, also when it fails (§3.1; v1 also when the
+    /* From here on the call consumes an id, also when it fails (semantics.md §3.1; v1 also when the
      * rank is wrong); the id is taken in the locked step that inserts the cache
      * (docs/security.md §1.1). */
     cache_wire w;
@@ -554,7 +554,7 @@ lldd_status ext_cache_allocate(engine *e, const char *fn, const lldd_cache_desc 
         pthread_mutex_unlock(&e->mu);
         goto out;
     }
-    /* keys (§9.2) */
+    /* keys (semantics.md §9.2) */
     uint64_t keys_bytes = 0;
     if (kind == LLDD_CACHE_KIND_CACHE) {
         st = plan_slot_keys(e, fn, keys, num_keys, w.batches, v1, 0, &kp);
@@ -615,16 +615,16 @@ lldd_status ext_cache_deallocate(engine *e, const char *fn, int64_t cache_id)
             mock_set_error("%s: cache id %lld does not exist", fn, (long long)cache_id);
             st = LLM_KV_CACHE_NOT_EXIST;
         }
-        goto out; /* v2: success, nothing happens (§3.4) */
+        goto out; /* v2: success, nothing happens (semantics.md §3.4) */
     }
     if (c->w.owned && c->ext_ref > 0) {
         if (kind_has_blocks(&c->w)) {
-            /* a blocks cache goes at once, with its key (§9.8) */
+            /* a blocks cache goes at once, with its key (semantics.md §9.8) */
             table_remove_locked(e, c);
             gone = c;
         } else {
             c->ext_ref = 0;
-            gone = cache_free_if_unreferenced_locked(e, c); /* deferred while keys are bound (§9.8) */
+            gone = cache_free_if_unreferenced_locked(e, c); /* deferred while keys are bound (semantics.md §9.8) */
         }
     }
     pthread_mutex_unlock(&e->mu);
@@ -668,7 +668,7 @@ lldd_status ext_cache_remove_key(engine *e, const char *fn, const lldd_key *key)
     key_ident(key, &ns, &id, &model);
     pthread_mutex_lock(&e->mu);
     keynode *k = key_find_locked(e, ns, id, model);
-    /* unknown: success; a registered cache keeps its key (§9.6); a placeholder-shaped
+    /* unknown: success; a registered cache keeps its key (semantics.md §9.6); a placeholder-shaped
      * key has the identity of its model's blocks key and releases it (PR-41) */
     if (k != NULL && k->c->w.owned)
         gone = key_release_locked(e, k, NULL, 0);

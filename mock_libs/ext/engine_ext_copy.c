@@ -1,11 +1,11 @@
-/* Local copies of the extension ABI: copy_cache (docs/reference/semantics.md §6.6, §8.8), copy_blocks
- * (§8.9) and swap_blocks (§8.10). PR-24 (a block both source and destination, or
+/* Local copies of the extension ABI: copy_cache, copy_blocks and swap_blocks
+ * (semantics.md §6.6, §8.8, §8.9, §8.10). PR-24 (a block both source and destination, or
  * overlapping ranges, within one cache) is a guard; PR-5 (a repeated destination:
  * the last pair in order wins) and PR-25 (an empty mapping: copy_blocks does the
  * vendor's self-copy of block 0, swap_blocks moves nothing) are lints.
  *
  * copy_cache and copy_blocks address caches of this engine by id (deallocated caches
- * whose keys are still bound included, §9.8). swap_blocks addresses memory by the
+ * whose keys are still bound included, semantics.md §9.8). swap_blocks addresses memory by the
  * caller's address lists (Cache.create_cpu_cache gives it memory no engine knows);
  * each range it touches is checked against what the mock does know: a tensor of one
  * of this engine's caches, else a mock-ACL allocation, must hold the whole range, and
@@ -251,7 +251,7 @@ static lldd_status swap_tensor_checks(engine *e, const char *fn, const uint64_t 
     return LLM_SUCCESS;
 }
 
-/* The bytes: the runs of the mapping in its order (§7.3), in every tensor. */
+/* The bytes: the runs of the mapping in its order (semantics.md §7.3), in every tensor. */
 static void swap_move(const uint64_t *src_addrs, const uint64_t *dst_addrs, size_t num_tensors, uint64_t block_size,
                       const uint64_t *pairs, size_t num_pairs)
 {

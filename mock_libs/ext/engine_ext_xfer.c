@@ -1,11 +1,11 @@
 /* Pulls of the extension ABI (pull_cache and pull_blocks of both generations,
- * docs/reference/python-api.md §11.2 step 10, §12), in the engine order of docs/reference/semantics.md §8.0.
+ * docs/reference/python-api.md §12, §11.2 step 10), in the engine order of docs/reference/semantics.md §8.0.
  *
  * The source is resolved on the engine that holds it (engine_resolve.c), for every request:
  *   server-assisted (v2) and v1   live: the holder's current key table and caches;
  *                                  a by-id source on a slot bound to a request key is
- *                                  a pull through that key (§9.4);
- *   direct (v2)                    against the link's table copy (§9.7): ids below its
+ *                                  a pull through that key (semantics.md §9.4);
+ *   direct (v2)                    against the link's table copy (semantics.md §9.7): ids below its
  *                                  id mark, bindings below its binding mark, and still
  *                                  live (PR-7, PR-19); prefix keys never resolve.
  * In one process the puller calls the resolver under the holder's mu; across
@@ -13,7 +13,7 @@
  * resolved cache comes back pinned, with its description and tensor addresses, and
  * the puller checks and moves the bytes itself over the data paths of
  * engine_xfer.c. A successful server-assisted or v1 pull through a request key then
- * releases what it read (MSG_RELEASE, §9.5): the holder updates the cache's
+ * releases what it read (MSG_RELEASE, semantics.md §9.5): the holder updates the cache's
  * remaining-tensor set, unbinds the key when nothing remains, and frees the cache if
  * that was its last reference.
  */
@@ -32,7 +32,7 @@
 #include "core/transfers.h"
 #include "wire/transport.h"
 
-/* server-assisted request limits (§15) */
+/* server-assisted request limits (semantics.md §15) */
 enum { SA_MAX_ENTRIES = 7160, SA_MAX_TENSORS = 2043, SA_D2H_MAX_BLOCKS = 61440, DIRECT_MAX_ENTRIES = 131064 };
 #define STAGING_BYTES (32ull << 20)
 
@@ -126,7 +126,7 @@ static lldd_status src_resolve_q(xlink *x, const char *fn, const resolve_req *q,
     return link_recv_pinned(x, fn, &h, deadline, &s->r, sizeof s->r, &s->r.w, s->pc, UINT64_MAX);
 }
 
-/* Step 11 (§9.5): unpins the source and releases what the pull read through its key.
+/* Step 11 (semantics.md §9.5): unpins the source and releases what the pull read through its key.
  * tensors NULL: every tensor (the pull had no source range). */
 static void src_release(xlink *x, xsrc *s, const uint64_t *tensors, uint64_t count)
 {
@@ -257,7 +257,7 @@ static lldd_status pull_args_check(engine *e, const char *fn, const epull *a, in
     return LLM_SUCCESS;
 }
 
-/* Step 4's tensor-list checks (§4.2, §5) against the local cache. tensor_num_per_layer
+/* Step 4's tensor-list checks (semantics.md §4.2, §5) against the local cache. tensor_num_per_layer
  * has no upper bound (a pull without a range never uses it), and only the v2 engine
  * asks a ranged pull's local tensor count to be a multiple of it: v1 does not send it
  * to the device side (docs/semantics.md, PR-3). */
@@ -377,7 +377,7 @@ static lldd_status pull_local_checks(pull_state *s)
     return LLM_SUCCESS;
 }
 
-/* Step 6: the request's form, its destination blocks, and its size in entries (§15). */
+/* Step 6: the request's form, its destination blocks, and its size in entries (semantics.md §15). */
 static lldd_status pull_request_checks(pull_state *s)
 {
     const char *fn = s->fn;
@@ -498,7 +498,7 @@ static lldd_status pull_source_shape_checks(pull_state *s)
     return LLM_SUCCESS;
 }
 
-/* Step 9, server-assisted: the placement pairs of §1.3 and a DEVICE to HOST pull's limits. */
+/* Step 9, server-assisted: the placement pairs of semantics.md §1.3 and a DEVICE to HOST pull's limits. */
 static lldd_status pull_placement_checks(pull_state *s)
 {
     const char *fn = s->fn;
@@ -679,7 +679,7 @@ lldd_status ext_xfer_pull(engine *e, const char *fn, const lldd_key *src, int64_
 
 /* ---------------------------------------------------------------------------------------------
  * lldd_ext_push_layer: one layer of push_cache / push_blocks / TransferWithCacheKeyConfig
- * (direct mode, docs/reference/semantics.md §8.0 push order, §8.5, §8.6)
+ * (direct mode, docs/reference/semantics.md §8.5, §8.6 and §8.0 for the push order)
  * ------------------------------------------------------------------------------------------ */
 
 typedef struct epush {

@@ -104,7 +104,7 @@ static lldd_status recv_reply(int fd, uint16_t type, int64_t deadline, hello_bod
     return LLM_SUCCESS;
 }
 
-/* The local communication resource rule of §10.2 and llm.LocalCommRes. */
+/* The local communication resource rule of semantics.md §10.2 and llm.LocalCommRes. */
 static lldd_status check_comm_res(engine *e, const lldd_cluster_info *ci, char *msg)
 {
     pthread_mutex_lock(&e->mu);
@@ -461,7 +461,7 @@ static lldd_status link_one(cluster_job *job)
     return st;
 }
 
-/* v1: the device side knows the link, and refuses while it is in use (§10.5). */
+/* v1: the device side knows the link, and refuses while it is in use (semantics.md §10.5). */
 static lldd_status unlink_v1_checks(cluster_job *job)
 {
     engine *e = job->e;
@@ -726,7 +726,7 @@ static lldd_status run_clusters(engine *e, const char *fn, const lldd_cluster_in
         if (st != LLM_SUCCESS)
             mock_link_reason_set(i, b.jobs[i].msg);
         if (v1 && unlink && st == LLM_NOT_YET_LINK)
-            continue; /* v1: not a failure of an unlink (§10.5) */
+            continue; /* v1: not a failure of an unlink (semantics.md §10.5) */
         if (st != LLM_SUCCESS) {
             result = st;
             last_bad = i;

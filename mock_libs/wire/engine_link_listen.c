@@ -303,7 +303,7 @@ static lldd_status reverse_find(engine *e, const reverse_body *body, reverse_try
 }
 
 /* The client replaces its own link (it names that link's token: PR-28 keying), or no
- * longer has it (§10.4: it force-unlinked, finalized or died, so its connections are
+ * longer has it (semantics.md §10.4: it force-unlinked, finalized or died, so its connections are
  * closed). A live link is never replaced by anyone else: whoever else claims its
  * cluster id is refused (GUARD E-25, docs/security.md §2.4). Drops the reference. */
 static lldd_status reverse_replace_stale(engine *e, const reverse_body *body, reverse_try *t)
@@ -548,7 +548,7 @@ static void on_map(engine *e, int fd, const map_request *req, const peer_cred *c
 }
 
 /* TABLE: our published cache table and a pin page for the link (engine_pub.c), to a
- * memory peer that passes the same challenge, once per link. The table copy of §9.7 is
+ * memory peer that passes the same challenge, once per link. The table copy of semantics.md §9.7 is
  * taken now, if the peer has not taken it, and answered with. */
 static void on_table(engine *e, int fd, const map_request *req, const peer_cred *cred)
 {

@@ -19,7 +19,7 @@
  * over the socket: engine_cache.c). A cache whose slot is taken (ids that collide modulo
  * the slot count) or with more tensors than a slot holds is not published; the table
  * counts such caches, and while any exist a transfer that does not find its cache asks
- * the peer over the socket as before. The table copy of §9.7 is taken when the peer asks
+ * the peer over the socket as before. The table copy of semantics.md §9.7 is taken when the peer asks
  * for the table, and the owner keeps the same marks for its own answers.
  */
 #include <errno.h>

@@ -2,7 +2,7 @@
  *
  * A peer in another process reaches our caches in two steps. PIN looks a cache up
  * in our live table, against the table copy the peer took on its first transfer
- * (the watermark: ids below it existed then, §9.7; recorded here when the peer took
+ * (the watermark: ids below it existed then, semantics.md §9.7; recorded here when the peer took
  * it, never taken from the request), pins it, and answers with its description. A
  * peer the kernel identified (peer_id.h) also gets the tensor addresses of a cache it
  * may read and moves the bytes itself with process_vm_readv/writev; any other peer

@@ -41,12 +41,12 @@ typedef struct mlink {
     atomic_int vm_ok;            /* process_vm_readv/writev reach the identified peer */
     int addr_ok;                 /* replies may carry tensor addresses: an identified peer of
                                     another process that could read them anyway (same user) */
-    int64_t served_id_mark;      /* server thread: the table copy this link's peer took (§9.7), as
+    int64_t served_id_mark;      /* server thread: the table copy this link's peer took (semantics.md §9.7), as
                                     recorded here when it took it; 0 = not taken */
     uint64_t served_bind_mark;
     int64_t own_next_at_link;    /* PR-32: ids at or above were registered after the link */
     int64_t peer_next_at_link;
-    int64_t watermark;           /* xfer_mu: the table copy (§9.7): peer ids below it; 0 = not taken */
+    int64_t watermark;           /* xfer_mu: the table copy (semantics.md §9.7): peer ids below it; 0 = not taken */
     uint64_t bind_watermark;     /* xfer_mu: the table copy's key bindings: sequence below it */
     uint64_t comm_key;           /* a rank-table communicator's link (0: link_clusters) */
     atomic_int comm_pending;     /* its communicator is not OK yet: transfers NOT_YET_LINK */
@@ -152,7 +152,7 @@ lldd_status clusters_call(engine *e, const char *fn, const lldd_cluster_info *cl
 /* ---- engine_serve.c: a link's server thread ---- */
 /* The server loop of a link: answers the peer's requests on l->srv_fd. */
 void link_serve(mlink *l);
-/* The table copy of §9.7 for l's peer: taken at the peer's first transfer (or when it
+/* The table copy of semantics.md §9.7 for l's peer: taken at the peer's first transfer (or when it
  * takes our published table), kept in the link. e->mu held. */
 void link_take_marks_locked(engine *e, mlink *l);
 void *link_server_main(void *arg);

@@ -114,7 +114,7 @@ int idch_map(const char *name, pid_t pid, const map_request *req, int64_t deadli
 
 /* ---- the published cache table (engine_pub.c) ----
  * TABLE {the link's token}: the same checks and challenge as MAP; the answer carries
- * the table copy's marks (§9.7) and two memfds: the owner's table and a page of pin
+ * the table copy's marks (semantics.md §9.7) and two memfds: the owner's table and a page of pin
  * counters for this link. */
 /* Server: answers TABLE (status 0: with the marks and both fds). */
 void idch_answer_table(int fd, uint32_t status, int64_t id_mark, uint64_t bind_mark, const int fds[2]);

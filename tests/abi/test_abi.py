@@ -295,24 +295,125 @@ def _symbols(obj: Path, *flags: str) -> set[str]:
     return set(listing.split())
 
 
-def test_the_core_of_the_mock_calls_nothing_of_its_extension_layer(tmp_path: Path) -> None:
-    # docs/design.md, "The mock's modules": the extension layer (engine_ext*.c, api_ext*.c) sits on the
-    # core; the core reaches it only through hooks the extension layer sets.
-    defined: dict[str, set[str]] = {}
-    needed: dict[str, set[str]] = {}
-    for source in sorted((REPO / "mock_libs").rglob("*.c")):
-        obj = tmp_path / (source.stem + ".o")
-        subprocess.run([os.environ.get("CC", "cc"), "-std=c11", "-D_GNU_SOURCE", "-fPIC", "-c", f"-I{REPO / 'include'}",
-                        f"-I{REPO / 'mock_libs'}", str(source), "-o", str(obj)], check=True, env=_without_preload())
-        defined[source.name] = _symbols(obj, "--defined-only", "--extern-only")
-        needed[source.name] = _symbols(obj, "--undefined-only")
-    extension = {name for name in defined if name.startswith(("engine_ext", "api_ext"))}
-    of_extension = set().union(*(defined[name] for name in extension))
-    called_up = {name: sorted(needed[name] & of_extension) for name in defined if name not in extension}
-    assert {name: calls for name, calls in called_up.items() if calls} == {}
+# docs/design.md, "The mock's modules": which folder's files may call which folder's. Within
+# core/ and wire/ (which interleave: the links use the core's tables, the transfers and the
+# life cycle use the links) the order is the file graph's, which must have no circle.
+FOLDER_MAY_CALL = {
+    "base": {"base"},
+    "acl": {"base", "acl"},
+    "core": {"base", "acl", "core", "wire"},
+    "wire": {"base", "acl", "core", "wire"},
+    "ext": {"base", "acl", "core", "wire", "ext"},
+    "api": {"base", "acl", "core", "wire", "ext"},
+}
+
+
+def _compile_object(source: Path, obj: Path) -> tuple[set[str], set[str]]:
+    """The external symbols a C file of the mock defines and those it needs."""
+    subprocess.run([os.environ.get("CC", "cc"), "-std=c11", "-D_GNU_SOURCE", "-fPIC", "-c", f"-I{REPO / 'include'}",
+                    f"-I{REPO / 'mock_libs'}", str(source), "-o", str(obj)], check=True, env=_without_preload())
+    return _symbols(obj, "--defined-only", "--extern-only"), _symbols(obj, "--undefined-only")
+
+
+@pytest.fixture(scope="module")
+def mock_symbols(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[set[str], set[str]]]:
+    """Per C file of the mock ("core/engine.c"): (symbols it defines, symbols it needs)."""
+    out = tmp_path_factory.mktemp("objects")
+    root = REPO / "mock_libs"
+    return {source.relative_to(root).as_posix(): _compile_object(source, out / (source.stem + ".o"))
+            for source in sorted(root.rglob("*.c"))}
+
+
+def _file_graph(symbols: dict[str, tuple[set[str], set[str]]]) -> dict[str, set[str]]:
+    """file -> the files that define a symbol it needs (a call or a use of a variable)."""
+    return {name: {other for other, (defines, _) in symbols.items() if other != name and defines & needs}
+            for name, (_, needs) in symbols.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected sets of two or more files, each sorted (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for succ in sorted(graph[node]):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            group = []
+            while (member := stack.pop()) != node:
+                group.append(member)
+            if group:
+                found.append(sorted([*group, node]))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def _folder_breaches(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """file -> the files it calls that its folder may not call (FOLDER_MAY_CALL)."""
+    def folder(name: str) -> str:
+        return name.split("/")[0] if "/" in name else ""
+
+    breaches = {name: sorted(callee for callee in callees if folder(callee) not in FOLDER_MAY_CALL.get(folder(name), ()))
+                for name, callees in graph.items()}
+    return {name: callees for name, callees in breaches.items() if callees}
+
+
+def test_the_modules_of_the_mock_call_each_other_without_a_circle(
+        mock_symbols: dict[str, tuple[set[str], set[str]]]) -> None:
+    graph = _file_graph(mock_symbols)
+    assert _circles(graph) == []
+    # not vacuous: the graph has the edges of the layering (life cycle above the links and the
+    # caches, both handshakes above the link table and the server thread, services below all)
+    assert {"core/engine_cache.c", "wire/engine_link.c", "core/engine_services.c"} <= graph["core/engine.c"]
+    assert {"wire/engine_link.c", "wire/engine_serve.c"} <= graph["wire/engine_link_listen.c"]
+    assert "core/engine_services.c" in graph["wire/engine_link.c"]
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_each_folder_of_the_mock_calls_only_the_folders_it_may(
+        mock_symbols: dict[str, tuple[set[str], set[str]]]) -> None:
+    # The core calls nothing of the extension layer: it reaches it only through hooks the
+    # extension layer sets. Nothing calls the entry points.
+    assert {name.split("/")[0] for name in mock_symbols} == set(FOLDER_MAY_CALL)
+    graph = _file_graph(mock_symbols)
+    assert _folder_breaches(graph) == {}
     # not vacuous: the extension layer does call the core
-    assert {"holder_resolve_locked", "key_bind_locked", "link_acquire_ex"} <= needed["engine_ext_xfer.c"] | \
-        needed["engine_ext_cache.c"]
+    needed = mock_symbols["ext/engine_ext_xfer.c"][1] | mock_symbols["ext/engine_ext_cache.c"][1]
+    assert {"holder_resolve_locked", "key_bind_locked", "link_acquire_ex"} <= needed
+
+
+def test_the_layering_checks_name_a_planted_circle_and_a_planted_call_up(
+        mock_symbols: dict[str, tuple[set[str], set[str]]], tmp_path: Path) -> None:
+    # the services module calls a new core file that calls the services back; another new
+    # core file calls the extension layer
+    services = REPO / "mock_libs" / "core" / "engine_services.c"
+    planted_services = tmp_path / "engine_services.c"
+    planted_services.write_text(services.read_text() + "\nint zz_calls_back(void);\n"
+                                "int zz_planted(void);\nint zz_calls_back(void) { return zz_planted(); }\n")
+    circle = tmp_path / "zz_planted.c"
+    circle.write_text("#include \"core/engine.h\"\nint zz_planted(void);\n"
+                      "int zz_planted(void) { return (int)engine_live_engines(); }\n")
+    call_up = tmp_path / "zz_call_up.c"
+    call_up.write_text("#include \"ext/ext.h\"\nint zz_call_up(void);\n"
+                       "int zz_call_up(void) { return ext_role_name(0)[0]; }\n")
+    symbols = dict(mock_symbols)
+    symbols["core/engine_services.c"] = _compile_object(planted_services, tmp_path / "engine_services.o")
+    symbols["core/zz_planted.c"] = _compile_object(circle, tmp_path / "zz_planted.o")
+    symbols["core/zz_call_up.c"] = _compile_object(call_up, tmp_path / "zz_call_up.o")
+    graph = _file_graph(symbols)
+    assert _circles(graph) == [["core/engine_services.c", "core/zz_planted.c"]]
+    assert _folder_breaches(graph) == {"core/zz_call_up.c": ["ext/engine_ext.c"]}
 
 
 def _function_lengths(source: str) -> dict[str, int]:

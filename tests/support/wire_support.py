@@ -1,8 +1,10 @@
 """A raw peer of the mock's link protocol, for tests that play a hostile or broken peer.
 
-The layouts below are written from mock_libs/wire/transport.h, peer_id.h, cache_table.h,
+The layouts below are written from mock_libs/wire/protocol.h, peer_id.h, cache_table.h,
 keys.h and resolve.h by hand (an independent reading of the protocol, not generated from
-it); ``test_wire_security.py`` checks the sizes against replies of the real engine.
+it); ``test_wire_protocol.py`` compares every layout and constant here with what the
+compiler makes of those headers, and ``test_wire_security.py`` the sizes with replies of
+the real engine.
 Everything is host-endian ("="), as the mock's wire is (both ends run on one machine).
 """
 from __future__ import annotations
@@ -38,6 +40,11 @@ MAP_REQUEST = struct.Struct("=QQ")   # the link's token, the first chunk asked f
 MAP_DESC = struct.Struct("=QQ")      # a chunk's base in its process, its size
 HELLO_LINK = 0
 MODE_DIRECT = 1
+# what an engine lets peers make it hold (mock_libs/core/engine.h, BOUND_*)
+BOUND_HANDSHAKES = 64
+BOUND_LINKS = 256
+BOUND_PINS_PER_LINK = 64
+BOUND_GONE_RECORDS = 1024
 
 
 def header(kind: int, *, status: int = 0, count: int = 0, a: int = 0, b: int = 0, payload_len: int = 0) -> bytes:

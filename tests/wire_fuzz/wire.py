@@ -1,8 +1,9 @@
 """The mock's message framing, as far as the fuzzer needs it.
 
 Only the fixed header is known here, and it is read from the mock's own source
-(mock_libs/wire/transport.h: ``msg_hdr``, ``enum msg_type``, ``PROTO_MAGIC``), so a change
-there reaches the fuzzer without an edit. Message bodies are never built by hand: they
+(mock_libs/wire/protocol.h: ``msg_hdr``, ``enum msg_type``, ``PROTO_MAGIC``), so a change
+there reaches the fuzzer without an edit; tests/wire/test_wire_protocol.py checks this
+reading against the compiler's. Message bodies are never built by hand: they
 come from recorded traffic and are only mutated, so a change of a body's layout reaches
 the fuzzer with the next recording.
 """
@@ -14,21 +15,21 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-TRANSPORT_H = Path(__file__).resolve().parents[2] / "mock_libs" / "wire" / "transport.h"
+PROTOCOL_H = Path(__file__).resolve().parents[2] / "mock_libs" / "wire" / "protocol.h"
 _C_TYPES = {"uint8_t": "B", "uint16_t": "H", "uint32_t": "I", "uint64_t": "Q"}
 
 assert sys.byteorder == "little", "the recorded corpus is little-endian (the mock's wire is host-endian)"
 
 
-def _read_transport_h() -> tuple[tuple[tuple[str, int, int], ...], dict[int, str], int]:
+def _read_protocol_h() -> tuple[tuple[tuple[str, int, int], ...], dict[int, str], int]:
     """(name, offset, width) of every msg_hdr field, the message types by number, and
-    the magic number, from transport.h."""
-    text = re.sub(r"/\*.*?\*/", "", TRANSPORT_H.read_text(), flags=re.S)
+    the magic number, from protocol.h."""
+    text = re.sub(r"/\*.*?\*/", "", PROTOCOL_H.read_text(), flags=re.S)
     body = re.search(r"typedef struct msg_hdr \{(.*?)\} msg_hdr;", text, re.S)
     types = re.search(r"enum msg_type \{(.*?)\};", text, re.S)
     magic = re.search(r"#define PROTO_MAGIC (0x[0-9A-Fa-f]+)u", text)
     if body is None or types is None or magic is None:
-        raise RuntimeError(f"{TRANSPORT_H}: msg_hdr, enum msg_type or PROTO_MAGIC not found")
+        raise RuntimeError(f"{PROTOCOL_H}: msg_hdr, enum msg_type or PROTO_MAGIC not found")
     fields, offset = [], 0
     for c_type, name in re.findall(r"(\w+)\s+(\w+);", body.group(1)):
         width = struct.calcsize(_C_TYPES[c_type])
@@ -37,7 +38,7 @@ def _read_transport_h() -> tuple[tuple[tuple[str, int, int], ...], dict[int, str
         offset += width
     names = re.findall(r"^\s*MSG_(\w+)", types.group(1), re.M)
     if not re.search(r"MSG_\w+\s*=\s*1\s*,", types.group(1)) or "=" in types.group(1).split(",", 1)[1]:
-        raise RuntimeError(f"{TRANSPORT_H}: enum msg_type is expected to count from 1 without gaps")
+        raise RuntimeError(f"{PROTOCOL_H}: enum msg_type is expected to count from 1 without gaps")
     return tuple(fields), {number: name for number, name in enumerate(names, 1)}, int(magic.group(1), 16)
 
 
@@ -51,7 +52,7 @@ def _layout(fields: tuple[tuple[str, int, int], ...]) -> struct.Struct:
     return struct.Struct(fmt + "x" * (-at % widest))
 
 
-FIELDS, TYPE_NAMES, MAGIC = _read_transport_h()
+FIELDS, TYPE_NAMES, MAGIC = _read_protocol_h()
 HEADER = _layout(FIELDS)
 HEADER_SIZE = HEADER.size
 FIELD_NAMES = tuple(name for name, _, _ in FIELDS)
