@@ -632,34 +632,25 @@ lldd_status push_src_shape_checks(const char *fn, const cache_wire *lw, uint32_t
  * enter and frame
  * ------------------------------------------------------------------------------------------ */
 
-/* The entry checks of xfer_call_enter before engine_enter. */
-static lldd_status xfer_args_check(engine *e, const char *fn, const char *a_name, const void *a,
-                                   const char *b_name, const void *b, const uint64_t *src_blocks,
-                                   size_t num_src_blocks, const uint64_t *dst_blocks, size_t num_dst_blocks)
+/* The first NULL argument of a transfer call, in parameter order. */
+static const char *xfer_missing(const engine *e, const char *a_name, const void *a, const char *b_name,
+                                const void *b, const uint64_t *src_blocks, size_t num_src_blocks,
+                                const uint64_t *dst_blocks, size_t num_dst_blocks)
 {
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    const char *missing = e == NULL ? "engine"
-                          : a == NULL ? a_name
-                          : b_name != NULL && b == NULL ? b_name
-                          : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
-                          : dst_blocks == NULL && num_dst_blocks > 0 ? "dst_blocks (num_dst_blocks > 0)"
-                          : NULL;
-    if (missing != NULL) {
-        mock_set_error("%s: %s must not be NULL", fn, missing);
-        return LLM_PARAM_INVALID;
-    }
-    return LLM_SUCCESS;
+    return e == NULL ? "engine"
+           : a == NULL ? a_name
+           : b_name != NULL && b == NULL ? b_name
+           : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
+           : dst_blocks == NULL && num_dst_blocks > 0 ? "dst_blocks (num_dst_blocks > 0)"
+           : NULL;
 }
 
 lldd_status xfer_call_enter(engine *e, const char *fn, const char *a_name, const void *a, const char *b_name,
                             const void *b, const uint64_t *src_blocks, size_t num_src_blocks,
                             const uint64_t *dst_blocks, size_t num_dst_blocks)
 {
-    lldd_status st = xfer_args_check(e, fn, a_name, a, b_name, b, src_blocks, num_src_blocks, dst_blocks,
-                                     num_dst_blocks);
-    return st != LLM_SUCCESS ? st : engine_enter(e, fn);
+    return engine_args_enter(e, fn, xfer_missing(e, a_name, a, b_name, b, src_blocks, num_src_blocks, dst_blocks,
+                                                 num_dst_blocks));
 }
 
 lldd_status xfer_cache_call_enter(engine *e, const char *fn, const char *a_name, const void *a,
@@ -667,8 +658,8 @@ lldd_status xfer_cache_call_enter(engine *e, const char *fn, const char *a_name,
                                   const uint64_t *src_blocks, size_t num_src_blocks, const uint64_t *dst_blocks,
                                   size_t num_dst_blocks)
 {
-    lldd_status st = xfer_args_check(e, fn, a_name, a, b_name, b, src_blocks, num_src_blocks, dst_blocks,
-                                     num_dst_blocks);
+    lldd_status st = engine_args_check(fn, xfer_missing(e, a_name, a, b_name, b, src_blocks, num_src_blocks,
+                                                        dst_blocks, num_dst_blocks));
     if (st == LLM_SUCCESS)
         st = cache_arg_check(fn, c_name, c);
     return st != LLM_SUCCESS ? st : engine_enter(e, fn);
