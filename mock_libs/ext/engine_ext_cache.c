@@ -429,34 +429,7 @@ static lldd_status take_memory_locked(engine *e, const char *fn, mcache *c, mpoo
         c->acl_device = e->device;
         return LLM_SUCCESS;
     }
-    uint64_t page = 1ull << pool->page_shift;
-    uint64_t pages = w->tensor_size / page + (w->tensor_size % page != 0);
-    uint32_t got = 0;
-    for (; got < w->num_tensors; got++)
-        if (pool_take(pool, pages, &c->page_first[got]) != 0)
-            break;
-    if (got < w->num_tensors) {
-        for (uint32_t t = 0; t < got; t++)
-            pool_give(pool, c->page_first[t], pages);
-        mock_set_error("%s: the %s memory pool has no room for %u tensors of %llu pages (%llu bytes each)", fn,
-                       pool->placement == LLDD_PLACEMENT_DEVICE ? "device" : "host", (unsigned)w->num_tensors,
-                       (unsigned long long)pages, (unsigned long long)w->tensor_size);
-        return oom;
-    }
-    for (uint32_t t = 0; t < w->num_tensors; t++)
-        c->addrs[t] = (uint64_t)(uintptr_t)(pool->base + (c->page_first[t] << pool->page_shift));
-    c->pool = pool;
-    c->pages_per_tensor = pages;
-    return LLM_SUCCESS;
-}
-
-static void give_memory_locked(mcache *c)
-{
-    if (c->pool != NULL) {
-        for (uint32_t t = 0; t < c->w.num_tensors; t++)
-            pool_give(c->pool, c->page_first[t], c->pages_per_tensor);
-        c->pool = NULL;
-    }
+    return cache_take_pages_locked(fn, c, pool, oom);
 }
 
 /* The checks of an allocation before it takes an id: kind and keys, a pool, the tensor
@@ -476,15 +449,8 @@ static lldd_status allocate_checks(engine *e, const char *fn, const lldd_cache_d
                        "allocate_cache needs one", fn);
         return LLM_FEATURE_NOT_ENABLED;
     }
-    if (desc->num_tensors == 0) {
-        mock_set_error("%s: cache_desc.num_tensors is 0", fn);
-        return LLM_PARAM_INVALID;
-    }
-    if (tensor_addrs == NULL || addrs_capacity < desc->num_tensors) {
-        mock_set_error("%s: tensor_addrs has room for %zu addresses, %u needed", fn,
-                       tensor_addrs == NULL ? (size_t)0 : addrs_capacity, (unsigned)desc->num_tensors);
-        return LLM_PARAM_INVALID;
-    }
+    if ((st = cache_alloc_room_checks(fn, desc, tensor_addrs, addrs_capacity)) != LLM_SUCCESS)
+        return st;
     if (v1 && num_keys > 0 && kind == LLDD_CACHE_KIND_CACHE && role != LLDD_ROLE_PROMPT) {
         mock_set_error("%s: allocate_cache with cache_keys is not supported by %s (only a PROMPT binds keys, "
                        "docs/reference/semantics.md §11)", fn, ext_role_name(role));
@@ -526,31 +492,14 @@ lldd_status ext_cache_allocate(engine *e, const char *fn, const lldd_cache_desc 
     cache_wire w;
     if (v1)
         st = cache_check_rank(fn, desc);
-    if (st == LLM_SUCCESS)
-        st = cache_layout(fn, desc, &w);
-    if (st == LLM_SUCCESS) {
-        w.owned = 1;
+    if (st == LLM_SUCCESS && (st = cache_owned_new(fn, desc, &w, &c)) == LLM_SUCCESS) {
         w.remote_accessible = 1;      /* pools are registered at init */
         apply_kind(&w, kind, v1);
-        if ((c = cache_owned_record_new(fn, w.num_tensors)) == NULL)
-            st = LLM_FAILED;
     }
     pthread_mutex_lock(&e->mu);
-    int64_t id = cache_take_id_locked(e);
-    if (st != LLM_SUCCESS) {
-        pthread_mutex_unlock(&e->mu);
-        goto out;
-    }
-    w.id = id;
-    c->w = w;
-    c->ext_ref = 1;
-    if (e->mode == MODE_DIRECT && e->table_bytes + cache_entry_bytes(w.num_tensors) > TABLE_LIMIT) {
-        pthread_mutex_unlock(&e->mu);
-        mock_set_error("%s: the published cache table would exceed its 1 MiB limit", fn);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    if ((st = take_memory_locked(e, fn, c, pool)) != LLM_SUCCESS) {
+    int64_t id;
+    if ((st = cache_alloc_id_locked(e, fn, st, c, &w, &id)) != LLM_SUCCESS ||
+        (st = take_memory_locked(e, fn, c, pool)) != LLM_SUCCESS) {
         pthread_mutex_unlock(&e->mu);
         goto out;
     }
@@ -578,7 +527,7 @@ lldd_status ext_cache_allocate(engine *e, const char *fn, const lldd_cache_desc 
         st = LLM_FAILED;
     }
     if (st != LLM_SUCCESS) {
-        give_memory_locked(c);
+        cache_give_pages_locked(c);
         pthread_mutex_unlock(&e->mu);
         goto out;
     }
