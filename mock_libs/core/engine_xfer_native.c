@@ -259,30 +259,20 @@ static lldd_status do_pull(engine *e, const char *fn, pull_args *a, size_t num_d
                            const lldd_ext_param *ext_param)
 {
     lldd_status st;
-    if (!a->b2b && a->size != -1 && a->size <= 0) {
-        mock_set_error("%s: size %lld must be -1 or > 0", fn, (long long)a->size);
-        return LLM_PARAM_INVALID;
-    }
-    if (a->b2b && a->src->batch_index != 0) {
-        mock_set_error("%s: src_cache_index.batch_index %u must be 0 for a block pull", fn,
-                       (unsigned)a->src->batch_index);
-        return LLM_PARAM_INVALID;
-    }
+    if (!a->b2b && a->size != -1 && a->size <= 0)
+        return mock_refuse("%s: size %lld must be -1 or > 0", fn, (long long)a->size);
+    if (a->b2b && a->src->batch_index != 0)
+        return mock_refuse("%s: src_cache_index.batch_index %u must be 0 for a block pull", fn,
+                           (unsigned)a->src->batch_index);
     if ((st = check_ext(fn, ext_param, 0, 0, &a->x)) != LLM_SUCCESS)
         return st;
-    if (a->b2b && a->nblk == 0) {
-        mock_set_error("%s: src_blocks is empty: pull from non-block cache is not supported yet", fn);
-        return LLM_PARAM_INVALID;
-    }
-    if (a->b2b && a->nblk != num_dst_blocks) {
-        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, a->nblk, num_dst_blocks);
-        return LLM_PARAM_INVALID;
-    }
-    if (a->src->cluster_id == e->cluster_id) {
-        mock_set_error("%s: src_cache_index.cluster_id %llu is this engine's own cluster; pull from a peer", fn,
-                       (unsigned long long)a->src->cluster_id);
-        return LLM_PARAM_INVALID;
-    }
+    if (a->b2b && a->nblk == 0)
+        return mock_refuse("%s: src_blocks is empty: pull from non-block cache is not supported yet", fn);
+    if (a->b2b && a->nblk != num_dst_blocks)
+        return mock_refuse("%s: src_blocks has %zu entries and dst_blocks %zu", fn, a->nblk, num_dst_blocks);
+    if (a->src->cluster_id == e->cluster_id)
+        return mock_refuse("%s: src_cache_index.cluster_id %llu is this engine's own cluster; pull from a peer", fn,
+                           (unsigned long long)a->src->cluster_id);
     return xfer_run(e, fn, a->dst_id, "dst_cache.cache_id", pull_steps, a);
 }
 
@@ -435,27 +425,17 @@ static lldd_status do_push(engine *e, const char *fn, push_args *a, int64_t size
                            const lldd_ext_param *ext_param)
 {
     lldd_status st;
-    if (a->src->cache_desc.placement != LLDD_PLACEMENT_DEVICE) {
-        mock_set_error("%s: src_cache.cache_desc.placement must be DEVICE", fn);
-        return LLM_PARAM_INVALID;
-    }
-    if (!a->b2b && size != -1) {
-        mock_set_error("%s: size %lld: size only support -1", fn, (long long)size);
-        return LLM_PARAM_INVALID;
-    }
-    if (a->b2b && a->nblk == 0) {
-        mock_set_error("%s: src_blocks is empty", fn);
-        return LLM_PARAM_INVALID;
-    }
-    if (a->b2b && a->nblk != num_dst_blocks) {
-        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, a->nblk, num_dst_blocks);
-        return LLM_PARAM_INVALID;
-    }
-    if (a->b2b && a->dst->batch_index != 0) {
-        mock_set_error("%s: dst_cache_index.batch_index %u must be 0 for a block push", fn,
-                       (unsigned)a->dst->batch_index);
-        return LLM_PARAM_INVALID;
-    }
+    if (a->src->cache_desc.placement != LLDD_PLACEMENT_DEVICE)
+        return mock_refuse("%s: src_cache.cache_desc.placement must be DEVICE", fn);
+    if (!a->b2b && size != -1)
+        return mock_refuse("%s: size %lld: size only support -1", fn, (long long)size);
+    if (a->b2b && a->nblk == 0)
+        return mock_refuse("%s: src_blocks is empty", fn);
+    if (a->b2b && a->nblk != num_dst_blocks)
+        return mock_refuse("%s: src_blocks has %zu entries and dst_blocks %zu", fn, a->nblk, num_dst_blocks);
+    if (a->b2b && a->dst->batch_index != 0)
+        return mock_refuse("%s: dst_cache_index.batch_index %u must be 0 for a block push", fn,
+                           (unsigned)a->dst->batch_index);
     if ((st = check_ext(fn, ext_param, 1, a->src->cache_desc.num_tensors, &a->x)) != LLM_SUCCESS)
         return st;
     return xfer_run(e, fn, a->src->cache_id, "src_cache.cache_id", push_steps, a);

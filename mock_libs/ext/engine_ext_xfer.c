@@ -166,16 +166,11 @@ static void src_release(xlink *x, xsrc *s, const uint64_t *tensors, uint64_t cou
 /* A lookup of `key` on the holder, against the link's table copy, for `requester`. */
 static void resolve_req_init(resolve_req *q, const lldd_key *key, const mlink *l, uint64_t requester)
 {
-    memset(q, 0, sizeof *q);
-    q->key_kind = key->kind;
-    q->batch_index = key->batch_index;
-    q->req_id = key->req_id;
-    q->prefix_id = key->prefix_id;
-    q->model_id = key->model_id;
-    q->cache_id = key->cache_id;
-    q->id_mark = l->watermark;
-    q->bind_mark = l->bind_watermark;
-    q->requester = requester;
+    /* every member named: the request goes over the wire as it is (no padding in it) */
+    *q = (resolve_req){.key_kind = key->kind, .batch_index = key->batch_index, .req_id = key->req_id,
+                       .prefix_id = key->prefix_id, .model_id = key->model_id, .cache_id = key->cache_id,
+                       .direct = 0, .v1 = 0, .push = 0, .reserved = 0, .id_mark = l->watermark,
+                       .bind_mark = l->bind_watermark, .requester = requester};
 }
 
 /* ---------------------------------------------------------------------------------------------
