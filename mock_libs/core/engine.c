@@ -290,6 +290,19 @@ lldd_status engine_parse_native_pool(const char *fn, const lldd_option *o, size_
     return LLM_SUCCESS;
 }
 
+lldd_status engine_parse_backend(const char *fn, const char *backend, engine_cfg *c, const char *listen_options)
+{
+    if (backend == NULL)
+        return LLM_SUCCESS;
+    if (strcmp(backend, "hixl") != 0)
+        return mock_refuse("%s: option llm.TransferBackend \"%s\" is not supported; only \"hixl\" is", fn, backend);
+    c->hixl = 1;
+    /* the HIXL engine is named by its listen address: it needs one (E-5) */
+    if (!c->has_listen)
+        return mock_refuse("%s: option llm.TransferBackend \"hixl\" needs %s", fn, listen_options);
+    return LLM_SUCCESS;
+}
+
 lldd_status engine_parse_mock_options(const char *fn, const lldd_option *o, size_t n, engine_cfg *c)
 {
     lldd_status st = engine_parse_native_pool(fn, o, n, &c->native_pool);
@@ -424,21 +437,11 @@ static lldd_status parse_init_options(engine *e, const char *fn, const lldd_opti
         c->has_listen = 1;
     }
 
-    const char *backend = engine_opt_get(opts, n, "llm.TransferBackend");
-    if (backend != NULL) {
-        if (strcmp(backend, "hixl") != 0) {
-            mock_set_error("%s: option llm.TransferBackend \"%s\" is not supported; only \"hixl\" is", fn, backend);
-            return LLM_PARAM_INVALID;
-        }
-        c->hixl = 1;
-        /* the HIXL engine is named by its listen address: it needs one (E-5) */
-        if (!c->has_listen) {
-            mock_set_error("%s: option llm.TransferBackend \"hixl\" needs option llm.ListenIpInfo", fn);
-            return LLM_PARAM_INVALID;
-        }
-    }
-
-    lldd_status st = engine_parse_sync_wait(fn, opts, n, &c->sync_timeout_ms);
+    lldd_status st = engine_parse_backend(fn, engine_opt_get(opts, n, "llm.TransferBackend"), c,
+                                          "option llm.ListenIpInfo");
+    if (st != LLM_SUCCESS)
+        return st;
+    st = engine_parse_sync_wait(fn, opts, n, &c->sync_timeout_ms);
     if (st != LLM_SUCCESS)
         return st;
 

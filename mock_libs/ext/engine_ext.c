@@ -271,19 +271,8 @@ static lldd_status parse_ext_v2_options(const char *fn, const lldd_option *o, si
         return st;
     if ((st = v2_listen(fn, o, n, &c->has_listen, &c->listen)) != LLM_SUCCESS)
         return st;
-    if (backend != NULL) {
-        if (strcmp(backend, "hixl") != 0) {
-            mock_set_error("%s: option llm.TransferBackend \"%s\" is not supported; only \"hixl\" is", fn, backend);
-            return LLM_PARAM_INVALID;
-        }
-        c->hixl = 1;
-        /* the HIXL engine is named by its listen address: it needs one (E-5) */
-        if (!c->has_listen) {
-            mock_set_error("%s: option llm.TransferBackend \"hixl\" needs options llm.ListenIp and llm.ListenPort",
-                           fn);
-            return LLM_PARAM_INVALID;
-        }
-    }
+    if ((st = engine_parse_backend(fn, backend, c, "options llm.ListenIp and llm.ListenPort")) != LLM_SUCCESS)
+        return st;
     if ((st = engine_parse_sync_wait(fn, o, n, &c->sync_timeout_ms)) != LLM_SUCCESS)
         return st;
     if ((st = engine_parse_mock_options(fn, o, n, c)) != LLM_SUCCESS)
