@@ -283,6 +283,51 @@ static lldd_status register_checks(engine *e, const char *fn, const lldd_cache_d
     return LLM_SUCCESS;
 }
 
+/* A new cache's keys as its call gave them, and their plan (plan_slot_keys). */
+typedef struct cache_keys {
+    uint32_t kind;
+    const lldd_key *keys;
+    size_t num;
+    const key_plan *plan;
+} cache_keys;
+
+/* The last locked step of a registration and an allocation (e->mu held; released here):
+ * unless `st` already failed, room for the cache's key bindings and the insert ("out of
+ * host memory" otherwise), then its keys bound (a cache's slot keys as planned; a blocks
+ * cache's one key, where the last registration of a model's blocks key wins,
+ * semantics.md §9.3, vendor: an allocation refused a bound one before); the pages of a
+ * failed allocation go back. On success the cache is the table's (*c = NULL), its id in
+ * *cache_id and, for an allocation, its addresses in tensor_addrs. */
+static lldd_status insert_bind_unlock(engine *e, const char *fn, lldd_status st, mcache **c, const cache_keys *k,
+                                      int64_t id, int64_t *cache_id, uint64_t *tensor_addrs)
+{
+    mcache *n = *c;
+    if (st == LLM_SUCCESS && (cache_key_room(n, k->plan->binds, tensor_addrs != NULL) != 0 ||
+                              key_table_reserve(&e->keys, k->num) != 0 || table_insert_locked(e, n) != 0)) {
+        mock_set_error("%s: out of host memory", fn);
+        st = LLM_FAILED;
+    }
+    if (st != LLM_SUCCESS) {
+        cache_give_pages_locked(n);
+        pthread_mutex_unlock(&e->mu);
+        return st;
+    }
+    if (k->kind == LLDD_CACHE_KIND_CACHE) {
+        bind_slot_keys(e, n, k->keys, k->num, k->plan);
+    } else if (k->num == 1) {
+        keynode *old = key_find_locked(e, KEY_NS_REQ, UINT64_MAX, k->keys[0].model_id);
+        if (old != NULL)
+            key_unbind_locked(e, old);
+        key_bind_locked(e, n, KEY_NS_REQ, UINT64_MAX, k->keys[0].model_id, 0, 1);
+    }
+    if (tensor_addrs != NULL)
+        memcpy(tensor_addrs, n->addrs, n->w.num_tensors * sizeof *tensor_addrs);
+    pthread_mutex_unlock(&e->mu);
+    *cache_id = id;
+    *c = NULL;
+    return LLM_SUCCESS;
+}
+
 /* A registration's description and record: the layout, no address 0, the ranges (E-16);
  * *out is the record (NULL on failure). */
 static lldd_status register_record(const char *fn, const lldd_cache_desc *desc, const uint64_t *addrs,
@@ -341,27 +386,8 @@ lldd_status ext_cache_register(engine *e, const char *fn, const lldd_cache_desc 
                        (unsigned long long)(e->table_bytes + cache_entry_bytes(w.num_tensors) + keys_bytes));
         st = LLM_PARAM_INVALID;
     }
-    if (st == LLM_SUCCESS && (cache_key_room(c, kp.binds, 0) != 0 || key_table_reserve(&e->keys, num_keys) != 0 ||
-                              table_insert_locked(e, c) != 0)) {
-        mock_set_error("%s: out of host memory", fn);
-        st = LLM_FAILED;
-    }
-    if (st != LLM_SUCCESS) {
-        pthread_mutex_unlock(&e->mu);
-        goto out;
-    }
-    if (kind == LLDD_CACHE_KIND_CACHE) {
-        bind_slot_keys(e, c, keys, num_keys, &kp);
-    } else if (num_keys == 1) {
-        /* the last registration of a model's blocks key wins (semantics.md §9.3, vendor) */
-        keynode *old = key_find_locked(e, KEY_NS_REQ, UINT64_MAX, keys[0].model_id);
-        if (old != NULL)
-            key_unbind_locked(e, old);
-        key_bind_locked(e, c, KEY_NS_REQ, UINT64_MAX, keys[0].model_id, 0, 1);
-    }
-    pthread_mutex_unlock(&e->mu);
-    *cache_id = id;
-    c = NULL;
+    cache_keys k = {kind, keys, num_keys, &kp};
+    st = insert_bind_unlock(e, fn, st, &c, &k, id, cache_id, NULL);
 out:
     free(kp.bind);
     cache_destroy(c);
@@ -521,24 +547,8 @@ lldd_status ext_cache_allocate(engine *e, const char *fn, const lldd_cache_desc 
                        "bindings", fn, (unsigned long long)keys_bytes);
         st = LLM_PARAM_INVALID;
     }
-    if (st == LLM_SUCCESS && (cache_key_room(c, kp.binds, 1) != 0 || key_table_reserve(&e->keys, num_keys) != 0 ||
-                              table_insert_locked(e, c) != 0)) {
-        mock_set_error("%s: out of host memory", fn);
-        st = LLM_FAILED;
-    }
-    if (st != LLM_SUCCESS) {
-        cache_give_pages_locked(c);
-        pthread_mutex_unlock(&e->mu);
-        goto out;
-    }
-    if (kind == LLDD_CACHE_KIND_CACHE)
-        bind_slot_keys(e, c, keys, num_keys, &kp);
-    else if (num_keys == 1)
-        key_bind_locked(e, c, KEY_NS_REQ, UINT64_MAX, keys[0].model_id, 0, 1);
-    memcpy(tensor_addrs, c->addrs, w.num_tensors * sizeof *tensor_addrs);
-    pthread_mutex_unlock(&e->mu);
-    *cache_id = id;
-    c = NULL;
+    cache_keys k = {kind, keys, num_keys, &kp};
+    st = insert_bind_unlock(e, fn, st, &c, &k, id, cache_id, tensor_addrs);
 out:
     free(kp.bind);
     cache_destroy(c);
