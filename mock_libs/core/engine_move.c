@@ -167,29 +167,41 @@ static uint64_t plan_bytes(const plan *p)
     return __builtin_mul_overflow(per_pair, (uint64_t)p->pairs, &total) ? UINT64_MAX : total;
 }
 
+/* One region's bytes: streaming stores for a large region of a large transfer (they run
+ * forwards: only where the two sides do not overlap), else memmove. */
+static void copy_region(char *d, const char *s, size_t n, int stream)
+{
+#if HAVE_STREAM_COPY
+    if (stream && n >= STREAM_MIN_REGION && (d + n <= s || s + n <= d)) {
+        stream_copy(d, s, n);
+        return;
+    }
+#else
+    (void)stream;
+#endif
+    memmove(d, s, n);
+}
+
+/* After the last region: streaming stores ordered before the transfer reports. */
+static void copy_done(int stream)
+{
+#if HAVE_STREAM_COPY
+    if (stream)
+        _mm_sfence();
+#else
+    (void)stream;
+#endif
+}
+
 static void move_local(const plan *p)
 {
     region_iter it;
     region r;
     region_iter_init(&it, p);
     int stream = HAVE_STREAM_COPY && plan_bytes(p) >= STREAM_MIN_TOTAL;
-    while (region_next(&it, &r)) {
-        char *d = dst_ptr(p, &r);
-        const char *s = src_ptr(p, &r);
-        size_t n = (size_t)r.len;
-#if HAVE_STREAM_COPY
-        /* streaming copies run forwards: only for regions that do not overlap */
-        if (stream && n >= STREAM_MIN_REGION && (d + n <= s || s + n <= d)) {
-            stream_copy(d, s, n);
-            continue;
-        }
-#endif
-        memmove(d, s, n);
-    }
-#if HAVE_STREAM_COPY
-    if (stream)
-        _mm_sfence();
-#endif
+    while (region_next(&it, &r))
+        copy_region(dst_ptr(p, &r), src_ptr(p, &r), (size_t)r.len, stream);
+    copy_done(stream);
 }
 
 /* process_vm_readv (pull) / process_vm_writev (push); 0 or -errno. The peer's pidfd is
@@ -307,28 +319,16 @@ static int copy_shared(mlink *l, const plan *p, int pull)
     region_iter it;
     region r;
     region_iter_init(&it, p);
-#if HAVE_STREAM_COPY
-    int stream = plan_bytes(p) >= STREAM_MIN_TOTAL;
-#endif
+    int stream = HAVE_STREAM_COPY && plan_bytes(p) >= STREAM_MIN_TOTAL;
     while (region_next(&it, &r)) {
         char *s = src_ptr(p, &r), *d = dst_ptr(p, &r);
         if (pull)
             s = link_shared_ptr(l, (uintptr_t)s, r.len);
         else
             d = link_shared_ptr(l, (uintptr_t)d, r.len);
-        size_t n = (size_t)r.len;
-#if HAVE_STREAM_COPY
-        if (stream && n >= STREAM_MIN_REGION) {
-            stream_copy(d, s, n);
-            continue;
-        }
-#endif
-        memcpy(d, s, n);
+        copy_region(d, s, (size_t)r.len, stream);
     }
-#if HAVE_STREAM_COPY
-    if (stream)
-        _mm_sfence();
-#endif
+    copy_done(stream);
     return pidfd_alive(l->peer_pidfd) ? 1 : -ESRCH;
 }
 
