@@ -227,23 +227,20 @@ static void accept_pending(comm *c)
     }
 }
 
+/* A ready link of the communicator (ctx) that is still in the table. mu held. */
+static mlink *comm_link_locked(engine *e, const void *ctx)
+{
+    const comm *c = ctx;
+    mlink *l = e->links;
+    while (l != NULL && !(l->comm_key == c->key && l->ready && !l->removed))
+        l = l->next;
+    return l;
+}
+
 /* Drops this side of every link of the communicator. */
 static void drop_comm_links(comm *c)
 {
-    engine *e = c->e;
-    for (;;) {
-        pthread_mutex_lock(&e->mu);
-        mlink *l = e->links;
-        while (l != NULL && !(l->comm_key == c->key && l->ready && !l->removed))
-            l = l->next;
-        if (l != NULL)
-            link_ref(l);
-        pthread_mutex_unlock(&e->mu);
-        if (l == NULL)
-            return;
-        link_drop(e, l);
-        link_unref(l);
-    }
+    links_drop_each(c->e, comm_link_locked, c);
 }
 
 static void *comm_main(void *arg)

@@ -27,8 +27,6 @@
  * its side and answers. Dropping a side takes the link's transfer lock (waits for
  * transfers in flight), shuts both sockets down, joins the server thread.
  */
-#include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -149,11 +147,11 @@ void link_drop(engine *e, mlink *l)
     link_unref(l);
 }
 
-void links_teardown(engine *e)
+void links_drop_each(engine *e, mlink *(*pick_locked)(engine *e, const void *ctx), const void *ctx)
 {
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        mlink *l = e->links != NULL ? e->links : e->served;
+        mlink *l = pick_locked(e, ctx);
         if (l != NULL)
             link_ref(l);
         pthread_mutex_unlock(&e->mu);
@@ -164,22 +162,30 @@ void links_teardown(engine *e)
     }
 }
 
+static mlink *any_link_locked(engine *e, const void *ctx)
+{
+    (void)ctx;
+    return e->links != NULL ? e->links : e->served;
+}
+
+void links_teardown(engine *e)
+{
+    links_drop_each(e, any_link_locked, NULL);
+}
+
+static mlink *gone_served_locked(engine *e, const void *ctx)
+{
+    (void)ctx;
+    mlink *l = e->served;
+    while (l != NULL && !atomic_load(&l->peer_gone))
+        l = l->next;
+    return l;
+}
+
 /* Drops the served-only sides whose client has gone (their server thread saw EOF). */
 void served_reap(engine *e)
 {
-    for (;;) {
-        pthread_mutex_lock(&e->mu);
-        mlink *l = e->served;
-        while (l != NULL && !atomic_load(&l->peer_gone))
-            l = l->next;
-        if (l != NULL)
-            link_ref(l);
-        pthread_mutex_unlock(&e->mu);
-        if (l == NULL)
-            return;
-        link_drop(e, l);
-        link_unref(l);
-    }
+    links_drop_each(e, gone_served_locked, NULL);
 }
 
 /* Reaps one link whose server thread saw its peer go: joins the thread, closes both
@@ -215,30 +221,20 @@ static int link_reap_one(engine *e, mlink *l)
     return 1;
 }
 
-/* Drops the oldest records of gone links past BOUND_GONE_RECORDS (the table is
- * newest first). */
-static void gone_records_trim(engine *e)
+/* The oldest record of a gone link while there are more than BOUND_GONE_RECORDS (the
+ * table is newest first), else NULL. mu held. */
+static mlink *surplus_gone_record_locked(engine *e, const void *ctx)
 {
-    for (;;) {
-        mlink *oldest = NULL;
-        size_t records = 0;
-        pthread_mutex_lock(&e->mu);
-        for (mlink *l = e->links; l != NULL; l = l->next) {
-            if (l->reaped && !l->removed) {
-                records++;
-                oldest = l;
-            }
+    (void)ctx;
+    mlink *oldest = NULL;
+    size_t records = 0;
+    for (mlink *l = e->links; l != NULL; l = l->next) {
+        if (l->reaped && !l->removed) {
+            records++;
+            oldest = l;
         }
-        if (records <= BOUND_GONE_RECORDS)
-            oldest = NULL;
-        if (oldest != NULL)
-            link_ref(oldest);
-        pthread_mutex_unlock(&e->mu);
-        if (oldest == NULL)
-            return;
-        link_drop(e, oldest);
-        link_unref(oldest);
     }
+    return records > BOUND_GONE_RECORDS ? oldest : NULL;
 }
 
 enum { REAP_BATCH = 16 };
@@ -264,7 +260,7 @@ void links_reap(engine *e)
             link_unref(batch[i]);
         }
     }
-    gone_records_trim(e);
+    links_drop_each(e, surplus_gone_record_locked, NULL);   /* the oldest records past the bound */
 }
 
 size_t links_cut_pinning_locked(engine *e, const mcache *c)

@@ -5,24 +5,15 @@
  * sends DISCONNECT on a fresh connection. The jobs of one call run in groups of the
  * same cluster id, different groups concurrently.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <sys/uio.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "core/cache_table.h"
 #include "core/engine.h"
 #include "base/json.h"
 #include "wire/links.h"
 #include "base/mock_internal.h"
 #include "wire/peer_id.h"
-#include "wire/pub.h"
-#include "wire/sha256.h"
-#include "wire/shared_map.h"
 #include "wire/transport.h"
 
 enum { LINK_WORKERS = 16 };

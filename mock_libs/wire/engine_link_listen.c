@@ -4,22 +4,17 @@
  * (installs the link and becomes its server thread), DISCONNECT (drops our side of a
  * link), and the identity channel's IDENTIFY, MAP and TABLE requests.
  */
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "core/cache_table.h"
 #include "core/engine.h"
 #include "wire/links.h"
 #include "base/mock_internal.h"
 #include "wire/peer_id.h"
 #include "wire/pub.h"
-#include "wire/sha256.h"
-#include "wire/shared_map.h"
 #include "wire/transport.h"
 
 enum {

@@ -102,6 +102,9 @@ void link_unref(mlink *l);
 /* Takes the link out of the table, waits for its transfers, closes it. */
 void link_drop(engine *e, mlink *l);
 void links_teardown(engine *e);
+/* Drops, one at a time, each link pick_locked names (called with mu held; NULL: none is
+ * left), holding a reference to it while it is dropped. */
+void links_drop_each(engine *e, mlink *(*pick_locked)(engine *e, const void *ctx), const void *ctx);
 /* Frees what links to gone peers hold: their sockets and server thread (a record stays
  * for PR-31) and served-only sides entirely; keeps at most BOUND_GONE_RECORDS records.
  * Called by the listener thread on every tick. */

@@ -3,7 +3,7 @@
  * (sending and receiving a message) is transport.h; the bodies of the data plane live
  * beside what they describe (cache_wire in core/cache_table.h, resolve_req in
  * core/resolve.h, release_req in core/keys.h, the identity channel's in wire/peer_id.h).
- * tests/wire/test_wire_protocol.py pins the tests' own encoder (tests/support/
+ * tests/abi/test_wire_protocol.py pins the tests' own encoder (tests/support/
  * wire_support.py) and the fuzzer's reading (tests/wire_fuzz/wire.py) to this file.
  *
  * The wire format is host-endian and host-aligned on purpose: both ends of a mock

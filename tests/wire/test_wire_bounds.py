@@ -34,7 +34,7 @@ pytestmark = pytest.mark.mock_only(reason="the bounds are the mock engine's; the
 
 Engines = Callable[..., native.LlmDataDist]
 
-# mock_libs/core/engine.h (tests/wire/test_wire_protocol.py pins wire_support's copies to it)
+# mock_libs/core/engine.h (tests/abi/test_wire_protocol.py pins wire_support's copies to it)
 BOUND_HANDSHAKES, BOUND_LINKS = ws.BOUND_HANDSHAKES, ws.BOUND_LINKS
 BOUND_PINS_PER_LINK, BOUND_GONE_RECORDS = ws.BOUND_PINS_PER_LINK, ws.BOUND_GONE_RECORDS
 

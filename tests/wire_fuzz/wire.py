@@ -2,7 +2,7 @@
 
 Only the fixed header is known here, and it is read from the mock's own source
 (mock_libs/wire/protocol.h: ``msg_hdr``, ``enum msg_type``, ``PROTO_MAGIC``), so a change
-there reaches the fuzzer without an edit; tests/wire/test_wire_protocol.py checks this
+there reaches the fuzzer without an edit; tests/abi/test_wire_protocol.py checks this
 reading against the compiler's. Message bodies are never built by hand: they
 come from recorded traffic and are only mutated, so a change of a body's layout reaches
 the fuzzer with the next recording.
