@@ -16,9 +16,6 @@ MOCK_EXPORT lldd_status lldd_register_kv_cache(lldd_engine *e, const lldd_cache_
                                                size_t num_addrs, int64_t *cache_id)
 {
     static const char fn[] = "lldd_register_kv_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
     lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : desc == NULL ? "cache_desc"
                                        : cache_id == NULL ? "cache_id"
                                        : addrs == NULL && num_addrs > 0 ? "addrs (num_addrs > 0)"
@@ -46,16 +43,12 @@ MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_des
                                             uint64_t *tensor_addrs, size_t addrs_capacity)
 {
     static const char fn[] = "lldd_allocate_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL || desc == NULL || cache_id == NULL || (desc->shape == NULL && desc->shape_len > 0)) {
-        mock_set_error("%s: %s must not be NULL", fn,
-                       e == NULL ? "engine" : desc == NULL ? "cache_desc" : cache_id == NULL ? "cache_id"
-                       : "cache_desc.shape (shape_len > 0)");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = pool_call_enter(e, fn);
+    lldd_status st = engine_args_check(fn, e == NULL ? "engine" : desc == NULL ? "cache_desc"
+                                       : cache_id == NULL ? "cache_id"
+                                       : desc->shape == NULL && desc->shape_len > 0 ? "cache_desc.shape (shape_len > 0)"
+                                       : NULL);
+    if (st == LLM_SUCCESS)
+        st = pool_call_enter(e, fn);
     if (st != LLM_SUCCESS)
         return st;
     st = cache_allocate(e, fn, desc, cache_id, tensor_addrs, addrs_capacity);
@@ -66,14 +59,9 @@ MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_des
 MOCK_EXPORT lldd_status lldd_deallocate_cache(lldd_engine *e, int64_t cache_id)
 {
     static const char fn[] = "lldd_deallocate_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL) {
-        mock_set_error("%s: engine must not be NULL", fn);
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = pool_call_enter(e, fn);
+    lldd_status st = engine_args_check(fn, e == NULL ? "engine" : NULL);
+    if (st == LLM_SUCCESS)
+        st = pool_call_enter(e, fn);
     if (st != LLM_SUCCESS)
         return st;
     cache_deallocate(e, cache_id);
@@ -86,14 +74,10 @@ MOCK_EXPORT lldd_status lldd_copy_kv_cache(lldd_engine *e, const lldd_cache *src
                                            int64_t size)
 {
     static const char fn[] = "lldd_copy_kv_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    if (e == NULL || src_cache == NULL || dst_cache == NULL) {
-        mock_set_error("%s: %s must not be NULL", fn, e == NULL ? "engine" : src_cache == NULL ? "src_cache" : "dst_cache");
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = cache_arg_check(fn, "src_cache", src_cache);
+    lldd_status st = engine_args_check(fn, e == NULL ? "engine" : src_cache == NULL ? "src_cache"
+                                       : dst_cache == NULL ? "dst_cache" : NULL);
+    if (st == LLM_SUCCESS)
+        st = cache_arg_check(fn, "src_cache", src_cache);
     if (st == LLM_SUCCESS)
         st = cache_arg_check(fn, "dst_cache", dst_cache);
     if (st == LLM_SUCCESS)

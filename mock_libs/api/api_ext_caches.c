@@ -20,9 +20,6 @@ MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache
                                                 const lldd_key *keys, size_t num_keys, int64_t *cache_id)
 {
     static const char fn[] = "lldd_ext_register_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
     lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : desc == NULL ? "cache_desc"
                                        : cache_id == NULL ? "cache_id"
                                        : addrs == NULL && num_addrs > 0 ? "addrs (num_addrs > 0)"
@@ -52,9 +49,6 @@ MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache
                                                 uint64_t *tensor_addrs, size_t addrs_capacity)
 {
     static const char fn[] = "lldd_ext_allocate_cache";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
     lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : desc == NULL ? "cache_desc"
                                        : cache_id == NULL ? "cache_id"
                                        : keys == NULL && num_keys > 0 ? "keys (num_keys > 0)"
@@ -81,9 +75,6 @@ MOCK_EXPORT lldd_status lldd_ext_deallocate_cache(lldd_engine *e, int64_t cache_
 MOCK_EXPORT lldd_status lldd_ext_remove_cache_key(lldd_engine *e, const lldd_key *key)
 {
     static const char fn[] = "lldd_ext_remove_cache_key";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
     lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : key == NULL ? "key" : NULL);
     if (st != LLM_SUCCESS)
         return st;

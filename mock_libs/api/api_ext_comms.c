@@ -18,9 +18,6 @@ MOCK_EXPORT lldd_status lldd_ext_link(lldd_engine *e, const char *comm_name, con
                                       uint64_t *comm_id)
 {
     static const char fn[] = "lldd_ext_link";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
     lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : comm_name == NULL ? "comm_name"
                                        : (cluster_ids == NULL || ranks == NULL) && num_members > 0 ? "cluster_ids and ranks"
                                        : rank_table == NULL ? "rank_table" : comm_id == NULL ? "comm_id" : NULL);
@@ -45,9 +42,6 @@ MOCK_EXPORT lldd_status lldd_ext_unlink(lldd_engine *e, uint64_t comm_id)
 MOCK_EXPORT lldd_status lldd_ext_query_register_mem_status(lldd_engine *e, uint64_t comm_id, uint32_t *status)
 {
     static const char fn[] = "lldd_ext_query_register_mem_status";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
     lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : status == NULL ? "status" : NULL);
     if (st != LLM_SUCCESS)
         return st;
@@ -60,9 +54,6 @@ MOCK_EXPORT lldd_status lldd_ext_remap_registered_memory(lldd_engine *e, const u
                                                          size_t num)
 {
     static const char fn[] = "lldd_ext_remap_registered_memory";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
     lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine"
                                        : (addrs == NULL || sizes == NULL) && num > 0 ? "addrs and sizes (num > 0)"
                                        : NULL);

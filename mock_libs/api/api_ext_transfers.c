@@ -22,9 +22,6 @@ MOCK_EXPORT lldd_status lldd_ext_pull(lldd_engine *e, const lldd_key *src, int64
                                       uint32_t tensor_num_per_layer)
 {
     static const char fn[] = "lldd_ext_pull";
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
     lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : src == NULL ? "src"
                                        : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
                                        : dst_blocks == NULL && num_dst_blocks > 0 ? "dst_blocks (num_dst_blocks > 0)"

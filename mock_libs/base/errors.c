@@ -33,6 +33,15 @@ void mock_set_error(const char *fmt, ...)
     va_end(ap);
 }
 
+lldd_status mock_refuse(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    mock_set_error_v(fmt, ap);
+    va_end(ap);
+    return LLM_PARAM_INVALID;
+}
+
 const char *mock_error_or_null(void)
 {
     return t_has_message ? t_message : NULL;

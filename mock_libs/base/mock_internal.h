@@ -20,6 +20,8 @@
 void mock_set_error(const char *fmt, ...) MOCK_PRINTF(1, 2);
 /* NULL when this thread has had no failure yet. */
 const char *mock_error_or_null(void);
+/* mock_set_error, then LLM_PARAM_INVALID: a refused argument answered in one statement. */
+lldd_status mock_refuse(const char *fmt, ...) MOCK_PRINTF(1, 2);
 
 /* ---- errors.c: lint (docs/semantics.md §0, include/lldd/mock.h) ----
  * A call that the device accepts with a surprising result calls mock_lint() at the

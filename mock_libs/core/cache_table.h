@@ -148,6 +148,22 @@ void cache_destroy(mcache *c);
 /* The pool of desc's placement (DEVICE or HOST), which the engine must have; PARAM_INVALID
  * naming the missing option otherwise. */
 lldd_status cache_pool_for(engine *e, const char *fn, const lldd_cache_desc *desc, mpool **out);
+/* The stages of an allocation (AllocateCache and the extension's allocate_cache), each
+ * call keeping its own order of them:
+ *   room      num_tensors > 0 and tensor_addrs with room for them;
+ *   new       the layout of desc into *w (owned) and the cache's record (*out);
+ *   id        e->mu held: takes an id (the call consumes one also when an earlier stage
+ *             failed: st, semantics.md §3.1), gives it and w to c with the id handle, and
+ *             checks the published table's room for the entry;
+ *   pages     e->mu held: pages of pool for every tensor (c->addrs); `oom` and the pool's
+ *             message when it has no room, nothing taken; give returns them. */
+lldd_status cache_alloc_room_checks(const char *fn, const lldd_cache_desc *desc, const uint64_t *tensor_addrs,
+                                    size_t addrs_capacity);
+lldd_status cache_owned_new(const char *fn, const lldd_cache_desc *desc, cache_wire *w, mcache **out);
+lldd_status cache_alloc_id_locked(engine *e, const char *fn, lldd_status st, mcache *c, const cache_wire *w,
+                                  int64_t *id);
+lldd_status cache_take_pages_locked(const char *fn, mcache *c, mpool *pool, lldd_status oom);
+void cache_give_pages_locked(mcache *c);
 int pool_take(mpool *p, uint64_t count, uint64_t *first);
 void pool_give(mpool *p, uint64_t first, uint64_t count);
 /* CopyKvCache / copy_cache: the checks and the bytes (docs/reference/semantics.md §6.6, §8.8). */

@@ -263,6 +263,48 @@ lldd_status engine_parse_native_pool(const char *fn, const lldd_option *o, size_
     return LLM_SUCCESS;
 }
 
+lldd_status engine_parse_backend(const char *fn, const char *backend, engine_cfg *c, const char *listen_options)
+{
+    if (backend == NULL)
+        return LLM_SUCCESS;
+    if (strcmp(backend, "hixl") != 0)
+        return mock_refuse("%s: option llm.TransferBackend \"%s\" is not supported; only \"hixl\" is", fn, backend);
+    c->hixl = 1;
+    /* the HIXL engine is named by its listen address: it needs one (E-5) */
+    if (!c->has_listen)
+        return mock_refuse("%s: option llm.TransferBackend \"hixl\" needs %s", fn, listen_options);
+    return LLM_SUCCESS;
+}
+
+lldd_status engine_parse_mock_options(const char *fn, const lldd_option *o, size_t n, engine_cfg *c)
+{
+    lldd_status st = engine_parse_native_pool(fn, o, n, &c->native_pool);
+    if (st == LLM_SUCCESS)
+        st = engine_parse_link_pace(fn, o, n, c);
+    return st != LLM_SUCCESS ? st : engine_parse_link_security(fn, o, n, c);
+}
+
+lldd_status engine_parse_link_retry(const char *fn, const lldd_option *o, size_t n)
+{
+    const char *retry = engine_opt_get(o, n, "llm.LinkRetryCount");
+    uint64_t v;
+    if (retry != NULL && (engine_parse_digits(retry, UINT64_MAX, &v) != 0 || v < 1 || v > 100))
+        return mock_refuse("%s: option llm.LinkRetryCount \"%s\" is not an integer in [1, 100]", fn, retry);
+    return LLM_SUCCESS;
+}
+
+lldd_status engine_parse_rdma(const char *fn, const lldd_option *o, size_t n)
+{
+    static const char *const numeric[] = {"llm.RdmaTrafficClass", "llm.RdmaServiceLevel"};
+    for (size_t i = 0; i < 2; i++) {
+        const char *v = engine_opt_get(o, n, numeric[i]);
+        uint64_t x;
+        if (v != NULL && engine_parse_digits(v, UINT32_MAX, &x) != 0)
+            return mock_refuse("%s: option %s \"%s\" is not an unsigned 32-bit number", fn, numeric[i], v);
+    }
+    return LLM_SUCCESS;
+}
+
 lldd_status engine_parse_link_pace(const char *fn, const lldd_option *o, size_t n, engine_cfg *c)
 {
     static const char *const keys[2] = {"llm_datadist_ffi.mock.LinkBandwidth", "llm_datadist_ffi.mock.LinkLatencyUs"};
@@ -368,21 +410,11 @@ static lldd_status parse_init_options(engine *e, const char *fn, const lldd_opti
         c->has_listen = 1;
     }
 
-    const char *backend = engine_opt_get(opts, n, "llm.TransferBackend");
-    if (backend != NULL) {
-        if (strcmp(backend, "hixl") != 0) {
-            mock_set_error("%s: option llm.TransferBackend \"%s\" is not supported; only \"hixl\" is", fn, backend);
-            return LLM_PARAM_INVALID;
-        }
-        c->hixl = 1;
-        /* the HIXL engine is named by its listen address: it needs one (E-5) */
-        if (!c->has_listen) {
-            mock_set_error("%s: option llm.TransferBackend \"hixl\" needs option llm.ListenIpInfo", fn);
-            return LLM_PARAM_INVALID;
-        }
-    }
-
-    lldd_status st = engine_parse_sync_wait(fn, opts, n, &c->sync_timeout_ms);
+    lldd_status st = engine_parse_backend(fn, engine_opt_get(opts, n, "llm.TransferBackend"), c,
+                                          "option llm.ListenIpInfo");
+    if (st != LLM_SUCCESS)
+        return st;
+    st = engine_parse_sync_wait(fn, opts, n, &c->sync_timeout_ms);
     if (st != LLM_SUCCESS)
         return st;
 
@@ -393,29 +425,11 @@ static lldd_status parse_init_options(engine *e, const char *fn, const lldd_opti
     if (st != LLM_SUCCESS)
         return st;
 
-    const char *retry = engine_opt_get(opts, n, "llm.LinkRetryCount");
-    if (retry != NULL) {
-        uint64_t v;
-        if (engine_parse_digits(retry, UINT64_MAX, &v) != 0 || v < 1 || v > 100) {
-            mock_set_error("%s: option llm.LinkRetryCount \"%s\" is not an integer in [1, 100]", fn, retry);
-            return LLM_PARAM_INVALID;
-        }
-    }
-    static const char *const numeric[] = {"llm.RdmaTrafficClass", "llm.RdmaServiceLevel"};
-    for (size_t i = 0; i < 2; i++) {
-        const char *v = engine_opt_get(opts, n, numeric[i]);
-        uint64_t x;
-        if (v != NULL && engine_parse_digits(v, UINT32_MAX, &x) != 0) {
-            mock_set_error("%s: option %s \"%s\" is not an unsigned 32-bit number", fn, numeric[i], v);
-            return LLM_PARAM_INVALID;
-        }
-    }
+    if ((st = engine_parse_link_retry(fn, opts, n)) != LLM_SUCCESS ||
+        (st = engine_parse_rdma(fn, opts, n)) != LLM_SUCCESS)
+        return st;
 
-    if ((st = engine_parse_native_pool(fn, opts, n, &c->native_pool)) != LLM_SUCCESS)
-        return st;
-    if ((st = engine_parse_link_pace(fn, opts, n, c)) != LLM_SUCCESS)
-        return st;
-    if ((st = engine_parse_link_security(fn, opts, n, c)) != LLM_SUCCESS)
+    if ((st = engine_parse_mock_options(fn, opts, n, c)) != LLM_SUCCESS)
         return st;
 
     const char *comm = engine_opt_get(opts, n, "llm.LocalCommRes");
@@ -540,6 +554,18 @@ static lldd_status do_initialize(engine *e, const lldd_option *opts, size_t n)
  * create, destroy, initialize, finalize, set_role past their entry (api_engine.c)
  * ------------------------------------------------------------------------------------------ */
 
+/* What a new engine and a finalized one start from: ids, binding marks and
+ * communicator ids from 1, an empty published table (its 24-byte header), v2 direct. */
+static void engine_reset_numbering(engine *e)
+{
+    e->next_id = 1;
+    e->next_bind = 1;
+    e->next_comm_id = 1;
+    e->table_bytes = 24;
+    e->mode = MODE_DIRECT;
+    e->gen = GEN_V2;
+}
+
 lldd_status engine_create(uint64_t cluster_id, int32_t role, engine **out)
 {
     *out = NULL;
@@ -554,12 +580,7 @@ lldd_status engine_create(uint64_t cluster_id, int32_t role, engine **out)
     e->id_fd = -1;
     e->wake_pipe[0] = e->wake_pipe[1] = -1;
     e->pub_fd = -1;
-    e->next_id = 1;
-    e->next_bind = 1;
-    e->next_comm_id = 1;
-    e->table_bytes = 24;
-    e->mode = MODE_DIRECT;
-    e->gen = GEN_V2;
+    engine_reset_numbering(e);
     pthread_mutex_init(&e->life_mu, NULL);
     pthread_mutex_init(&e->v1_link_mu, NULL);
     pthread_mutex_init(&e->listen_mu, NULL);
@@ -645,12 +666,7 @@ void engine_finalize(engine *e)
     free(e->local_comm_res);
     e->local_comm_res = NULL;
     e->comm_res_generated = 0;
-    e->next_id = 1;
-    e->next_bind = 1;
-    e->next_comm_id = 1;
-    e->table_bytes = 24;
-    e->mode = MODE_DIRECT;
-    e->gen = GEN_V2;
+    engine_reset_numbering(e);
     e->ext = 0;
     e->rank_linked = 0;
     e->state = ENGINE_UNINIT;

@@ -201,9 +201,12 @@ lldd_status engine_enter(engine *e, const char *fn);
 /* The entry of an API call that takes only an engine: an injected fault, then a NULL
  * engine (PARAM_INVALID), then engine_enter. Anything but LLM_SUCCESS is the answer. */
 lldd_status engine_call_enter(engine *e, const char *fn);
-/* The rest of an entry, after the injected fault: `missing` names the first NULL argument
- * (NULL when there is none), answered with PARAM_INVALID "<fn>: <missing> must not be
- * NULL"; then engine_enter. */
+/* The prologue of an entry point (the api/ files), in this order: an injected fault
+ * answers first; then `missing`, the first NULL argument in parameter order (NULL when
+ * there is none), with PARAM_INVALID "<fn>: <missing> must not be NULL". engine_args_enter
+ * then enters the engine; an entry with checks of its own between the two calls
+ * engine_args_check, its checks, then engine_enter (or pool_call_enter). */
+lldd_status engine_args_check(const char *fn, const char *missing);
 lldd_status engine_args_enter(engine *e, const char *fn, const char *missing);
 void engine_leave(engine *e);
 /* Finds a live engine of this process by serial and holds it (NULL if gone). */

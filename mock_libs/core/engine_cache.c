@@ -573,83 +573,108 @@ lldd_status cache_pool_for(engine *e, const char *fn, const lldd_cache_desc *des
     return LLM_SUCCESS;
 }
 
-/* AllocateCache's checks before it takes an id: the tensor count and the room for their
- * addresses, a pool for the placement (*pool_out), the rank. */
-static lldd_status allocate_checks(engine *e, const char *fn, const lldd_cache_desc *desc,
-                                   const uint64_t *tensor_addrs, size_t addrs_capacity, mpool **pool_out)
+/* ---------------------------------------------------------------------------------------------
+ * allocation: the stages AllocateCache and the extension's allocate_cache share, each
+ * call keeping its own order of them (ext/engine_ext_cache.c)
+ * ------------------------------------------------------------------------------------------ */
+
+lldd_status cache_alloc_room_checks(const char *fn, const lldd_cache_desc *desc, const uint64_t *tensor_addrs,
+                                    size_t addrs_capacity)
 {
-    if (desc->num_tensors == 0) {
-        mock_set_error("%s: cache_desc.num_tensors is 0", fn);
-        return LLM_PARAM_INVALID;
-    }
-    if (tensor_addrs == NULL || addrs_capacity < desc->num_tensors) {
-        mock_set_error("%s: tensor_addrs has room for %zu addresses, %u needed", fn,
-                       tensor_addrs == NULL ? (size_t)0 : addrs_capacity, (unsigned)desc->num_tensors);
-        return LLM_PARAM_INVALID;
-    }
-    lldd_status st = cache_pool_for(e, fn, desc, pool_out);
-    return st != LLM_SUCCESS ? st : cache_check_rank(fn, desc);
+    if (desc->num_tensors == 0)
+        return mock_refuse("%s: cache_desc.num_tensors is 0", fn);
+    if (tensor_addrs == NULL || addrs_capacity < desc->num_tensors)
+        return mock_refuse("%s: tensor_addrs has room for %zu addresses, %u needed", fn,
+                           tensor_addrs == NULL ? (size_t)0 : addrs_capacity, (unsigned)desc->num_tensors);
+    return LLM_SUCCESS;
 }
 
+lldd_status cache_owned_new(const char *fn, const lldd_cache_desc *desc, cache_wire *w, mcache **out)
+{
+    lldd_status st = cache_layout(fn, desc, w);
+    if (st != LLM_SUCCESS)
+        return st;
+    w->owned = 1;
+    *out = cache_owned_record_new(fn, w->num_tensors);
+    return *out == NULL ? LLM_FAILED : LLM_SUCCESS;
+}
+
+lldd_status cache_alloc_id_locked(engine *e, const char *fn, lldd_status st, mcache *c, const cache_wire *w,
+                                  int64_t *id)
+{
+    *id = cache_take_id_locked(e);
+    if (st != LLM_SUCCESS)
+        return st;
+    c->w = *w;
+    c->w.id = *id;
+    c->ext_ref = 1; /* the id handle (lldd_ext_deallocate_cache drops it) */
+    if (e->mode == MODE_DIRECT && e->table_bytes + cache_entry_bytes(w->num_tensors) > TABLE_LIMIT) {
+        mock_set_error("%s: the published cache table would exceed its 1 MiB limit", fn);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+lldd_status cache_take_pages_locked(const char *fn, mcache *c, mpool *pool, lldd_status oom)
+{
+    const cache_wire *w = &c->w;
+    uint64_t page = 1ull << pool->page_shift;
+    uint64_t pages = w->tensor_size / page + (w->tensor_size % page != 0);
+    uint32_t got = 0;
+    for (; got < w->num_tensors; got++)
+        if (pool_take(pool, pages, &c->page_first[got]) != 0)
+            break;
+    if (got < w->num_tensors) {
+        for (uint32_t t = 0; t < got; t++)
+            pool_give(pool, c->page_first[t], pages);
+        mock_set_error("%s: the %s memory pool has no room for %u tensors of %llu pages (%llu bytes each)", fn,
+                       pool->placement == LLDD_PLACEMENT_DEVICE ? "device" : "host", (unsigned)w->num_tensors,
+                       (unsigned long long)pages, (unsigned long long)w->tensor_size);
+        return oom;
+    }
+    for (uint32_t t = 0; t < w->num_tensors; t++)
+        c->addrs[t] = (uint64_t)(uintptr_t)(pool->base + (c->page_first[t] << pool->page_shift));
+    c->pool = pool;
+    c->pages_per_tensor = pages;
+    return LLM_SUCCESS;
+}
+
+void cache_give_pages_locked(mcache *c)
+{
+    if (c->pool != NULL) {
+        for (uint32_t t = 0; t < c->w.num_tensors; t++)
+            pool_give(c->pool, c->page_first[t], c->pages_per_tensor);
+        c->pool = NULL;
+    }
+}
+
+/* AllocateCache: the room for the addresses, a pool for the placement, the rank; then
+ * (consuming an id) the layout, the id and the table's room, the pages, the insert. */
 lldd_status cache_allocate(engine *e, const char *fn, const lldd_cache_desc *desc, int64_t *cache_id,
                            uint64_t *tensor_addrs, size_t addrs_capacity)
 {
     lldd_status st = LLM_SUCCESS;
     mcache *c = NULL;
     mpool *pool = NULL;
-    if ((st = allocate_checks(e, fn, desc, tensor_addrs, addrs_capacity, &pool)) != LLM_SUCCESS)
+    if ((st = cache_alloc_room_checks(fn, desc, tensor_addrs, addrs_capacity)) != LLM_SUCCESS ||
+        (st = cache_pool_for(e, fn, desc, &pool)) != LLM_SUCCESS || (st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
         goto out;
     /* From here on the call consumes an id, also when it fails (semantics.md §3.1); the id is taken
      * in the locked step that inserts the cache (docs/security.md §1.1). */
     cache_wire w;
-    uint64_t page = 1ull << pool->page_shift, pages = 0;
-    st = cache_layout(fn, desc, &w);
-    if (st == LLM_SUCCESS) {
-        w.owned = 1;
-        pages = w.tensor_size / page + (w.tensor_size % page != 0);
-        if ((c = cache_owned_record_new(fn, w.num_tensors)) == NULL)
-            st = LLM_FAILED;
-    }
+    st = cache_owned_new(fn, desc, &w, &c);
     pthread_mutex_lock(&e->mu);
-    int64_t id = cache_take_id_locked(e);
-    if (st != LLM_SUCCESS) {
+    int64_t id;
+    if ((st = cache_alloc_id_locked(e, fn, st, c, &w, &id)) != LLM_SUCCESS ||
+        (st = cache_take_pages_locked(fn, c, pool, LLM_OUT_OF_MEMORY)) != LLM_SUCCESS) {
         pthread_mutex_unlock(&e->mu);
         goto out;
     }
-    w.id = id;
-    c->w = w;
-    c->pages_per_tensor = pages;
-    c->ext_ref = 1; /* the id handle (lldd_ext_deallocate_cache drops it) */
-    if (e->mode == MODE_DIRECT && e->table_bytes + cache_entry_bytes(w.num_tensors) > TABLE_LIMIT) {
-        pthread_mutex_unlock(&e->mu);
-        mock_set_error("%s: the published cache table would exceed its 1 MiB limit", fn);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    uint32_t got = 0;
-    for (; got < w.num_tensors; got++)
-        if (pool_take(pool, pages, &c->page_first[got]) != 0)
-            break;
-    if (got < w.num_tensors) {
-        for (uint32_t t = 0; t < got; t++)
-            pool_give(pool, c->page_first[t], pages);
-        pthread_mutex_unlock(&e->mu);
-        mock_set_error("%s: the %s memory pool has no room for %u tensors of %llu pages (%llu bytes each)", fn,
-                       pool->placement == LLDD_PLACEMENT_DEVICE ? "device" : "host", (unsigned)w.num_tensors,
-                       (unsigned long long)pages, (unsigned long long)w.tensor_size);
-        st = LLM_OUT_OF_MEMORY;
-        goto out;
-    }
-    for (uint32_t t = 0; t < w.num_tensors; t++)
-        c->addrs[t] = (uint64_t)(uintptr_t)(pool->base + (c->page_first[t] << pool->page_shift));
-    c->pool = pool;
     if (table_insert_locked(e, c) != 0) {
-        for (uint32_t t = 0; t < w.num_tensors; t++)
-            pool_give(pool, c->page_first[t], pages);
+        cache_give_pages_locked(c);
         pthread_mutex_unlock(&e->mu);
         mock_set_error("%s: out of host memory", fn);
         st = LLM_FAILED;
-        c->pool = NULL;
         goto out;
     }
     memcpy(tensor_addrs, c->addrs, w.num_tensors * sizeof *tensor_addrs);

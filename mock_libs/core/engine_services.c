@@ -230,20 +230,22 @@ lldd_status engine_enter(engine *e, const char *fn)
     return LLM_SUCCESS;
 }
 
-lldd_status engine_args_enter(engine *e, const char *fn, const char *missing)
-{
-    if (missing != NULL) {
-        mock_set_error("%s: %s must not be NULL", fn, missing);
-        return LLM_PARAM_INVALID;
-    }
-    return engine_enter(e, fn);
-}
-
-lldd_status engine_call_enter(engine *e, const char *fn)
+lldd_status engine_args_check(const char *fn, const char *missing)
 {
     uint32_t code;
     if (mock_fault_take(fn, &code))
         return code;
+    return missing == NULL ? LLM_SUCCESS : mock_refuse("%s: %s must not be NULL", fn, missing);
+}
+
+lldd_status engine_args_enter(engine *e, const char *fn, const char *missing)
+{
+    lldd_status st = engine_args_check(fn, missing);
+    return st != LLM_SUCCESS ? st : engine_enter(e, fn);
+}
+
+lldd_status engine_call_enter(engine *e, const char *fn)
+{
     return engine_args_enter(e, fn, e == NULL ? "engine" : NULL);
 }
 

@@ -1,26 +1,34 @@
-/* PullKvCache, PullKvBlocks, PushKvCache, PushKvBlocks: argument checks in the
- * order of docs/reference/cpp-api.md §6.10-6.11 and docs/reference/semantics.md §8.0, then the data plane.
+/* The transfer pipeline: the stages every transfer call runs, native (engine_xfer_native.c)
+ * and extension (engine_ext_xfer.c) alike. Each API keeps only its order: which of these
+ * stages it runs, where its own checks sit between them, and so which error wins when
+ * several things are wrong (docs/reference/semantics.md §8.0 and cpp-api.md §6.10-6.11
+ * for the native order, docs/reference/python-api.md §11.2 for the extension's).
  *
- * A transfer holds, in this order: a pin on its local cache, the link's transfer
- * lock (transfers over one link are serialized; unlink waits for them), and a pin
- * on the peer's cache, taken live for every transfer against the table copy of
- * semantics.md §9.7. With everything pinned, the plan (tensor pairs x runs, docs/reference/semantics.md §8) is
- * walked region by region without copying the block lists:
- *   same process      memmove between the two engines' memory;
- *   shared memory     memcpy between mappings: both sides in library memory, the peer's
- *                     arena chunks mapped here (engine_shared.c);
- *   another process   process_vm_readv/writev, up to IOV_MAX regions per call;
- *   neither allowed   READ/WRITE requests on the link's socket (engine_serve.c).
- * Every check finishes before the first byte moves, so a failed check changes
- * nothing (semantics.md §8.12). A multi-layer push moves the layers before the first failing
- * one and then reports that layer's failure, as the vendor's layer loop does.
+ *   enter    xfer_call_enter / xfer_cache_call_enter: an injected fault, the NULL
+ *            arguments in parameter order, entering the engine (the api_*.c entries);
+ *   frame    xfer_run: the local cache pinned by id for the whole call, the API's steps,
+ *            then every pin and the link released, whatever the steps answered;
+ *   link     link_acquire_ex: the link to the peer, its transfer lock held (exclusive, or
+ *            shared where the peer's table is mapped), its health checked;
+ *   peer     peer_pin (by id), the extension's resolve and pin by address: the peer's
+ *            cache pinned, live for every transfer against the link's table copy
+ *            (docs/reference/semantics.md §9.7); peer_hold_local, link_ask and
+ *            link_recv_pinned are the pieces they share;
+ *   checks   the checks both APIs make with the same words (below): block lists,
+ *            repeats, remote access and registration times (PR-32), a pull's
+ *            destination batch and source shape, a push's layers and shapes;
+ *   plan     plan_init / plan_range / plan_blocks: which bytes move;
+ *   move     move_bytes (engine_move.c): the data paths and the link model.
+ *
+ * A transfer holds, in this order: a pin on its local cache, the link's transfer lock
+ * (transfers over one link are serialized; unlink waits for them), and a pin on the
+ * peer's cache. Every check finishes before the first byte moves, so a failed check
+ * changes nothing (docs/reference/semantics.md §8.12).
  */
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/uio.h>
 #include <time.h>
 
 #include "core/blocks.h"
@@ -30,76 +38,8 @@
 #include "base/mock_internal.h"
 #include "wire/peer_id.h"
 #include "wire/pub.h"
-#include "wire/shared_map.h"
 #include "core/transfers.h"
 #include "wire/transport.h"
-
-enum { DIRECT_REQUEST_ENTRIES = 131064, VM_BATCH = 1024 };
-
-/* ---------------------------------------------------------------------------------------------
- * KvCacheExtParam (docs/reference/semantics.md §4.4, §5)
- * ------------------------------------------------------------------------------------------ */
-
-typedef struct ext_norm {
-    int has_range;       /* both pairs given (both first >= 0) */
-    int64_t sf, ss, df, ds;
-    uint32_t n;
-} ext_norm;
-
-static lldd_status check_ext(const char *fn, const lldd_ext_param *p, int push, uint32_t caller_tensors,
-                             ext_norm *x)
-{
-    lldd_ext_param def = {-1, -1, -1, -1, 2, 0};
-    if (p == NULL)
-        p = &def;
-    x->sf = p->src_layer_first;
-    x->ss = p->src_layer_second;
-    x->df = p->dst_layer_first;
-    x->ds = p->dst_layer_second;
-    x->n = p->tensor_num_per_layer;
-    for (int side = 0; side < 2; side++) {
-        int64_t f = side ? x->df : x->sf, s = side ? x->ds : x->ss;
-        const char *name = side ? "dst_layer_range" : "src_layer_range";
-        if (f < -1 || s < -1 || f > s) {
-            mock_set_error("%s: ext_param.%s {%lld, %lld} is invalid: both members must be >= -1 and first <= second",
-                           fn, name, (long long)f, (long long)s);
-            return LLM_PARAM_INVALID;
-        }
-    }
-    if (x->n == 0 || x->n > 255) {
-        mock_set_error("%s: ext_param.tensor_num_per_layer %u is invalid; it must be in [1, 255] (a uint8_t in C++)",
-                       fn, (unsigned)x->n);
-        return LLM_PARAM_INVALID;
-    }
-    if (push && x->ss - x->sf != x->ds - x->df) {
-        mock_set_error("%s: ext_param: src_layer_range {%lld, %lld} and dst_layer_range {%lld, %lld} span different "
-                       "numbers of layers", fn, (long long)x->sf, (long long)x->ss, (long long)x->df, (long long)x->ds);
-        return LLM_PARAM_INVALID;
-    }
-    if (push && x->sf == -1 && caller_tensors == 0) {
-        mock_set_error("%s: src_cache.cache_desc.num_tensors is 0, so the default src_layer_range {-1, -1} selects no "
-                       "layer; give the number of tensors or an explicit range", fn);
-        return LLM_PARAM_INVALID;
-    }
-    /* lint: pairs the vendor's API accepts and then reads as "every layer" */
-    for (int side = 0; side < 2; side++) {
-        int64_t f = side ? x->df : x->sf, s = side ? x->ds : x->ss;
-        if (f == -1 && s >= 0 &&
-            mock_lint(11, "%s: ext_param.%s {-1, %lld} is neither a range nor the default {-1, -1} (PR-11)", fn,
-                      side ? "dst_layer_range" : "src_layer_range", (long long)s))
-            return LLM_PARAM_INVALID;
-    }
-    if ((x->sf == -1) != (x->df == -1) &&
-        mock_lint(1, "%s: only one of src_layer_range and dst_layer_range is a range (PR-1)", fn))
-        return LLM_PARAM_INVALID;
-    /* a pull uses the pairs only when both are ranges; a push when its source is one
-     * (a default destination then names layer 2^64 - 1, which the peer refuses) */
-    x->has_range = push ? x->sf >= 0 : (x->sf >= 0 && x->df >= 0);
-    return LLM_SUCCESS;
-}
-
-#define has_batches kind_has_batches
-#define has_blocks kind_has_blocks
 
 /* ---------------------------------------------------------------------------------------------
  * the link and the peer's cache
@@ -147,7 +87,7 @@ void link_release(xlink *x)
     memset(x, 0, sizeof *x);
 }
 
-/* Step 5 of semantics.md §8.0: the link to `cluster`, locked for this transfer. */
+/* Step 5 of docs/reference/semantics.md §8.0: the link to `cluster`, locked for this transfer. */
 lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *x, int flags)
 {
     int v1 = (flags & ACQUIRE_V1) != 0;
@@ -230,15 +170,9 @@ lldd_status link_acquire_ex(engine *e, const char *fn, uint64_t cluster, xlink *
     return LLM_SUCCESS;
 }
 
-/* The native transfers: shared where the peer's table is mapped. */
-static lldd_status link_acquire(engine *e, const char *fn, uint64_t cluster, xlink *x)
-{
-    return link_acquire_ex(e, fn, cluster, x, ACQUIRE_SHARED);
-}
-
 /* A shared holder of the link about to use its request socket takes sock_mu (an
  * exclusive holder has the link to itself). */
-static void link_sock(xlink *x)
+void link_sock(xlink *x)
 {
     if (x->locked == 2 && !x->sock_locked) {
         pthread_mutex_lock(&x->l->sock_mu);
@@ -264,6 +198,15 @@ static lldd_status not_exist(const char *fn, uint64_t cluster, int64_t id, int64
         mock_set_error("%s: cache %lld does not exist on cluster %llu (never registered, or freed: PR-7)", fn,
                        (long long)id, (unsigned long long)cluster);
     return LLM_KV_CACHE_NOT_EXIST;
+}
+
+void peer_hold_local(peer_cache *pc, mcache *c)
+{
+    c->pins++;
+    pc->w = c->w;
+    pc->addrs = c->addrs;
+    pc->pc = c;
+    pc->pinned = 1;
 }
 
 lldd_status peer_local_enter(xlink *x, const char *fn)
@@ -362,11 +305,7 @@ lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc)
             pthread_mutex_unlock(&peer->mu);
             return not_exist(fn, l->peer_cluster, id, l->watermark);
         }
-        c->pins++;
-        pc->w = c->w;
-        pc->addrs = c->addrs;
-        pc->pc = c;
-        pc->pinned = 1;
+        peer_hold_local(pc, c);
         pthread_mutex_unlock(&peer->mu);
         return LLM_SUCCESS;
     }
@@ -381,7 +320,7 @@ lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc)
     h.a = (uint64_t)id;
     h.b = (uint64_t)l->watermark;
     int64_t deadline = tp_deadline(timeout);
-    lldd_status st = link_ask(x, fn, &h, MSG_PIN_REPLY, deadline);
+    lldd_status st = link_ask(x, fn, &h, NULL, 0, MSG_PIN_REPLY, deadline);
     if (st != LLM_SUCCESS)
         return st;
     link_note_table_copy(l, (int64_t)h.a, h.b);
@@ -389,12 +328,13 @@ lldd_status peer_pin(xlink *x, const char *fn, int64_t id, peer_cache *pc)
         return not_exist(fn, l->peer_cluster, id, (int64_t)h.a);
     if (h.status != LLM_SUCCESS || h.payload_len < sizeof pc->w)
         return link_timeout(x, fn, "the peer answered a lookup with status 0x%08X", (unsigned)h.status);
-    return link_recv_pinned(x, fn, &h, deadline, pc, UINT64_MAX);
+    return link_recv_pinned(x, fn, &h, deadline, &pc->w, sizeof pc->w, &pc->w, pc, UINT64_MAX);
 }
 
-lldd_status link_ask(xlink *x, const char *fn, msg_hdr *h, uint16_t reply, int64_t deadline)
+lldd_status link_ask(xlink *x, const char *fn, msg_hdr *h, const void *body, size_t body_len, uint16_t reply,
+                     int64_t deadline)
 {
-    int r = msg_send(x->l->req_fd, h, NULL, 0, deadline);
+    int r = msg_send(x->l->req_fd, h, body, body_len, deadline);
     if (r == TP_OK)
         r = msg_recv_hdr(x->l->req_fd, h, deadline);
     if (r == TP_OK && h->type != reply)
@@ -407,14 +347,14 @@ lldd_status link_ask(xlink *x, const char *fn, msg_hdr *h, uint16_t reply, int64
     return LLM_SUCCESS;
 }
 
-lldd_status link_recv_pinned(xlink *x, const char *fn, const msg_hdr *h, int64_t deadline, peer_cache *pc,
-                             uint64_t tensor)
+lldd_status link_recv_pinned(xlink *x, const char *fn, const msg_hdr *h, int64_t deadline, void *head,
+                             size_t head_len, const cache_wire *w, peer_cache *pc, uint64_t tensor)
 {
     int fd = x->l->req_fd;
-    int r = h->payload_len < sizeof pc->w ? TP_CLOSED : tp_recv_all(fd, &pc->w, sizeof pc->w, deadline);
-    uint64_t addr_bytes = (uint64_t)pc->w.num_tensors * sizeof(uint64_t);
-    if (r == TP_OK && (pc->w.num_tensors > WIRE_MAX_TENSORS || h->payload_len - sizeof pc->w != addr_bytes ||
-                       (tensor != UINT64_MAX && tensor >= pc->w.num_tensors)))
+    int r = h->payload_len < head_len ? TP_CLOSED : tp_recv_all(fd, head, head_len, deadline);
+    uint64_t addr_bytes = (uint64_t)w->num_tensors * sizeof(uint64_t);
+    if (r == TP_OK && (w->num_tensors > WIRE_MAX_TENSORS || h->payload_len - head_len != addr_bytes ||
+                       (tensor != UINT64_MAX && tensor >= w->num_tensors)))
         r = TP_CLOSED;
     if (r == TP_OK) {
         pc->owned_addrs = malloc(addr_bytes ? (size_t)addr_bytes : 1);
@@ -425,6 +365,8 @@ lldd_status link_recv_pinned(xlink *x, const char *fn, const msg_hdr *h, int64_t
         pc->owned_addrs = NULL;
         return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
     }
+    if (w != &pc->w)
+        pc->w = *w;
     pc->addrs = pc->owned_addrs;
     pc->pinned = 1;
     return LLM_SUCCESS;
@@ -451,513 +393,8 @@ void peer_unpin(xlink *x, peer_cache *pc)
 }
 
 /* ---------------------------------------------------------------------------------------------
- * plans and regions (docs/reference/semantics.md §8.2, §8.3, §8.5, §8.6)
+ * the checks both APIs make with the same words
  * ------------------------------------------------------------------------------------------ */
-
-typedef struct region {
-    uint32_t st, dt;
-    uint64_t soff, doff, len;
-} region;
-
-typedef struct region_iter {
-    const plan *p;
-    uint32_t i;
-    size_t k;                  /* C2B: the chunk */
-    run_iter runs;
-    uint64_t s0, d0, rlen;
-    int have_run;
-} region_iter;
-
-static void region_iter_init(region_iter *it, const plan *p)
-{
-    memset(it, 0, sizeof *it);
-    it->p = p;
-    if (p->form == PLAN_B2B)
-        run_iter_init(&it->runs, p->sblk, p->dblk, p->nblk);
-}
-
-static uint32_t plan_src(const plan *p, uint32_t i)
-{
-    return p->smap != NULL ? (uint32_t)p->smap[i] : p->s_base + i;
-}
-
-static uint32_t plan_dst(const plan *p, uint32_t i)
-{
-    return p->dmap != NULL ? (uint32_t)p->dmap[i] : p->d_base + i;
-}
-
-/* B2B: runs outside, tensors inside, so that each run is found once; C2B: tensors
- * outside, chunks inside. */
-static int region_next(region_iter *it, region *r)
-{
-    const plan *p = it->p;
-    if (p->form == PLAN_C2C) {
-        if (it->i >= p->pairs)
-            return 0;
-        r->st = plan_src(p, it->i);
-        r->dt = plan_dst(p, it->i);
-        r->soff = p->soff;
-        r->doff = p->doff;
-        r->len = p->len;
-        it->i++;
-        return 1;
-    }
-    if (p->form == PLAN_C2B) {
-        if (it->k >= p->nblk) {
-            it->k = 0;
-            it->i++;
-        }
-        if (it->i >= p->pairs || p->nblk == 0)
-            return 0;
-        uint64_t start = (uint64_t)it->k * p->block;
-        r->st = plan_src(p, it->i);
-        r->dt = plan_dst(p, it->i);
-        r->soff = p->soff + start;
-        r->doff = p->doff + p->dblk[it->k] * p->block;
-        r->len = p->len - start < p->block ? p->len - start : p->block;
-        it->k++;
-        return 1;
-    }
-    if (!it->have_run || it->i >= p->pairs) {
-        if (!run_next(&it->runs, &it->s0, &it->d0, &it->rlen))
-            return 0;
-        it->have_run = 1;
-        it->i = 0;
-    }
-    r->st = plan_src(p, it->i);
-    r->dt = plan_dst(p, it->i);
-    r->soff = p->soff + it->s0 * p->block;
-    r->doff = p->doff + it->d0 * p->block;
-    r->len = it->rlen * p->block;
-    it->i++;
-    return 1;
-}
-
-static void *src_ptr(const plan *p, const region *r)
-{
-    return (char *)(uintptr_t)p->src_addrs[r->st] + r->soff;
-}
-
-static void *dst_ptr(const plan *p, const region *r)
-{
-    return (char *)(uintptr_t)p->dst_addrs[r->dt] + r->doff;
-}
-
-/* Large transfers are mostly many mid-sized regions (one per block run and tensor),
- * each below the size at which memcpy itself switches to non-temporal stores; the
- * destination is not read back soon, so streaming stores save the read-for-ownership
- * traffic (about a third more bandwidth for scattered 16 KiB blocks). Small
- * transfers keep the destination in cache. */
-enum { STREAM_MIN_TOTAL = 4 << 20, STREAM_MIN_REGION = 4096 };
-
-#if defined(__SSE2__)
-#include <emmintrin.h>
-
-static void stream_copy(char *d, const char *s, size_t n)
-{
-    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
-    if (head > n)
-        head = n;
-    memcpy(d, s, head);
-    d += head;
-    s += head;
-    n -= head;
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        __m128i a = _mm_loadu_si128((const __m128i *)(const void *)(s + i));
-        __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 32));
-        __m128i e = _mm_loadu_si128((const __m128i *)(const void *)(s + i + 48));
-        _mm_stream_si128((__m128i *)(void *)(d + i), a);
-        _mm_stream_si128((__m128i *)(void *)(d + i + 16), b);
-        _mm_stream_si128((__m128i *)(void *)(d + i + 32), c);
-        _mm_stream_si128((__m128i *)(void *)(d + i + 48), e);
-    }
-    memcpy(d + i, s + i, n - i);
-}
-#define HAVE_STREAM_COPY 1
-#else
-#define HAVE_STREAM_COPY 0
-#endif
-
-/* Bytes the plan moves (saturated: only compared with a threshold). */
-static uint64_t plan_bytes(const plan *p)
-{
-    uint64_t per_pair, total;
-    if (p->form != PLAN_B2B)
-        per_pair = p->len;
-    else if (__builtin_mul_overflow((uint64_t)p->nblk, p->block, &per_pair))
-        return UINT64_MAX;
-    return __builtin_mul_overflow(per_pair, (uint64_t)p->pairs, &total) ? UINT64_MAX : total;
-}
-
-static void move_local(const plan *p)
-{
-    region_iter it;
-    region r;
-    region_iter_init(&it, p);
-    int stream = HAVE_STREAM_COPY && plan_bytes(p) >= STREAM_MIN_TOTAL;
-    while (region_next(&it, &r)) {
-        char *d = dst_ptr(p, &r);
-        const char *s = src_ptr(p, &r);
-        size_t n = (size_t)r.len;
-#if HAVE_STREAM_COPY
-        /* streaming copies run forwards: only for regions that do not overlap */
-        if (stream && n >= STREAM_MIN_REGION && (d + n <= s || s + n <= d)) {
-            stream_copy(d, s, n);
-            continue;
-        }
-#endif
-        memmove(d, s, n);
-    }
-#if HAVE_STREAM_COPY
-    if (stream)
-        _mm_sfence();
-#endif
-}
-
-/* process_vm_readv (pull) / process_vm_writev (push); 0 or -errno. The peer's pidfd is
- * checked before every call and after the last: a peer that has exited fails the
- * transfer with -ESRCH, so its pid, once reused, is never written to (up to the
- * instant between a check and the call; docs/security.md §2.2). */
-static int move_vm(pid_t pid, int pidfd, const plan *p, int pull, struct iovec *liov, struct iovec *riov)
-{
-    region_iter it;
-    region r;
-    region_iter_init(&it, p);
-    for (;;) {
-        size_t n = 0;
-        while (n < VM_BATCH && region_next(&it, &r)) {
-            void *s = src_ptr(p, &r), *d = dst_ptr(p, &r);
-            liov[n].iov_base = pull ? d : s;
-            riov[n].iov_base = pull ? s : d;
-            liov[n].iov_len = riov[n].iov_len = (size_t)r.len;
-            n++;
-        }
-        if (n == 0)
-            return pidfd_alive(pidfd) ? 0 : -ESRCH;
-        size_t k = 0;
-        while (k < n) {
-            if (!pidfd_alive(pidfd))
-                return -ESRCH;
-            ssize_t got = pull ? process_vm_readv(pid, liov + k, n - k, riov + k, n - k, 0)
-                               : process_vm_writev(pid, liov + k, n - k, riov + k, n - k, 0);
-            if (got < 0) {
-                if (errno == EINTR)
-                    continue;
-                return -errno;
-            }
-            if (got == 0)
-                return -EFAULT;
-            size_t g = (size_t)got;
-            while (g > 0) {
-                if (g >= liov[k].iov_len) {
-                    g -= liov[k].iov_len;
-                    k++;
-                } else {
-                    liov[k].iov_base = (char *)liov[k].iov_base + g;
-                    riov[k].iov_base = (char *)riov[k].iov_base + g;
-                    liov[k].iov_len -= g;
-                    riov[k].iov_len -= g;
-                    g = 0;
-                }
-            }
-        }
-    }
-}
-
-/* Where a region's peer side lies in this process's mappings of the peer's arena
- * (NULL: not mapped), and whether its own side lies in live library memory of this
- * process (`own` caches the last allocation found, so a list of blocks asks once). */
-typedef struct own_range {
-    uintptr_t lo, hi;
-} own_range;
-
-static int own_library_memory(own_range *own, uintptr_t addr, uint64_t len)
-{
-    if (!(addr >= own->lo && addr < own->hi && len <= own->hi - addr)) {
-        mock_alloc_info a;
-        if (!mock_acl_lookup(addr, &a) || !a.live || addr - a.base >= a.size || len > a.size - (addr - a.base))
-            return 0;
-        own->lo = a.base;
-        own->hi = a.base + a.size;
-    }
-    return 1;
-}
-
-/* 1 if every region's peer side lies in a mapped chunk of the peer and its own side in
- * live library memory. */
-static int shared_covers(mlink *l, const plan *p, int pull)
-{
-    region_iter it;
-    region r;
-    own_range own = {0, 0};
-    region_iter_init(&it, p);
-    while (region_next(&it, &r)) {
-        uintptr_t s = (uintptr_t)src_ptr(p, &r), d = (uintptr_t)dst_ptr(p, &r);
-        if (link_shared_ptr(l, pull ? s : d, r.len) == NULL || !own_library_memory(&own, pull ? d : s, r.len))
-            return 0;
-    }
-    return 1;
-}
-
-/* The shared path (docs/security.md §2.7): both sides in library memory, the peer's
- * mapped here: copies between the mappings. 1 moved, 0 not applicable (nothing moved),
- * -ESRCH the peer process is gone (checked before and after, as for process_vm: its
- * memory outlives it in our mapping, and a dead peer must fail the transfer). */
-static int copy_shared(mlink *l, const plan *p, int pull);
-
-static int move_shared(mlink *l, const plan *p, int pull)
-{
-    if (l->peer_id_channel[0] == '\0')
-        return 0;
-    pthread_rwlock_rdlock(&l->map_rw);
-    int covered = shared_covers(l, p, pull);
-    if (!covered) {
-        pthread_rwlock_unlock(&l->map_rw);
-        if (!link_map_refresh(l))
-            return 0;
-        pthread_rwlock_rdlock(&l->map_rw);
-        covered = shared_covers(l, p, pull);
-    }
-    int rc = !covered ? 0 : !pidfd_alive(l->peer_pidfd) ? -ESRCH : copy_shared(l, p, pull);
-    pthread_rwlock_unlock(&l->map_rw);
-    return rc;
-}
-
-/* move_shared's copy; map_rw held shared. */
-static int copy_shared(mlink *l, const plan *p, int pull)
-{
-    region_iter it;
-    region r;
-    region_iter_init(&it, p);
-#if HAVE_STREAM_COPY
-    int stream = plan_bytes(p) >= STREAM_MIN_TOTAL;
-#endif
-    while (region_next(&it, &r)) {
-        char *s = src_ptr(p, &r), *d = dst_ptr(p, &r);
-        if (pull)
-            s = link_shared_ptr(l, (uintptr_t)s, r.len);
-        else
-            d = link_shared_ptr(l, (uintptr_t)d, r.len);
-        size_t n = (size_t)r.len;
-#if HAVE_STREAM_COPY
-        if (stream && n >= STREAM_MIN_REGION) {
-            stream_copy(d, s, n);
-            continue;
-        }
-#endif
-        memcpy(d, s, n);
-    }
-#if HAVE_STREAM_COPY
-    if (stream)
-        _mm_sfence();
-#endif
-    return pidfd_alive(l->peer_pidfd) ? 1 : -ESRCH;
-}
-
-/* The socket path: READ (pull) or WRITE (push) requests of up to WIRE_MAX_REGIONS
- * ranges of the pinned peer cache. */
-static lldd_status move_socket(xlink *x, const char *fn, const plan *p, int pull, int64_t peer_cache_id,
-                               struct iovec *liov, wire_region *wr)
-{
-    mlink *l = x->l;
-    uint32_t timeout = x->e->sync_timeout_ms;
-    region_iter it;
-    region r;
-    region_iter_init(&it, p);
-    for (;;) {
-        size_t n = 0;
-        uint64_t total = 0;
-        while (n < WIRE_MAX_REGIONS && region_next(&it, &r)) {
-            memset(&wr[n], 0, sizeof wr[n]);
-            wr[n].tensor = pull ? r.st : r.dt;
-            wr[n].offset = pull ? r.soff : r.doff;
-            wr[n].len = r.len;
-            liov[n + 2].iov_base = pull ? dst_ptr(p, &r) : src_ptr(p, &r);
-            liov[n + 2].iov_len = (size_t)r.len;
-            total += r.len;
-            n++;
-        }
-        if (n == 0)
-            return LLM_SUCCESS;
-        msg_hdr h;
-        msg_init(&h, pull ? MSG_READ : MSG_WRITE);
-        h.a = (uint64_t)peer_cache_id;
-        h.count = (uint32_t)n;
-        h.payload_len = n * sizeof *wr + (pull ? 0 : total);
-        liov[0].iov_base = &h;
-        liov[0].iov_len = sizeof h;
-        liov[1].iov_base = wr;
-        liov[1].iov_len = n * sizeof *wr;
-        int64_t deadline = tp_deadline(timeout);
-        int rc;
-        if (pull) {
-            struct iovec head[2] = {liov[0], liov[1]};
-            rc = tp_sendv(l->req_fd, head, 2, deadline, 0);
-            if (rc == TP_OK)
-                rc = msg_recv_hdr(l->req_fd, &h, deadline);
-            if (rc == TP_OK && (h.type != MSG_READ_REPLY || (h.status == 0 && h.payload_len != total)))
-                rc = TP_CLOSED;
-            if (rc == TP_OK && h.status == 0)
-                rc = tp_recvv(l->req_fd, liov + 2, n, deadline, timeout);
-        } else {
-            rc = tp_sendv(l->req_fd, liov, n + 2, deadline, timeout);
-            if (rc == TP_OK)
-                rc = msg_recv_hdr(l->req_fd, &h, tp_deadline(timeout));
-            if (rc == TP_OK && h.type != MSG_WRITE_REPLY)
-                rc = TP_CLOSED;
-        }
-        if (rc == TP_TIMEOUT)
-            return link_timeout(x, fn, "the transfer did not finish within llm.SyncKvCacheWaitTime = %u ms", timeout);
-        if (rc != TP_OK)
-            return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
-        if (h.status != LLM_SUCCESS)
-            return link_timeout(x, fn, "the peer refused a data request (status 0x%08X)", (unsigned)h.status);
-    }
-}
-
-static lldd_status move_now(xlink *x, const char *fn, const plan *p, int pull, int64_t peer_cache_id)
-{
-    mlink *l = x->l;
-    if (l->same_process) {
-        move_local(p);
-        atomic_store(&l->last_path, LLDD_MOCK_PATH_SAME_PROCESS);
-        return LLM_SUCCESS;
-    }
-    if (atomic_load(&l->vm_ok)) {
-        int rc = move_shared(l, p, pull);
-        if (rc == -ESRCH)
-            return link_timeout(x, fn, "the peer process is gone (PR-31)");
-        if (rc == 1) {
-            atomic_store(&l->last_path, LLDD_MOCK_PATH_SHARED);
-            return LLM_SUCCESS;
-        }
-    }
-    struct iovec *liov = malloc((WIRE_MAX_REGIONS + 2) * sizeof *liov);
-    struct iovec *riov = malloc(VM_BATCH * sizeof *riov);
-    wire_region *wr = malloc(WIRE_MAX_REGIONS * sizeof *wr);
-    lldd_status st = LLM_SUCCESS;
-    if (liov == NULL || riov == NULL || wr == NULL) {
-        mock_set_error("%s: out of host memory", fn);
-        st = LLM_FAILED;
-        goto out;
-    }
-    if (atomic_load(&l->vm_ok)) {
-        int rc = move_vm(l->peer_pid, l->peer_pidfd, p, pull, liov, riov);
-        if (rc == 0) {
-            atomic_store(&l->last_path, LLDD_MOCK_PATH_PROCESS_VM);
-            goto out;
-        }
-        if (rc == -ESRCH) {
-            st = link_timeout(x, fn, "the peer process is gone (PR-31)");
-            goto out;
-        }
-        if (rc != -EPERM && rc != -ENOSYS && rc != -EACCES) {
-            mock_set_error("%s: %s failed: %s (a registered address is not mapped in its process)", fn,
-                           pull ? "process_vm_readv" : "process_vm_writev", strerror(-rc));
-            st = LLM_FAILED;
-            goto out;
-        }
-        atomic_store(&l->vm_ok, 0); /* not allowed after all: move the bytes over the socket */
-    }
-    link_sock(x);
-    st = move_socket(x, fn, p, pull, peer_cache_id, liov, wr);
-    if (st == LLM_SUCCESS)
-        atomic_store(&l->last_path, LLDD_MOCK_PATH_SOCKET);
-out:
-    free(liov);
-    free(riov);
-    free(wr);
-    return st;
-}
-
-/* ---------------------------------------------------------------------------------------------
- * the link model (include/lldd/mock.h: lldd_mock_set_link_pace)
- * ------------------------------------------------------------------------------------------ */
-
-static int64_t now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-/* Sleeps until `until` (now_us time), in steps short enough that finalize is not kept
- * waiting: a finalize sets e->stopping and the sleep ends. */
-static void sleep_until_us(engine *e, int64_t until)
-{
-    for (;;) {
-        int64_t left = until - now_us();
-        if (left <= 0 || atomic_load(&e->stopping))
-            return;
-        if (left > 5000)
-            left = 5000;
-        struct timespec ts = {0, (long)left * 1000L};
-        nanosleep(&ts, NULL);
-    }
-}
-
-/* The microseconds a transfer of `bytes` over the link to `cluster` takes in the link
- * model (0: the link is not paced). Saturates rather than overflows. */
-static uint64_t paced_us(engine *e, uint64_t cluster, uint64_t bytes)
-{
-    pthread_mutex_lock(&e->mu);
-    uint64_t bw = e->pace_bw, lat = e->pace_lat_us;
-    for (uint32_t i = 0; i < e->pace_count; i++) {
-        if (e->paces[i].cluster == cluster) {
-            bw = e->paces[i].bw;
-            lat = e->paces[i].lat_us;
-        }
-    }
-    pthread_mutex_unlock(&e->mu);
-    uint64_t us = lat;
-    if (bw > 0) {
-        unsigned __int128 wire = ((unsigned __int128)bytes * 1000000u + bw - 1) / bw;
-        us = wire > UINT64_MAX - lat ? UINT64_MAX : lat + (uint64_t)wire;
-    }
-    return us;
-}
-
-/* Moves the plan's bytes, then waits out the rest of the link model's time for them. */
-lldd_status move_bytes(xlink *x, const char *fn, const plan *p, int pull, int64_t peer_cache_id)
-{
-    if (p->pairs == 0)
-        return LLM_SUCCESS;
-    int64_t start = now_us();
-    uint64_t bytes = plan_bytes(p);
-    uint64_t need = paced_us(x->e, x->l->peer_cluster, bytes);
-    uint64_t wait_us = (uint64_t)x->e->sync_timeout_ms * 1000u;
-    if (need > wait_us) {
-        /* the device would still be moving when the wait ends: a timeout, as for a slow peer */
-        sleep_until_us(x->e, start + (int64_t)wait_us);
-        return link_timeout(x, fn, "the link model needs %llu us for %llu bytes, more than "
-                            "llm.SyncKvCacheWaitTime = %u ms", (unsigned long long)need,
-                            (unsigned long long)bytes, (unsigned)x->e->sync_timeout_ms);
-    }
-    lldd_status st = move_now(x, fn, p, pull, peer_cache_id);
-    if (st != LLM_SUCCESS)
-        return st;
-    mock_bytes_moved_add(bytes);
-    if (need > 0)
-        sleep_until_us(x->e, start + (int64_t)need);
-    return LLM_SUCCESS;
-}
-
-/* ---------------------------------------------------------------------------------------------
- * pulls
- * ------------------------------------------------------------------------------------------ */
-
-typedef struct pull_args {
-    const lldd_cache_index *src;
-    int64_t dst_id;
-    int b2b;
-    uint32_t batch_index;
-    int64_t size;
-    const uint64_t *sblk, *dblk;
-    size_t nblk;
-    ext_norm x;
-} pull_args;
 
 lldd_status check_blocks(const char *fn, const char *name, const uint64_t *blk, size_t n, uint64_t limit,
                          const char *whose)
@@ -992,239 +429,6 @@ lldd_status check_repeats(const char *fn, const char *name, const uint64_t *v, s
     return LLM_PARAM_INVALID;
 }
 
-/* What the steps of one native pull find for the later ones. */
-typedef struct pull_found {
-    uint64_t pairs, s_base, d_base;  /* tensor pairs and the ranges' first tensors (step 4) */
-    const cache_wire *rw;            /* the source (step 7) */
-    uint64_t len, soff;              /* C2C: bytes per tensor, where the source batch starts (step 9) */
-} pull_found;
-
-/* Step 4: the local cache's batch, kind and size, and the layer ranges. */
-static lldd_status pull_local_checks(const char *fn, const pull_args *a, const cache_wire *lw, pull_found *f)
-{
-    const ext_norm *x = &a->x;
-    if (!a->b2b) {
-        if (a->batch_index >= lw->batches) {
-            mock_set_error("%s: batch_index %u is out of range: cache %lld has %llu batches", fn,
-                           (unsigned)a->batch_index, (long long)lw->id, (unsigned long long)lw->batches);
-            return LLM_PARAM_INVALID;
-        }
-        if (!has_batches(lw)) {
-            mock_set_error("%s: request expect local cache is non-blocks: cache %lld is a blocks cache", fn,
-                           (long long)lw->id);
-            return LLM_PARAM_INVALID;
-        }
-        if (a->size > 0 && (uint64_t)a->size > lw->stride) {
-            mock_set_error("%s: size %lld is larger than the destination stride %llu", fn, (long long)a->size,
-                           (unsigned long long)lw->stride);
-            return LLM_PARAM_INVALID;
-        }
-    } else if (!has_blocks(lw)) {
-        mock_set_error("%s: request expect local cache is blocks: cache %lld has no blocks", fn, (long long)lw->id);
-        return LLM_PARAM_INVALID;
-    }
-    /* no upper bound: without a range tensor_num_per_layer is not used (PR-3, as the vendor) */
-    if (x->has_range && lw->num_tensors % x->n != 0) {
-        mock_set_error("%s: with a layer range, tensor_num_per_layer %u must divide the local cache's %u tensors", fn,
-                       (unsigned)x->n, (unsigned)lw->num_tensors);
-        return LLM_PARAM_INVALID;
-    }
-    f->pairs = lw->num_tensors;
-    f->s_base = 0;
-    f->d_base = 0;
-    if (x->has_range) {
-        uint64_t dcount = (uint64_t)(x->ds - x->df + 1) * x->n, scount = (uint64_t)(x->ss - x->sf + 1) * x->n;
-        if ((uint64_t)(x->ds + 1) * x->n > lw->num_tensors) {
-            mock_set_error("%s: dst_layer_range {%lld, %lld} selects tensors up to %llu, but the local cache has %u",
-                           fn, (long long)x->df, (long long)x->ds, (unsigned long long)((x->ds + 1) * x->n - 1),
-                           (unsigned)lw->num_tensors);
-            return LLM_PARAM_INVALID;
-        }
-        if (scount != dcount) {
-            mock_set_error("%s: src_layer_range selects %llu tensors and dst_layer_range %llu", fn,
-                           (unsigned long long)scount, (unsigned long long)dcount);
-            return LLM_PARAM_INVALID;
-        }
-        f->pairs = dcount;
-        f->s_base = (uint64_t)x->sf * x->n;
-        f->d_base = (uint64_t)x->df * x->n;
-    }
-    return LLM_SUCCESS;
-}
-
-/* Step 6: the destination blocks and the request's size in entries. */
-static lldd_status pull_request_checks(const char *fn, const pull_args *a, const cache_wire *lw, const pull_found *f)
-{
-    lldd_status st;
-    uint64_t runs = 1;
-    if (a->b2b) {
-        if ((st = check_repeats(fn, "dst_blocks", a->dblk, a->nblk, 1)) != LLM_SUCCESS)
-            return st;
-        if ((st = check_blocks(fn, "dst_blocks", a->dblk, a->nblk, lw->blocks, "local")) != LLM_SUCCESS)
-            return st;
-        runs = count_runs(a->sblk, a->dblk, a->nblk);
-    }
-    if (f->pairs + 2 * runs > DIRECT_REQUEST_ENTRIES) {
-        mock_set_error("%s: the request has %llu entries (%llu tensors + 2 x %llu runs), over the direct-mode limit "
-                       "of %d", fn, (unsigned long long)(f->pairs + 2 * runs), (unsigned long long)f->pairs,
-                       (unsigned long long)runs, DIRECT_REQUEST_ENTRIES);
-        return LLM_PARAM_INVALID;
-    }
-    return LLM_SUCCESS;
-}
-
-/* Step 7: the source, pinned, and its batch index. */
-static lldd_status pull_source(xlink *xl, const char *fn, const pull_args *a, peer_cache *pc, pull_found *f)
-{
-    lldd_status st = peer_pin(xl, fn, a->src->cache_id, pc);
-    if (st != LLM_SUCCESS)
-        return st;
-    const cache_wire *rw = f->rw = &pc->w;
-    if (!a->b2b && a->src->batch_index >= rw->batches) {
-        mock_set_error("%s: src_cache_index.batch_index %u is out of range: cache %lld on cluster %llu has %llu "
-                       "batches (PR-6)", fn, (unsigned)a->src->batch_index, (long long)rw->id,
-                       (unsigned long long)a->src->cluster_id, (unsigned long long)rw->batches);
-        return LLM_KV_CACHE_NOT_EXIST;
-    }
-    return LLM_SUCCESS;
-}
-
-/* Step 8: remote access and the caches' registration times (PR-32). */
-static lldd_status pull_access_checks(const xlink *xl, const char *fn, const pull_args *a, const cache_wire *lw,
-                                      const cache_wire *rw)
-{
-    lldd_status st;
-    if (!rw->remote_accessible || !lw->remote_accessible) {
-        mock_set_error("%s: the %s cache is not remote accessible", fn, !rw->remote_accessible ? "remote" : "local");
-        return LLM_PARAM_INVALID;
-    }
-    if ((st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
-        return st;
-    return pr32_check_peer(fn, xl->l, rw, a->src->cluster_id);
-}
-
-/* Step 9: the source's kind, tensors, stride and blocks. */
-static lldd_status pull_source_checks(const char *fn, const pull_args *a, const cache_wire *lw, pull_found *f)
-{
-    const ext_norm *x = &a->x;
-    const cache_wire *rw = f->rw;
-    lldd_status st;
-    if (!a->b2b && !has_batches(rw)) {
-        mock_set_error("%s: the source cache %lld is a blocks cache; a contiguous pull needs batches (PR-15)", fn,
-                       (long long)rw->id);
-        return LLM_PARAM_INVALID;
-    }
-    if (a->b2b && !has_blocks(rw)) {
-        mock_set_error("%s: the source cache %lld has no blocks (PR-15)", fn, (long long)rw->id);
-        return LLM_PARAM_INVALID;
-    }
-    if (x->has_range && (uint64_t)(x->ss + 1) * x->n > rw->num_tensors) {
-        mock_set_error("%s: src_layer_range {%lld, %lld} selects tensors up to %llu, but the source cache has %u "
-                       "(PR-12)", fn, (long long)x->sf, (long long)x->ss, (unsigned long long)((x->ss + 1) * x->n - 1),
-                       (unsigned)rw->num_tensors);
-        return LLM_PARAM_INVALID;
-    }
-    if (!x->has_range && rw->num_tensors != lw->num_tensors) {
-        mock_set_error("%s: the source cache has %u tensors and the destination %u; without layer ranges they must "
-                       "be equal", fn, (unsigned)rw->num_tensors, (unsigned)lw->num_tensors);
-        return LLM_PARAM_INVALID;
-    }
-    uint64_t len = a->size > 0 ? (uint64_t)a->size : lw->stride;
-    if (!a->b2b && len > rw->stride) {
-        mock_set_error("%s: %llu bytes per tensor are more than the source stride %llu", fn, (unsigned long long)len,
-                       (unsigned long long)rw->stride);
-        return LLM_PARAM_INVALID;
-    }
-    /* Direct mode addresses the source batch with the local (destination) stride, as the
-     * vendor does; where that runs past the source tensor the device reads out of bounds
-     * (PR-6, guard). */
-    uint64_t soff = 0;
-    int past = __builtin_mul_overflow((uint64_t)a->src->batch_index, lw->stride, &soff);
-    if (!a->b2b && (past || soff > rw->tensor_size || len > rw->tensor_size - soff)) {
-        mock_set_error("%s: source batch %u addressed with the destination stride %llu starts at byte %llu; %llu "
-                       "bytes from there run past the source tensor of %llu bytes (PR-6)", fn,
-                       (unsigned)a->src->batch_index, (unsigned long long)lw->stride, (unsigned long long)soff,
-                       (unsigned long long)len, (unsigned long long)rw->tensor_size);
-        return LLM_PARAM_INVALID;
-    }
-    if (a->b2b) {
-        if ((st = check_blocks(fn, "src_blocks", a->sblk, a->nblk, rw->blocks, "source")) != LLM_SUCCESS)
-            return st;
-        if (rw->stride != lw->stride) {
-            mock_set_error("%s: block sizes differ: source %llu bytes, destination %llu bytes (PR-13)", fn,
-                           (unsigned long long)rw->stride, (unsigned long long)lw->stride);
-            return LLM_PARAM_INVALID;
-        }
-    }
-    f->len = len;
-    f->soff = soff;
-    return LLM_SUCCESS;
-}
-
-/* Step 10: the bytes. */
-static lldd_status pull_move(xlink *xl, const char *fn, const pull_args *a, const mcache *lc, const peer_cache *pc,
-                             const pull_found *f)
-{
-    const cache_wire *lw = &lc->w;
-    plan p;
-    memset(&p, 0, sizeof p);
-    p.form = a->b2b ? PLAN_B2B : PLAN_C2C;
-    p.s_base = (uint32_t)f->s_base;
-    p.d_base = (uint32_t)f->d_base;
-    p.pairs = (uint32_t)f->pairs;
-    p.src_addrs = pc->addrs;
-    p.dst_addrs = lc->addrs;
-    p.soff = a->b2b ? 0 : f->soff;
-    p.doff = a->b2b ? 0 : (uint64_t)a->batch_index * lw->stride;
-    p.len = f->len;
-    p.sblk = a->sblk;
-    p.dblk = a->dblk;
-    p.nblk = a->nblk;
-    p.block = lw->stride;
-    return move_bytes(xl, fn, &p, 1, f->rw->id);
-}
-
-/* Steps 4 to 10 of a native pull (semantics.md §8.0), each a function above, in this order. */
-static lldd_status pull_checked(engine *e, const char *fn, const pull_args *a, mcache *lc, xlink *xl, peer_cache *pc)
-{
-    const cache_wire *lw = &lc->w;
-    pull_found f;
-    memset(&f, 0, sizeof f);
-    lldd_status st;
-    if ((st = pull_local_checks(fn, a, lw, &f)) != LLM_SUCCESS ||
-        (st = link_acquire(e, fn, a->src->cluster_id, xl)) != LLM_SUCCESS ||
-        (st = pull_request_checks(fn, a, lw, &f)) != LLM_SUCCESS ||
-        (st = pull_source(xl, fn, a, pc, &f)) != LLM_SUCCESS ||
-        (st = pull_access_checks(xl, fn, a, lw, f.rw)) != LLM_SUCCESS ||
-        (st = pull_source_checks(fn, a, lw, &f)) != LLM_SUCCESS)
-        return st;
-    return pull_move(xl, fn, a, lc, pc, &f);
-}
-
-static lldd_status do_pull(engine *e, const char *fn, const pull_args *a)
-{
-    if (a->src->cluster_id == e->cluster_id) {
-        mock_set_error("%s: src_cache_index.cluster_id %llu is this engine's own cluster; pull from a peer", fn,
-                       (unsigned long long)a->src->cluster_id);
-        return LLM_PARAM_INVALID;
-    }
-    mcache *lc = cache_pin(e, a->dst_id);
-    if (lc == NULL) {
-        mock_set_error("%s: dst_cache.cache_id %lld does not exist", fn, (long long)a->dst_id);
-        return LLM_KV_CACHE_NOT_EXIST;
-    }
-    xlink xl;
-    peer_cache pc;
-    memset(&xl, 0, sizeof xl);
-    memset(&pc, 0, sizeof pc);
-    lldd_status st = pull_checked(e, fn, a, lc, &xl, &pc);
-    if (xl.l != NULL)
-        peer_unpin(&xl, &pc);
-    link_release(&xl);
-    cache_unpin(e, lc);
-    return st;
-}
-
 lldd_status pr32_check_local(const char *fn, const mlink *l, const cache_wire *lw)
 {
     if (!lw->owned && lw->id >= l->own_next_at_link) {
@@ -1245,113 +449,111 @@ lldd_status pr32_check_peer(const char *fn, const mlink *l, const cache_wire *rw
     return LLM_SUCCESS;
 }
 
-/* The entry checks of xfer_call_enter before engine_enter. */
-static lldd_status xfer_args_check(engine *e, const char *fn, const char *a_name, const void *a,
-                                   const char *b_name, const void *b, const uint64_t *src_blocks,
-                                   size_t num_src_blocks, const uint64_t *dst_blocks, size_t num_dst_blocks)
+lldd_status pr32_checks(const char *fn, const mlink *l, const cache_wire *lw, const cache_wire *rw,
+                        uint64_t cluster_id)
 {
-    uint32_t code;
-    if (mock_fault_take(fn, &code))
-        return code;
-    const char *missing = e == NULL ? "engine"
-                          : a == NULL ? a_name
-                          : b_name != NULL && b == NULL ? b_name
-                          : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
-                          : dst_blocks == NULL && num_dst_blocks > 0 ? "dst_blocks (num_dst_blocks > 0)"
-                          : NULL;
-    if (missing != NULL) {
-        mock_set_error("%s: %s must not be NULL", fn, missing);
+    lldd_status st = pr32_check_local(fn, l, lw);
+    return st != LLM_SUCCESS ? st : pr32_check_peer(fn, l, rw, cluster_id);
+}
+
+lldd_status pull_dst_batch_checks(const char *fn, const cache_wire *lw, uint32_t batch_index, int64_t size,
+                                  int check_size)
+{
+    if (batch_index >= lw->batches) {
+        mock_set_error("%s: batch_index %u is out of range: cache %lld has %llu batches", fn, (unsigned)batch_index,
+                       (long long)lw->id, (unsigned long long)lw->batches);
+        return LLM_PARAM_INVALID;
+    }
+    if (!kind_has_batches(lw)) {
+        mock_set_error("%s: request expect local cache is non-blocks: cache %lld is a blocks cache", fn,
+                       (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (check_size && size > 0 && (uint64_t)size > lw->stride) {
+        mock_set_error("%s: size %lld is larger than the destination stride %llu", fn, (long long)size,
+                       (unsigned long long)lw->stride);
         return LLM_PARAM_INVALID;
     }
     return LLM_SUCCESS;
 }
 
-lldd_status xfer_call_enter(engine *e, const char *fn, const char *a_name, const void *a, const char *b_name,
-                            const void *b, const uint64_t *src_blocks, size_t num_src_blocks,
-                            const uint64_t *dst_blocks, size_t num_dst_blocks)
+lldd_status pull_dst_blocks_check(const char *fn, const cache_wire *lw)
 {
-    lldd_status st = xfer_args_check(e, fn, a_name, a, b_name, b, src_blocks, num_src_blocks, dst_blocks,
-                                     num_dst_blocks);
-    return st != LLM_SUCCESS ? st : engine_enter(e, fn);
-}
-
-lldd_status xfer_cache_call_enter(engine *e, const char *fn, const char *a_name, const void *a,
-                                  const char *b_name, const void *b, const char *c_name, const lldd_cache *c,
-                                  const uint64_t *src_blocks, size_t num_src_blocks, const uint64_t *dst_blocks,
-                                  size_t num_dst_blocks)
-{
-    lldd_status st = xfer_args_check(e, fn, a_name, a, b_name, b, src_blocks, num_src_blocks, dst_blocks,
-                                     num_dst_blocks);
-    if (st == LLM_SUCCESS)
-        st = cache_arg_check(fn, c_name, c);
-    return st != LLM_SUCCESS ? st : engine_enter(e, fn);
-}
-
-lldd_status xfer_pull_cache(engine *e, const char *fn, const lldd_cache_index *src_cache_index,
-                            const lldd_cache *dst_cache, uint32_t batch_index, int64_t size,
-                            const lldd_ext_param *ext_param)
-{
-    lldd_status st;
-    pull_args a;
-    memset(&a, 0, sizeof a);
-    if (size != -1 && size <= 0) {
-        mock_set_error("%s: size %lld must be -1 or > 0", fn, (long long)size);
-        st = LLM_PARAM_INVALID;
-    } else if ((st = check_ext(fn, ext_param, 0, 0, &a.x)) == LLM_SUCCESS) {
-        a.src = src_cache_index;
-        a.dst_id = dst_cache->cache_id;
-        a.batch_index = batch_index;
-        a.size = size;
-        st = do_pull(e, fn, &a);
+    if (!kind_has_blocks(lw)) {
+        mock_set_error("%s: request expect local cache is blocks: cache %lld has no blocks", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
     }
-    return st;
+    return LLM_SUCCESS;
 }
 
-lldd_status xfer_pull_blocks(engine *e, const char *fn, const lldd_cache_index *src_cache_index,
-                             const lldd_cache *dst_cache, const uint64_t *src_blocks, size_t num_src_blocks,
-                             const uint64_t *dst_blocks, size_t num_dst_blocks, const lldd_ext_param *ext_param)
+lldd_status pull_dst_block_list_checks(const char *fn, const cache_wire *lw, const uint64_t *dblk, size_t n)
 {
-    lldd_status st;
-    pull_args a;
-    memset(&a, 0, sizeof a);
-    if (src_cache_index->batch_index != 0) {
-        mock_set_error("%s: src_cache_index.batch_index %u must be 0 for a block pull", fn,
-                       (unsigned)src_cache_index->batch_index);
-        st = LLM_PARAM_INVALID;
-    } else if ((st = check_ext(fn, ext_param, 0, 0, &a.x)) != LLM_SUCCESS) {
-        /* message set */
-    } else if (num_src_blocks == 0) {
-        mock_set_error("%s: src_blocks is empty: pull from non-block cache is not supported yet", fn);
-        st = LLM_PARAM_INVALID;
-    } else if (num_src_blocks != num_dst_blocks) {
-        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, num_src_blocks, num_dst_blocks);
-        st = LLM_PARAM_INVALID;
-    } else {
-        a.src = src_cache_index;
-        a.dst_id = dst_cache->cache_id;
-        a.b2b = 1;
-        a.size = -1;
-        a.sblk = src_blocks;
-        a.dblk = dst_blocks;
-        a.nblk = num_src_blocks;
-        st = do_pull(e, fn, &a);
-    }
-    return st;
+    lldd_status st = check_repeats(fn, "dst_blocks", dblk, n, 1);
+    return st != LLM_SUCCESS ? st : check_blocks(fn, "dst_blocks", dblk, n, lw->blocks, "local");
 }
 
-/* ---------------------------------------------------------------------------------------------
- * pushes
- * ------------------------------------------------------------------------------------------ */
+lldd_status pull_src_count_check(const char *fn, const cache_wire *rw, const cache_wire *lw)
+{
+    if (rw->num_tensors != lw->num_tensors) {
+        mock_set_error("%s: the source cache has %u tensors and the destination %u; without layer ranges they must "
+                       "be equal", fn, (unsigned)rw->num_tensors, (unsigned)lw->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
 
-typedef struct push_args {
-    const lldd_cache *src;
-    const lldd_cache_index *dst;
-    int b2b;
-    uint32_t src_batch;
-    const uint64_t *sblk, *dblk;
-    size_t nblk;
-    ext_norm x;
-} push_args;
+lldd_status pull_src_len_check(const char *fn, uint64_t len, const cache_wire *rw)
+{
+    if (len > rw->stride) {
+        mock_set_error("%s: %llu bytes per tensor are more than the source stride %llu", fn, (unsigned long long)len,
+                       (unsigned long long)rw->stride);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+/* Direct mode addresses the source batch with the local (destination) stride, as the
+ * vendor does; where that runs past the source tensor the device reads out of bounds
+ * (PR-6, guard). */
+lldd_status pull_src_batch_start(const char *fn, uint64_t batch, const cache_wire *lw, const cache_wire *rw,
+                                 uint64_t len, uint64_t *start)
+{
+    *start = 0;
+    int past = __builtin_mul_overflow(batch, lw->stride, start);
+    if (past || *start > rw->tensor_size || len > rw->tensor_size - *start) {
+        mock_set_error("%s: source batch %llu addressed with the destination stride %llu starts at byte %llu; %llu "
+                       "bytes from there run past the source tensor of %llu bytes (PR-6)", fn,
+                       (unsigned long long)batch, (unsigned long long)lw->stride, (unsigned long long)*start,
+                       (unsigned long long)len, (unsigned long long)rw->tensor_size);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+lldd_status pull_src_block_checks(const char *fn, const uint64_t *sblk, size_t n, const cache_wire *rw,
+                                  const cache_wire *lw)
+{
+    lldd_status st = check_blocks(fn, "src_blocks", sblk, n, rw->blocks, "source");
+    if (st != LLM_SUCCESS)
+        return st;
+    if (rw->stride != lw->stride) {
+        mock_set_error("%s: block sizes differ: source %llu bytes, destination %llu bytes (PR-13)", fn,
+                       (unsigned long long)rw->stride, (unsigned long long)lw->stride);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+lldd_status push_local_access_checks(const char *fn, const mlink *l, const cache_wire *lw, int hixl)
+{
+    if (!lw->remote_accessible) {
+        mock_set_error("%s: the local cache %lld is not remote accessible", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    /* HIXL refuses a source its client never registered when the transfer starts, after
+     * every check (docs/semantics.md E-11): each API's steps do it there */
+    return hixl ? LLM_SUCCESS : pr32_check_local(fn, l, lw);
+}
 
 lldd_status push_dst_access_checks(const char *fn, const cache_wire *rw, const mlink *l, uint64_t cluster_id)
 {
@@ -1362,18 +564,29 @@ lldd_status push_dst_access_checks(const char *fn, const cache_wire *rw, const m
     return pr32_check_peer(fn, l, rw, cluster_id);
 }
 
+lldd_status push_layer_check(const char *fn, uint64_t layer, const cache_wire *w, uint32_t per_layer, int dst)
+{
+    if (layer >= w->num_tensors / per_layer) {
+        mock_set_error("%s: %s layer %llu is out of range: the %s cache has %u tensors, %u per layer", fn,
+                       dst ? "destination" : "source", (unsigned long long)layer, dst ? "remote" : "local",
+                       (unsigned)w->num_tensors, (unsigned)per_layer);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
 lldd_status push_dst_shape_checks(const char *fn, int b2b, const cache_wire *lw, const cache_wire *rw,
                                   const uint64_t *dblk, size_t ndblk)
 {
     lldd_status st;
     if (b2b && (st = check_blocks(fn, "dst_blocks", dblk, ndblk, rw->blocks, "remote")) != LLM_SUCCESS)
         return st;
-    if (!b2b && !has_batches(rw)) {
+    if (!b2b && !kind_has_batches(rw)) {
         mock_set_error("%s: the destination cache %lld is a blocks cache; a contiguous push needs batches (PR-15)",
                        fn, (long long)rw->id);
         return LLM_PARAM_INVALID;
     }
-    if (b2b && !has_blocks(rw)) {
+    if (b2b && !kind_has_blocks(rw)) {
         mock_set_error("%s: the destination cache %lld has no blocks (PR-15)", fn, (long long)rw->id);
         return LLM_PARAM_INVALID;
     }
@@ -1392,198 +605,129 @@ lldd_status push_dst_shape_checks(const char *fn, int b2b, const cache_wire *lw,
     return LLM_SUCCESS;
 }
 
-/* Steps 6 and 7 of the push order for one layer pair; `first` runs the checks that
- * do not depend on the layer (they give the same answer for every layer). */
-static lldd_status push_layer_checks(const char *fn, const push_args *a, const cache_wire *lw, const cache_wire *rw,
-                                     const mlink *l, uint64_t ls, uint64_t ld, int first)
+lldd_status push_src_shape_checks(const char *fn, const cache_wire *lw, uint32_t per_layer, int b2b, int need_batches,
+                                  uint32_t src_batch, uint64_t batches, const uint64_t *sblk, size_t nsblk,
+                                  size_t ndblk)
 {
-    const ext_norm *x = &a->x;
-    lldd_status st;
-    if (first) {
-        if ((st = push_dst_access_checks(fn, rw, l, a->dst->cluster_id)) != LLM_SUCCESS)
-            return st;
-    }
-    if (ld >= rw->num_tensors / x->n) {
-        mock_set_error("%s: destination layer %llu is out of range: the remote cache has %u tensors, %u per layer", fn,
-                       (unsigned long long)ld, (unsigned)rw->num_tensors, (unsigned)x->n);
+    if (lw->num_tensors % per_layer != 0) {
+        mock_set_error("%s: tensor_num_per_layer %u must divide the local cache's %u tensors", fn,
+                       (unsigned)per_layer, (unsigned)lw->num_tensors);
         return LLM_PARAM_INVALID;
     }
-    if (first) {
-        if (!a->b2b && a->dst->batch_index >= rw->batches) {
-            mock_set_error("%s: dst_cache_index.batch_index %u is out of range: the remote cache has %llu batches", fn,
-                           (unsigned)a->dst->batch_index, (unsigned long long)rw->batches);
-            return LLM_PARAM_INVALID;
-        }
-        if ((st = push_dst_shape_checks(fn, a->b2b, lw, rw, a->dblk, a->nblk)) != LLM_SUCCESS)
-            return st;
-    }
-    if (ls >= lw->num_tensors / x->n) {
-        mock_set_error("%s: source layer %llu is out of range: the local cache has %u tensors, %u per layer", fn,
-                       (unsigned long long)ls, (unsigned)lw->num_tensors, (unsigned)x->n);
+    if (!b2b && need_batches && !kind_has_batches(lw)) {
+        mock_set_error("%s: the local cache %lld is a blocks cache; a contiguous push needs batches (PR-15)", fn,
+                       (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    if (first) {
-        if (lw->num_tensors % x->n != 0) {
-            mock_set_error("%s: tensor_num_per_layer %u must divide the local cache's %u tensors", fn,
-                           (unsigned)x->n, (unsigned)lw->num_tensors);
-            return LLM_PARAM_INVALID;
-        }
-        if (!a->b2b && a->src_batch >= lw->batches) {
-            mock_set_error("%s: src_batch_index %u is out of range: cache %lld has %llu batches", fn,
-                           (unsigned)a->src_batch, (long long)lw->id, (unsigned long long)lw->batches);
-            return LLM_PARAM_INVALID;
-        }
-        if (a->b2b && !has_blocks(lw)) {
-            mock_set_error("%s: the local cache %lld has no blocks", fn, (long long)lw->id);
-            return LLM_PARAM_INVALID;
-        }
-        if (a->b2b && (st = check_blocks(fn, "src_blocks", a->sblk, a->nblk, lw->blocks, "local")) != LLM_SUCCESS)
-            return st;
+    if (!b2b && src_batch >= batches) {
+        mock_set_error("%s: src_batch_index %u is out of range: cache %lld has %llu batches", fn,
+                       (unsigned)src_batch, (long long)lw->id, (unsigned long long)batches);
+        return LLM_PARAM_INVALID;
     }
-    return LLM_SUCCESS;
+    /* the block lists are read last, as the vendor's layer-wise job reads them
+     * (docs/semantics.md X-17): no source blocks is its cache-to-blocks form, whose block
+     * size a push leaves 0 (the native API refuses an empty list before the link) */
+    if (b2b && nsblk == 0) {
+        mock_set_error("%s: src_blocks is empty: block_mem_size of a cache-to-blocks push must > 0", fn);
+        return LLM_PARAM_INVALID;
+    }
+    if (b2b && !kind_has_blocks(lw)) {
+        mock_set_error("%s: the local cache %lld has no blocks", fn, (long long)lw->id);
+        return LLM_PARAM_INVALID;
+    }
+    if (b2b && nsblk != ndblk) {
+        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, nsblk, ndblk);
+        return LLM_PARAM_INVALID;
+    }
+    return b2b ? check_blocks(fn, "src_blocks", sblk, nsblk, lw->blocks, "local") : LLM_SUCCESS;
 }
 
-static lldd_status push_checked(engine *e, const char *fn, const push_args *a, mcache *lc, xlink *xl, peer_cache *pc)
+/* ---------------------------------------------------------------------------------------------
+ * enter and frame
+ * ------------------------------------------------------------------------------------------ */
+
+/* The first NULL argument of a transfer call, in parameter order. */
+static const char *xfer_missing(const engine *e, const char *a_name, const void *a, const char *b_name,
+                                const void *b, const uint64_t *src_blocks, size_t num_src_blocks,
+                                const uint64_t *dst_blocks, size_t num_dst_blocks)
 {
-    const cache_wire *lw = &lc->w;
-    const ext_norm *x = &a->x;
-    uint32_t caller_tensors = a->src->cache_desc.num_tensors;
-    lldd_status st;
-    /* lint: the vendor checks only the caller's description (PR-33) */
-    if (caller_tensors != 0 && caller_tensors != lw->num_tensors &&
-        mock_lint(33, "%s: src_cache.cache_desc.num_tensors %u differs from the %u tensors of cache %lld (PR-33)", fn,
-                  (unsigned)caller_tensors, (unsigned)lw->num_tensors, (long long)lw->id))
-        return LLM_PARAM_INVALID;
-    if (lw->placement != LLDD_PLACEMENT_DEVICE &&
-        mock_lint(33, "%s: cache %lld is registered with placement HOST; pushes read DEVICE caches (PR-33)", fn,
-                  (long long)lw->id))
-        return LLM_PARAM_INVALID;
-    /* the layer pairs of docs/reference/cpp-api.md §6.11 step 6 */
-    uint64_t ls0, ld0, layers;
-    if (x->sf < 0) {
-        uint64_t nt = caller_tensors;
-        uint64_t m = nt < x->n ? 0 : (nt % x->n == 0 ? nt / x->n - 1 : nt / x->n);
-        ls0 = ld0 = 0;
-        layers = m + 1;
-    } else {
-        ls0 = (uint64_t)x->sf;
-        ld0 = (uint64_t)x->df;
-        layers = (uint64_t)(x->ss - x->sf + 1);
-    }
-    /* step 3: the link; step 4: the local cache's remote access */
-    if ((st = link_acquire(e, fn, a->dst->cluster_id, xl)) != LLM_SUCCESS)
-        return st;
-    if (!lw->remote_accessible) {
-        mock_set_error("%s: the local cache %lld is not remote accessible", fn, (long long)lw->id);
-        return LLM_PARAM_INVALID;
-    }
-    if (!e->hixl && (st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS)
-        return st;
-    /* step 5: the destination */
-    if ((st = peer_pin(xl, fn, a->dst->cache_id, pc)) != LLM_SUCCESS)
-        return st;
-    /* steps 6, 7 per layer; the layers before the first failing one are moved */
-    uint64_t ok = 0;
-    lldd_status layer_st = LLM_SUCCESS;
-    for (; ok < layers; ok++) {
-        layer_st = push_layer_checks(fn, a, lw, &pc->w, xl->l, ls0 + ok, ld0 + ok, ok == 0);
-        /* HIXL: the first layer's transfer refuses a source registered after the link (E-11) */
-        if (layer_st == LLM_SUCCESS && ok == 0 && e->hixl)
-            layer_st = pr32_check_local(fn, xl->l, lw);
-        if (layer_st != LLM_SUCCESS)
-            break;
-    }
-    if (ok > 0) {
-        plan p;
-        memset(&p, 0, sizeof p);
-        p.form = a->b2b ? PLAN_B2B : PLAN_C2C;
-        p.s_base = (uint32_t)(ls0 * x->n);
-        p.d_base = (uint32_t)(ld0 * x->n);
-        p.pairs = (uint32_t)(ok * x->n);
-        p.src_addrs = lc->addrs;
-        p.dst_addrs = pc->addrs;
-        p.soff = a->b2b ? 0 : (uint64_t)a->src_batch * lw->stride;
-        p.doff = a->b2b ? 0 : (uint64_t)a->dst->batch_index * pc->w.stride;
-        p.len = lw->stride;
-        p.sblk = a->sblk;
-        p.dblk = a->dblk;
-        p.nblk = a->nblk;
-        p.block = lw->stride;
-        if ((st = move_bytes(xl, fn, &p, 0, pc->w.id)) != LLM_SUCCESS)
-            return st;
-    }
-    return layer_st;
+    return e == NULL ? "engine"
+           : a == NULL ? a_name
+           : b_name != NULL && b == NULL ? b_name
+           : src_blocks == NULL && num_src_blocks > 0 ? "src_blocks (num_src_blocks > 0)"
+           : dst_blocks == NULL && num_dst_blocks > 0 ? "dst_blocks (num_dst_blocks > 0)"
+           : NULL;
 }
 
-static lldd_status do_push(engine *e, const char *fn, const push_args *a)
+lldd_status xfer_call_enter(engine *e, const char *fn, const char *a_name, const void *a, const char *b_name,
+                            const void *b, const uint64_t *src_blocks, size_t num_src_blocks,
+                            const uint64_t *dst_blocks, size_t num_dst_blocks)
 {
-    mcache *lc = cache_pin(e, a->src->cache_id);
-    if (lc == NULL) {
-        mock_set_error("%s: src_cache.cache_id %lld does not exist", fn, (long long)a->src->cache_id);
+    return engine_args_enter(e, fn, xfer_missing(e, a_name, a, b_name, b, src_blocks, num_src_blocks, dst_blocks,
+                                                 num_dst_blocks));
+}
+
+lldd_status xfer_cache_call_enter(engine *e, const char *fn, const char *a_name, const void *a,
+                                  const char *b_name, const void *b, const char *c_name, const lldd_cache *c,
+                                  const uint64_t *src_blocks, size_t num_src_blocks, const uint64_t *dst_blocks,
+                                  size_t num_dst_blocks)
+{
+    lldd_status st = engine_args_check(fn, xfer_missing(e, a_name, a, b_name, b, src_blocks, num_src_blocks,
+                                                        dst_blocks, num_dst_blocks));
+    if (st == LLM_SUCCESS)
+        st = cache_arg_check(fn, c_name, c);
+    return st != LLM_SUCCESS ? st : engine_enter(e, fn);
+}
+
+lldd_status xfer_run(engine *e, const char *fn, int64_t local_id, const char *local_name, xfer_steps steps,
+                     void *arg)
+{
+    xfer_job j;
+    memset(&j, 0, sizeof j);
+    j.e = e;
+    j.fn = fn;
+    j.lc = cache_pin(e, local_id);
+    if (j.lc == NULL) {
+        mock_set_error("%s: %s %lld does not exist", fn, local_name, (long long)local_id);
         return LLM_KV_CACHE_NOT_EXIST;
     }
-    xlink xl;
-    peer_cache pc;
-    memset(&xl, 0, sizeof xl);
-    memset(&pc, 0, sizeof pc);
-    lldd_status st = push_checked(e, fn, a, lc, &xl, &pc);
-    if (xl.l != NULL)
-        peer_unpin(&xl, &pc);
-    link_release(&xl);
-    cache_unpin(e, lc);
+    lldd_status st = steps(&j, arg);
+    if (j.xl.l != NULL) {
+        peer_unpin(&j.xl, &j.pc[0]);
+        peer_unpin(&j.xl, &j.pc[1]);
+    }
+    link_release(&j.xl);
+    cache_unpin(e, j.lc);
     return st;
 }
 
-lldd_status xfer_push_cache(engine *e, const char *fn, const lldd_cache *src_cache,
-                            const lldd_cache_index *dst_cache_index, uint32_t src_batch_index, int64_t size,
-                            const lldd_ext_param *ext_param)
+/* ---------------------------------------------------------------------------------------------
+ * plans
+ * ------------------------------------------------------------------------------------------ */
+
+void plan_init(plan *p, int form, uint32_t s_base, uint32_t d_base, uint32_t pairs, const uint64_t *src_addrs,
+               const uint64_t *dst_addrs)
 {
-    lldd_status st;
-    push_args a;
-    memset(&a, 0, sizeof a);
-    if (src_cache->cache_desc.placement != LLDD_PLACEMENT_DEVICE) {
-        mock_set_error("%s: src_cache.cache_desc.placement must be DEVICE", fn);
-        st = LLM_PARAM_INVALID;
-    } else if (size != -1) {
-        mock_set_error("%s: size %lld: size only support -1", fn, (long long)size);
-        st = LLM_PARAM_INVALID;
-    } else if ((st = check_ext(fn, ext_param, 1, src_cache->cache_desc.num_tensors, &a.x)) == LLM_SUCCESS) {
-        a.src = src_cache;
-        a.dst = dst_cache_index;
-        a.src_batch = src_batch_index;
-        st = do_push(e, fn, &a);
-    }
-    return st;
+    memset(p, 0, sizeof *p);
+    p->form = form;
+    p->s_base = s_base;
+    p->d_base = d_base;
+    p->pairs = pairs;
+    p->src_addrs = src_addrs;
+    p->dst_addrs = dst_addrs;
 }
 
-lldd_status xfer_push_blocks(engine *e, const char *fn, const lldd_cache *src_cache,
-                             const lldd_cache_index *dst_cache_index, const uint64_t *src_blocks, size_t num_src_blocks,
-                             const uint64_t *dst_blocks, size_t num_dst_blocks, const lldd_ext_param *ext_param)
+void plan_range(plan *p, uint64_t soff, uint64_t doff, uint64_t len)
 {
-    lldd_status st;
-    push_args a;
-    memset(&a, 0, sizeof a);
-    if (src_cache->cache_desc.placement != LLDD_PLACEMENT_DEVICE) {
-        mock_set_error("%s: src_cache.cache_desc.placement must be DEVICE", fn);
-        st = LLM_PARAM_INVALID;
-    } else if (num_src_blocks == 0) {
-        mock_set_error("%s: src_blocks is empty", fn);
-        st = LLM_PARAM_INVALID;
-    } else if (num_src_blocks != num_dst_blocks) {
-        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, num_src_blocks, num_dst_blocks);
-        st = LLM_PARAM_INVALID;
-    } else if (dst_cache_index->batch_index != 0) {
-        mock_set_error("%s: dst_cache_index.batch_index %u must be 0 for a block push", fn,
-                       (unsigned)dst_cache_index->batch_index);
-        st = LLM_PARAM_INVALID;
-    } else if ((st = check_ext(fn, ext_param, 1, src_cache->cache_desc.num_tensors, &a.x)) == LLM_SUCCESS) {
-        a.src = src_cache;
-        a.dst = dst_cache_index;
-        a.b2b = 1;
-        a.sblk = src_blocks;
-        a.dblk = dst_blocks;
-        a.nblk = num_src_blocks;
-        st = do_push(e, fn, &a);
-    }
-    return st;
+    p->soff = soff;
+    p->doff = doff;
+    p->len = len;
+}
+
+void plan_blocks(plan *p, const uint64_t *sblk, const uint64_t *dblk, size_t nblk, uint64_t block)
+{
+    p->sblk = sblk;
+    p->dblk = dblk;
+    p->nblk = nblk;
+    p->block = block;
 }

@@ -56,6 +56,18 @@ typedef struct engine_cfg {
     int vm_any_user;
 } engine_cfg;
 
+/* The options both generations read alike: llm.LinkRetryCount, an integer in [1, 100]
+ * (read, not used), and llm.RdmaTrafficClass / llm.RdmaServiceLevel, unsigned 32-bit
+ * numbers; anything else is PARAM_INVALID. Each caller keeps its own order of them. */
+lldd_status engine_parse_link_retry(const char *fn, const lldd_option *o, size_t n);
+/* llm.TransferBackend (NULL: absent): only "hixl", which names the engine by its listen
+ * address and so needs one (c->has_listen; listen_options: the options that give it). */
+lldd_status engine_parse_backend(const char *fn, const char *backend, engine_cfg *c, const char *listen_options);
+/* The mock's own options, in this order: llm_datadist_ffi.mock.NativePool, the link
+ * model's (engine_parse_link_pace) and the link's security (engine_parse_link_security). */
+lldd_status engine_parse_mock_options(const char *fn, const lldd_option *o, size_t n, engine_cfg *c);
+lldd_status engine_parse_rdma(const char *fn, const lldd_option *o, size_t n);
+
 /* The link model's options (mock only): llm_datadist_ffi.mock.LinkBandwidth, bytes per
  * second (0 or absent: unlimited), and llm_datadist_ffi.mock.LinkLatencyUs, microseconds
  * up to one hour (absent: 0); anything else is PARAM_INVALID. */

@@ -257,13 +257,11 @@ static lldd_status parse_ext_v1_options(const char *fn, const lldd_option *o, si
 /* CacheManager mode: llm.LinkRetryCount, llm.LinkTotalTime and the RDMA numbers. */
 static lldd_status parse_ext_link_options(const char *fn, const lldd_option *o, size_t n, engine_cfg *c)
 {
-    const char *retry = engine_opt_get(o, n, "llm.LinkRetryCount");
-    uint64_t v;
-    if (retry != NULL && (engine_parse_digits(retry, UINT64_MAX, &v) != 0 || v < 1 || v > 100)) {
-        mock_set_error("%s: option llm.LinkRetryCount \"%s\" is not an integer in [1, 100]", fn, retry);
-        return LLM_PARAM_INVALID;
-    }
+    lldd_status st = engine_parse_link_retry(fn, o, n);
+    if (st != LLM_SUCCESS)
+        return st;
     const char *total = engine_opt_get(o, n, "llm.LinkTotalTime");
+    uint64_t v;
     if (total != NULL) {
         if (engine_parse_digits(total, UINT32_MAX, &v) != 0) {
             mock_set_error("%s: option llm.LinkTotalTime \"%s\" is not a number of seconds in [0, 2^32 - 1]", fn,
@@ -273,15 +271,7 @@ static lldd_status parse_ext_link_options(const char *fn, const lldd_option *o, 
         if (v > 0)
             c->link_total_ms = v > UINT32_MAX / 1000 ? UINT32_MAX : (uint32_t)(v * 1000);
     }
-    static const char *const numeric[] = {"llm.RdmaTrafficClass", "llm.RdmaServiceLevel"};
-    for (size_t i = 0; i < 2; i++) {
-        const char *text = engine_opt_get(o, n, numeric[i]);
-        if (text != NULL && engine_parse_digits(text, UINT32_MAX, &v) != 0) {
-            mock_set_error("%s: option %s \"%s\" is not an unsigned 32-bit number", fn, numeric[i], text);
-            return LLM_PARAM_INVALID;
-        }
-    }
-    return LLM_SUCCESS;
+    return engine_parse_rdma(fn, o, n);
 }
 
 /* The options of CacheManager (v2) mode. */
@@ -294,26 +284,11 @@ static lldd_status parse_ext_v2_options(const char *fn, const lldd_option *o, si
         return st;
     if ((st = v2_listen(fn, o, n, &c->has_listen, &c->listen)) != LLM_SUCCESS)
         return st;
-    if (backend != NULL) {
-        if (strcmp(backend, "hixl") != 0) {
-            mock_set_error("%s: option llm.TransferBackend \"%s\" is not supported; only \"hixl\" is", fn, backend);
-            return LLM_PARAM_INVALID;
-        }
-        c->hixl = 1;
-        /* the HIXL engine is named by its listen address: it needs one (E-5) */
-        if (!c->has_listen) {
-            mock_set_error("%s: option llm.TransferBackend \"hixl\" needs options llm.ListenIp and llm.ListenPort",
-                           fn);
-            return LLM_PARAM_INVALID;
-        }
-    }
+    if ((st = engine_parse_backend(fn, backend, c, "options llm.ListenIp and llm.ListenPort")) != LLM_SUCCESS)
+        return st;
     if ((st = engine_parse_sync_wait(fn, o, n, &c->sync_timeout_ms)) != LLM_SUCCESS)
         return st;
-    if ((st = engine_parse_native_pool(fn, o, n, &c->native_pool)) != LLM_SUCCESS)
-        return st;
-    if ((st = engine_parse_link_pace(fn, o, n, c)) != LLM_SUCCESS)
-        return st;
-    if ((st = engine_parse_link_security(fn, o, n, c)) != LLM_SUCCESS)
+    if ((st = engine_parse_mock_options(fn, o, n, c)) != LLM_SUCCESS)
         return st;
     const char *era = engine_opt_get(o, n, "llm.EnableRemoteCacheAccessible");
     if (era != NULL && strcmp(era, "0") != 0 && strcmp(era, "1") != 0) {

@@ -283,6 +283,51 @@ static lldd_status register_checks(engine *e, const char *fn, const lldd_cache_d
     return LLM_SUCCESS;
 }
 
+/* A new cache's keys as its call gave them, and their plan (plan_slot_keys). */
+typedef struct cache_keys {
+    uint32_t kind;
+    const lldd_key *keys;
+    size_t num;
+    const key_plan *plan;
+} cache_keys;
+
+/* The last locked step of a registration and an allocation (e->mu held; released here):
+ * unless `st` already failed, room for the cache's key bindings and the insert ("out of
+ * host memory" otherwise), then its keys bound (a cache's slot keys as planned; a blocks
+ * cache's one key, where the last registration of a model's blocks key wins,
+ * semantics.md §9.3, vendor: an allocation refused a bound one before); the pages of a
+ * failed allocation go back. On success the cache is the table's (*c = NULL), its id in
+ * *cache_id and, for an allocation, its addresses in tensor_addrs. */
+static lldd_status insert_bind_unlock(engine *e, const char *fn, lldd_status st, mcache **c, const cache_keys *k,
+                                      int64_t id, int64_t *cache_id, uint64_t *tensor_addrs)
+{
+    mcache *n = *c;
+    if (st == LLM_SUCCESS && (cache_key_room(n, k->plan->binds, tensor_addrs != NULL) != 0 ||
+                              key_table_reserve(&e->keys, k->num) != 0 || table_insert_locked(e, n) != 0)) {
+        mock_set_error("%s: out of host memory", fn);
+        st = LLM_FAILED;
+    }
+    if (st != LLM_SUCCESS) {
+        cache_give_pages_locked(n);
+        pthread_mutex_unlock(&e->mu);
+        return st;
+    }
+    if (k->kind == LLDD_CACHE_KIND_CACHE) {
+        bind_slot_keys(e, n, k->keys, k->num, k->plan);
+    } else if (k->num == 1) {
+        keynode *old = key_find_locked(e, KEY_NS_REQ, UINT64_MAX, k->keys[0].model_id);
+        if (old != NULL)
+            key_unbind_locked(e, old);
+        key_bind_locked(e, n, KEY_NS_REQ, UINT64_MAX, k->keys[0].model_id, 0, 1);
+    }
+    if (tensor_addrs != NULL)
+        memcpy(tensor_addrs, n->addrs, n->w.num_tensors * sizeof *tensor_addrs);
+    pthread_mutex_unlock(&e->mu);
+    *cache_id = id;
+    *c = NULL;
+    return LLM_SUCCESS;
+}
+
 /* A registration's description and record: the layout, no address 0, the ranges (E-16);
  * *out is the record (NULL on failure). */
 static lldd_status register_record(const char *fn, const lldd_cache_desc *desc, const uint64_t *addrs,
@@ -341,27 +386,8 @@ lldd_status ext_cache_register(engine *e, const char *fn, const lldd_cache_desc 
                        (unsigned long long)(e->table_bytes + cache_entry_bytes(w.num_tensors) + keys_bytes));
         st = LLM_PARAM_INVALID;
     }
-    if (st == LLM_SUCCESS && (cache_key_room(c, kp.binds, 0) != 0 || key_table_reserve(&e->keys, num_keys) != 0 ||
-                              table_insert_locked(e, c) != 0)) {
-        mock_set_error("%s: out of host memory", fn);
-        st = LLM_FAILED;
-    }
-    if (st != LLM_SUCCESS) {
-        pthread_mutex_unlock(&e->mu);
-        goto out;
-    }
-    if (kind == LLDD_CACHE_KIND_CACHE) {
-        bind_slot_keys(e, c, keys, num_keys, &kp);
-    } else if (num_keys == 1) {
-        /* the last registration of a model's blocks key wins (semantics.md §9.3, vendor) */
-        keynode *old = key_find_locked(e, KEY_NS_REQ, UINT64_MAX, keys[0].model_id);
-        if (old != NULL)
-            key_unbind_locked(e, old);
-        key_bind_locked(e, c, KEY_NS_REQ, UINT64_MAX, keys[0].model_id, 0, 1);
-    }
-    pthread_mutex_unlock(&e->mu);
-    *cache_id = id;
-    c = NULL;
+    cache_keys k = {kind, keys, num_keys, &kp};
+    st = insert_bind_unlock(e, fn, st, &c, &k, id, cache_id, NULL);
 out:
     free(kp.bind);
     cache_destroy(c);
@@ -429,34 +455,7 @@ static lldd_status take_memory_locked(engine *e, const char *fn, mcache *c, mpoo
         c->acl_device = e->device;
         return LLM_SUCCESS;
     }
-    uint64_t page = 1ull << pool->page_shift;
-    uint64_t pages = w->tensor_size / page + (w->tensor_size % page != 0);
-    uint32_t got = 0;
-    for (; got < w->num_tensors; got++)
-        if (pool_take(pool, pages, &c->page_first[got]) != 0)
-            break;
-    if (got < w->num_tensors) {
-        for (uint32_t t = 0; t < got; t++)
-            pool_give(pool, c->page_first[t], pages);
-        mock_set_error("%s: the %s memory pool has no room for %u tensors of %llu pages (%llu bytes each)", fn,
-                       pool->placement == LLDD_PLACEMENT_DEVICE ? "device" : "host", (unsigned)w->num_tensors,
-                       (unsigned long long)pages, (unsigned long long)w->tensor_size);
-        return oom;
-    }
-    for (uint32_t t = 0; t < w->num_tensors; t++)
-        c->addrs[t] = (uint64_t)(uintptr_t)(pool->base + (c->page_first[t] << pool->page_shift));
-    c->pool = pool;
-    c->pages_per_tensor = pages;
-    return LLM_SUCCESS;
-}
-
-static void give_memory_locked(mcache *c)
-{
-    if (c->pool != NULL) {
-        for (uint32_t t = 0; t < c->w.num_tensors; t++)
-            pool_give(c->pool, c->page_first[t], c->pages_per_tensor);
-        c->pool = NULL;
-    }
+    return cache_take_pages_locked(fn, c, pool, oom);
 }
 
 /* The checks of an allocation before it takes an id: kind and keys, a pool, the tensor
@@ -476,15 +475,8 @@ static lldd_status allocate_checks(engine *e, const char *fn, const lldd_cache_d
                        "allocate_cache needs one", fn);
         return LLM_FEATURE_NOT_ENABLED;
     }
-    if (desc->num_tensors == 0) {
-        mock_set_error("%s: cache_desc.num_tensors is 0", fn);
-        return LLM_PARAM_INVALID;
-    }
-    if (tensor_addrs == NULL || addrs_capacity < desc->num_tensors) {
-        mock_set_error("%s: tensor_addrs has room for %zu addresses, %u needed", fn,
-                       tensor_addrs == NULL ? (size_t)0 : addrs_capacity, (unsigned)desc->num_tensors);
-        return LLM_PARAM_INVALID;
-    }
+    if ((st = cache_alloc_room_checks(fn, desc, tensor_addrs, addrs_capacity)) != LLM_SUCCESS)
+        return st;
     if (v1 && num_keys > 0 && kind == LLDD_CACHE_KIND_CACHE && role != LLDD_ROLE_PROMPT) {
         mock_set_error("%s: allocate_cache with cache_keys is not supported by %s (only a PROMPT binds keys, "
                        "docs/reference/semantics.md §11)", fn, ext_role_name(role));
@@ -526,31 +518,14 @@ lldd_status ext_cache_allocate(engine *e, const char *fn, const lldd_cache_desc 
     cache_wire w;
     if (v1)
         st = cache_check_rank(fn, desc);
-    if (st == LLM_SUCCESS)
-        st = cache_layout(fn, desc, &w);
-    if (st == LLM_SUCCESS) {
-        w.owned = 1;
+    if (st == LLM_SUCCESS && (st = cache_owned_new(fn, desc, &w, &c)) == LLM_SUCCESS) {
         w.remote_accessible = 1;      /* pools are registered at init */
         apply_kind(&w, kind, v1);
-        if ((c = cache_owned_record_new(fn, w.num_tensors)) == NULL)
-            st = LLM_FAILED;
     }
     pthread_mutex_lock(&e->mu);
-    int64_t id = cache_take_id_locked(e);
-    if (st != LLM_SUCCESS) {
-        pthread_mutex_unlock(&e->mu);
-        goto out;
-    }
-    w.id = id;
-    c->w = w;
-    c->ext_ref = 1;
-    if (e->mode == MODE_DIRECT && e->table_bytes + cache_entry_bytes(w.num_tensors) > TABLE_LIMIT) {
-        pthread_mutex_unlock(&e->mu);
-        mock_set_error("%s: the published cache table would exceed its 1 MiB limit", fn);
-        st = LLM_PARAM_INVALID;
-        goto out;
-    }
-    if ((st = take_memory_locked(e, fn, c, pool)) != LLM_SUCCESS) {
+    int64_t id;
+    if ((st = cache_alloc_id_locked(e, fn, st, c, &w, &id)) != LLM_SUCCESS ||
+        (st = take_memory_locked(e, fn, c, pool)) != LLM_SUCCESS) {
         pthread_mutex_unlock(&e->mu);
         goto out;
     }
@@ -572,24 +547,8 @@ lldd_status ext_cache_allocate(engine *e, const char *fn, const lldd_cache_desc 
                        "bindings", fn, (unsigned long long)keys_bytes);
         st = LLM_PARAM_INVALID;
     }
-    if (st == LLM_SUCCESS && (cache_key_room(c, kp.binds, 1) != 0 || key_table_reserve(&e->keys, num_keys) != 0 ||
-                              table_insert_locked(e, c) != 0)) {
-        mock_set_error("%s: out of host memory", fn);
-        st = LLM_FAILED;
-    }
-    if (st != LLM_SUCCESS) {
-        give_memory_locked(c);
-        pthread_mutex_unlock(&e->mu);
-        goto out;
-    }
-    if (kind == LLDD_CACHE_KIND_CACHE)
-        bind_slot_keys(e, c, keys, num_keys, &kp);
-    else if (num_keys == 1)
-        key_bind_locked(e, c, KEY_NS_REQ, UINT64_MAX, keys[0].model_id, 0, 1);
-    memcpy(tensor_addrs, c->addrs, w.num_tensors * sizeof *tensor_addrs);
-    pthread_mutex_unlock(&e->mu);
-    *cache_id = id;
-    c = NULL;
+    cache_keys k = {kind, keys, num_keys, &kp};
+    st = insert_bind_unlock(e, fn, st, &c, &k, id, cache_id, tensor_addrs);
 out:
     free(kp.bind);
     cache_destroy(c);

@@ -40,8 +40,10 @@ enum { SA_MAX_ENTRIES = 7160, SA_MAX_TENSORS = 2043, SA_D2H_MAX_BLOCKS = 61440, 
  * the puller's side: resolve and release
  * ------------------------------------------------------------------------------------------ */
 
+/* A resolved cache of the peer: pinned into *pc (one of the frame's, xfer_job.pc), and
+ * what the holder's lookup answered. */
 typedef struct xsrc {
-    peer_cache pc;
+    peer_cache *pc;
     resolve_reply r;
 } xsrc;
 
@@ -56,7 +58,8 @@ static lldd_status src_resolve(xlink *x, const char *fn, const resolve_req *q, x
     if (q->key_kind != LLDD_KEY_BY_ID || q->cache_id > 0)
         return src_resolve_q(x, fn, q, s);
     if (!q->direct || mock_strict()) {
-        memset(s, 0, sizeof *s);
+        memset(s->pc, 0, sizeof *s->pc);
+        memset(&s->r, 0, sizeof s->r);
         mock_set_error("%s: cache id %lld never names a cache (ids start at 1, PR-20)", fn, (long long)q->cache_id);
         return LLM_KV_CACHE_NOT_EXIST;
     }
@@ -77,9 +80,9 @@ static lldd_status src_resolve(xlink *x, const char *fn, const resolve_req *q, x
 
 static lldd_status src_resolve_q(xlink *x, const char *fn, const resolve_req *q, xsrc *s)
 {
-    engine *e = x->e;
     mlink *l = x->l;
-    memset(s, 0, sizeof *s);
+    memset(s->pc, 0, sizeof *s->pc);
+    memset(&s->r, 0, sizeof s->r);
     char why[256];
     why[0] = '\0';
     if (l->same_process) {
@@ -92,32 +95,20 @@ static lldd_status src_resolve_q(xlink *x, const char *fn, const resolve_req *q,
         st = holder_resolve_locked(peer, their, q, &c, &s->r, why, sizeof why);
         if (q->direct)
             link_note_table_copy(l, s->r.id_mark, s->r.bind_mark);
-        if (st == LLM_SUCCESS) {
-            c->pins++;
-            s->pc.w = c->w;
-            s->pc.addrs = c->addrs;
-            s->pc.pc = c;
-            s->pc.pinned = 1;
-        }
+        if (st == LLM_SUCCESS)
+            peer_hold_local(s->pc, c);
         pthread_mutex_unlock(&peer->mu);
         if (st != LLM_SUCCESS)
             mock_set_error("%s: %s", fn, why);
         return st;
     }
-    uint32_t timeout = e->sync_timeout_ms;
-    int64_t deadline = tp_deadline(timeout);
+    int64_t deadline = tp_deadline(x->e->sync_timeout_ms);
     msg_hdr h;
     msg_init(&h, MSG_RESOLVE);
     h.payload_len = sizeof *q;
-    int r = msg_send(l->req_fd, &h, q, sizeof *q, deadline);
-    if (r == TP_OK)
-        r = msg_recv_hdr(l->req_fd, &h, deadline);
-    if (r == TP_OK && h.type != MSG_RESOLVE_REPLY)
-        r = TP_CLOSED;
-    if (r == TP_TIMEOUT)
-        return link_timeout(x, fn, "the peer did not answer within llm.SyncKvCacheWaitTime = %u ms", timeout);
-    if (r != TP_OK)
-        return link_timeout(x, fn, "the peer's side of the link is gone (PR-31)");
+    lldd_status st = link_ask(x, fn, &h, q, sizeof *q, MSG_RESOLVE_REPLY, deadline);
+    if (st != LLM_SUCCESS)
+        return st;
     if (q->direct)
         link_note_table_copy(l, (int64_t)h.a, h.b);
     if (h.status != LLM_SUCCESS) {
@@ -132,26 +123,7 @@ static lldd_status src_resolve_q(xlink *x, const char *fn, const resolve_req *q,
             return link_timeout(x, fn, "the peer answered a lookup with status 0x%08X", (unsigned)h.status);
         return h.status;
     }
-    if (h.payload_len < sizeof s->r)
-        return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
-    r = tp_recv_all(l->req_fd, &s->r, sizeof s->r, deadline);
-    uint64_t addr_bytes = (uint64_t)s->r.w.num_tensors * sizeof(uint64_t);
-    if (r == TP_OK && (s->r.w.num_tensors > WIRE_MAX_TENSORS || h.payload_len - sizeof s->r != addr_bytes))
-        r = TP_CLOSED;
-    if (r == TP_OK) {
-        s->pc.owned_addrs = malloc(addr_bytes ? (size_t)addr_bytes : 1);
-        r = s->pc.owned_addrs == NULL ? TP_CLOSED
-                                      : tp_recv_all(l->req_fd, s->pc.owned_addrs, (size_t)addr_bytes, deadline);
-    }
-    if (r != TP_OK) {
-        free(s->pc.owned_addrs);
-        s->pc.owned_addrs = NULL;
-        return link_timeout(x, fn, "the peer's answer to a lookup was cut short");
-    }
-    s->pc.w = s->r.w;
-    s->pc.addrs = s->pc.owned_addrs;
-    s->pc.pinned = 1;
-    return LLM_SUCCESS;
+    return link_recv_pinned(x, fn, &h, deadline, &s->r, sizeof s->r, &s->r.w, s->pc, UINT64_MAX);
 }
 
 /* Step 11 (semantics.md §9.5): unpins the source and releases what the pull read through its key.
@@ -160,7 +132,7 @@ static void src_release(xlink *x, xsrc *s, const uint64_t *tensors, uint64_t cou
 {
     release_req q;
     memset(&q, 0, sizeof q);
-    q.cache_id = s->pc.w.id;
+    q.cache_id = s->pc->w.id;
     q.slot = s->r.slot;
     q.key_ns = s->r.key_ns;
     q.key_id = s->r.key_id;
@@ -170,7 +142,7 @@ static void src_release(xlink *x, xsrc *s, const uint64_t *tensors, uint64_t cou
     if (x->l->same_process) {
         engine *peer = x->peer;
         pthread_mutex_lock(&peer->mu);
-        cache_unpin_locked(peer, s->pc.pc);
+        cache_unpin_locked(peer, s->pc->pc);
         mcache *gone = key_release_request_locked(peer, &q, tensors);
         pthread_mutex_unlock(&peer->mu);
         cache_destroy(gone);
@@ -186,9 +158,19 @@ static void src_release(xlink *x, xsrc *s, const uint64_t *tensors, uint64_t cou
         /* the data is in place and the pull succeeded; a lost release leaves the key
          * bound, which the peer's own remove_cache_key or deallocate settles */
         (void)r;
-        free(s->pc.owned_addrs);
+        free(s->pc->owned_addrs);
     }
-    memset(&s->pc, 0, sizeof s->pc);
+    memset(s->pc, 0, sizeof *s->pc);
+}
+
+/* A lookup of `key` on the holder, against the link's table copy, for `requester`. */
+static void resolve_req_init(resolve_req *q, const lldd_key *key, const mlink *l, uint64_t requester)
+{
+    /* every member named: the request goes over the wire as it is (no padding in it) */
+    *q = (resolve_req){.key_kind = key->kind, .batch_index = key->batch_index, .req_id = key->req_id,
+                       .prefix_id = key->prefix_id, .model_id = key->model_id, .cache_id = key->cache_id,
+                       .direct = 0, .v1 = 0, .push = 0, .reserved = 0, .id_mark = l->watermark,
+                       .bind_mark = l->bind_watermark, .requester = requester};
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -371,21 +353,8 @@ static lldd_status pull_local_checks(pull_state *s)
     s->src_off = a->soff > 0 ? (uint64_t)a->soff : 0;
     s->len = 0;
     if (s->form == PLAN_C2C) {
-        if (a->batch >= lw->batches) {
-            mock_set_error("%s: batch_index %u is out of range: cache %lld has %llu batches", fn, (unsigned)a->batch,
-                           (long long)lw->id, (unsigned long long)lw->batches);
-            return LLM_PARAM_INVALID;
-        }
-        if (!kind_has_batches(lw)) {
-            mock_set_error("%s: request expect local cache is non-blocks: cache %lld is a blocks cache", fn,
-                           (long long)lw->id);
-            return LLM_PARAM_INVALID;
-        }
-        if (!s->v1 && a->size > 0 && (uint64_t)a->size > lw->stride) {
-            mock_set_error("%s: size %lld is larger than the destination stride %llu", fn, (long long)a->size,
-                           (unsigned long long)lw->stride);
-            return LLM_PARAM_INVALID;
-        }
+        if ((st = pull_dst_batch_checks(fn, lw, a->batch, a->size, !s->v1)) != LLM_SUCCESS)
+            return st;
         uint64_t dst_off = s->dst_off;
         uint64_t len = a->size > 0 ? (uint64_t)a->size : (dst_off < lw->stride ? lw->stride - dst_off : 0);
         if (s->v1 && (len == 0 || dst_off > lw->stride || len > lw->stride - dst_off)) {
@@ -394,9 +363,8 @@ static lldd_status pull_local_checks(pull_state *s)
             return LLM_PARAM_INVALID;
         }
         s->len = len;
-    } else if (s->form != FORM_B2C && !kind_has_blocks(lw)) {
-        mock_set_error("%s: request expect local cache is blocks: cache %lld has no blocks", fn, (long long)lw->id);
-        return LLM_PARAM_INVALID;
+    } else if (s->form != FORM_B2C && (st = pull_dst_blocks_check(fn, lw)) != LLM_SUCCESS) {
+        return st;
     }
     if ((st = pull_local_tensors(fn, a, lw, s->v1)) != LLM_SUCCESS)
         return st;
@@ -422,9 +390,7 @@ static lldd_status pull_request_checks(pull_state *s)
         return LLM_PARAM_INVALID;
     }
     if (form != PLAN_C2C) {
-        if ((st = check_repeats(fn, "dst_blocks", a->dblk, a->ndb, 1)) != LLM_SUCCESS)
-            return st;
-        if ((st = check_blocks(fn, "dst_blocks", a->dblk, a->ndb, s->lw->blocks, "local")) != LLM_SUCCESS)
+        if ((st = pull_dst_block_list_checks(fn, s->lw, a->dblk, a->ndb)) != LLM_SUCCESS)
             return st;
         s->chunks_or_runs = form == PLAN_B2B ? count_runs(a->sblk, a->dblk, a->nsb) : a->ndb;
     }
@@ -450,24 +416,14 @@ static lldd_status pull_request_checks(pull_state *s)
 /* Step 7: the source, resolved on the engine that holds it and pinned. */
 static lldd_status pull_resolve_source(pull_state *s)
 {
-    const lldd_key *key = s->a->src;
     resolve_req q;
-    memset(&q, 0, sizeof q);
-    q.key_kind = key->kind;
-    q.batch_index = key->batch_index;
-    q.req_id = key->req_id;
-    q.prefix_id = key->prefix_id;
-    q.model_id = key->model_id;
-    q.cache_id = key->cache_id;
+    resolve_req_init(&q, s->a->src, s->xl->l, s->e->cluster_id);
     q.direct = (uint32_t)s->direct;
     q.v1 = (uint32_t)s->v1;
-    q.id_mark = s->xl->l->watermark;
-    q.bind_mark = s->xl->l->bind_watermark;
-    q.requester = s->e->cluster_id;
     lldd_status st = src_resolve(s->xl, s->fn, &q, s->src);
     if (st != LLM_SUCCESS)
         return st;
-    s->rw = &s->src->pc.w;
+    s->rw = &s->src->pc->w;
     s->b_src = s->src->r.slot;
     return LLM_SUCCESS;
 }
@@ -477,16 +433,13 @@ static lldd_status pull_access_checks(const pull_state *s)
 {
     const char *fn = s->fn;
     const cache_wire *lw = s->lw, *rw = s->rw;
-    lldd_status st;
     if (s->direct && (!rw->remote_accessible || !lw->remote_accessible)) {
         mock_set_error("%s: the %s cache %lld is not remote accessible; direct mode needs both caches "
                        "remote accessible", fn, !rw->remote_accessible ? "remote" : "local",
                        (long long)(!rw->remote_accessible ? rw->id : lw->id));
         return LLM_PARAM_INVALID;
     }
-    if ((st = pr32_check_local(fn, s->xl->l, lw)) != LLM_SUCCESS)
-        return st;
-    return pr32_check_peer(fn, s->xl->l, rw, s->a->src->cluster_id);
+    return pr32_checks(fn, s->xl->l, lw, rw, s->a->src->cluster_id);
 }
 
 /* Step 9, first part: the source's kind, tensor counts and strides, and where its batch
@@ -498,6 +451,7 @@ static lldd_status pull_source_shape_checks(pull_state *s)
     const cache_wire *lw = s->lw, *rw = s->rw;
     int form = s->form, v1 = s->v1, direct = s->direct;
     uint64_t len = s->len, src_off = s->src_off, b_src = s->b_src;
+    lldd_status st;
     if (form != PLAN_B2B && !kind_has_batches(rw)) {
         mock_set_error("%s: request pull block = false, but the source cache %lld is a blocks cache (PR-15)", fn,
                        (long long)rw->id);
@@ -520,16 +474,10 @@ static lldd_status pull_source_shape_checks(pull_state *s)
                        "sent, so the counts must be equal", fn, a->ndt, (unsigned)rw->num_tensors);
         return LLM_PARAM_INVALID;
     }
-    if (a->nst == 0 && a->ndt == 0 && rw->num_tensors != lw->num_tensors) {
-        mock_set_error("%s: the source cache has %u tensors and the destination %u; without layer ranges they must "
-                       "be equal", fn, (unsigned)rw->num_tensors, (unsigned)lw->num_tensors);
-        return LLM_PARAM_INVALID;
-    }
-    if (form == PLAN_C2C && !v1 && len > rw->stride) {
-        mock_set_error("%s: %llu bytes per tensor are more than the source stride %llu", fn, (unsigned long long)len,
-                       (unsigned long long)rw->stride);
-        return LLM_PARAM_INVALID;
-    }
+    if (a->nst == 0 && a->ndt == 0 && (st = pull_src_count_check(fn, rw, lw)) != LLM_SUCCESS)
+        return st;
+    if (form == PLAN_C2C && !v1 && (st = pull_src_len_check(fn, len, rw)) != LLM_SUCCESS)
+        return st;
     if (form == PLAN_C2C && v1 && (src_off > rw->stride || len > rw->stride - src_off)) {
         mock_set_error("%s: srcCacheOffset %llu is invalid: %llu bytes from it do not fit the source stride %llu", fn,
                        (unsigned long long)src_off, (unsigned long long)len, (unsigned long long)rw->stride);
@@ -538,17 +486,10 @@ static lldd_status pull_source_shape_checks(pull_state *s)
     /* Where the source batch starts: server-assisted, the holder addresses it with its own
      * stride; direct mode with the local (destination) stride, as the vendor's reader does
      * (PR-6), and a cache-to-blocks read starts at batch 0 whatever the key names (PR-16). */
-    uint64_t src_base = 0;
-    int past = direct ? form == PLAN_C2C && __builtin_mul_overflow(b_src, lw->stride, &src_base)
-                      : __builtin_mul_overflow(b_src, rw->stride, &src_base);
-    if (form == PLAN_C2C && direct && (past || src_base > rw->tensor_size || len > rw->tensor_size - src_base)) {
-        mock_set_error("%s: source batch %llu addressed with the destination stride %llu starts at byte %llu; %llu "
-                       "bytes from there run past the source tensor of %llu bytes (PR-6)", fn,
-                       (unsigned long long)b_src, (unsigned long long)lw->stride, (unsigned long long)src_base,
-                       (unsigned long long)len, (unsigned long long)rw->tensor_size);
-        return LLM_PARAM_INVALID;
-    }
-    s->src_base = src_base;
+    s->src_base = 0;
+    if (direct)
+        return form == PLAN_C2C ? pull_src_batch_start(fn, b_src, lw, rw, len, &s->src_base) : LLM_SUCCESS;
+    (void)__builtin_mul_overflow(b_src, rw->stride, &s->src_base);
     return LLM_SUCCESS;
 }
 
@@ -611,15 +552,8 @@ static lldd_status pull_source_block_checks(pull_state *s)
                       "batch %llu, which is ignored (PR-16)", fn, (unsigned long long)s->b_src))
             return LLM_PARAM_INVALID;
     }
-    if (s->form == PLAN_B2B) {
-        if ((st = check_blocks(fn, "src_blocks", a->sblk, a->nsb, rw->blocks, "source")) != LLM_SUCCESS)
-            return st;
-        if (rw->stride != lw->stride) {
-            mock_set_error("%s: block sizes differ: source %llu bytes, destination %llu bytes (PR-13)", fn,
-                           (unsigned long long)rw->stride, (unsigned long long)lw->stride);
-            return LLM_PARAM_INVALID;
-        }
-    }
+    if (s->form == PLAN_B2B)
+        return pull_src_block_checks(fn, a->sblk, a->nsb, rw, lw);
     return LLM_SUCCESS;
 }
 
@@ -664,28 +598,16 @@ static lldd_status pull_move(const pull_state *s)
     if (s->d2h && (st = staging_take(s->e, s->fn, stage_first, &stage_pages)) != LLM_SUCCESS)
         return st;
     plan p;
-    memset(&p, 0, sizeof p);
-    p.form = s->form;
-    p.pairs = (uint32_t)s->pairs;
+    plan_init(&p, s->form, 0, 0, (uint32_t)s->pairs, s->src->pc->addrs, s->lc->addrs);
     p.smap = a->nst > 0 ? a->st : NULL;
     p.dmap = a->ndt > 0 ? a->dt : NULL;
-    p.src_addrs = s->src->pc.addrs;
-    p.dst_addrs = s->lc->addrs;
     if (s->form == PLAN_C2C) {
-        p.soff = s->src_base + s->src_off;
-        p.doff = (uint64_t)a->batch * s->lw->stride + s->dst_off;
-        p.len = s->len;
+        plan_range(&p, s->src_base + s->src_off, (uint64_t)a->batch * s->lw->stride + s->dst_off, s->len);
     } else if (s->form == PLAN_B2B) {
-        p.sblk = a->sblk;
-        p.dblk = a->dblk;
-        p.nblk = a->nsb;
-        p.block = s->lw->stride;
+        plan_blocks(&p, a->sblk, a->dblk, a->nsb, s->lw->stride);
     } else {
-        p.soff = s->src_base;
-        p.len = s->c2b_len;
-        p.dblk = a->dblk;
-        p.nblk = a->ndb;
-        p.block = s->lw->stride;
+        plan_range(&p, s->src_base, 0, s->c2b_len);
+        plan_blocks(&p, NULL, a->dblk, a->ndb, s->lw->stride);
     }
     st = move_bytes(s->xl, s->fn, &p, 1, s->rw->id);
     if (s->d2h)
@@ -693,35 +615,28 @@ static lldd_status pull_move(const pull_state *s)
     return st;
 }
 
-/* Steps 4 to 11 of an extension pull (semantics.md §8.0), each a function above, in this order. */
-static lldd_status pull_checked(engine *e, const char *fn, const epull *a, int form, mcache *lc, xlink *xl,
-                                xsrc *src, int *release)
+/* Steps 4 to 11 of an extension pull (docs/reference/semantics.md §8.0), each a function
+ * above, in this order, in the frame of xfer_run. */
+static lldd_status pull_steps(xfer_job *j, void *arg)
 {
-    pull_state s;
-    memset(&s, 0, sizeof s);
-    s.e = e;
-    s.fn = fn;
-    s.a = a;
-    s.form = form;
-    s.lc = lc;
-    s.xl = xl;
-    s.src = src;
-    s.v1 = e->gen == GEN_V1;
-    s.direct = e->mode == MODE_DIRECT;
-    s.sa = e->mode == MODE_SERVER_ASSISTED;
-    s.lw = &lc->w;
+    pull_state *s = arg;
+    const epull *a = s->a;
+    s->lc = j->lc;
+    s->lw = &j->lc->w;
+    s->xl = &j->xl;
+    s->src->pc = &j->pc[0];
     lldd_status st;
-    *release = 0;
-    if ((st = pull_local_checks(&s)) != LLM_SUCCESS ||
-        (st = link_acquire_ex(e, fn, a->src->cluster_id, xl, s.v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS ||
-        (st = pull_request_checks(&s)) != LLM_SUCCESS || (st = pull_resolve_source(&s)) != LLM_SUCCESS ||
-        (st = pull_access_checks(&s)) != LLM_SUCCESS || (st = pull_source_shape_checks(&s)) != LLM_SUCCESS ||
-        (st = pull_placement_checks(&s)) != LLM_SUCCESS || (st = pull_source_block_checks(&s)) != LLM_SUCCESS)
+    if ((st = pull_local_checks(s)) != LLM_SUCCESS ||
+        (st = link_acquire_ex(s->e, s->fn, a->src->cluster_id, s->xl, s->v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS ||
+        (st = pull_request_checks(s)) != LLM_SUCCESS || (st = pull_resolve_source(s)) != LLM_SUCCESS ||
+        (st = pull_access_checks(s)) != LLM_SUCCESS || (st = pull_source_shape_checks(s)) != LLM_SUCCESS ||
+        (st = pull_placement_checks(s)) != LLM_SUCCESS || (st = pull_source_block_checks(s)) != LLM_SUCCESS)
         return st;
-    st = pull_move(&s);
-    /* step 11: which successful pulls release their key (semantics.md §9.5) */
-    *release = st == LLM_SUCCESS && !s.direct && form != PLAN_B2B && src->r.through_key &&
-               src->r.key_ns == KEY_NS_REQ && !(s.v1 && (a->soff != -1 || a->doff != -1));
+    st = pull_move(s);
+    /* step 11: which successful pulls release their key (docs/reference/semantics.md §9.5) */
+    if (st == LLM_SUCCESS && !s->direct && s->form != PLAN_B2B && s->src->r.through_key &&
+        s->src->r.key_ns == KEY_NS_REQ && !(s->v1 && (a->soff != -1 || a->doff != -1)))
+        src_release(s->xl, s->src, a->nst > 0 ? a->st : NULL, a->nst);
     return st;
 }
 
@@ -731,43 +646,30 @@ lldd_status ext_xfer_pull(engine *e, const char *fn, const lldd_key *src, int64_
                           const uint64_t *dst_tensors, size_t num_dst_tensors, int64_t src_cache_offset,
                           int64_t dst_cache_offset, uint32_t tensor_num_per_layer)
 {
-    lldd_status st = LLM_SUCCESS;
     epull a = {src, dst_cache_id, batch_index, size, src_blocks, dst_blocks, src_tensors, dst_tensors,
                num_src_blocks, num_dst_blocks, num_src_tensors, num_dst_tensors, src_cache_offset, dst_cache_offset,
                tensor_num_per_layer};
-    int form;
-    mcache *lc = NULL;
-    if ((st = pull_args_check(e, fn, &a, &form)) != LLM_SUCCESS)
-        goto out;
-    if (e->gen != GEN_V1 && src->cluster_id == e->cluster_id) {
+    pull_state s;
+    xsrc resolved;
+    memset(&s, 0, sizeof s);
+    memset(&resolved, 0, sizeof resolved);
+    s.e = e;
+    s.fn = fn;
+    s.a = &a;
+    s.src = &resolved;
+    s.v1 = e->gen == GEN_V1;
+    s.direct = e->mode == MODE_DIRECT;
+    s.sa = e->mode == MODE_SERVER_ASSISTED;
+    lldd_status st = pull_args_check(e, fn, &a, &s.form);
+    if (st == LLM_SUCCESS && !s.v1 && src->cluster_id == e->cluster_id) {
         /* v2 only: v1 has no such check and pulls over a link named by its own id (E-7) */
         mock_set_error("%s: src.cluster_id %llu is this engine's own cluster; pull from a peer", fn,
                        (unsigned long long)src->cluster_id);
         st = LLM_PARAM_INVALID;
-        goto out;
     }
-    if ((lc = cache_pin(e, dst_cache_id)) == NULL) {
-        mock_set_error("%s: dst_cache_id %lld does not exist", fn, (long long)dst_cache_id);
-        st = LLM_KV_CACHE_NOT_EXIST;
-        goto out;
-    }
-    xlink xl;
-    xsrc s;
-    int release = 0;
-    memset(&xl, 0, sizeof xl);
-    memset(&s, 0, sizeof s);
-    st = pull_checked(e, fn, &a, form, lc, &xl, &s, &release);
-    if (xl.l != NULL) {
-        if (release)
-            src_release(&xl, &s, num_src_tensors > 0 ? src_tensors : NULL, num_src_tensors);
-        else
-            peer_unpin(&xl, &s.pc);
-    }
-    link_release(&xl);
-    cache_unpin(e, lc);
-out:
-    st = ext_gen_status(e, st);
-    return st;
+    if (st == LLM_SUCCESS)
+        st = xfer_run(e, fn, dst_cache_id, "dst_cache_id", pull_steps, &s);
+    return ext_gen_status(e, st);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -794,38 +696,16 @@ static uint64_t c2c_batches(const cache_wire *w, int block0)
     return block0 && !kind_has_batches(w) ? w->blocks : w->batches;
 }
 
-/* Steps 3 and 4: the link, and the local cache's remote access and registration time. */
-static lldd_status push_local_access(engine *e, const char *fn, const epush *a, const cache_wire *lw, xlink *xl)
-{
-    lldd_status st;
-    if ((st = link_acquire_ex(e, fn, a->dst->cluster_id, xl, 0)) != LLM_SUCCESS)
-        return st;
-    if (!lw->remote_accessible) {
-        mock_set_error("%s: the local cache %lld is not remote accessible", fn, (long long)lw->id);
-        return LLM_PARAM_INVALID;
-    }
-    /* HIXL refuses a source its client never registered when the transfer starts,
-     * after every check (docs/semantics.md E-11): push_checked does it there */
-    return e->hixl ? LLM_SUCCESS : pr32_check_local(fn, xl->l, lw);
-}
-
 /* Step 5: the destination, in the table copy. */
-static lldd_status push_resolve_destination(engine *e, const char *fn, const epush *a, xlink *xl, xsrc *dst)
+static lldd_status push_resolve_destination(xfer_job *j, const epush *a, xsrc *dst)
 {
     resolve_req q;
-    memset(&q, 0, sizeof q);
-    q.key_kind = a->dst->kind;
-    q.batch_index = a->dst->batch_index;
-    q.model_id = a->dst->model_id;
+    resolve_req_init(&q, a->dst, j->xl.l, j->e->cluster_id);
     q.req_id = UINT64_MAX;
     q.prefix_id = UINT64_MAX;
-    q.cache_id = a->dst->cache_id;
     q.direct = 1;
     q.push = 1;
-    q.id_mark = xl->l->watermark;
-    q.bind_mark = xl->l->bind_watermark;
-    q.requester = e->cluster_id;
-    return src_resolve(xl, fn, &q, dst);
+    return src_resolve(&j->xl, j->fn, &q, dst);
 }
 
 /* The destination batch of a cache-to-cache push (0 when block0 names block 0). */
@@ -839,13 +719,9 @@ static lldd_status push_destination_checks(const char *fn, const epush *a, const
                                            const xlink *xl)
 {
     lldd_status st;
-    if ((st = push_dst_access_checks(fn, rw, xl->l, a->dst->cluster_id)) != LLM_SUCCESS)
+    if ((st = push_dst_access_checks(fn, rw, xl->l, a->dst->cluster_id)) != LLM_SUCCESS ||
+        (st = push_layer_check(fn, a->dst_layer, rw, a->n, 1)) != LLM_SUCCESS)
         return st;
-    if (a->dst_layer >= rw->num_tensors / a->n) {
-        mock_set_error("%s: destination layer %u is out of range: the remote cache has %u tensors, %u per layer", fn,
-                       (unsigned)a->dst_layer, (unsigned)rw->num_tensors, (unsigned)a->n);
-        return LLM_PARAM_INVALID;
-    }
     uint32_t dst_batch = push_dst_batch(a);
     if (!a->b2b && dst_batch >= c2c_batches(rw, a->block0)) {
         mock_set_error("%s: dst.batch_index %u is out of range: the remote cache %lld has %llu batches", fn,
@@ -866,83 +742,45 @@ static lldd_status push_destination_checks(const char *fn, const epush *a, const
 /* Step 7: the source's layer, kind, batch and blocks. */
 static lldd_status push_source_checks(const char *fn, const epush *a, const cache_wire *lw)
 {
-    if (a->src_layer >= lw->num_tensors / a->n) {
-        mock_set_error("%s: source layer %u is out of range: the local cache has %u tensors, %u per layer", fn,
-                       (unsigned)a->src_layer, (unsigned)lw->num_tensors, (unsigned)a->n);
-        return LLM_PARAM_INVALID;
-    }
-    if (lw->num_tensors % a->n != 0) {
-        mock_set_error("%s: tensor_num_per_layer %u must divide the local cache's %u tensors", fn,
-                       (unsigned)a->n, (unsigned)lw->num_tensors);
-        return LLM_PARAM_INVALID;
-    }
-    if (!a->b2b && !a->block0 && !kind_has_batches(lw)) {
-        mock_set_error("%s: the local cache %lld is a blocks cache; a contiguous push needs batches (PR-15)", fn,
-                       (long long)lw->id);
-        return LLM_PARAM_INVALID;
-    }
-    if (!a->b2b && a->src_batch >= c2c_batches(lw, a->block0)) {
-        mock_set_error("%s: src_batch_index %u is out of range: cache %lld has %llu batches", fn,
-                       (unsigned)a->src_batch, (long long)lw->id, (unsigned long long)c2c_batches(lw, a->block0));
-        return LLM_PARAM_INVALID;
-    }
-    /* the block lists are read last, as the vendor's layer-wise job reads them
-     * (docs/semantics.md X-17): no source blocks is its cache-to-blocks form, whose
-     * block size a push leaves 0 */
-    if (a->b2b && a->nsb == 0) {
-        mock_set_error("%s: src_blocks is empty: block_mem_size of a cache-to-blocks push must > 0", fn);
-        return LLM_PARAM_INVALID;
-    }
-    if (a->b2b && !kind_has_blocks(lw)) {
-        mock_set_error("%s: the local cache %lld has no blocks", fn, (long long)lw->id);
-        return LLM_PARAM_INVALID;
-    }
-    if (a->b2b && a->nsb != a->ndb) {
-        mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, a->nsb, a->ndb);
-        return LLM_PARAM_INVALID;
-    }
-    if (a->b2b)
-        return check_blocks(fn, "src_blocks", a->sblk, a->nsb, lw->blocks, "local");
-    return LLM_SUCCESS;
+    lldd_status st = push_layer_check(fn, a->src_layer, lw, a->n, 0);
+    if (st != LLM_SUCCESS)
+        return st;
+    return push_src_shape_checks(fn, lw, a->n, a->b2b, !a->block0, a->src_batch, c2c_batches(lw, a->block0), a->sblk,
+                                 a->nsb, a->ndb);
 }
 
 /* Step 8: the bytes. */
-static lldd_status push_move(xlink *xl, const char *fn, const epush *a, const mcache *lc, const xsrc *dst)
+static lldd_status push_move(xlink *xl, const char *fn, const epush *a, const mcache *lc, const peer_cache *pc)
 {
-    const cache_wire *lw = &lc->w, *rw = &dst->pc.w;
+    const cache_wire *lw = &lc->w, *rw = &pc->w;
     plan p;
-    memset(&p, 0, sizeof p);
-    p.form = a->b2b ? PLAN_B2B : PLAN_C2C;
-    p.s_base = a->src_layer * a->n;
-    p.d_base = a->dst_layer * a->n;
-    p.pairs = a->n;
-    p.src_addrs = lc->addrs;
-    p.dst_addrs = dst->pc.addrs;
-    if (a->b2b) {
-        p.sblk = a->sblk;
-        p.dblk = a->dblk;
-        p.nblk = a->nsb;
-        p.block = lw->stride;
-    } else {
-        p.soff = (uint64_t)a->src_batch * lw->stride;
-        p.doff = (uint64_t)push_dst_batch(a) * rw->stride;
-        p.len = lw->stride;
-    }
+    plan_init(&p, a->b2b ? PLAN_B2B : PLAN_C2C, a->src_layer * a->n, a->dst_layer * a->n, a->n, lc->addrs, pc->addrs);
+    if (a->b2b)
+        plan_blocks(&p, a->sblk, a->dblk, a->nsb, lw->stride);
+    else
+        plan_range(&p, (uint64_t)a->src_batch * lw->stride, (uint64_t)push_dst_batch(a) * rw->stride, lw->stride);
     return move_bytes(xl, fn, &p, 0, rw->id);
 }
 
-/* Steps 3 to 8 of an extension push, each a function above, in this order. */
-static lldd_status push_checked(engine *e, const char *fn, const epush *a, mcache *lc, xlink *xl, xsrc *dst)
+/* Steps 3 to 8 of an extension push, each a function above, in this order, in the
+ * frame of xfer_run: the link, the local cache's remote access and registration time,
+ * the destination, its checks, the source's, the bytes. */
+static lldd_status push_steps(xfer_job *j, void *arg)
 {
-    const cache_wire *lw = &lc->w;
+    const epush *a = arg;
+    const cache_wire *lw = &j->lc->w;
+    xsrc dst;
+    memset(&dst, 0, sizeof dst);
+    dst.pc = &j->pc[0];
     lldd_status st;
-    if ((st = push_local_access(e, fn, a, lw, xl)) != LLM_SUCCESS ||
-        (st = push_resolve_destination(e, fn, a, xl, dst)) != LLM_SUCCESS ||
-        (st = push_destination_checks(fn, a, lw, &dst->pc.w, xl)) != LLM_SUCCESS ||
-        (st = push_source_checks(fn, a, lw)) != LLM_SUCCESS ||
-        (e->hixl && (st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS))
+    if ((st = link_acquire_ex(j->e, j->fn, a->dst->cluster_id, &j->xl, 0)) != LLM_SUCCESS ||
+        (st = push_local_access_checks(j->fn, j->xl.l, lw, j->e->hixl)) != LLM_SUCCESS ||
+        (st = push_resolve_destination(j, a, &dst)) != LLM_SUCCESS ||
+        (st = push_destination_checks(j->fn, a, lw, &dst.pc->w, &j->xl)) != LLM_SUCCESS ||
+        (st = push_source_checks(j->fn, a, lw)) != LLM_SUCCESS ||
+        (j->e->hixl && (st = pr32_check_local(j->fn, j->xl.l, lw)) != LLM_SUCCESS))
         return st;
-    return push_move(xl, fn, a, lc, dst);
+    return push_move(&j->xl, j->fn, a, j->lc, dst.pc);
 }
 
 lldd_status ext_xfer_push_layer(engine *e, const char *fn, int64_t src_cache_id, uint32_t src_batch_index,
@@ -954,7 +792,6 @@ lldd_status ext_xfer_push_layer(engine *e, const char *fn, int64_t src_cache_id,
     int block0 = dst->kind == LLDD_KEY_BLOCKS && num_src_blocks == 0 && num_dst_blocks == 0;
     epush a = {src_cache_id, src_batch_index, src_layer, dst_layer, tensor_num_per_layer, dst, src_blocks, dst_blocks,
                num_src_blocks, num_dst_blocks, dst->kind == LLDD_KEY_BLOCKS && !block0, block0};
-    mcache *lc = NULL;
     if (e->gen == GEN_V1) {
         mock_set_error("%s: push_cache and push_blocks do not exist in KvCacheManager (v1) mode", fn);
         st = LLM_FEATURE_NOT_ENABLED;
@@ -975,19 +812,8 @@ lldd_status ext_xfer_push_layer(engine *e, const char *fn, int64_t src_cache_id,
     } else if (a.b2b && num_dst_blocks == 0) {
         mock_set_error("%s: dst_blocks is empty", fn);
         st = LLM_PARAM_INVALID;
-    } else if ((lc = cache_pin(e, src_cache_id)) == NULL) {
-        mock_set_error("%s: src_cache_id %lld does not exist", fn, (long long)src_cache_id);
-        st = LLM_KV_CACHE_NOT_EXIST;
     } else {
-        xlink xl;
-        xsrc d;
-        memset(&xl, 0, sizeof xl);
-        memset(&d, 0, sizeof d);
-        st = push_checked(e, fn, &a, lc, &xl, &d);
-        if (xl.l != NULL)
-            peer_unpin(&xl, &d.pc);
-        link_release(&xl);
-        cache_unpin(e, lc);
+        st = xfer_run(e, fn, src_cache_id, "src_cache_id", push_steps, &a);
     }
     return st;
 }
@@ -1011,13 +837,8 @@ static lldd_status peer_pin_addr(xlink *x, const char *fn, uint64_t addr, uint64
         if (st != LLM_SUCCESS)
             return st;
         mcache *c = holder_find_addr_locked(peer, addr, len, tensor);
-        if (c != NULL) {
-            c->pins++;
-            pc->w = c->w;
-            pc->addrs = c->addrs;
-            pc->pc = c;
-            pc->pinned = 1;
-        }
+        if (c != NULL)
+            peer_hold_local(pc, c);
         pthread_mutex_unlock(&peer->mu);
         if (c == NULL) {
             mock_set_error(bad, fn, (unsigned long long)addr, (unsigned long long)len,
@@ -1032,7 +853,7 @@ static lldd_status peer_pin_addr(xlink *x, const char *fn, uint64_t addr, uint64
     msg_init(&h, MSG_PIN_ADDR);
     h.a = addr;
     h.b = len;
-    lldd_status st = link_ask(x, fn, &h, MSG_PIN_ADDR_REPLY, deadline);
+    lldd_status st = link_ask(x, fn, &h, NULL, 0, MSG_PIN_ADDR_REPLY, deadline);
     if (st != LLM_SUCCESS)
         return st;
     if (h.status != LLM_SUCCESS) {
@@ -1040,7 +861,7 @@ static lldd_status peer_pin_addr(xlink *x, const char *fn, uint64_t addr, uint64
                        (unsigned long long)l->peer_cluster);
         return LLM_PARAM_INVALID;
     }
-    if ((st = link_recv_pinned(x, fn, &h, deadline, pc, h.a)) != LLM_SUCCESS)
+    if ((st = link_recv_pinned(x, fn, &h, deadline, &pc->w, sizeof pc->w, &pc->w, pc, h.a)) != LLM_SUCCESS)
         return st;
     *tensor = (uint32_t)h.a;
     return LLM_SUCCESS;
@@ -1180,28 +1001,16 @@ static lldd_status transfer_move(xlink *xl, const char *fn, const etransfer *a, 
     lldd_status st;
     for (int j = 0; j < 2; j++) {
         plan p;
-        memset(&p, 0, sizeof p);
-        p.form = a->form;
-        p.s_base = 2 * a->layer + (uint32_t)j;
-        p.d_base = tensors[j];
-        p.pairs = 1;
-        p.src_addrs = lc->addrs;
-        p.dst_addrs = pcs[j].addrs;
-        p.doff = a->dst_addrs[j] - pcs[j].addrs[tensors[j]];
+        plan_init(&p, a->form, 2 * a->layer + (uint32_t)j, tensors[j], 1, lc->addrs, pcs[j].addrs);
+        uint64_t doff = a->dst_addrs[j] - pcs[j].addrs[tensors[j]];
         if (a->form == PLAN_C2C) {
-            p.soff = (uint64_t)a->src_batch * S;
-            p.len = S;
+            plan_range(&p, (uint64_t)a->src_batch * S, doff, S);
         } else if (a->form == PLAN_B2B) {
-            p.sblk = a->sblk;
-            p.dblk = a->dblk;
-            p.nblk = a->nsb;
-            p.block = S;
+            plan_range(&p, 0, doff, 0);
+            plan_blocks(&p, a->sblk, a->dblk, a->nsb, S);
         } else {
-            p.soff = (uint64_t)a->src_batch * S;
-            p.len = c2b_len;
-            p.dblk = a->dblk;
-            p.nblk = a->ndb;
-            p.block = a->bms;
+            plan_range(&p, (uint64_t)a->src_batch * S, doff, c2b_len);
+            plan_blocks(&p, NULL, a->dblk, a->ndb, a->bms);
         }
         if ((st = move_bytes(xl, fn, &p, 0, pcs[j].w.id)) != LLM_SUCCESS)
             return st;
@@ -1209,23 +1018,25 @@ static lldd_status transfer_move(xlink *xl, const char *fn, const etransfer *a, 
     return LLM_SUCCESS;
 }
 
-/* A transfer by address, each step a function above, in this order. */
-static lldd_status transfer_checked(engine *e, const char *fn, const etransfer *a, mcache *lc, xlink *xl,
-                                    peer_cache pcs[2])
+/* A transfer by address, each step a function above, in this order, in the frame of
+ * xfer_run (the two destinations pinned in j->pc). */
+static lldd_status transfer_steps(xfer_job *j, void *arg)
 {
-    const cache_wire *lw = &lc->w;
-    int v1 = e->gen == GEN_V1;
+    const etransfer *a = arg;
+    const char *fn = j->fn;
+    const cache_wire *lw = &j->lc->w;
+    int v1 = j->e->gen == GEN_V1;
     uint64_t c2b_len = 0, lo = 0, hi = 0;
     uint32_t tensors[2];
     lldd_status st;
     if ((st = transfer_source_checks(fn, a, lw, v1)) != LLM_SUCCESS ||
-        (st = link_acquire_ex(e, fn, a->dst_cluster, xl, v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS ||
-        (st = pr32_check_local(fn, xl->l, lw)) != LLM_SUCCESS ||
+        (st = link_acquire_ex(j->e, fn, a->dst_cluster, &j->xl, v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS ||
+        (st = pr32_check_local(fn, j->xl.l, lw)) != LLM_SUCCESS ||
         (st = transfer_c2b_checks(fn, a, lw, &c2b_len)) != LLM_SUCCESS ||
         (st = transfer_dst_span(fn, a, lw->stride, c2b_len, &lo, &hi)) != LLM_SUCCESS ||
-        (st = transfer_pin_destinations(xl, fn, a, lo, hi, pcs, tensors)) != LLM_SUCCESS)
+        (st = transfer_pin_destinations(&j->xl, fn, a, lo, hi, j->pc, tensors)) != LLM_SUCCESS)
         return st;
-    return transfer_move(xl, fn, a, lc, pcs, tensors, c2b_len);
+    return transfer_move(&j->xl, fn, a, j->lc, j->pc, tensors, c2b_len);
 }
 
 lldd_status ext_xfer_transfer_layer(engine *e, const char *fn, int64_t src_cache_id, uint32_t src_batch_index,
@@ -1238,7 +1049,6 @@ lldd_status ext_xfer_transfer_layer(engine *e, const char *fn, int64_t src_cache
     etransfer a = {src_cache_id, src_batch_index, layer, dst_cluster_id, dst_addrs, src_blocks, dst_blocks,
                    num_src_blocks, num_dst_blocks, dst_block_memory_size,
                    num_src_blocks > 0 ? PLAN_B2B : num_dst_blocks > 0 ? PLAN_C2B : PLAN_C2C};
-    mcache *lc = NULL;
     if (e->gen == GEN_V2 && e->mode == MODE_DIRECT) {
         mock_set_error("%s: a TransferConfig needs server-assisted mode; in direct mode transfer_cache_async takes "
                        "TransferWithCacheKeyConfig (lldd_ext_push_layer)", fn);
@@ -1268,21 +1078,8 @@ lldd_status ext_xfer_transfer_layer(engine *e, const char *fn, int64_t src_cache
     } else if (dst_cluster_id == e->cluster_id) {
         mock_set_error("%s: dst_cluster_id %llu is this engine's own cluster", fn, (unsigned long long)dst_cluster_id);
         st = LLM_PARAM_INVALID;
-    } else if ((lc = cache_pin(e, src_cache_id)) == NULL) {
-        mock_set_error("%s: src_cache_id %lld does not exist", fn, (long long)src_cache_id);
-        st = LLM_KV_CACHE_NOT_EXIST;
     } else {
-        xlink xl;
-        peer_cache pcs[2];
-        memset(&xl, 0, sizeof xl);
-        memset(pcs, 0, sizeof pcs);
-        st = transfer_checked(e, fn, &a, lc, &xl, pcs);
-        if (xl.l != NULL) {
-            peer_unpin(&xl, &pcs[0]);
-            peer_unpin(&xl, &pcs[1]);
-        }
-        link_release(&xl);
-        cache_unpin(e, lc);
+        st = xfer_run(e, fn, src_cache_id, "src_cache_id", transfer_steps, &a);
     }
     st = ext_gen_status(e, st);
     return st;
