@@ -103,10 +103,12 @@ static int name_valid(const char *name)
     return name != NULL && name[0] != '\0' && memchr(name, '\0', ID_NAME_LEN) != NULL;
 }
 
-/* A blocking Unix stream socket to dial the channel `name` at *sa (*len long); -1 if
- * no socket could be made. */
+/* A blocking Unix stream socket to dial the channel `name` at *sa (*len long); -1 for
+ * a name that is not a channel name or when no socket could be made. */
 static int dial_socket(const char *name, struct sockaddr_un *sa, socklen_t *len)
 {
+    if (!name_valid(name))
+        return -1;
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd >= 0)
         *len = abstract_addr(name, sa);
@@ -153,8 +155,6 @@ static int cred_of(int fd, peer_cred *out)
 int idch_prove(const char *name, uint64_t token, int c1_fd, int64_t deadline, peer_cred *out)
 {
     memset(out, 0, sizeof *out);
-    if (!name_valid(name))
-        return -1;
     id_request req;
     memset(&req, 0, sizeof req);
     req.token = token;
@@ -291,8 +291,6 @@ static int map_prove(int fd, pid_t pid, int64_t deadline)
  * req and answers the challenge. The connected fd, or -1. */
 static int idch_ask(const char *name, pid_t pid, uint16_t type, const map_request *req, int64_t deadline)
 {
-    if (!name_valid(name))
-        return -1;
     struct sockaddr_un sa;
     socklen_t len = 0;
     int fd = dial_socket(name, &sa, &len);
