@@ -105,6 +105,16 @@ static char *pin_body_locked(engine *e, const mlink *l, pin_list *pins, mcache *
     return body;
 }
 
+/* Sends h with the reply body pin_body_locked made, then frees the body: 0, or -1 when
+ * the send failed (the connection closes). */
+static int send_body(int fd, msg_hdr *h, char *body, size_t body_len)
+{
+    h->payload_len = body_len;
+    int rc = msg_send(fd, h, body, body_len, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
+    free(body);
+    return rc;
+}
+
 /* Pins c for this connection and answers with its description and the addresses
  * fill_addrs allows (a reply of `type` carrying a and b). Called with e->mu held;
  * releases it. */
@@ -120,10 +130,7 @@ static int pin_reply_unlock(engine *e, const mlink *l, int fd, mcache *c, pin_li
     msg_init(&r, type);
     r.a = a;
     r.b = b;
-    r.payload_len = body_len;
-    int rc = msg_send(fd, &r, body, (size_t)r.payload_len, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
-    free(body);
-    return rc;
+    return send_body(fd, &r, body, body_len);
 }
 
 void link_take_marks_locked(engine *e, mlink *l)
@@ -264,9 +271,7 @@ static int serve_resolve(engine *e, mlink *l, int fd, const msg_hdr *h, pin_list
     m.b = r.bind_mark;
     int rc;
     if (st == LLM_SUCCESS) {
-        m.payload_len = body_len;
-        rc = msg_send(fd, &m, body, (size_t)m.payload_len, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
-        free(body);
+        rc = send_body(fd, &m, body, body_len);
     } else {
         reply_text text;
         memset(&text, 0, sizeof text);
