@@ -47,12 +47,10 @@ static int pins_reserve(pin_list *p)
         return -1;
     if (p->count < p->cap)
         return 0;
-    size_t cap = p->cap ? p->cap * 2 : 8;
-    mcache **n = realloc(p->items, cap * sizeof *n);
+    mcache **n = mock_grow(p->items, &p->cap, sizeof *n, 8);
     if (n == NULL)
         return -1;
     p->items = n;
-    p->cap = cap;
     return 0;
 }
 
