@@ -27,10 +27,11 @@ traceback; Ctrl-C ends any command within a fraction of a second (status 130).
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
-from typing import Any, Dict, Sequence
+from typing import Any, Callable, Dict, Sequence
 
 PROG = "python -m llm_datadist_ffi"
 
@@ -78,6 +79,18 @@ def _info(args: argparse.Namespace) -> int:
     return 0
 
 
+# The commands with parsers of their own: each is the `main(argv)` of its module.
+_COMMANDS: Dict[str, str] = {
+    "errors": "._tools._errors_cli",
+    "demo": "._tools._demo",
+    "bench": "._tools._bench",
+    "docs": "._tools._docgen",
+    "trace": ".testing.trace",
+    "run": "._tools._run",
+    "sdk": "._tools._sdk",
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from . import __version__
     from ._core._suggest import ArgumentParser
@@ -98,28 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    add_help=False)
     sub.add_parser("sdk", help="the C++ SDK: --cflags, --libs, --prefix (see `sdk --help`)", add_help=False)
     try:
-        if argv and argv[0] in ("errors", "demo", "bench", "docs", "trace", "run", "sdk"):
-            command, rest = argv[0], argv[1:]
-            if command == "run":
-                from ._tools._run import main as run_main
-                return run_main(rest)
-            if command == "sdk":
-                from ._tools._sdk import main as sdk_main
-                return sdk_main(rest)
-            if command == "trace":
-                from .testing.trace import main as trace_main
-                return trace_main(rest)
-            if command == "docs":
-                from ._tools._docgen import main as docs_main
-                return docs_main(rest)
-            if command == "errors":
-                from ._tools._errors_cli import main as errors_main
-                return errors_main(rest)
-            if command == "demo":
-                from ._tools._demo import main as demo_main
-                return demo_main(rest)
-            from ._tools._bench import main as bench_main
-            return bench_main(rest)
+        if argv and argv[0] in _COMMANDS:
+            # imported only when asked for: `info` and `--help` load none of them
+            command: Callable[[Sequence[str]], int] = importlib.import_module(_COMMANDS[argv[0]], __package__).main
+            return command(argv[1:])
         args = parser.parse_args(argv)
         return _info(args)
     except KeyboardInterrupt:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import operator
 import os
 import weakref
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Final, NamedTuple, Optional, Union
 
 import numpy as np
 
@@ -766,15 +766,19 @@ def get_soc_name() -> str:
 BytesLike = Union[bytes, bytearray, memoryview, "npt.NDArray[Any]"]
 
 
-def _free_abandoned(address: int) -> None:
-    # Safety net for a DeviceBuffer that was never closed. It runs from the garbage
-    # collector or at exit, where an exception has nowhere to go; a failure here means
-    # the memory was already freed through another path, which the library has
-    # reported in this thread's error message.
+def _free_quietly(free: Callable[[int], None], address: int) -> None:
+    # The safety nets below run from the garbage collector or at exit, where an exception
+    # has nowhere to go; a failure means the memory was already freed through another
+    # path, which the library has reported in this thread's error message.
     try:
-        aclrtFree(address)
+        free(address)
     except AclError:
         pass
+
+
+def _free_abandoned(address: int) -> None:
+    # Safety net for a DeviceBuffer that was never closed.
+    _free_quietly(aclrtFree, address)
 
 
 class DeviceBuffer:
@@ -896,13 +900,8 @@ class DeviceBuffer:
 # ---- arrays in library memory -----------------------------------------------------------------
 
 def _free_host_abandoned(address: int) -> None:
-    # Runs from the garbage collector or at exit when the last array over the memory
-    # went, where an exception has nowhere to go; a failure means the memory was freed
-    # through another path, which the library reported in this thread's error message.
-    try:
-        aclrtFreeHost(address)
-    except AclError:
-        pass
+    # Safety net for host memory whose last array went (see _free_quietly).
+    _free_quietly(aclrtFreeHost, address)
 
 
 class _HostMemory:

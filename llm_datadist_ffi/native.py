@@ -847,6 +847,19 @@ class LlmDataDist:
         _capi.lldd_pull_kv_cache(self._engine(), src, dst, batch, nbytes, ext, tag)
         del keep
 
+    def _move_blocks(self, call: Callable[..., None], src: Any, dst: Any, src_blocks: BlockList,
+                     dst_blocks: BlockList, ext_param: Optional[KvCacheExtParam], tag: str) -> None:
+        """The rest of pull_kv_blocks and push_kv_blocks once their caches are converted:
+        the block lists (source first), ``ext_param``, the repeated-destination lint, then
+        ``call`` (the C entry point) with the lists kept alive across it."""
+        src_ptr, n_src, src_arr = _blocks(src_blocks, "src_blocks")
+        dst_ptr, n_dst, dst_arr = _blocks(dst_blocks, "dst_blocks")
+        ext = self._ext(ext_param, tag)
+        if self._initialized:
+            lint_repeated_blocks(dst_arr, "dst_blocks", tag)
+        call(self._engine(), src, dst, src_ptr, n_src, dst_ptr, n_dst, ext, tag)
+        del src_arr, dst_arr
+
     @_holds_engine
     def pull_kv_blocks(self, src_cache_index: CacheIndex, dst_cache: Cache, src_blocks: BlockList,
                        dst_blocks: BlockList, ext_param: Optional[KvCacheExtParam] = None) -> None:
@@ -862,13 +875,8 @@ class LlmDataDist:
         _require(dst_cache, Cache, "dst_cache")
         src = src_cache_index._to_c("src_cache_index")
         dst, keep = dst_cache._to_c("dst_cache")
-        src_ptr, n_src, src_arr = _blocks(src_blocks, "src_blocks")
-        dst_ptr, n_dst, dst_arr = _blocks(dst_blocks, "dst_blocks")
-        ext = self._ext(ext_param, tag)
-        if self._initialized:
-            lint_repeated_blocks(dst_arr, "dst_blocks", tag)
-        _capi.lldd_pull_kv_blocks(self._engine(), src, dst, src_ptr, n_src, dst_ptr, n_dst, ext, tag)
-        del keep, src_arr, dst_arr
+        self._move_blocks(_capi.lldd_pull_kv_blocks, src, dst, src_blocks, dst_blocks, ext_param, tag)
+        del keep
 
     @_holds_engine
     def push_kv_cache(self, src_cache: Cache, dst_cache_index: CacheIndex, src_batch_index: int = 0,
@@ -903,13 +911,8 @@ class LlmDataDist:
         _require(dst_cache_index, CacheIndex, "dst_cache_index")
         src, keep = src_cache._to_c("src_cache")
         dst = dst_cache_index._to_c("dst_cache_index")
-        src_ptr, n_src, src_arr = _blocks(src_blocks, "src_blocks")
-        dst_ptr, n_dst, dst_arr = _blocks(dst_blocks, "dst_blocks")
-        ext = self._ext(ext_param, tag)
-        if self._initialized:
-            lint_repeated_blocks(dst_arr, "dst_blocks", tag)
-        _capi.lldd_push_kv_blocks(self._engine(), src, dst, src_ptr, n_src, dst_ptr, n_dst, ext, tag)
-        del keep, src_arr, dst_arr
+        self._move_blocks(_capi.lldd_push_kv_blocks, src, dst, src_blocks, dst_blocks, ext_param, tag)
+        del keep
 
     @_holds_engine
     def copy_kv_cache(self, src_cache: Cache, dst_cache: Cache, src_batch_index: int = 0,

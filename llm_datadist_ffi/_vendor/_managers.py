@@ -20,7 +20,7 @@ from .._core._cints import first_outside
 from .._core._capi import const
 from .._core._marshal import Blocks, block_pointer, c_array, lint_repeated_blocks
 from ._vendor_checks import (
-    UINT32, UINT64, check_int, check_int_items, check_int_list, check_type, raise_param_invalid, type_name,
+    INT64, UINT32, UINT64, check_int, check_int_items, check_int_list, check_type, raise_param_invalid, type_name,
 )
 from ..status import LLMException, LLMStatusCode
 from . import _native
@@ -203,6 +203,14 @@ def _swap(addrs: Tuple[List[int], List[int]], block_size: int, pairs: List[Tuple
     _capi.lldd_ext_swap_blocks(_native.engine_for(tag), src_addrs, dst_addrs, len(addrs[0]), block_size, pair_ptr,
                                len(pairs), swap_in, tag)
     del keep
+
+
+def _check_copy_ints(dst_batch_index: int, src_batch_index: int, offset: int, size: int) -> None:
+    """The C ranges of ``copy_cache``'s numbers (v1 and v2), in parameter order."""
+    check_int(dst_batch_index, "dst_batch_index", UINT32)
+    check_int(src_batch_index, "src_batch_index", UINT32)
+    check_int(offset, "offset", UINT64)
+    check_int(size, "size", INT64)
 
 
 def _check_copy_size(size: int, tag: str) -> None:

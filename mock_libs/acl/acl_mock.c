@@ -1421,19 +1421,27 @@ static uint64_t live_count(void)
 
 /* ---------------------------------------------------------------- mock control (mock.h) */
 
+/* The settings below hold only before the first ACL call of the process (their rule in
+ * docs/reference/acl.md): LLM_SUCCESS before it, else LLM_PARAM_INVALID with the error
+ * text. g_lock held for writing. */
+static lldd_status before_start_locked(const char *fn, const char *rule)
+{
+    if (!atomic_load_explicit(&g_started, memory_order_relaxed))
+        return LLM_SUCCESS;
+    mock_set_error("%s: must be called before the first ACL call of the process (docs/reference/acl.md %s)", fn,
+                   rule);
+    return LLM_PARAM_INVALID;
+}
+
 MOCK_EXPORT lldd_status lldd_mock_set_device_count(uint32_t count)
 {
-    lldd_status rc = LLM_SUCCESS;
     pthread_rwlock_wrlock(&g_lock);
-    if (atomic_load_explicit(&g_started, memory_order_relaxed)) {
-        mock_set_error("lldd_mock_set_device_count: must be called before the first ACL call of the process "
-                       "(docs/reference/acl.md A-2)");
-        rc = LLM_PARAM_INVALID;
-    } else if (count == 0 || count > MAX_DEVICE_COUNT) {
+    lldd_status rc = before_start_locked("lldd_mock_set_device_count", "A-2");
+    if (rc == LLM_SUCCESS && (count == 0 || count > MAX_DEVICE_COUNT)) {
         mock_set_error("lldd_mock_set_device_count: count %u is outside 1 .. %d (docs/reference/acl.md A-2)", (unsigned)count,
                        MAX_DEVICE_COUNT);
         rc = LLM_PARAM_INVALID;
-    } else {
+    } else if (rc == LLM_SUCCESS) {
         g_device_count = count;
     }
     pthread_rwlock_unlock(&g_lock);
@@ -1442,17 +1450,13 @@ MOCK_EXPORT lldd_status lldd_mock_set_device_count(uint32_t count)
 
 MOCK_EXPORT lldd_status lldd_mock_set_device_capacity(uint64_t bytes)
 {
-    lldd_status rc = LLM_SUCCESS;
     pthread_rwlock_wrlock(&g_lock);
-    if (atomic_load_explicit(&g_started, memory_order_relaxed)) {
-        mock_set_error("lldd_mock_set_device_capacity: must be called before the first ACL call of the process "
-                       "(docs/reference/acl.md A-3)");
-        rc = LLM_PARAM_INVALID;
-    } else if (bytes == 0 || bytes > SIZE_MAX) {
+    lldd_status rc = before_start_locked("lldd_mock_set_device_capacity", "A-3");
+    if (rc == LLM_SUCCESS && (bytes == 0 || bytes > SIZE_MAX)) {
         mock_set_error("lldd_mock_set_device_capacity: bytes %llu is outside 1 .. SIZE_MAX (docs/reference/acl.md A-3)",
                        (unsigned long long)bytes);
         rc = LLM_PARAM_INVALID;
-    } else {
+    } else if (rc == LLM_SUCCESS) {
         g_capacity = bytes;
     }
     pthread_rwlock_unlock(&g_lock);

@@ -21,22 +21,14 @@ MOCK_EXPORT lldd_status lldd_register_kv_cache(lldd_engine *e, const lldd_cache_
                                        : addrs == NULL && num_addrs > 0 ? "addrs (num_addrs > 0)"
                                        : desc->shape == NULL && desc->shape_len > 0 ? "cache_desc.shape (shape_len > 0)"
                                        : NULL);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = cache_register(e, fn, desc, addrs, num_addrs, cache_id);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, cache_register(e, fn, desc, addrs, num_addrs, cache_id));
 }
 
 MOCK_EXPORT lldd_status lldd_unregister_kv_cache(lldd_engine *e, int64_t cache_id)
 {
     static const char fn[] = "lldd_unregister_kv_cache";
     lldd_status st = engine_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = cache_unregister(e, fn, cache_id);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, cache_unregister(e, fn, cache_id));
 }
 
 MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_desc *desc, int64_t *cache_id,
@@ -49,11 +41,7 @@ MOCK_EXPORT lldd_status lldd_allocate_cache(lldd_engine *e, const lldd_cache_des
                                        : NULL);
     if (st == LLM_SUCCESS)
         st = pool_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = cache_allocate(e, fn, desc, cache_id, tensor_addrs, addrs_capacity);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, cache_allocate(e, fn, desc, cache_id, tensor_addrs, addrs_capacity));
 }
 
 MOCK_EXPORT lldd_status lldd_deallocate_cache(lldd_engine *e, int64_t cache_id)
@@ -82,12 +70,8 @@ MOCK_EXPORT lldd_status lldd_copy_kv_cache(lldd_engine *e, const lldd_cache *src
         st = cache_arg_check(fn, "dst_cache", dst_cache);
     if (st == LLM_SUCCESS)
         st = pool_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = cache_copy(e, fn, src_cache->cache_id, dst_cache->cache_id, src_batch_index, dst_batch_index, offset, size, 0,
-                    "src_cache.cache_id", "dst_cache.cache_id");
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, cache_copy(e, fn, src_cache->cache_id, dst_cache->cache_id, src_batch_index,
+                                        dst_batch_index, offset, size, 0, "src_cache.cache_id", "dst_cache.cache_id"));
 }
 
 MOCK_EXPORT lldd_status lldd_copy_kv_blocks(lldd_engine *e, const lldd_cache *src_cache, const lldd_cache *dst_cache,
@@ -119,10 +103,6 @@ MOCK_EXPORT lldd_status lldd_copy_kv_blocks(lldd_engine *e, const lldd_cache *sr
         st = cache_arg_check(fn, "dst_cache", dst_cache);
     if (st == LLM_SUCCESS)
         st = pool_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = cache_copy_blocks(e, fn, src_cache, dst_cache, src_blocks, num_src_blocks, dst_blocks_flat, dst_list_lens,
-                           num_dst_lists, total);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, cache_copy_blocks(e, fn, src_cache, dst_cache, src_blocks, num_src_blocks, dst_blocks_flat,
+                                               dst_list_lens, num_dst_lists, total));
 }

@@ -67,13 +67,9 @@ MOCK_EXPORT lldd_status lldd_set_role(lldd_engine *e, int32_t role, const lldd_o
 {
     static const char fn[] = "lldd_set_role";
     lldd_status st = engine_options_call_check(e, fn, options, num_options);
-    if (st != LLM_SUCCESS)
-        return st;
-    if ((st = engine_enter(e, fn)) != LLM_SUCCESS)
-        return st;
-    st = engine_set_role(e, fn, role, options, num_options);
-    engine_leave(e);
-    return st;
+    if (st == LLM_SUCCESS)
+        st = engine_enter(e, fn);
+    return ENGINE_RUN(e, st, engine_set_role(e, fn, role, options, num_options));
 }
 
 MOCK_EXPORT lldd_status lldd_mock_set_serve_delay(lldd_engine *e, uint32_t delay_ms)
@@ -112,22 +108,26 @@ MOCK_EXPORT lldd_status lldd_mock_drop_connections(lldd_engine *e)
     return LLM_SUCCESS;
 }
 
-MOCK_EXPORT uint32_t lldd_mock_link_path(lldd_engine *e, uint64_t cluster_id)
+/* A path query of the test hooks: LLDD_MOCK_PATH_NONE for a NULL or unready engine,
+ * else `query`'s answer, read inside the engine. */
+static uint32_t path_query(lldd_engine *e, const char *fn, uint64_t cluster_id,
+                           uint32_t (*query)(engine *, uint64_t))
 {
-    if (e == NULL || engine_enter(e, "lldd_mock_link_path") != LLM_SUCCESS)
+    if (e == NULL || engine_enter(e, fn) != LLM_SUCCESS)
         return LLDD_MOCK_PATH_NONE;
-    uint32_t path = engine_link_path(e, cluster_id);
+    uint32_t path = query(e, cluster_id);
     engine_leave(e);
     return path;
 }
 
+MOCK_EXPORT uint32_t lldd_mock_link_path(lldd_engine *e, uint64_t cluster_id)
+{
+    return path_query(e, "lldd_mock_link_path", cluster_id, engine_link_path);
+}
+
 MOCK_EXPORT uint32_t lldd_mock_last_transfer_path(lldd_engine *e, uint64_t cluster_id)
 {
-    if (e == NULL || engine_enter(e, "lldd_mock_last_transfer_path") != LLM_SUCCESS)
-        return LLDD_MOCK_PATH_NONE;
-    uint32_t path = engine_last_transfer_path(e, cluster_id);
-    engine_leave(e);
-    return path;
+    return path_query(e, "lldd_mock_last_transfer_path", cluster_id, engine_last_transfer_path);
 }
 
 MOCK_EXPORT uint64_t lldd_mock_live_engines(void)

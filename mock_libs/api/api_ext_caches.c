@@ -26,22 +26,16 @@ MOCK_EXPORT lldd_status lldd_ext_register_cache(lldd_engine *e, const lldd_cache
                                        : keys == NULL && num_keys > 0 ? "keys (num_keys > 0)"
                                        : desc->shape == NULL && desc->shape_len > 0 ? "cache_desc.shape (shape_len > 0)"
                                        : NULL);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = ext_cache_register(e, fn, desc, addrs, num_addrs, kind, remote_accessible, keys, num_keys, cache_id);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st,
+                      ext_cache_register(e, fn, desc, addrs, num_addrs, kind, remote_accessible, keys, num_keys,
+                                         cache_id));
 }
 
 MOCK_EXPORT lldd_status lldd_ext_unregister_cache(lldd_engine *e, int64_t cache_id)
 {
     static const char fn[] = "lldd_ext_unregister_cache";
     lldd_status st = engine_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = ext_cache_unregister(e, fn, cache_id);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, ext_cache_unregister(e, fn, cache_id));
 }
 
 MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache_desc *desc, uint32_t kind,
@@ -54,33 +48,22 @@ MOCK_EXPORT lldd_status lldd_ext_allocate_cache(lldd_engine *e, const lldd_cache
                                        : keys == NULL && num_keys > 0 ? "keys (num_keys > 0)"
                                        : desc->shape == NULL && desc->shape_len > 0 ? "cache_desc.shape (shape_len > 0)"
                                        : NULL);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = ext_cache_allocate(e, fn, desc, kind, keys, num_keys, cache_id, tensor_addrs, addrs_capacity);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st,
+                      ext_cache_allocate(e, fn, desc, kind, keys, num_keys, cache_id, tensor_addrs, addrs_capacity));
 }
 
 MOCK_EXPORT lldd_status lldd_ext_deallocate_cache(lldd_engine *e, int64_t cache_id)
 {
     static const char fn[] = "lldd_ext_deallocate_cache";
     lldd_status st = engine_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = ext_cache_deallocate(e, fn, cache_id);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, ext_cache_deallocate(e, fn, cache_id));
 }
 
 MOCK_EXPORT lldd_status lldd_ext_remove_cache_key(lldd_engine *e, const lldd_key *key)
 {
     static const char fn[] = "lldd_ext_remove_cache_key";
     lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : key == NULL ? "key" : NULL);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = ext_cache_remove_key(e, fn, key);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, ext_cache_remove_key(e, fn, key));
 }
 
 MOCK_EXPORT lldd_status lldd_ext_copy_blocks(lldd_engine *e, int64_t cache_id, const uint64_t *pairs, size_t num_pairs)
@@ -96,11 +79,7 @@ MOCK_EXPORT lldd_status lldd_ext_copy_blocks(lldd_engine *e, int64_t cache_id, c
         return LLM_PARAM_INVALID;
     }
     lldd_status st = engine_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = ext_copy_blocks(e, fn, cache_id, pairs, num_pairs);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, ext_copy_blocks(e, fn, cache_id, pairs, num_pairs));
 }
 
 MOCK_EXPORT lldd_status lldd_ext_swap_blocks(lldd_engine *e, const uint64_t *src_addrs, const uint64_t *dst_addrs,
@@ -122,11 +101,8 @@ MOCK_EXPORT lldd_status lldd_ext_swap_blocks(lldd_engine *e, const uint64_t *src
         return LLM_PARAM_INVALID;
     }
     lldd_status st = engine_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = ext_swap_blocks(e, fn, src_addrs, dst_addrs, num_tensors, block_size, pairs, num_pairs, swap_in);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st,
+                      ext_swap_blocks(e, fn, src_addrs, dst_addrs, num_tensors, block_size, pairs, num_pairs, swap_in));
 }
 
 MOCK_EXPORT lldd_status lldd_ext_copy_cache(lldd_engine *e, int64_t dst_cache_id, int64_t src_cache_id,
@@ -135,10 +111,6 @@ MOCK_EXPORT lldd_status lldd_ext_copy_cache(lldd_engine *e, int64_t dst_cache_id
 {
     static const char fn[] = "lldd_ext_copy_cache";
     lldd_status st = engine_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = cache_copy(e, fn, src_cache_id, dst_cache_id, src_batch_index, dst_batch_index, offset, size,
-                    e->gen == GEN_V1, "src_cache_id", "dst_cache_id");
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, cache_copy(e, fn, src_cache_id, dst_cache_id, src_batch_index, dst_batch_index, offset,
+                                        size, e->gen == GEN_V1, "src_cache_id", "dst_cache_id"));
 }

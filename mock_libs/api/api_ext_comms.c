@@ -21,33 +21,21 @@ MOCK_EXPORT lldd_status lldd_ext_link(lldd_engine *e, const char *comm_name, con
     lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : comm_name == NULL ? "comm_name"
                                        : (cluster_ids == NULL || ranks == NULL) && num_members > 0 ? "cluster_ids and ranks"
                                        : rank_table == NULL ? "rank_table" : comm_id == NULL ? "comm_id" : NULL);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = ext_comm_link(e, fn, comm_name, cluster_ids, ranks, num_members, rank_table, comm_id);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, ext_comm_link(e, fn, comm_name, cluster_ids, ranks, num_members, rank_table, comm_id));
 }
 
 MOCK_EXPORT lldd_status lldd_ext_unlink(lldd_engine *e, uint64_t comm_id)
 {
     static const char fn[] = "lldd_ext_unlink";
     lldd_status st = engine_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = ext_comm_unlink(e, fn, comm_id);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, ext_comm_unlink(e, fn, comm_id));
 }
 
 MOCK_EXPORT lldd_status lldd_ext_query_register_mem_status(lldd_engine *e, uint64_t comm_id, uint32_t *status)
 {
     static const char fn[] = "lldd_ext_query_register_mem_status";
     lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine" : status == NULL ? "status" : NULL);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = ext_comm_query_mem_status(e, fn, comm_id, status);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, ext_comm_query_mem_status(e, fn, comm_id, status));
 }
 
 MOCK_EXPORT lldd_status lldd_ext_remap_registered_memory(lldd_engine *e, const uint64_t *addrs, const uint64_t *sizes,
@@ -57,9 +45,5 @@ MOCK_EXPORT lldd_status lldd_ext_remap_registered_memory(lldd_engine *e, const u
     lldd_status st = engine_args_enter(e, fn, e == NULL ? "engine"
                                        : (addrs == NULL || sizes == NULL) && num > 0 ? "addrs and sizes (num > 0)"
                                        : NULL);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = ext_comm_remap_memory(e, fn, addrs, sizes, num);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, ext_comm_remap_memory(e, fn, addrs, sizes, num));
 }

@@ -28,22 +28,14 @@ MOCK_EXPORT lldd_status lldd_ext_switch_role(lldd_engine *e, int32_t role, const
 {
     static const char fn[] = "lldd_ext_switch_role";
     lldd_status st = engine_options_call_check(e, fn, options, num_options);
-    if (st != LLM_SUCCESS)
-        return st;
-    if ((st = engine_enter(e, fn)) != LLM_SUCCESS)
-        return st;
-    st = ext_engine_switch_role(e, fn, role, options, num_options);
-    engine_leave(e);
-    return st;
+    if (st == LLM_SUCCESS)
+        st = engine_enter(e, fn);
+    return ENGINE_RUN(e, st, ext_engine_switch_role(e, fn, role, options, num_options));
 }
 
 MOCK_EXPORT lldd_status lldd_ext_check_link_status(lldd_engine *e, uint64_t remote_cluster_id)
 {
     static const char fn[] = "lldd_ext_check_link_status";
     lldd_status st = engine_call_enter(e, fn);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = ext_engine_check_link_status(e, fn, remote_cluster_id);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, ext_engine_check_link_status(e, fn, remote_cluster_id));
 }

@@ -28,13 +28,9 @@ MOCK_EXPORT lldd_status lldd_ext_pull(lldd_engine *e, const lldd_key *src, int64
                                        : src_tensors == NULL && num_src_tensors > 0 ? "src_tensors (num_src_tensors > 0)"
                                        : dst_tensors == NULL && num_dst_tensors > 0 ? "dst_tensors (num_dst_tensors > 0)"
                                        : NULL);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = ext_xfer_pull(e, fn, src, dst_cache_id, batch_index, size, src_blocks, num_src_blocks, dst_blocks,
-                       num_dst_blocks, src_tensors, num_src_tensors, dst_tensors, num_dst_tensors, src_cache_offset,
-                       dst_cache_offset, tensor_num_per_layer);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, ext_xfer_pull(e, fn, src, dst_cache_id, batch_index, size, src_blocks, num_src_blocks,
+                                           dst_blocks, num_dst_blocks, src_tensors, num_src_tensors, dst_tensors,
+                                           num_dst_tensors, src_cache_offset, dst_cache_offset, tensor_num_per_layer));
 }
 
 MOCK_EXPORT lldd_status lldd_ext_push_layer(lldd_engine *e, int64_t src_cache_id, uint32_t src_batch_index,
@@ -45,12 +41,10 @@ MOCK_EXPORT lldd_status lldd_ext_push_layer(lldd_engine *e, int64_t src_cache_id
     static const char fn[] = "lldd_ext_push_layer";
     lldd_status st = xfer_call_enter(e, fn, "dst", dst,
                                      NULL, NULL, src_blocks, num_src_blocks, dst_blocks, num_dst_blocks);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = ext_xfer_push_layer(e, fn, src_cache_id, src_batch_index, src_layer, dst, dst_layer, tensor_num_per_layer,
-                             src_blocks, num_src_blocks, dst_blocks, num_dst_blocks);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st,
+                      ext_xfer_push_layer(e, fn, src_cache_id, src_batch_index, src_layer, dst, dst_layer,
+                                          tensor_num_per_layer, src_blocks, num_src_blocks, dst_blocks,
+                                          num_dst_blocks));
 }
 
 MOCK_EXPORT lldd_status lldd_ext_transfer_layer(lldd_engine *e, int64_t src_cache_id, uint32_t src_batch_index,
@@ -62,10 +56,8 @@ MOCK_EXPORT lldd_status lldd_ext_transfer_layer(lldd_engine *e, int64_t src_cach
     static const char fn[] = "lldd_ext_transfer_layer";
     lldd_status st = xfer_call_enter(e, fn, "dst_addrs (two addresses)", dst_addrs,
                                      NULL, NULL, src_blocks, num_src_blocks, dst_blocks, num_dst_blocks);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = ext_xfer_transfer_layer(e, fn, src_cache_id, src_batch_index, layer, dst_cluster_id, dst_addrs, src_blocks,
-                                 num_src_blocks, dst_blocks, num_dst_blocks, dst_block_memory_size);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st,
+                      ext_xfer_transfer_layer(e, fn, src_cache_id, src_batch_index, layer, dst_cluster_id, dst_addrs,
+                                              src_blocks, num_src_blocks, dst_blocks, num_dst_blocks,
+                                              dst_block_memory_size));
 }

@@ -16,11 +16,7 @@ MOCK_EXPORT lldd_status lldd_link_clusters(lldd_engine *e, const lldd_cluster_in
 {
     static const char fn[] = "lldd_link_clusters";
     lldd_status st = clusters_call_enter(e, fn, clusters, num_clusters, rets, num_rets);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = clusters_call(e, fn, clusters, num_clusters, timeout_in_millis, 0, 0, rets, num_rets);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, clusters_call(e, fn, clusters, num_clusters, timeout_in_millis, 0, 0, rets, num_rets));
 }
 
 MOCK_EXPORT lldd_status lldd_unlink_clusters(lldd_engine *e, const lldd_cluster_info *clusters, size_t num_clusters,
@@ -29,9 +25,7 @@ MOCK_EXPORT lldd_status lldd_unlink_clusters(lldd_engine *e, const lldd_cluster_
 {
     static const char fn[] = "lldd_unlink_clusters";
     lldd_status st = clusters_call_enter(e, fn, clusters, num_clusters, rets, num_rets);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = clusters_call(e, fn, clusters, num_clusters, timeout_in_millis, 1, force_flag != 0, rets, num_rets);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st,
+                      clusters_call(e, fn, clusters, num_clusters, timeout_in_millis, 1, force_flag != 0, rets,
+                                    num_rets));
 }

@@ -19,11 +19,7 @@ MOCK_EXPORT lldd_status lldd_pull_kv_cache(lldd_engine *e, const lldd_cache_inde
     static const char fn[] = "lldd_pull_kv_cache";
     lldd_status st = xfer_cache_call_enter(e, fn, "src_cache_index", src_cache_index, "dst_cache", dst_cache,
                                            "dst_cache", dst_cache, NULL, 0, NULL, 0);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = xfer_pull_cache(e, fn, src_cache_index, dst_cache, batch_index, size, ext_param);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, xfer_pull_cache(e, fn, src_cache_index, dst_cache, batch_index, size, ext_param));
 }
 
 MOCK_EXPORT lldd_status lldd_pull_kv_blocks(lldd_engine *e, const lldd_cache_index *src_cache_index,
@@ -35,12 +31,8 @@ MOCK_EXPORT lldd_status lldd_pull_kv_blocks(lldd_engine *e, const lldd_cache_ind
     lldd_status st = xfer_cache_call_enter(e, fn, "src_cache_index", src_cache_index, "dst_cache", dst_cache,
                                            "dst_cache", dst_cache, src_blocks, num_src_blocks, dst_blocks,
                                            num_dst_blocks);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = xfer_pull_blocks(e, fn, src_cache_index, dst_cache, src_blocks, num_src_blocks, dst_blocks, num_dst_blocks,
-                          ext_param);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, xfer_pull_blocks(e, fn, src_cache_index, dst_cache, src_blocks, num_src_blocks, dst_blocks,
+                                              num_dst_blocks, ext_param));
 }
 
 MOCK_EXPORT lldd_status lldd_push_kv_cache(lldd_engine *e, const lldd_cache *src_cache,
@@ -50,11 +42,7 @@ MOCK_EXPORT lldd_status lldd_push_kv_cache(lldd_engine *e, const lldd_cache *src
     static const char fn[] = "lldd_push_kv_cache";
     lldd_status st = xfer_cache_call_enter(e, fn, "src_cache", src_cache, "dst_cache_index", dst_cache_index,
                                            "src_cache", src_cache, NULL, 0, NULL, 0);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = xfer_push_cache(e, fn, src_cache, dst_cache_index, src_batch_index, size, ext_param);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, xfer_push_cache(e, fn, src_cache, dst_cache_index, src_batch_index, size, ext_param));
 }
 
 MOCK_EXPORT lldd_status lldd_push_kv_blocks(lldd_engine *e, const lldd_cache *src_cache,
@@ -66,10 +54,6 @@ MOCK_EXPORT lldd_status lldd_push_kv_blocks(lldd_engine *e, const lldd_cache *sr
     lldd_status st = xfer_cache_call_enter(e, fn, "src_cache", src_cache, "dst_cache_index", dst_cache_index,
                                            "src_cache", src_cache, src_blocks, num_src_blocks, dst_blocks,
                                            num_dst_blocks);
-    if (st != LLM_SUCCESS)
-        return st;
-    st = xfer_push_blocks(e, fn, src_cache, dst_cache_index, src_blocks, num_src_blocks, dst_blocks, num_dst_blocks,
-                          ext_param);
-    engine_leave(e);
-    return st;
+    return ENGINE_RUN(e, st, xfer_push_blocks(e, fn, src_cache, dst_cache_index, src_blocks, num_src_blocks, dst_blocks,
+                                              num_dst_blocks, ext_param));
 }

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "acl_subset.h"
 #include "llm_datadist_ffi_mock.h"
@@ -83,5 +84,16 @@ typedef struct mock_arena_chunk {
 size_t mock_arena_chunks(size_t from, mock_arena_chunk *out, size_t max, size_t *next);
 /* How many chunks the arena has made so far (a chunk's number never changes). */
 size_t mock_arena_chunk_count(void);
+
+/* Grows an array of *cap items of item_size bytes to twice as many (`first` when it has
+ * none): the moved array with *cap updated, or NULL with the array and *cap as they were. */
+static inline void *mock_grow(void *items, size_t *cap, size_t item_size, size_t first)
+{
+    size_t grown = *cap ? *cap * 2 : first;
+    void *moved = realloc(items, grown * item_size);
+    if (moved != NULL)
+        *cap = grown;
+    return moved;
+}
 
 #endif /* LLDD_MOCK_INTERNAL_H */

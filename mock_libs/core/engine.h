@@ -209,6 +209,11 @@ lldd_status engine_call_enter(engine *e, const char *fn);
 lldd_status engine_args_check(const char *fn, const char *missing);
 lldd_status engine_args_enter(engine *e, const char *fn, const char *missing);
 void engine_leave(engine *e);
+/* The rest of an entry point once its prologue has answered `st`: anything but
+ * LLM_SUCCESS is the answer as it is; else `call` runs inside the engine, the engine is
+ * left, and `call`'s status is the answer. Each entry point keeps its exported name,
+ * its own prologue and its call; only this tail is shared. */
+#define ENGINE_RUN(e, st, call) ((st) != LLM_SUCCESS ? (st) : ((st) = (call), engine_leave(e), (st)))
 /* Finds a live engine of this process by serial and holds it (NULL if gone). */
 engine *registry_acquire(uint64_t serial);
 void registry_release(engine *e);

@@ -208,12 +208,10 @@ int table_insert_locked(engine *e, mcache *c)
     if (found)
         return -1;
     if (e->cache_count == e->cache_cap) {
-        size_t cap = e->cache_cap ? e->cache_cap * 2 : 16;
-        mcache **n = realloc(e->caches, cap * sizeof *n);
+        mcache **n = mock_grow(e->caches, &e->cache_cap, sizeof *n, 16);
         if (n == NULL)
             return -1;
         e->caches = n;
-        e->cache_cap = cap;
     }
     memmove(&e->caches[i + 1], &e->caches[i], (e->cache_count - i) * sizeof e->caches[0]);
     e->caches[i] = c;

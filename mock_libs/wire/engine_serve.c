@@ -47,12 +47,10 @@ static int pins_reserve(pin_list *p)
         return -1;
     if (p->count < p->cap)
         return 0;
-    size_t cap = p->cap ? p->cap * 2 : 8;
-    mcache **n = realloc(p->items, cap * sizeof *n);
+    mcache **n = mock_grow(p->items, &p->cap, sizeof *n, 8);
     if (n == NULL)
         return -1;
     p->items = n;
-    p->cap = cap;
     return 0;
 }
 
@@ -83,32 +81,54 @@ static void fill_addrs(const engine *e, const mlink *l, const mcache *c, uint32_
         out[t] = all || t == only ? c->addrs[t] : 0;
 }
 
+/* Pins c for this connection into a new reply body: the head_len bytes at `head`, then
+ * the addresses fill_addrs allows (`only`); *body_len is the body's size. Called with
+ * e->mu held; NULL, with e->mu released, when memory or the pin bound runs out (the
+ * request fails and the connection closes). */
+static char *pin_body_locked(engine *e, const mlink *l, pin_list *pins, mcache *c, const void *head, size_t head_len,
+                             uint32_t only, size_t *body_len)
+{
+    size_t addr_bytes = (size_t)c->w.num_tensors * sizeof(uint64_t);
+    char *body = malloc(head_len + addr_bytes);
+    if (body == NULL || pins_reserve(pins) != 0) {
+        pthread_mutex_unlock(&e->mu);
+        free(body);
+        return NULL;
+    }
+    c->pins++;
+    pins->items[pins->count++] = c;
+    memcpy(body, head, head_len);
+    fill_addrs(e, l, c, only, (uint64_t *)(void *)(body + head_len));
+    *body_len = head_len + addr_bytes;
+    return body;
+}
+
+/* Sends h with the reply body pin_body_locked made, then frees the body: 0, or -1 when
+ * the send failed (the connection closes). */
+static int send_body(int fd, msg_hdr *h, char *body, size_t body_len)
+{
+    h->payload_len = body_len;
+    int rc = msg_send(fd, h, body, body_len, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
+    free(body);
+    return rc;
+}
+
 /* Pins c for this connection and answers with its description and the addresses
  * fill_addrs allows (a reply of `type` carrying a and b). Called with e->mu held;
  * releases it. */
 static int pin_reply_unlock(engine *e, const mlink *l, int fd, mcache *c, pin_list *pins, uint16_t type, uint64_t a,
                             uint64_t b, uint32_t only)
 {
-    size_t addr_bytes = (size_t)c->w.num_tensors * sizeof(uint64_t);
-    char *body = malloc(sizeof(cache_wire) + addr_bytes);
-    if (body == NULL || pins_reserve(pins) != 0) {
-        pthread_mutex_unlock(&e->mu);
-        free(body);
+    size_t body_len;
+    char *body = pin_body_locked(e, l, pins, c, &c->w, sizeof c->w, only, &body_len);
+    if (body == NULL)
         return -1;
-    }
-    c->pins++;
-    pins->items[pins->count++] = c;
-    memcpy(body, &c->w, sizeof c->w);
-    fill_addrs(e, l, c, only, (uint64_t *)(void *)(body + sizeof c->w));
     pthread_mutex_unlock(&e->mu);
     msg_hdr r;
     msg_init(&r, type);
     r.a = a;
     r.b = b;
-    r.payload_len = sizeof(cache_wire) + addr_bytes;
-    int rc = msg_send(fd, &r, body, (size_t)r.payload_len, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
-    free(body);
-    return rc;
+    return send_body(fd, &r, body, body_len);
 }
 
 void link_take_marks_locked(engine *e, mlink *l)
@@ -235,19 +255,11 @@ static int serve_resolve(engine *e, mlink *l, int fd, const msg_hdr *h, pin_list
     q.requester = l->peer_cluster;
     lldd_status st = holder_resolve_locked(e, l, &q, &c, &r, why, sizeof why);
     char *body = NULL;
-    size_t addr_bytes = 0;
+    size_t body_len = 0;
     if (st == LLM_SUCCESS) {
-        addr_bytes = (size_t)c->w.num_tensors * sizeof(uint64_t);
-        body = malloc(sizeof r + addr_bytes);
-        if (body == NULL || pins_reserve(pins) != 0) {
-            pthread_mutex_unlock(&e->mu);
-            free(body);
+        body = pin_body_locked(e, l, pins, c, &r, sizeof r, UINT32_MAX, &body_len);
+        if (body == NULL)
             return -1;
-        }
-        c->pins++;
-        pins->items[pins->count++] = c;
-        memcpy(body, &r, sizeof r);
-        fill_addrs(e, l, c, UINT32_MAX, (uint64_t *)(void *)(body + sizeof r));
     }
     pthread_mutex_unlock(&e->mu);
     msg_hdr m;
@@ -257,9 +269,7 @@ static int serve_resolve(engine *e, mlink *l, int fd, const msg_hdr *h, pin_list
     m.b = r.bind_mark;
     int rc;
     if (st == LLM_SUCCESS) {
-        m.payload_len = sizeof r + addr_bytes;
-        rc = msg_send(fd, &m, body, (size_t)m.payload_len, tp_deadline(SERVE_IDLE_MS)) == TP_OK ? 0 : -1;
-        free(body);
+        rc = send_body(fd, &m, body, body_len);
     } else {
         reply_text text;
         memset(&text, 0, sizeof text);

@@ -97,6 +97,24 @@ static socklen_t abstract_addr(const char *name, struct sockaddr_un *sa)
     return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n);
 }
 
+/* 1 if `name` is a channel name: not empty, and ended within ID_NAME_LEN bytes. */
+static int name_valid(const char *name)
+{
+    return name != NULL && name[0] != '\0' && memchr(name, '\0', ID_NAME_LEN) != NULL;
+}
+
+/* A blocking Unix stream socket to dial the channel `name` at *sa (*len long); -1 for
+ * a name that is not a channel name or when no socket could be made. */
+static int dial_socket(const char *name, struct sockaddr_un *sa, socklen_t *len)
+{
+    if (!name_valid(name))
+        return -1;
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0)
+        *len = abstract_addr(name, sa);
+    return fd;
+}
+
 int idch_listen(char name[ID_NAME_LEN], int *fd_out)
 {
     *fd_out = -1;
@@ -111,13 +129,7 @@ int idch_listen(char name[ID_NAME_LEN], int *fd_out)
         return errno;
     struct sockaddr_un sa;
     socklen_t len = abstract_addr(name, &sa);
-    if (bind(fd, (struct sockaddr *)&sa, len) != 0 || listen(fd, 64) != 0) {
-        int err = errno;
-        close(fd);
-        return err;
-    }
-    *fd_out = fd;
-    return 0;
+    return tp_bind_listen(fd, (struct sockaddr *)&sa, len, 64, fd_out);
 }
 
 int idch_is_unix(int fd)
@@ -143,18 +155,16 @@ static int cred_of(int fd, peer_cred *out)
 int idch_prove(const char *name, uint64_t token, int c1_fd, int64_t deadline, peer_cred *out)
 {
     memset(out, 0, sizeof *out);
-    if (name == NULL || name[0] == '\0' || memchr(name, '\0', ID_NAME_LEN) == NULL)
-        return -1;
     id_request req;
     memset(&req, 0, sizeof req);
     req.token = token;
     if (endpoints_of(c1_fd, &req.c1_local, &req.c1_remote) != 0)
         return -1;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa;
+    socklen_t len = 0;
+    int fd = dial_socket(name, &sa, &len);
     if (fd < 0)
         return -1;
-    struct sockaddr_un sa;
-    socklen_t len = abstract_addr(name, &sa);
     /* connecting to a Unix socket does not wait for the listener to accept */
     int ok = connect(fd, (struct sockaddr *)&sa, len) == 0 && fcntl(fd, F_SETFL, O_NONBLOCK) == 0;
     peer_cred cred;
@@ -281,13 +291,11 @@ static int map_prove(int fd, pid_t pid, int64_t deadline)
  * req and answers the challenge. The connected fd, or -1. */
 static int idch_ask(const char *name, pid_t pid, uint16_t type, const map_request *req, int64_t deadline)
 {
-    if (name == NULL || name[0] == '\0' || memchr(name, '\0', ID_NAME_LEN) == NULL)
-        return -1;
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa;
+    socklen_t len = 0;
+    int fd = dial_socket(name, &sa, &len);
     if (fd < 0)
         return -1;
-    struct sockaddr_un sa;
-    socklen_t len = abstract_addr(name, &sa);
     msg_hdr h;
     msg_init(&h, type);
     h.payload_len = sizeof *req;

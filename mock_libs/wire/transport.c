@@ -140,6 +140,17 @@ int tp_parse_addr(const char *text, tp_addr *out, char *why, size_t why_len)
     return 0;
 }
 
+int tp_bind_listen(int fd, const struct sockaddr *sa, socklen_t len, int backlog, int *fd_out)
+{
+    if (bind(fd, sa, len) != 0 || listen(fd, backlog) != 0) {
+        int err = errno;
+        close(fd);
+        return err;
+    }
+    *fd_out = fd;
+    return 0;
+}
+
 int tp_listen(const tp_addr *addr, int *fd_out)
 {
     *fd_out = -1;
@@ -172,13 +183,7 @@ int tp_listen(const tp_addr *addr, int *fd_out)
         close(fd);
         return err;
     }
-    if (bind(fd, (struct sockaddr *)&ss, len) != 0 || listen(fd, 128) != 0) {
-        int err = errno;
-        close(fd);
-        return err;
-    }
-    *fd_out = fd;
-    return 0;
+    return tp_bind_listen(fd, (struct sockaddr *)&ss, len, 128, fd_out);
 }
 
 void tp_tune(int fd)
@@ -263,7 +268,11 @@ static void skip_empty(struct iovec **iov, size_t *count)
     }
 }
 
-int tp_sendv(int fd, struct iovec *iov, size_t count, int64_t deadline, int64_t idle_ms)
+/* The one loop of tp_sendv and tp_recvv: moves every byte of the iovecs, waiting on the
+ * socket (POLLOUT when sending, POLLIN when receiving) until `deadline`, which every
+ * progress pushes back by idle_ms when idle_ms > 0. TP_CLOSED for a peer that closed
+ * (a receive of 0 bytes) or any other socket error. */
+static int tp_movev(int fd, struct iovec *iov, size_t count, int64_t deadline, int64_t idle_ms, int sending)
 {
     skip_empty(&iov, &count);
     while (count > 0) {
@@ -271,36 +280,7 @@ int tp_sendv(int fd, struct iovec *iov, size_t count, int64_t deadline, int64_t 
         memset(&m, 0, sizeof m);
         m.msg_iov = iov;
         m.msg_iovlen = count > IOV_MAX ? IOV_MAX : count;
-        ssize_t n = sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-        if (n > 0) {
-            consume(&iov, &count, (size_t)n);
-            skip_empty(&iov, &count);
-            if (idle_ms > 0)
-                deadline = tp_deadline(idle_ms);
-            continue;
-        }
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            int w = wait_fd(fd, POLLOUT, deadline);
-            if (w != TP_OK)
-                return w;
-            continue;
-        }
-        return TP_CLOSED;
-    }
-    return TP_OK;
-}
-
-int tp_recvv(int fd, struct iovec *iov, size_t count, int64_t deadline, int64_t idle_ms)
-{
-    skip_empty(&iov, &count);
-    while (count > 0) {
-        struct msghdr m;
-        memset(&m, 0, sizeof m);
-        m.msg_iov = iov;
-        m.msg_iovlen = count > IOV_MAX ? IOV_MAX : count;
-        ssize_t n = recvmsg(fd, &m, MSG_DONTWAIT);
+        ssize_t n = sending ? sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT) : recvmsg(fd, &m, MSG_DONTWAIT);
         if (n > 0) {
             consume(&iov, &count, (size_t)n);
             skip_empty(&iov, &count);
@@ -313,7 +293,7 @@ int tp_recvv(int fd, struct iovec *iov, size_t count, int64_t deadline, int64_t 
         if (errno == EINTR)
             continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            int w = wait_fd(fd, POLLIN, deadline);
+            int w = wait_fd(fd, sending ? POLLOUT : POLLIN, deadline);
             if (w != TP_OK)
                 return w;
             continue;
@@ -321,6 +301,16 @@ int tp_recvv(int fd, struct iovec *iov, size_t count, int64_t deadline, int64_t 
         return TP_CLOSED;
     }
     return TP_OK;
+}
+
+int tp_sendv(int fd, struct iovec *iov, size_t count, int64_t deadline, int64_t idle_ms)
+{
+    return tp_movev(fd, iov, count, deadline, idle_ms, 1);
+}
+
+int tp_recvv(int fd, struct iovec *iov, size_t count, int64_t deadline, int64_t idle_ms)
+{
+    return tp_movev(fd, iov, count, deadline, idle_ms, 0);
 }
 
 int tp_peer_closed(int fd)

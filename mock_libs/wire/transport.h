@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include "wire/protocol.h"
@@ -52,6 +53,9 @@ int tp_connect(const char *ip, uint16_t port, int64_t deadline, int *fd_out, int
 /* TCP_NODELAY: requests and answers are small and must not wait for delayed ACKs. */
 void tp_tune(int fd);
 
+/* Binds fd to sa and listens with `backlog`: 0 with *fd_out = fd, else the errno of
+ * the step that failed, fd closed. */
+int tp_bind_listen(int fd, const struct sockaddr *sa, socklen_t len, int backlog, int *fd_out);
 /* All-or-error I/O before the deadline. The iovec variants consume the array.
  * With idle_ms > 0 the deadline is pushed to now + idle_ms after every bit of
  * progress (bulk data may take longer than one timeout; a stalled peer may not). */

@@ -20,7 +20,8 @@ from ..._core._trace import traced
 from ...status import LLMException, LLMStatusCode, exception_for
 from .. import _native
 from .._managers import (
-    _DEFAULT_TENSOR_NUM, _allocate_core, _OFFSET_KEYWORDS, _PULL_KEYWORDS, _check_batch_dim, _check_copy_size,
+    _DEFAULT_TENSOR_NUM, _allocate_core, _OFFSET_KEYWORDS, _PULL_KEYWORDS, _check_batch_dim, _check_copy_ints,
+    _check_copy_size,
     _check_key_list, _check_keywords, _check_swap, _copy_cache, _copy_pairs, _ext_pull, _int_keyed_dict,
     _lint_placeholder_key, _pull_ranges, _swap, _tensor_num, _transfer_cache_async,
 )
@@ -285,10 +286,7 @@ class KvCacheManager:
         self._check_device(dst, "dst", tag, "dst cache must be a device cache")
         check_type(src, KvCache, "src")
         self._check_device(src, "src", tag, "src cache must be a device cache")
-        check_int(dst_batch_index, "dst_batch_index", UINT32)
-        check_int(src_batch_index, "src_batch_index", UINT32)
-        check_int(offset, "offset", UINT64)
-        check_int(size, "size", INT64)
+        _check_copy_ints(dst_batch_index, src_batch_index, offset, size)
         _check_copy_size(size, tag)
         check_type(req_id, int, "req_id")
         _copy_cache(dst, src, dst_batch_index, src_batch_index, offset, size, tag)

@@ -49,7 +49,8 @@ from ...status import LLMStatusCode
 from .. import _native
 from .._managers import (
     _report,
-    _DEFAULT_TENSOR_NUM, _FAILED, _PULL_KEYWORDS, BlockList, _allocate_core, _check_batch_dim, _check_copy_size,
+    _DEFAULT_TENSOR_NUM, _FAILED, _PULL_KEYWORDS, BlockList, _allocate_core, _check_batch_dim, _check_copy_ints,
+    _check_copy_size,
     _check_key_list, _check_keywords, _check_swap, _copy_cache, _copy_pairs, _ext_pull, _int_keyed_dict,
     _lint_placeholder_key, _memory_objects, _pull_ranges, _swap, _tensor_num, _transfer_cache_async,
 )
@@ -59,6 +60,21 @@ from .llm_types import (
 )
 
 __all__ = ["CacheManager"]
+
+
+def _check_blocks_call(cache: Any, name: str, src_blocks: Any, dst_blocks: Any, tag: str) -> None:
+    """The checks ``pull_blocks`` and ``push_blocks`` share, after the key's type and in
+    this order: the local cache's type, both block lists' element types, the cache not
+    ``None`` (``AttributeError``) and a blocks cache, ``dst_blocks`` not empty."""
+    check_type(cache, Cache, name)
+    _native.check_block_types(src_blocks, "src_blocks")
+    _native.check_block_types(dst_blocks, "dst_blocks")
+    if cache is None:
+        raise none_error(name, "a Cache", AttributeError)
+    if not cache.is_blocks_cache:
+        raise_param_invalid(f"[{tag}] {name} must be a blocks cache")
+    if _native.block_count(dst_blocks, "dst_blocks") == 0:
+        raise_param_invalid(f"[{tag}] dst_blocks must not be empty")
 
 
 @traced
@@ -276,15 +292,7 @@ class CacheManager:
         tag = "pull_blocks"
         _check_keywords(kwargs, _PULL_KEYWORDS, tag, v2=True)
         check_type(src_cache_key, (CacheKey, CacheKeyByIdAndIndex, BlocksCacheKey), "src_cache_key")
-        check_type(dst_cache, Cache, "dst_cache")
-        _native.check_block_types(src_blocks, "src_blocks")
-        _native.check_block_types(dst_blocks, "dst_blocks")
-        if dst_cache is None:
-            raise none_error("dst_cache", "a Cache", AttributeError)
-        if not dst_cache.is_blocks_cache:
-            raise_param_invalid(f"[{tag}] dst_cache must be a blocks cache")
-        if _native.block_count(dst_blocks, "dst_blocks") == 0:
-            raise_param_invalid(f"[{tag}] dst_blocks must not be empty")
+        _check_blocks_call(dst_cache, "dst_cache", src_blocks, dst_blocks, tag)
         n = _tensor_num(kwargs.get("tensor_num_per_layer", _DEFAULT_TENSOR_NUM), tag)
         if isinstance(src_cache_key, BlocksCacheKey):
             if _native.block_count(src_blocks, "src_blocks") == 0:
@@ -380,15 +388,7 @@ class CacheManager:
         tag = "push_blocks"
         self._check_direct(tag)
         check_type(dst_cache_key, BlocksCacheKey, "dst_cache_key")
-        check_type(src_cache, Cache, "src_cache")
-        _native.check_block_types(src_blocks, "src_blocks")
-        _native.check_block_types(dst_blocks, "dst_blocks")
-        if src_cache is None:
-            raise none_error("src_cache", "a Cache", AttributeError)
-        if not src_cache.is_blocks_cache:
-            raise_param_invalid(f"[{tag}] src_cache must be a blocks cache")
-        if _native.block_count(dst_blocks, "dst_blocks") == 0:
-            raise_param_invalid(f"[{tag}] dst_blocks must not be empty")
+        _check_blocks_call(src_cache, "src_cache", src_blocks, dst_blocks, tag)
         n = _tensor_num(tensor_num_per_layer, tag)
         src_layers, dst_layers = self._push_ranges(src_cache, src_layer_range, dst_layer_range, n, tag)
         if dst_cache_key is None:
@@ -554,10 +554,7 @@ class CacheManager:
         tag = "copy_cache"
         check_type(dst, Cache, "dst")
         check_type(src, Cache, "src")
-        check_int(dst_batch_index, "dst_batch_index", UINT32)
-        check_int(src_batch_index, "src_batch_index", UINT32)
-        check_int(offset, "offset", UINT64)
-        check_int(size, "size", INT64)
+        _check_copy_ints(dst_batch_index, src_batch_index, offset, size)
         if src is None:
             raise none_error("src", "a Cache", AttributeError)
         if src.is_blocks_cache:

@@ -102,6 +102,18 @@ def _require_str_option(options: Dict[str, Any], key: str) -> str:
     return value
 
 
+def _listen_port(value: str, key: str, text: str, low: int) -> int:
+    """The port part of a listen option: ``int()`` of it (``ValueError``), then PR-27's
+    range [low, 65535] (``LLM_PARAM_INVALID``)."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise ValueError(f"option {key}={value!r}: the port {text!r} is not an integer") from None
+    if not low <= port <= 65535:
+        raise_param_invalid(f"option {key}={value!r}: port {port} is outside [{low}, 65535] (PR-27)")
+    return port
+
+
 def _parse_listen(value: str, key: str) -> Tuple[str, int]:
     """``"ip:port"`` as the vendor splits it: exactly one ``":"``, ``int()`` of the port.
 
@@ -115,13 +127,7 @@ def _parse_listen(value: str, key: str) -> Tuple[str, int]:
     if len(parts) != 2:
         raise_param_invalid(f"option {key}={value!r} must be \"ip:port\" (exactly one ':'; IPv6 is not "
                             "supported from Python)")
-    try:
-        port = int(parts[1])
-    except ValueError:
-        raise ValueError(f"option {key}={value!r}: the port {parts[1]!r} is not an integer") from None
-    if not 0 <= port <= 65535:
-        raise_param_invalid(f"option {key}={value!r}: port {port} is outside [0, 65535] (PR-27)")
-    return parts[0], port
+    return parts[0], _listen_port(value, key, parts[1], 0)
 
 
 def _parse_v1_listen(value: str) -> Tuple[int, int]:
@@ -131,13 +137,7 @@ def _parse_v1_listen(value: str) -> Tuple[int, int]:
     if len(parts) != 2:
         raise_param_invalid(f"option llm.listenIpInfo={value!r} must be \"ip:port\"")
     ip_int = ip_to_int(parts[0])
-    try:
-        port = int(parts[1])
-    except ValueError:
-        raise ValueError(f"option llm.listenIpInfo={value!r}: the port {parts[1]!r} is not an integer") from None
-    if not 1 <= port <= 65535:
-        raise_param_invalid(f"option llm.listenIpInfo={value!r}: port {port} is outside [1, 65535] (PR-27)")
-    return ip_int, port
+    return ip_int, _listen_port(value, "llm.listenIpInfo", parts[1], 1)
 
 
 def _check_sync_wait_time(options: Dict[str, Any]) -> None:
@@ -371,6 +371,16 @@ class LLMDataDist:
             self._initialized = True
             LLMDataDist._instance_ref = weakref.ref(self)
 
+    def _drop_state(self) -> None:
+        """Marks both managers finalized and forgets the engine state (``finalize``, and
+        a forked child's copy of the parent's engine)."""
+        for manager in (self._cache_manager, self._kv_cache_manager):
+            if manager is not None:
+                manager._mark_finalized()
+        self._initialized = False
+        self._state = None
+        self._life = None
+
     def finalize(self) -> None:
         """Finalize the engine: every link is dropped locally, every cache freed.
 
@@ -381,12 +391,7 @@ class LLMDataDist:
             if not self._initialized:
                 return
             state = self._state
-            for manager in (self._cache_manager, self._kv_cache_manager):
-                if manager is not None:
-                    manager._mark_finalized()
-            self._initialized = False
-            self._state = None
-            self._life = None
+            self._drop_state()
             if LLMDataDist.llm_engine_instance is self:
                 LLMDataDist._instance_ref = None
             if state is not None:
@@ -717,12 +722,7 @@ def _forget_parent_engine() -> None:
     instance = LLMDataDist.llm_engine_instance
     LLMDataDist._instance_ref = None
     if instance is not None:
-        for manager in (instance._cache_manager, instance._kv_cache_manager):
-            if manager is not None:
-                manager._mark_finalized()
-        instance._initialized = False
-        instance._state = None
-        instance._life = None
+        instance._drop_state()
 
 
 os.register_at_fork(after_in_child=_forget_parent_engine)
