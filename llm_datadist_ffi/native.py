@@ -841,11 +841,18 @@ class LlmDataDist:
         _require(dst_cache, Cache, "dst_cache")
         src = src_cache_index._to_c("src_cache_index")
         dst, keep = dst_cache._to_c("dst_cache")
-        batch = _int(batch_index, "batch_index", UINT32)
+        self._move_cache(_capi.lldd_pull_kv_cache, src, dst, (batch_index, "batch_index"), size, ext_param, tag)
+        del keep
+
+    def _move_cache(self, call: Callable[..., None], src: Any, dst: Any, batch: Tuple[int, str], size: int,
+                    ext_param: Optional[KvCacheExtParam], tag: str) -> None:
+        """The rest of pull_kv_cache and push_kv_cache once their caches are converted:
+        the batch index (``batch``: its value and its parameter's name), ``size``,
+        ``ext_param``, then ``call`` (the C entry point)."""
+        batch_index = _int(batch[0], batch[1], UINT32)
         nbytes = _int(size, "size", INT64)
         ext = self._ext(ext_param, tag)
-        _capi.lldd_pull_kv_cache(self._engine(), src, dst, batch, nbytes, ext, tag)
-        del keep
+        call(self._engine(), src, dst, batch_index, nbytes, ext, tag)
 
     def _move_blocks(self, call: Callable[..., None], src: Any, dst: Any, src_blocks: BlockList,
                      dst_blocks: BlockList, ext_param: Optional[KvCacheExtParam], tag: str) -> None:
@@ -892,10 +899,8 @@ class LlmDataDist:
         _require(dst_cache_index, CacheIndex, "dst_cache_index")
         src, keep = src_cache._to_c("src_cache")
         dst = dst_cache_index._to_c("dst_cache_index")
-        batch = _int(src_batch_index, "src_batch_index", UINT32)
-        nbytes = _int(size, "size", INT64)
-        ext = self._ext(ext_param, tag)
-        _capi.lldd_push_kv_cache(self._engine(), src, dst, batch, nbytes, ext, tag)
+        self._move_cache(_capi.lldd_push_kv_cache, src, dst, (src_batch_index, "src_batch_index"), size, ext_param,
+                         tag)
         del keep
 
     @_holds_engine

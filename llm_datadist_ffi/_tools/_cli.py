@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import subprocess
@@ -30,8 +31,8 @@ from typing import Callable, List, Optional, Sequence
 from .._core._suggest import ArgumentParser
 
 __all__ = [
-    "CommandError", "ArgumentParser", "int_in", "available_memory", "check_fits", "spawn", "describe_exit",
-    "run_interruptibly", "description", "memcpy_seconds", "MEMCPY_CHUNK",
+    "CommandError", "reports_errors", "ArgumentParser", "int_in", "available_memory", "check_fits", "spawn",
+    "describe_exit", "run_interruptibly", "description", "memcpy_seconds", "MEMCPY_CHUNK",
 ]
 
 #: How long the main thread waits at a time: the bound on the reaction to Ctrl-C.
@@ -47,6 +48,26 @@ class CommandError(Exception):
     def __init__(self, message: str, status: int = 2) -> None:
         super().__init__(message)
         self.status = status
+
+
+def _say(prog: str, error: CommandError) -> int:
+    """Print ``error`` as the one line a user acts on; returns its exit status."""
+    print(f"{prog}: {error}", file=sys.stderr)
+    return error.status
+
+
+def reports_errors(prog: str) -> Callable[[Callable[[Sequence[str]], int]], Callable[[Sequence[str]], int]]:
+    """Decorate a command's ``main(argv)``: a ``CommandError`` raised in it becomes one
+    line on stderr, ``"<prog>: <message>"``, and the error's exit status."""
+    def decorate(main: Callable[[Sequence[str]], int]) -> Callable[[Sequence[str]], int]:
+        @functools.wraps(main)
+        def run(argv: Sequence[str]) -> int:
+            try:
+                return main(argv)
+            except CommandError as error:
+                return _say(prog, error)
+        return run
+    return decorate
 
 
 def description(doc: Optional[str]) -> str:
@@ -192,8 +213,7 @@ def run_interruptibly(prog: str, work: Callable[[], int]) -> int:
         os._exit(130)
     error = outcome.get("error")
     if isinstance(error, CommandError):
-        print(f"{prog}: {error}", file=sys.stderr)
-        return error.status
+        return _say(prog, error)
     if isinstance(error, ImportError):
         print(f"{prog}: no backend can be loaded: {error}", file=sys.stderr)   # the loader says what to do
         return 1

@@ -18,6 +18,7 @@ import sys
 import textwrap
 from typing import Iterable, Sequence
 
+from ._cli import CommandError, reports_errors
 from ..status import (
     EXCEPTION_CLASSES,
     LLM_CODE_BASE,
@@ -328,7 +329,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+@reports_errors("python -m llm_datadist_ffi errors")
+def main(argv: Sequence[str]) -> int:
     """Run the ``errors`` command; returns the exit status.
 
     0 on success, 2 for bad arguments or a code that is not in the table (the message
@@ -344,11 +346,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         row = info_for(args.code)
     except ValueError as exc:
-        print(f"python -m llm_datadist_ffi errors: {exc}", file=sys.stderr)
-        return 2
+        raise CommandError(str(exc), status=2) from None
     sys.stdout.write(render_markdown([row]) if args.markdown else render_code(row))
     return 0
 
 
 if __name__ == "__main__":  # pragma: no cover - the package's __main__ is the entry
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

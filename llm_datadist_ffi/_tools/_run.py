@@ -16,6 +16,7 @@ import sys
 from typing import Sequence
 
 from .. import companion
+from ._cli import CommandError, reports_errors
 from ..companion import BACKENDS, choose
 
 PROG = "python -m llm_datadist_ffi run"
@@ -34,6 +35,7 @@ def install(backend: str = "auto") -> str:
         if backend == "auto" else "the mock, through the compat alias"
 
 
+@reports_errors(PROG)
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description="Run a script written for the vendor's llm_datadist "
                                      "with this project's lints, strict mode and traces.")
@@ -44,13 +46,11 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     options = parser.parse_args(list(argv))
     if not os.path.isfile(options.script):
-        print(f"{PROG}: {options.script}: no such file", file=sys.stderr)
-        return 2
+        raise CommandError(f"{options.script}: no such file", status=2)
     try:
         said = install(options.backend)
     except ImportError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 1
+        raise CommandError(str(exc), status=1) from None
     if not options.quiet:
         print(f"{PROG}: running {options.script} on {said}", file=sys.stderr)
     sys.argv = [options.script, *options.args]

@@ -23,7 +23,9 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
-from typing import List, Optional, Sequence
+from typing import List, Sequence
+
+from ._cli import CommandError, reports_errors
 
 _PACKAGE_DIR = Path(__file__).resolve().parent.parent      # llm_datadist_ffi/ (this file: _tools/_sdk.py)
 LIB_DIR = _PACKAGE_DIR / "_lib"
@@ -97,7 +99,8 @@ def libs(where: Path) -> List[str]:
             f"-L{mock_dir}", f"-Wl,-rpath,{mock_dir}", "-lllm_datadist_mock"]
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+@reports_errors("python -m llm_datadist_ffi sdk")
+def main(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m llm_datadist_ffi sdk",
                                  description="The C++ SDK over the mock (docs/cpp.md): paths and compiler flags.")
     ap.add_argument("--prefix", action="store_true", help="the SDK's prefix (include/, lib/)")
@@ -106,12 +109,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--pkg-config-path", action="store_true", help=f"the directory of {PKG_NAME}.pc")
     ap.add_argument("--cmake-prefix-path", action="store_true",
                     help=f"a CMAKE_PREFIX_PATH entry under which find_package({CMAKE_NAME}) succeeds")
-    args = ap.parse_args(list(sys.argv[1:] if argv is None else argv))
+    args = ap.parse_args(list(argv))
     try:
         where = prefix()
     except (SdkError, ImportError) as exc:
-        print(f"python -m llm_datadist_ffi sdk: {exc}", file=sys.stderr)
-        return 1
+        raise CommandError(str(exc), status=1) from None
     out: List[str] = []
     if args.prefix:
         out.append(str(where))

@@ -118,6 +118,58 @@ def test_a_backend_that_cannot_load_is_one_line_without_a_traceback(command: str
     assert "neither ASCEND_HOME_PATH nor ASCEND_TOOLKIT_HOME is set" in line
 
 
+def test_run_of_a_missing_script_is_one_line_and_status_2(tmp_path: Path) -> None:
+    missing = tmp_path / "no_such_script.py"
+    result = run("run", str(missing))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"python -m llm_datadist_ffi run: {missing}: no such file\n"
+
+
+def test_run_with_the_companion_and_no_vendor_package_is_one_line_and_status_1(tmp_path: Path) -> None:
+    script = tmp_path / "serve.py"
+    script.write_text("raise SystemExit('the script must not run')\n")
+    result = run("run", "--backend", "companion", str(script))
+    assert (result.returncode, result.stdout) == (1, "")
+    line, = result.stderr.splitlines()
+    assert line.startswith("python -m llm_datadist_ffi run: ") and "llm_datadist" in line
+    assert "the script must not run" not in result.stderr
+
+
+def test_sdk_without_its_files_is_one_line_and_status_1(tmp_path: Path) -> None:
+    # An install whose SDK is missing, outside a source checkout (which would build it).
+    absent = tmp_path / "absent"
+    probe = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        from llm_datadist_ffi._core import _loader
+        from llm_datadist_ffi._tools import _sdk
+        _loader.source_checkout = lambda: None
+        _sdk.PREFIX = Path({str(absent)!r})
+        sys.exit(_sdk.main(["--cflags"]))
+    """)
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                            cwd=tempfile.gettempdir(), check=False)
+    assert (result.returncode, result.stdout) == (1, ""), result.stderr
+    assert result.stderr == (f"python -m llm_datadist_ffi sdk: the C++ SDK is missing from {absent}; "
+                             "reinstall the package with `pip install .`\n")
+
+
+def test_a_command_error_is_its_line_and_its_status_and_other_errors_propagate(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    @_cli.reports_errors("prog x")
+    def refuses(argv: Any) -> int:
+        raise _cli.CommandError(f"no {argv[0]}", status=7)
+
+    @_cli.reports_errors("prog y")
+    def breaks(argv: Any) -> int:
+        raise KeyError(argv[0])
+
+    assert refuses(["thing"]) == 7
+    assert capsys.readouterr().err == "prog x: no thing\n"
+    with pytest.raises(KeyError):
+        breaks(["k"])
+    assert capsys.readouterr().err == ""
+
 def test_info_json_reports_a_backend_that_cannot_load() -> None:
     result = run("info", "--json", LLM_DATADIST_FFI_BACKEND="nonsense")
     assert result.returncode == 1
