@@ -347,6 +347,26 @@ class KvCacheExtParam:
 
 _DEFAULT_EXT = KvCacheExtParam()._to_c()
 
+#: A transfer's two ends as C values, and what keeps its cache's arrays alive across the call.
+_Ends = Tuple[Any, Any, Any]
+
+
+def _pull_ends(src_cache_index: CacheIndex, dst_cache: Cache) -> _Ends:
+    """A pull's ends, checked then converted in the vendor's order: the remote source, the local destination."""
+    _require(src_cache_index, CacheIndex, "src_cache_index")
+    _require(dst_cache, Cache, "dst_cache")
+    src = src_cache_index._to_c("src_cache_index")
+    dst, keep = dst_cache._to_c("dst_cache")
+    return src, dst, keep
+
+
+def _push_ends(src_cache: Cache, dst_cache_index: CacheIndex) -> _Ends:
+    """A push's ends, checked then converted in the vendor's order: the local source, the remote destination."""
+    _require(src_cache, Cache, "src_cache")
+    _require(dst_cache_index, CacheIndex, "dst_cache_index")
+    src, keep = src_cache._to_c("src_cache")
+    return src, dst_cache_index._to_c("dst_cache_index"), keep
+
 
 @dataclass(frozen=True)
 class IpInfo:
@@ -836,27 +856,22 @@ class LlmDataDist:
             LLMException: ``LLM_NOT_YET_LINK``, ``LLM_KV_CACHE_NOT_EXIST``,
                 ``LLM_PARAM_INVALID``, ``LLM_TIMEOUT`` (docs/semantics.md).
         """
-        tag = "LlmDataDist.pull_kv_cache"
-        _require(src_cache_index, CacheIndex, "src_cache_index")
-        _require(dst_cache, Cache, "dst_cache")
-        src = src_cache_index._to_c("src_cache_index")
-        dst, keep = dst_cache._to_c("dst_cache")
-        self._move_cache(_capi.lldd_pull_kv_cache, src, dst, (batch_index, "batch_index"), size, ext_param, tag)
-        del keep
+        self._move_cache(_capi.lldd_pull_kv_cache, _pull_ends(src_cache_index, dst_cache),
+                         (batch_index, "batch_index"), size, ext_param, "LlmDataDist.pull_kv_cache")
 
-    def _move_cache(self, call: Callable[..., None], src: Any, dst: Any, batch: Tuple[int, str], size: int,
+    def _move_cache(self, call: Callable[..., None], ends: _Ends, batch: Tuple[int, str], size: int,
                     ext_param: Optional[KvCacheExtParam], tag: str) -> None:
-        """The rest of pull_kv_cache and push_kv_cache once their caches are converted:
-        the batch index (``batch``: its value and its parameter's name), ``size``,
-        ``ext_param``, then ``call`` (the C entry point)."""
+        """The rest of pull_kv_cache and push_kv_cache once their ends are converted
+        (``_pull_ends``, ``_push_ends``): the batch index (``batch``: its value and its
+        parameter's name), ``size``, ``ext_param``, then ``call`` (the C entry point)."""
         batch_index = _int(batch[0], batch[1], UINT32)
         nbytes = _int(size, "size", INT64)
         ext = self._ext(ext_param, tag)
-        call(self._engine(), src, dst, batch_index, nbytes, ext, tag)
+        call(self._engine(), ends[0], ends[1], batch_index, nbytes, ext, tag)
 
-    def _move_blocks(self, call: Callable[..., None], src: Any, dst: Any, src_blocks: BlockList,
+    def _move_blocks(self, call: Callable[..., None], ends: _Ends, src_blocks: BlockList,
                      dst_blocks: BlockList, ext_param: Optional[KvCacheExtParam], tag: str) -> None:
-        """The rest of pull_kv_blocks and push_kv_blocks once their caches are converted:
+        """The rest of pull_kv_blocks and push_kv_blocks once their ends are converted:
         the block lists (source first), ``ext_param``, the repeated-destination lint, then
         ``call`` (the C entry point) with the lists kept alive across it."""
         src_ptr, n_src, src_arr = _blocks(src_blocks, "src_blocks")
@@ -864,7 +879,7 @@ class LlmDataDist:
         ext = self._ext(ext_param, tag)
         if self._initialized:
             lint_repeated_blocks(dst_arr, "dst_blocks", tag)
-        call(self._engine(), src, dst, src_ptr, n_src, dst_ptr, n_dst, ext, tag)
+        call(self._engine(), ends[0], ends[1], src_ptr, n_src, dst_ptr, n_dst, ext, tag)
         del src_arr, dst_arr
 
     @_holds_engine
@@ -874,16 +889,10 @@ class LlmDataDist:
         block ``dst_blocks[k]`` of the local one; contiguous runs move as one region.
 
         Raises:
-            LLMException: ``LLM_NOT_YET_LINK``, ``LLM_KV_CACHE_NOT_EXIST``,
-                ``LLM_PARAM_INVALID``, ``LLM_TIMEOUT`` (docs/semantics.md).
+            LLMException: as :meth:`pull_kv_cache`.
         """
-        tag = "LlmDataDist.pull_kv_blocks"
-        _require(src_cache_index, CacheIndex, "src_cache_index")
-        _require(dst_cache, Cache, "dst_cache")
-        src = src_cache_index._to_c("src_cache_index")
-        dst, keep = dst_cache._to_c("dst_cache")
-        self._move_blocks(_capi.lldd_pull_kv_blocks, src, dst, src_blocks, dst_blocks, ext_param, tag)
-        del keep
+        self._move_blocks(_capi.lldd_pull_kv_blocks, _pull_ends(src_cache_index, dst_cache), src_blocks,
+                          dst_blocks, ext_param, "LlmDataDist.pull_kv_blocks")
 
     @_holds_engine
     def push_kv_cache(self, src_cache: Cache, dst_cache_index: CacheIndex, src_batch_index: int = 0,
@@ -894,14 +903,8 @@ class LlmDataDist:
         Raises:
             LLMException: as :meth:`pull_kv_cache`.
         """
-        tag = "LlmDataDist.push_kv_cache"
-        _require(src_cache, Cache, "src_cache")
-        _require(dst_cache_index, CacheIndex, "dst_cache_index")
-        src, keep = src_cache._to_c("src_cache")
-        dst = dst_cache_index._to_c("dst_cache_index")
-        self._move_cache(_capi.lldd_push_kv_cache, src, dst, (src_batch_index, "src_batch_index"), size, ext_param,
-                         tag)
-        del keep
+        self._move_cache(_capi.lldd_push_kv_cache, _push_ends(src_cache, dst_cache_index),
+                         (src_batch_index, "src_batch_index"), size, ext_param, "LlmDataDist.push_kv_cache")
 
     @_holds_engine
     def push_kv_blocks(self, src_cache: Cache, dst_cache_index: CacheIndex, src_blocks: BlockList,
@@ -911,13 +914,8 @@ class LlmDataDist:
         Raises:
             LLMException: as :meth:`pull_kv_blocks`.
         """
-        tag = "LlmDataDist.push_kv_blocks"
-        _require(src_cache, Cache, "src_cache")
-        _require(dst_cache_index, CacheIndex, "dst_cache_index")
-        src, keep = src_cache._to_c("src_cache")
-        dst = dst_cache_index._to_c("dst_cache_index")
-        self._move_blocks(_capi.lldd_push_kv_blocks, src, dst, src_blocks, dst_blocks, ext_param, tag)
-        del keep
+        self._move_blocks(_capi.lldd_push_kv_blocks, _push_ends(src_cache, dst_cache_index), src_blocks,
+                          dst_blocks, ext_param, "LlmDataDist.push_kv_blocks")
 
     @_holds_engine
     def copy_kv_cache(self, src_cache: Cache, dst_cache: Cache, src_batch_index: int = 0,

@@ -167,7 +167,23 @@ def default_options(api: str) -> Dict[str, str]:
 # Inside a topology process
 # ---------------------------------------------------------------------------------------
 
-class Here:
+class _OfSpec:
+    """What an engine's spec says, read through the object that stands for the engine
+    (``Here`` inside its process, ``EngineProcess`` in the test's)."""
+
+    spec: EngineSpec
+
+    @property
+    def role(self) -> str:
+        """``PROMPT`` or ``DECODER``."""
+        return self.spec.role
+
+    @property
+    def cluster_id(self) -> int:
+        return self.spec.cluster_id
+
+
+class Here(_OfSpec):
     """The engine of this topology process and what it knows of the others.
 
     ``engine`` is an ``llm_datadist.LLMDataDist`` (vendor API) or an
@@ -182,14 +198,6 @@ class Here:
         self.port = port
         self.peers: Dict[int, PeerAddress] = {}
         self.state: Dict[str, Any] = {}
-
-    @property
-    def role(self) -> str:
-        return self.spec.role
-
-    @property
-    def cluster_id(self) -> int:
-        return self.spec.cluster_id
 
     @property
     def api(self) -> str:
@@ -478,7 +486,7 @@ def _unpack(frame: Any) -> Any:
     raise TopologyError(f"unexpected frame {kind!r}")
 
 
-class EngineProcess:
+class EngineProcess(_OfSpec):
     """One engine in its own process: ``call(fn, *args)`` runs ``fn`` there."""
 
     def __init__(self, spec: EngineSpec, index: int, lint: str, extra_env: Mapping[str, str],
@@ -499,14 +507,6 @@ class EngineProcess:
                                         stderr=self._stderr, env=env, start_new_session=True)
         assert self.process.stdin is not None
         _write_frame(self.process.stdin, {"spec": spec, "sys_path": list(sys.path), "lint": lint})
-
-    @property
-    def cluster_id(self) -> int:
-        return self.spec.cluster_id
-
-    @property
-    def role(self) -> str:
-        return self.spec.role
 
     @property
     def pid(self) -> int:

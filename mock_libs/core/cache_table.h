@@ -137,6 +137,10 @@ mcache *cache_record_new(const char *fn, const cache_wire *w, const uint64_t *ad
 /* Bytes of one cache's entry in the published table (semantics.md §15), and of one key binding. */
 uint64_t cache_entry_bytes(uint32_t num_tensors);
 enum { TABLE_LIMIT = 1024 * 1024, TABLE_KEY_BYTES = 24 };
+/* Direct mode's bound on the published table (semantics.md §15), mu held: PARAM_INVALID,
+ * naming the size it would reach, when a cache of num_tensors tensors and keys_bytes of
+ * key bindings would take it past TABLE_LIMIT; SUCCESS otherwise and in every other mode. */
+lldd_status table_room_check_locked(const engine *e, const char *fn, uint32_t num_tensors, uint64_t keys_bytes);
 /* Inserts a cache whose id was taken by cache_take_id_locked in the same hold of mu;
  * -1 on no memory. */
 int table_insert_locked(engine *e, mcache *c);

@@ -198,6 +198,16 @@ uint64_t cache_entry_bytes(uint32_t num_tensors)
     return TABLE_ENTRY + 8ull * num_tensors;
 }
 
+lldd_status table_room_check_locked(const engine *e, const char *fn, uint32_t num_tensors, uint64_t keys_bytes)
+{
+    uint64_t would_be = e->table_bytes + cache_entry_bytes(num_tensors) + keys_bytes;
+    if (e->mode != MODE_DIRECT || would_be <= TABLE_LIMIT)
+        return LLM_SUCCESS;
+    mock_set_error("%s: the published cache table would grow to %llu bytes, over its 1 MiB limit "
+                   "(24 + sum(64 + 8 * num_tensors) + 24 per key binding)", fn, (unsigned long long)would_be);
+    return LLM_PARAM_INVALID;
+}
+
 /* Inserts a new cache at its place by id. Its id was taken by cache_take_id_locked in
  * this same hold of mu, so it is above every id in the table and the place is the end;
  * the search only keeps the table sorted should that ever not hold. mu held. */
@@ -483,13 +493,8 @@ lldd_status cache_register(engine *e, const char *fn, const lldd_cache_desc *des
         st = LLM_FAILED;
     pthread_mutex_lock(&e->mu);
     int64_t id = cache_take_id_locked(e);
-    if (st == LLM_SUCCESS && e->mode == MODE_DIRECT &&
-        e->table_bytes + cache_entry_bytes(w.num_tensors) > TABLE_LIMIT) {
-        mock_set_error("%s: the published cache table would grow to %llu bytes, over its 1 MiB limit "
-                       "(24 + sum(64 + 8 * num_tensors))", fn,
-                       (unsigned long long)(e->table_bytes + cache_entry_bytes(w.num_tensors)));
-        st = LLM_PARAM_INVALID;
-    }
+    if (st == LLM_SUCCESS)
+        st = table_room_check_locked(e, fn, w.num_tensors, 0);
     if (st == LLM_SUCCESS) {
         c->w.id = id;
         if (table_insert_locked(e, c) != 0) {
@@ -606,11 +611,7 @@ lldd_status cache_alloc_id_locked(engine *e, const char *fn, lldd_status st, mca
     c->w = *w;
     c->w.id = *id;
     c->ext_ref = 1; /* the id handle (lldd_ext_deallocate_cache drops it) */
-    if (e->mode == MODE_DIRECT && e->table_bytes + cache_entry_bytes(w->num_tensors) > TABLE_LIMIT) {
-        mock_set_error("%s: the published cache table would exceed its 1 MiB limit", fn);
-        return LLM_PARAM_INVALID;
-    }
-    return LLM_SUCCESS;
+    return table_room_check_locked(e, fn, w->num_tensors, 0);
 }
 
 lldd_status cache_take_pages_locked(const char *fn, mcache *c, mpool *pool, lldd_status oom)

@@ -280,12 +280,7 @@ lldd_status xfer_pull_cache(engine *e, const char *fn, const lldd_cache_index *s
                             const lldd_cache *dst_cache, uint32_t batch_index, int64_t size,
                             const lldd_ext_param *ext_param)
 {
-    pull_args a;
-    memset(&a, 0, sizeof a);
-    a.src = src_cache_index;
-    a.dst_id = dst_cache->cache_id;
-    a.batch_index = batch_index;
-    a.size = size;
+    pull_args a = {.src = src_cache_index, .dst_id = dst_cache->cache_id, .batch_index = batch_index, .size = size};
     return do_pull(e, fn, &a, 0, ext_param);
 }
 
@@ -293,15 +288,8 @@ lldd_status xfer_pull_blocks(engine *e, const char *fn, const lldd_cache_index *
                              const lldd_cache *dst_cache, const uint64_t *src_blocks, size_t num_src_blocks,
                              const uint64_t *dst_blocks, size_t num_dst_blocks, const lldd_ext_param *ext_param)
 {
-    pull_args a;
-    memset(&a, 0, sizeof a);
-    a.src = src_cache_index;
-    a.dst_id = dst_cache->cache_id;
-    a.b2b = 1;
-    a.size = -1;
-    a.sblk = src_blocks;
-    a.dblk = dst_blocks;
-    a.nblk = num_src_blocks;
+    pull_args a = {.src = src_cache_index, .dst_id = dst_cache->cache_id, .b2b = 1, .size = -1,
+                   .sblk = src_blocks, .dblk = dst_blocks, .nblk = num_src_blocks};
     return do_pull(e, fn, &a, num_dst_blocks, ext_param);
 }
 
@@ -448,11 +436,7 @@ lldd_status xfer_push_cache(engine *e, const char *fn, const lldd_cache *src_cac
                             const lldd_cache_index *dst_cache_index, uint32_t src_batch_index, int64_t size,
                             const lldd_ext_param *ext_param)
 {
-    push_args a;
-    memset(&a, 0, sizeof a);
-    a.src = src_cache;
-    a.dst = dst_cache_index;
-    a.src_batch = src_batch_index;
+    push_args a = {.src = src_cache, .dst = dst_cache_index, .src_batch = src_batch_index};
     return do_push(e, fn, &a, size, 0, ext_param);
 }
 
@@ -460,13 +444,7 @@ lldd_status xfer_push_blocks(engine *e, const char *fn, const lldd_cache *src_ca
                              const lldd_cache_index *dst_cache_index, const uint64_t *src_blocks, size_t num_src_blocks,
                              const uint64_t *dst_blocks, size_t num_dst_blocks, const lldd_ext_param *ext_param)
 {
-    push_args a;
-    memset(&a, 0, sizeof a);
-    a.src = src_cache;
-    a.dst = dst_cache_index;
-    a.b2b = 1;
-    a.sblk = src_blocks;
-    a.dblk = dst_blocks;
-    a.nblk = num_src_blocks;
+    push_args a = {.src = src_cache, .dst = dst_cache_index, .b2b = 1,
+                   .sblk = src_blocks, .dblk = dst_blocks, .nblk = num_src_blocks};
     return do_push(e, fn, &a, -1, num_dst_blocks, ext_param);
 }

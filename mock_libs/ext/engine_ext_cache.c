@@ -283,37 +283,66 @@ static lldd_status register_checks(engine *e, const char *fn, const lldd_cache_d
     return LLM_SUCCESS;
 }
 
-/* A new cache's keys as its call gave them, and their plan (plan_slot_keys). */
+/* A new cache's keys as its call gave them, the call (v1 engine; a registration or an
+ * allocation) and the keys' plan (plan_keys_locked). */
 typedef struct cache_keys {
     uint32_t kind;
     const lldd_key *keys;
     size_t num;
-    const key_plan *plan;
+    int v1, reg;
+    key_plan plan;
 } cache_keys;
 
-/* The last locked step of a registration and an allocation (e->mu held; released here):
- * unless `st` already failed, room for the cache's key bindings and the insert ("out of
- * host memory" otherwise), then its keys bound (a cache's slot keys as planned; a blocks
+/* The keys' plan (plan_slot_keys for a cache's slot keys; an allocation refuses a blocks
+ * key bound to a live cache, semantics.md §9.3), then the published table's room for the
+ * cache and its request-key bindings (semantics.md §15). mu held. */
+static lldd_status plan_keys_locked(engine *e, const char *fn, cache_keys *k, const cache_wire *w)
+{
+    uint64_t published = k->num;
+    if (k->kind == LLDD_CACHE_KIND_CACHE) {
+        lldd_status st = plan_slot_keys(e, fn, k->keys, k->num, w->batches, k->v1, k->reg, &k->plan);
+        if (st != LLM_SUCCESS)
+            return st;
+        published = k->plan.published;
+    } else if (!k->reg && k->num == 1 && key_find_locked(e, KEY_NS_REQ, UINT64_MAX, k->keys[0].model_id) != NULL) {
+        mock_set_error("%s: the blocks key of model_id %llu is already bound to a live cache", fn,
+                       (unsigned long long)k->keys[0].model_id);
+        return k->v1 ? LLM_FAILED : LLM_PARAM_INVALID;
+    }
+    return table_room_check_locked(e, fn, w->num_tensors, published * TABLE_KEY_BYTES);
+}
+
+/* The last locked step of a registration and an allocation (e->mu held; released here),
+ * which takes c (NULL when `st` failed before c was made) and gives it its id: unless `st`
+ * already failed, the keys' plan and the table's room
+ * (plan_keys_locked), room for the cache's key bindings and the insert ("out of host
+ * memory" otherwise), then its keys bound (a cache's slot keys as planned; a blocks
  * cache's one key, where the last registration of a model's blocks key wins,
- * semantics.md §9.3, vendor: an allocation refused a bound one before); the pages of a
- * failed allocation go back. On success the cache is the table's (*c = NULL), its id in
- * *cache_id and, for an allocation, its addresses in tensor_addrs. */
-static lldd_status insert_bind_unlock(engine *e, const char *fn, lldd_status st, mcache **c, const cache_keys *k,
+ * semantics.md §9.3). On failure the pages of an allocation go back and c is destroyed;
+ * on success the cache is the table's, its id in *cache_id and, for an allocation, its
+ * addresses in tensor_addrs. */
+static lldd_status insert_bind_unlock(engine *e, const char *fn, lldd_status st, mcache *n, cache_keys *k,
                                       int64_t id, int64_t *cache_id, uint64_t *tensor_addrs)
 {
-    mcache *n = *c;
-    if (st == LLM_SUCCESS && (cache_key_room(n, k->plan->binds, tensor_addrs != NULL) != 0 ||
+    if (st == LLM_SUCCESS) {
+        n->w.id = id;
+        st = plan_keys_locked(e, fn, k, &n->w);
+    }
+    if (st == LLM_SUCCESS && (cache_key_room(n, k->plan.binds, tensor_addrs != NULL) != 0 ||
                               key_table_reserve(&e->keys, k->num) != 0 || table_insert_locked(e, n) != 0)) {
         mock_set_error("%s: out of host memory", fn);
         st = LLM_FAILED;
     }
     if (st != LLM_SUCCESS) {
-        cache_give_pages_locked(n);
+        if (n != NULL)
+            cache_give_pages_locked(n);
         pthread_mutex_unlock(&e->mu);
+        free(k->plan.bind);
+        cache_destroy(n);
         return st;
     }
     if (k->kind == LLDD_CACHE_KIND_CACHE) {
-        bind_slot_keys(e, n, k->keys, k->num, k->plan);
+        bind_slot_keys(e, n, k->keys, k->num, &k->plan);
     } else if (k->num == 1) {
         keynode *old = key_find_locked(e, KEY_NS_REQ, UINT64_MAX, k->keys[0].model_id);
         if (old != NULL)
@@ -323,8 +352,8 @@ static lldd_status insert_bind_unlock(engine *e, const char *fn, lldd_status st,
     if (tensor_addrs != NULL)
         memcpy(tensor_addrs, n->addrs, n->w.num_tensors * sizeof *tensor_addrs);
     pthread_mutex_unlock(&e->mu);
+    free(k->plan.bind);
     *cache_id = id;
-    *c = NULL;
     return LLM_SUCCESS;
 }
 
@@ -358,40 +387,18 @@ lldd_status ext_cache_register(engine *e, const char *fn, const lldd_cache_desc 
                                size_t num_addrs, uint32_t kind, uint32_t remote_accessible, const lldd_key *keys,
                                size_t num_keys, int64_t *cache_id)
 {
-    lldd_status st = LLM_SUCCESS;
-    mcache *c = NULL;
-    key_plan kp = {NULL, 0, 0};
-    if ((st = register_checks(e, fn, desc, num_addrs, kind, remote_accessible, keys, num_keys)) != LLM_SUCCESS)
-        goto out;
+    lldd_status st = register_checks(e, fn, desc, num_addrs, kind, remote_accessible, keys, num_keys);
+    if (st != LLM_SUCCESS)
+        return st;
     /* From here on the call consumes an id, also when it fails (semantics.md §3.1); the id is taken
      * in the locked step that inserts the cache (docs/security.md §1.1). */
     cache_wire w;
+    mcache *c = NULL;
     st = register_record(fn, desc, addrs, num_addrs, kind, remote_accessible, &w, &c);
     pthread_mutex_lock(&e->mu);
     int64_t id = cache_take_id_locked(e);
-    if (st != LLM_SUCCESS) {
-        pthread_mutex_unlock(&e->mu);
-        goto out;
-    }
-    c->w.id = id;
-    uint64_t keys_bytes = kind == LLDD_CACHE_KIND_BLOCKS ? (uint64_t)num_keys * TABLE_KEY_BYTES : 0;
-    if (kind == LLDD_CACHE_KIND_CACHE) {
-        st = plan_slot_keys(e, fn, keys, num_keys, w.batches, 0, 1, &kp);
-        keys_bytes = (uint64_t)kp.published * TABLE_KEY_BYTES;
-    }
-    if (st == LLM_SUCCESS && e->mode == MODE_DIRECT &&
-        e->table_bytes + cache_entry_bytes(w.num_tensors) + keys_bytes > TABLE_LIMIT) {
-        mock_set_error("%s: the published cache table would grow to %llu bytes, over its 1 MiB limit "
-                       "(24 + sum(64 + 8 * num_tensors) + 24 per key binding)", fn,
-                       (unsigned long long)(e->table_bytes + cache_entry_bytes(w.num_tensors) + keys_bytes));
-        st = LLM_PARAM_INVALID;
-    }
-    cache_keys k = {kind, keys, num_keys, &kp};
-    st = insert_bind_unlock(e, fn, st, &c, &k, id, cache_id, NULL);
-out:
-    free(kp.bind);
-    cache_destroy(c);
-    return st;
+    cache_keys k = {kind, keys, num_keys, 0, 1, {NULL, 0, 0}};
+    return insert_bind_unlock(e, fn, st, c, &k, id, cache_id, NULL);
 }
 
 lldd_status ext_cache_unregister(engine *e, const char *fn, int64_t cache_id)
@@ -502,20 +509,18 @@ lldd_status ext_cache_allocate(engine *e, const char *fn, const lldd_cache_desc 
                                const lldd_key *keys, size_t num_keys, int64_t *cache_id, uint64_t *tensor_addrs,
                                size_t addrs_capacity)
 {
-    lldd_status st = LLM_SUCCESS;
-    mcache *c = NULL;
-    key_plan kp = {NULL, 0, 0};
     int v1 = e->gen == GEN_V1;
     mpool *pool = NULL;
-    if ((st = allocate_checks(e, fn, desc, kind, keys, num_keys, tensor_addrs, addrs_capacity, &pool)) !=
-        LLM_SUCCESS)
-        goto out;
-    if (!v1 && (st = cache_check_rank(fn, desc)) != LLM_SUCCESS)
-        goto out;
+    lldd_status st = allocate_checks(e, fn, desc, kind, keys, num_keys, tensor_addrs, addrs_capacity, &pool);
+    if (st == LLM_SUCCESS && !v1)
+        st = cache_check_rank(fn, desc);
+    if (st != LLM_SUCCESS)
+        return st;
     /* From here on the call consumes an id, also when it fails (semantics.md §3.1; v1 also when the
      * rank is wrong); the id is taken in the locked step that inserts the cache
      * (docs/security.md §1.1). */
     cache_wire w;
+    mcache *c = NULL;
     if (v1)
         st = cache_check_rank(fn, desc);
     if (st == LLM_SUCCESS && (st = cache_owned_new(fn, desc, &w, &c)) == LLM_SUCCESS) {
@@ -524,35 +529,10 @@ lldd_status ext_cache_allocate(engine *e, const char *fn, const lldd_cache_desc 
     }
     pthread_mutex_lock(&e->mu);
     int64_t id;
-    if ((st = cache_alloc_id_locked(e, fn, st, c, &w, &id)) != LLM_SUCCESS ||
-        (st = take_memory_locked(e, fn, c, pool)) != LLM_SUCCESS) {
-        pthread_mutex_unlock(&e->mu);
-        goto out;
-    }
-    /* keys (semantics.md §9.2) */
-    uint64_t keys_bytes = 0;
-    if (kind == LLDD_CACHE_KIND_CACHE) {
-        st = plan_slot_keys(e, fn, keys, num_keys, w.batches, v1, 0, &kp);
-        keys_bytes = (uint64_t)kp.published * TABLE_KEY_BYTES;
-    } else if (num_keys == 1 && key_find_locked(e, KEY_NS_REQ, UINT64_MAX, keys[0].model_id) != NULL) {
-        mock_set_error("%s: the blocks key of model_id %llu is already bound to a live cache", fn,
-                       (unsigned long long)keys[0].model_id);
-        st = v1 ? LLM_FAILED : LLM_PARAM_INVALID;
-    } else {
-        keys_bytes = (uint64_t)num_keys * TABLE_KEY_BYTES;
-    }
-    if (st == LLM_SUCCESS && e->mode == MODE_DIRECT &&
-        e->table_bytes + cache_entry_bytes(w.num_tensors) + keys_bytes > TABLE_LIMIT) {
-        mock_set_error("%s: the published cache table would exceed its 1 MiB limit with %llu bytes of key "
-                       "bindings", fn, (unsigned long long)keys_bytes);
-        st = LLM_PARAM_INVALID;
-    }
-    cache_keys k = {kind, keys, num_keys, &kp};
-    st = insert_bind_unlock(e, fn, st, &c, &k, id, cache_id, tensor_addrs);
-out:
-    free(kp.bind);
-    cache_destroy(c);
-    return st;
+    if ((st = cache_alloc_id_locked(e, fn, st, c, &w, &id)) == LLM_SUCCESS)
+        st = take_memory_locked(e, fn, c, pool);
+    cache_keys k = {kind, keys, num_keys, v1, 0, {NULL, 0, 0}};   /* semantics.md §9.2 */
+    return insert_bind_unlock(e, fn, st, c, &k, id, cache_id, tensor_addrs);
 }
 
 lldd_status ext_cache_deallocate(engine *e, const char *fn, int64_t cache_id)

@@ -228,8 +228,10 @@ def test_the_published_table_is_limited_to_one_mib(eng: native.LlmDataDist) -> N
     # 24 + (64 + 8 * 131060) = 1 048 568 bytes fit; one more tensor would not
     big = eng.register_kv_cache(sup.desc(131060, [1]), [a.ctypes.data] * 131060)
     assert sup.status_of(eng.register_kv_cache, sup.desc(1, [1]), [a.ctypes.data]) == S.LLM_PARAM_INVALID
-    assert "1 MiB" in raw.last_error()
+    # 1 048 568 + (64 + 8 * 1): every path that adds to the table names the size it would reach
+    assert "would grow to 1048640 bytes, over its 1 MiB limit" in raw.last_error()
     assert sup.status_of(eng.allocate_cache, sup.desc(1, [1])) == S.LLM_PARAM_INVALID
+    assert "would grow to 1048640 bytes, over its 1 MiB limit" in raw.last_error()
     eng.unregister_kv_cache(big)
     eng.register_kv_cache(sup.desc(131061, [1]), [a.ctypes.data] * 131061)
     assert sup.status_of(eng.register_kv_cache, sup.desc(131062, [1]), [a.ctypes.data] * 131062) == \

@@ -276,10 +276,9 @@ class KvCacheManager:
         """Copy bytes ``[offset, offset + size)`` of a batch of every tensor of ``src``
         to the same bytes of a batch of ``dst`` (device caches only).
 
-        Raises:
-            TypeError, ValueError: wrong types or C ranges. AttributeError: ``None``.
-            LLMException: ``LLM_PARAM_INVALID`` for a HOST cache or a bad ``size``;
-                from the core ``LLM_KV_CACHE_NOT_EXIST``, ``LLM_PARAM_INVALID``.
+        Raises what v2's ``CacheManager.copy_cache`` raises, with a HOST cache where v2
+        names a blocks cache; v1 checks each cache's placement right after its type
+        (``dst`` first), before the numbers, and ``req_id`` only as an int.
         """
         tag = "copy_cache"
         check_type(dst, KvCache, "dst")
