@@ -186,11 +186,20 @@ def test_a_link_succeeds_while_another_user_holds_a_thousand_silent_connections(
             client.initialize({native.OPTION_DEVICE_ID: "0"})
             dst_arrays = [np.zeros((1, 32), np.uint8) for _ in range(2)]
             dst = register(client, dst_arrays)
+            evicted: list[str] = []
             for _ in range(3):
                 now = status_of(os.getpid())
                 peak = {k: max(peak[k], now[k]) for k in peak}
                 status, rets = client.link_llm_clusters([cluster(1, port)], timeout_in_millis=3000)
-                assert (status, rets) == (S.LLM_SUCCESS, [S.LLM_SUCCESS]), Raw().last_error()
+                if rets == [S.LLM_LINK_FAILED] and "closed the connection" in Raw().last_error() and not evicted:
+                    # The TCP half of the flood shares the client's source (127.0.0.1): a HELLO
+                    # later than 32 newer flood connections (about 0.13 s at this rate) loses its
+                    # connection to eviction (docs/security.md §3.4). That can happen once to a
+                    # thread descheduled on a loaded machine (seen under ThreadSanitizer); the
+                    # client's retry then links. Once in three links, never twice.
+                    evicted.append(Raw().last_error())
+                    status, rets = client.link_llm_clusters([cluster(1, port)], timeout_in_millis=3000)
+                assert (status, rets) == (S.LLM_SUCCESS, [S.LLM_SUCCESS]), (Raw().last_error(), evicted)
                 # the identity channel answered the link's IDENTIFY: the kernel vouched for the peer
                 assert mock_control.link_path(client, 1) == "same-process"
                 client.pull_kv_cache(native.CacheIndex(1, src), native.Cache(dst))
@@ -203,7 +212,8 @@ def test_a_link_succeeds_while_another_user_holds_a_thousand_silent_connections(
         peak = {k: max(peak[k], during[k]) for k in peak}
     finally:
         flooder.stop()
-    print(f"\nflood of 1000 silent connections: before {before}, peak {peak}")
+    print(f"\nflood of 1000 silent connections: before {before}, peak {peak}, links retried after an eviction: "
+          f"{evicted}")
     # no thread per silent connection; descriptors: the gate's table at most
     assert peak["threads"] <= before["threads"] + 4, (before, peak)
     assert peak["fds"] <= before["fds"] + ws.BOUND_GATE + 16, (before, peak)
