@@ -429,7 +429,8 @@ def test_transfer_argument_checks(x: Any, monkeypatch: pytest.MonkeyPatch) -> No
     assert x.transfer_layer(p, src_id, 2, 2, addrs) == S.LLM_PARAM_INVALID
     assert x.transfer_layer(p, odd_id, 0, 2, addrs) == S.LLM_PARAM_INVALID
     assert x.transfer_layer(p, host_id, 0, 2, addrs) == S.LLM_PARAM_INVALID
-    assert x.transfer_layer(p, src_id, 0, 1, addrs) == S.LLM_PARAM_INVALID
+    # the own cluster is a link id like another: no link under it
+    assert x.transfer_layer(p, src_id, 0, 1, addrs) == S.LLM_NOT_YET_LINK
     assert x.transfer_layer(p, 99, 0, 2, addrs) == S.LLM_KV_CACHE_NOT_EXIST
     assert x.transfer_layer(p, src_id, 0, 9, addrs) == S.LLM_NOT_YET_LINK
     assert x.lib.lldd_ext_transfer_layer(p, src_id, 0, 0, 2, x.ffi.NULL, x.ffi.NULL, 0, x.ffi.NULL, 0, 0) == \
