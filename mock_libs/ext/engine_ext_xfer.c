@@ -952,8 +952,8 @@ static lldd_status transfer_src_blocks_check(const char *fn, const etransfer *a,
     return check_blocks(fn, "src_block_indices", a->sblk, a->nsb, lw->blocks, "source");
 }
 
-/* Cache-to-blocks: the block size (0 < dst_block_memory_size < the source tensor size),
- * then, after the batch check (c2b_chunks), the chunks, whose lengths the spans need
+/* Cache-to-blocks: the block size (0 < dst_block_memory_size < the source tensor size);
+ * after the batch check, transfer_c2b_chunks: the chunks, whose lengths the spans need
  * (*c2b_len). */
 static lldd_status transfer_c2b_size_check(const char *fn, const etransfer *a, const cache_wire *lw)
 {
@@ -996,9 +996,9 @@ static lldd_status transfer_prepare_checks(const char *fn, const etransfer *a, c
 {
     lldd_status st;
     *c2b_len = 0;
-    if (v1 && a->form != PLAN_C2B)
-        return LLM_SUCCESS;
     if (v1) {
+        if (a->form != PLAN_C2B)
+            return LLM_SUCCESS;
         st = transfer_c2b_size_check(fn, a, lw);
         return st != LLM_SUCCESS ? st : transfer_c2b_chunks(fn, a, lw, c2b_len);
     }
