@@ -877,25 +877,42 @@ typedef struct etransfer {
     int form;
 } etransfer;
 
-/* The source's checks, before the link: placement, layer, kind, batch and blocks. */
-static lldd_status transfer_source_checks(const char *fn, const etransfer *a, const cache_wire *lw, int v1)
+/* v2, before the link: a HOST source (the Python layer's check, made before anything). */
+static lldd_status transfer_placement_check(const char *fn, const cache_wire *lw)
 {
-    lldd_status st;
-    if (!v1 && lw->placement != LLDD_PLACEMENT_DEVICE) {
+    if (lw->placement != LLDD_PLACEMENT_DEVICE) {
         mock_set_error("%s: the source cache %lld is HOST-placed; transfer_cache_async needs a DEVICE source", fn,
                        (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    if (lw->num_tensors % 2 != 0) {
-        mock_set_error("%s: the source cache %lld has %u tensors; a layer is 2 tensors, so it must be even", fn,
-                       (long long)lw->id, (unsigned)lw->num_tensors);
-        return LLM_PARAM_INVALID;
-    }
+    return LLM_SUCCESS;
+}
+
+/* The source's layer and tensor count (a layer is 2 tensors). */
+static lldd_status transfer_layer_check(const char *fn, const etransfer *a, const cache_wire *lw)
+{
     if (a->layer >= lw->num_tensors / 2) {
         mock_set_error("%s: layer %u is out of range: the source cache has %u layers of 2 tensors", fn,
                        (unsigned)a->layer, (unsigned)(lw->num_tensors / 2));
         return LLM_PARAM_INVALID;
     }
+    return LLM_SUCCESS;
+}
+
+static lldd_status transfer_even_check(const char *fn, const cache_wire *lw)
+{
+    if (lw->num_tensors % 2 != 0) {
+        mock_set_error("%s: the source cache %lld has %u tensors; a layer is 2 tensors, so it must be even", fn,
+                       (long long)lw->id, (unsigned)lw->num_tensors);
+        return LLM_PARAM_INVALID;
+    }
+    return LLM_SUCCESS;
+}
+
+/* PR-15: the contiguous forms read a batch of a source without blocks, block-to-block a
+ * source with blocks. */
+static lldd_status transfer_kind_check(const char *fn, const etransfer *a, const cache_wire *lw)
+{
     if (a->form != PLAN_B2B && !kind_has_batches(lw)) {
         mock_set_error("%s: the source cache %lld is a blocks cache; only blocks-to-blocks transfers read it (PR-15)",
                        fn, (long long)lw->id);
@@ -906,38 +923,96 @@ static lldd_status transfer_source_checks(const char *fn, const etransfer *a, co
                        (long long)lw->id);
         return LLM_PARAM_INVALID;
     }
-    if (a->form != PLAN_B2B && a->src_batch >= lw->batches) {
+    return LLM_SUCCESS;
+}
+
+static lldd_status transfer_batch_check(const char *fn, const etransfer *a, const cache_wire *lw)
+{
+    if (a->src_batch >= lw->batches) {
         mock_set_error("%s: src_batch_index %u is out of range: cache %lld has %llu batches", fn,
                        (unsigned)a->src_batch, (long long)lw->id, (unsigned long long)lw->batches);
         return LLM_PARAM_INVALID;
     }
-    if (a->form == PLAN_B2B) {
-        if ((st = check_blocks(fn, "src_block_indices", a->sblk, a->nsb, lw->blocks, "source")) != LLM_SUCCESS)
-            return st;
-        if (a->bms != 0 && a->bms != lw->stride) {
-            mock_set_error("%s: dst_block_memory_size %llu differs from the source block size %llu (docs/reference/semantics.md §7.5)",
-                           fn, (unsigned long long)a->bms, (unsigned long long)lw->stride);
-            return LLM_PARAM_INVALID;
-        }
+    return LLM_SUCCESS;
+}
+
+/* Block-to-block: a block size given must be the source's. */
+static lldd_status transfer_b2b_size_check(const char *fn, const etransfer *a, const cache_wire *lw)
+{
+    if (a->bms != 0 && a->bms != lw->stride) {
+        mock_set_error("%s: dst_block_memory_size %llu differs from the source block size %llu (docs/reference/semantics.md §7.5)",
+                       fn, (unsigned long long)a->bms, (unsigned long long)lw->stride);
+        return LLM_PARAM_INVALID;
     }
     return LLM_SUCCESS;
 }
 
-/* After the link: a cache-to-blocks transfer's block size and chunks. The device's layer
- * job checks the block size and cuts the chunks after it found the link; the spans need
- * the chunks' lengths (*c2b_len). */
-static lldd_status transfer_c2b_checks(const char *fn, const etransfer *a, const cache_wire *lw, uint64_t *c2b_len)
+static lldd_status transfer_src_blocks_check(const char *fn, const etransfer *a, const cache_wire *lw)
 {
-    *c2b_len = 0;
-    if (a->form != PLAN_C2B)
-        return LLM_SUCCESS;
-    if (a->bms >= lw->tensor_size) {
-        mock_set_error("%s: dst_block_memory_size %llu must be < the source tensor size %llu when transferring "
+    return check_blocks(fn, "src_block_indices", a->sblk, a->nsb, lw->blocks, "source");
+}
+
+/* Cache-to-blocks: the block size (0 < dst_block_memory_size < the source tensor size);
+ * after the batch check, transfer_c2b_chunks: the chunks, whose lengths the spans need
+ * (*c2b_len). */
+static lldd_status transfer_c2b_size_check(const char *fn, const etransfer *a, const cache_wire *lw)
+{
+    if (a->bms == 0 || a->bms >= lw->tensor_size) {
+        mock_set_error("%s: dst_block_memory_size %llu must > 0 and < the source tensor size %llu when transferring "
                        "from a contiguous cache to blocks", fn, (unsigned long long)a->bms,
                        (unsigned long long)lw->tensor_size);
         return LLM_PARAM_INVALID;
     }
+    return LLM_SUCCESS;
+}
+
+static lldd_status transfer_c2b_chunks(const char *fn, const etransfer *a, const cache_wire *lw, uint64_t *c2b_len)
+{
     return c2b_check_chunks(fn, a->ndb, a->bms, lw->stride, lw->tensor_size, c2b_len);
+}
+
+/* v1: the device's source checks, which its transfer makes before it looks the link up
+ * (hicann/ge dflow/udf/built_in/llm_common/cache_manager.cpp, CacheManager::TransferCache;
+ * docs/semantics.md X-16). */
+static lldd_status transfer_v1_source_checks(const char *fn, const etransfer *a, const cache_wire *lw)
+{
+    lldd_status st;
+    if ((st = transfer_even_check(fn, lw)) != LLM_SUCCESS || (st = transfer_layer_check(fn, a, lw)) != LLM_SUCCESS ||
+        (st = transfer_kind_check(fn, a, lw)) != LLM_SUCCESS)
+        return st;
+    if (a->form != PLAN_B2B)
+        return transfer_batch_check(fn, a, lw);
+    st = transfer_src_blocks_check(fn, a, lw);
+    return st != LLM_SUCCESS ? st : transfer_b2b_size_check(fn, a, lw);
+}
+
+/* v2: after the link, in the order of the vendor's layer-wise job (hicann/hixl
+ * layer_wise_transfer_job.cc, LayerWiseTransferJob::Prepare and the Generate*Task of its
+ * form; docs/semantics.md X-16); the guards (PR-15, PR-16) where that job reads what
+ * they guard. v1 (v1 != 0) has made the source checks before the link: only the
+ * cache-to-blocks block size and chunks are left. */
+static lldd_status transfer_prepare_checks(const char *fn, const etransfer *a, const cache_wire *lw, int v1,
+                                           uint64_t *c2b_len)
+{
+    lldd_status st;
+    *c2b_len = 0;
+    if (v1) {
+        if (a->form != PLAN_C2B)
+            return LLM_SUCCESS;
+        st = transfer_c2b_size_check(fn, a, lw);
+        return st != LLM_SUCCESS ? st : transfer_c2b_chunks(fn, a, lw, c2b_len);
+    }
+    if ((st = transfer_layer_check(fn, a, lw)) != LLM_SUCCESS || (st = transfer_even_check(fn, lw)) != LLM_SUCCESS)
+        return st;
+    if (a->form == PLAN_B2B) {
+        if ((st = transfer_kind_check(fn, a, lw)) != LLM_SUCCESS || (st = transfer_b2b_size_check(fn, a, lw)) != LLM_SUCCESS)
+            return st;
+        return transfer_src_blocks_check(fn, a, lw);
+    }
+    if ((a->form == PLAN_C2B && (st = transfer_c2b_size_check(fn, a, lw)) != LLM_SUCCESS) ||
+        (st = transfer_kind_check(fn, a, lw)) != LLM_SUCCESS || (st = transfer_batch_check(fn, a, lw)) != LLM_SUCCESS)
+        return st;
+    return a->form == PLAN_C2B ? transfer_c2b_chunks(fn, a, lw, c2b_len) : LLM_SUCCESS;
 }
 
 /* The span [lo, hi) each destination address is written at (PR-40), and that it does not
@@ -1019,7 +1094,11 @@ static lldd_status transfer_move(xlink *xl, const char *fn, const etransfer *a, 
 }
 
 /* A transfer by address, each step a function above, in this order, in the frame of
- * xfer_run (the two destinations pinned in j->pc). */
+ * xfer_run (the two destinations pinned in j->pc): the local cache (xfer_run), what is
+ * checked before the link (v2: the placement; v1: the device's source checks), the link
+ * by the destination's cluster id (no own-cluster step, docs/semantics.md X-16), the
+ * layer job's checks, the source's registration (PR-32; v1 keeps it before the block
+ * size), the destinations (PR-40) and the bytes. */
 static lldd_status transfer_steps(xfer_job *j, void *arg)
 {
     const etransfer *a = arg;
@@ -1029,10 +1108,11 @@ static lldd_status transfer_steps(xfer_job *j, void *arg)
     uint64_t c2b_len = 0, lo = 0, hi = 0;
     uint32_t tensors[2];
     lldd_status st;
-    if ((st = transfer_source_checks(fn, a, lw, v1)) != LLM_SUCCESS ||
+    if ((st = v1 ? transfer_v1_source_checks(fn, a, lw) : transfer_placement_check(fn, lw)) != LLM_SUCCESS ||
         (st = link_acquire_ex(j->e, fn, a->dst_cluster, &j->xl, v1 ? ACQUIRE_V1 : 0)) != LLM_SUCCESS ||
-        (st = pr32_check_local(fn, j->xl.l, lw)) != LLM_SUCCESS ||
-        (st = transfer_c2b_checks(fn, a, lw, &c2b_len)) != LLM_SUCCESS ||
+        (v1 && (st = pr32_check_local(fn, j->xl.l, lw)) != LLM_SUCCESS) ||
+        (st = transfer_prepare_checks(fn, a, lw, v1, &c2b_len)) != LLM_SUCCESS ||
+        (!v1 && (st = pr32_check_local(fn, j->xl.l, lw)) != LLM_SUCCESS) ||
         (st = transfer_dst_span(fn, a, lw->stride, c2b_len, &lo, &hi)) != LLM_SUCCESS ||
         (st = transfer_pin_destinations(&j->xl, fn, a, lo, hi, j->pc, tensors)) != LLM_SUCCESS)
         return st;
@@ -1063,7 +1143,8 @@ lldd_status ext_xfer_transfer_layer(engine *e, const char *fn, int64_t src_cache
     } else if (a.form == PLAN_B2B && num_src_blocks != num_dst_blocks) {
         mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, num_src_blocks, num_dst_blocks);
         st = LLM_PARAM_INVALID;
-    } else if (a.form == PLAN_C2B && dst_block_memory_size == 0) {
+    } else if (e->gen == GEN_V1 && a.form == PLAN_C2B && dst_block_memory_size == 0) {
+        /* v1 keeps its order; v2 finds a block size of 0 after the link (transfer_prepare_checks) */
         mock_set_error("%s: dst_block_memory_size must > 0 for a cache-to-blocks transfer", fn);
         st = LLM_PARAM_INVALID;
     } else if (a.form == PLAN_C2C && dst_block_memory_size != 0) {
@@ -1075,9 +1156,6 @@ lldd_status ext_xfer_transfer_layer(engine *e, const char *fn, int64_t src_cache
         st = LLM_PARAM_INVALID;
     } else if ((st = check_repeats(fn, "dst_blocks", dst_blocks, num_dst_blocks, 1)) != LLM_SUCCESS) {
         /* message set */
-    } else if (dst_cluster_id == e->cluster_id) {
-        mock_set_error("%s: dst_cluster_id %llu is this engine's own cluster", fn, (unsigned long long)dst_cluster_id);
-        st = LLM_PARAM_INVALID;
     } else {
         st = xfer_run(e, fn, src_cache_id, "src_cache_id", transfer_steps, &a);
     }

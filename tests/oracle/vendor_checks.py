@@ -1112,8 +1112,8 @@ def transfer_cache_async(mode: Mode, src: Any, synchronizer: Any, configs: Any, 
                          dst_blocks: Any = None, block_size: Any = None) -> Verdict:
     """The checks of python-api.md §11.4 steps 1–10 with V-9, then what ``synchronize()`` of the task
     returns when no link exists: the first covered layer's first config fails (its push,
-    or its transfer to raw addresses, reaches the core: the own cluster PARAM_INVALID,
-    otherwise NOT_YET_LINK) and the thread stops (semantics.md §8.7)."""
+    or its transfer to raw addresses, reaches the core's link lookup: NOT_YET_LINK, the
+    own cluster id included) and the thread stops (semantics.md §8.7)."""
     try:
         if not (isinstance(src, Ref) and src.cls == "Cache"):
             _t("src_cache", "§11.4 step 1")
@@ -1168,13 +1168,10 @@ def transfer_cache_async(mode: Mode, src: Any, synchronizer: Any, configs: Any, 
     if first is None:
         return Verdict("core", S.LLM_SUCCESS, rule="§8.7 nothing to transfer", value=(S.LLM_SUCCESS, []))
     cluster = configs[first].key.cluster_id if keyed else configs[first].dst_cluster_id
-    # X-16: a keyed push has no own-cluster step (no link under that id here); a transfer to
-    # raw addresses still refuses its own cluster
-    code = S.LLM_PARAM_INVALID if cluster == mode.cluster_id and not keyed else S.LLM_NOT_YET_LINK
-    if not keyed and src.blocks != bool(src_blocks):
-        # semantics.md §7.6, PR-15 (X-10: also for TransferConfig sources): contiguous forms need a
-        # source without blocks, B2B one with blocks; a local check, before the link
-        code = S.LLM_PARAM_INVALID
+    # X-16: neither a keyed push nor a transfer to raw addresses has an own-cluster step (no
+    # link under that id here), and a transfer's source checks (PR-15 among them, X-10) come
+    # after the link, in the vendor's layer-wise job
+    code = S.LLM_NOT_YET_LINK
     # (a blocks push without source blocks reads its lists after the link, X-17; a
     # BlocksCacheKey with neither list is the vendor's "batch" 0 of it, block 0: X-25)
     if keyed and configs[first].key.kind != "BlocksCacheKey" and (src_blocks or dst_blocks):

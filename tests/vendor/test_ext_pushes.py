@@ -429,7 +429,8 @@ def test_transfer_argument_checks(x: Any, monkeypatch: pytest.MonkeyPatch) -> No
     assert x.transfer_layer(p, src_id, 2, 2, addrs) == S.LLM_PARAM_INVALID
     assert x.transfer_layer(p, odd_id, 0, 2, addrs) == S.LLM_PARAM_INVALID
     assert x.transfer_layer(p, host_id, 0, 2, addrs) == S.LLM_PARAM_INVALID
-    assert x.transfer_layer(p, src_id, 0, 1, addrs) == S.LLM_PARAM_INVALID
+    # the own cluster is a link id like another (X-16): no link under it
+    assert x.transfer_layer(p, src_id, 0, 1, addrs) == S.LLM_NOT_YET_LINK
     assert x.transfer_layer(p, 99, 0, 2, addrs) == S.LLM_KV_CACHE_NOT_EXIST
     assert x.transfer_layer(p, src_id, 0, 9, addrs) == S.LLM_NOT_YET_LINK
     assert x.lib.lldd_ext_transfer_layer(p, src_id, 0, 0, 2, x.ffi.NULL, x.ffi.NULL, 0, x.ffi.NULL, 0, 0) == \
@@ -467,6 +468,24 @@ def test_v1_transfers_are_for_a_prompt_over_the_decoders_link(x: Any) -> None:
     assert (dst[1][0] == src[1][0]).all() and (dst[1][1] == before[1][1]).all()
     assert x.transfer_layer(d, dst_id, 0, 1, [src[0].ctypes.data, src[1].ctypes.data]) == S.LLM_PARAM_INVALID
     assert "PROMPT only" in x.last_error()
+
+
+@pytest.mark.rules("X-16", "E-7")
+def test_a_v1_transfer_to_the_own_cluster_id_takes_the_link_under_that_id(x: Any) -> None:
+    """The vendor's v1 sample pair gives both engines cluster id 0: the Prompt's transfer
+    to cluster 0 looks the link up by that id, as any other (no own-cluster step)."""
+    p, port = x.listening(0, options(V1, "Prompt"), v1=True)
+    d = x.engine(0, options(V1, "Decoder"))
+    src_id, src = _alloc(x, p, 2, (2, 16), 56)
+    _, dst = _alloc(x, d, 2, (2, 16), 57)
+    before = [a.copy() for a in dst]
+    addrs = [dst[0].ctypes.data + 16, dst[1].ctypes.data]
+    assert x.transfer_layer(p, src_id, 0, 0, addrs) == S.LLM_NOT_YET_LINK
+    assert all((a == b).all() for a, b in zip(dst, before))
+    assert x.link(d, [(0, port)]) == (0, [0])
+    assert x.transfer_layer(p, src_id, 0, 0, addrs) == 0, x.last_error()
+    assert (dst[0][1] == src[0][0]).all() and (dst[0][0] == before[0][0]).all()
+    assert (dst[1][0] == src[1][0]).all() and (dst[1][1] == before[1][1]).all()
 
 
 def test_v1_timeouts_are_wait_proc_timeout(x: Any) -> None:
