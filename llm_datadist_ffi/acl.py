@@ -214,12 +214,20 @@ def _check(status: int, function: str) -> None:
         raise AclError(int(status), aclGetRecentErrMsg(), function)
 
 
+# Parsed once here: cffi parses a type named by a string on its first use under the
+# FFI's lock, which is not reentrant, and the frees of the safety nets below (run by the
+# garbage collector, possibly on a thread that holds that lock) pass addresses through
+# _ptr (docs/design.md, "Finalizers").
+_VOID_P = ffi.typeof("void *")
+_UINTPTR = ffi.typeof("uintptr_t")
+
+
 def _ptr(address: int) -> CData:
-    return ffi.cast("void *", address)
+    return ffi.cast(_VOID_P, address)
 
 
 def _address(pointer: CData) -> int:
-    return int(ffi.cast("uintptr_t", pointer))
+    return int(ffi.cast(_UINTPTR, pointer))
 
 
 def aclGetRecentErrMsg() -> Optional[str]:

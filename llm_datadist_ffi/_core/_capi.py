@@ -91,18 +91,14 @@ def lldd_backend_name() -> str:
 
 # ---- engine life cycle ----------------------------------------------------------------------
 
-# Looked up once here: cffi resolves a library function on its first use under its
-# own lock, which is not reentrant. The garbage collector can run _destroy_in on a
-# thread that holds that lock (while cffi parses a type for ffi.new), and a first
-# lookup there would wait for itself forever.
-_DESTROY = lldd_lib.lldd_destroy
-
-
 def _destroy_in(pid: int, engine: CData) -> None:
     # A child of fork() holds copies of its parent's handles: destroying one there
-    # would act on an engine whose threads and sockets belong to the parent.
+    # would act on an engine whose threads and sockets belong to the parent. The
+    # garbage collector may run this on a thread that holds cffi's lock; the loader
+    # resolved lldd_destroy at import, so the call does not take it (docs/design.md,
+    # "Finalizers").
     if os.getpid() == pid:
-        _DESTROY(engine)
+        lldd_lib.lldd_destroy(engine)
 
 
 def lldd_create(cluster_id: int, role: int, tag: str) -> CData:

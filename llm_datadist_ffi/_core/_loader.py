@@ -246,7 +246,28 @@ def _load() -> tuple[cffi.FFI, Any, Any, LoadedBackend]:
             "library and the Python code come from the same source"
         )
     _keep_loaded(ffi, loaded.lldd_path)
+    for library in {id(lldd): lldd, id(acl): acl}.values():   # the mock is both
+        _resolve_every_name(library)
     return ffi, lldd, acl, loaded
+
+
+def _resolve_every_name(library: Any) -> None:
+    """Looks up every declared name of ``library`` once, now (about 2 ms).
+
+    cffi resolves a name of a ``dlopen`` library on its first use, under the FFI's
+    lock, which is not reentrant. The garbage collector runs finalizers wherever this
+    thread allocates, also while it holds that lock (cffi parsing a type for
+    ``ffi.new``), and a finalizer that frees something (an engine, a cache, ACL memory)
+    calls the library: a first lookup there would wait for itself forever
+    (docs/design.md, "Finalizers"). Once every name is in the library object's
+    ``__dict__``, no later use takes the lock. A declared function the library does
+    not export (an older ACL runtime) stays unresolved; its callers test for it.
+    """
+    for name in dir(library):
+        try:
+            getattr(library, name)
+        except AttributeError:   # cffi: declared but not exported by this library
+            pass
 
 
 ffi, lldd_lib, acl_lib, loaded = _load()
