@@ -234,8 +234,10 @@ class _Planned:
 def _transfer_cache_async(src_cache: Any, num_tensors: int, batch_size: int, layer_synchronizer: Any,
                           transfer_configs: Any, src_block_indices: Any, dst_block_indices: Any,
                           dst_block_memory_size: Any, keyed: bool, default_error: LLMStatusCode,
-                          tag: str) -> CacheTask:
-    """``transfer_cache_async`` from step 3 on (docs/reference/python-api.md §11.4; python-api.md §12 for v1)."""
+                          tag: str, v1: bool = False) -> CacheTask:
+    """``transfer_cache_async`` from step 3 on (docs/reference/python-api.md §11.4; python-api.md §12 for v1:
+    there ``dst_block_indices`` without source blocks, even an empty list, is refused,
+    docs/semantics.md X-17)."""
     check_int_list(dst_block_indices, "dst_block_indices")
     check_int_items(dst_block_indices, "dst_block_indices", UINT64)
     check_int_list(src_block_indices, "src_block_indices")
@@ -249,6 +251,9 @@ def _transfer_cache_async(src_cache: Any, num_tensors: int, batch_size: int, lay
         if len(src_block_indices) != len(dst_block_indices):
             raise_param_invalid(f"[{tag}] src_block_indices ({len(src_block_indices)}) and dst_block_indices "
                                 f"({len(dst_block_indices)}) must have the same length")
+    elif v1 and dst_block_indices is not None:
+        raise_param_invalid(f"[{tag}] transfer from cache to blocks is not supported: dst_block_indices is given "
+                            "without src_block_indices")
     elif dst_block_indices and dst_block_memory_size is None:
         raise_param_invalid(f"[{tag}] dst_block_indices without src_block_indices needs dst_block_memory_size")
     check_type(layer_synchronizer, LayerSynchronizer, "layer_synchronizer", allow_none=False)

@@ -971,37 +971,41 @@ static lldd_status transfer_c2b_chunks(const char *fn, const etransfer *a, const
     return c2b_check_chunks(fn, a->ndb, a->bms, lw->stride, lw->tensor_size, c2b_len);
 }
 
-/* v1: the device's source checks, which its transfer makes before it looks the link up
- * (hicann/ge dflow/udf/built_in/llm_common/cache_manager.cpp, CacheManager::TransferCache;
- * docs/semantics.md X-16). */
+/* v1: the source checks its host and device sides make before the device looks the link
+ * up (hicann/ge dflow/llm_datadist/v1/common/cache_engine.cc, CacheEngine::TransferCache:
+ * the batch, the layer; then dflow/udf/built_in/llm_common/cache_manager.cpp,
+ * CacheManager::TransferCache: the tensor count, and with blocks a block size above the
+ * batch stride, the source blocks below the batch count, a given block size equal to the
+ * stride; docs/semantics.md X-16). The device knows no cache kinds: a v1 contiguous cache's
+ * batches are blocks of a block-to-block transfer, as a v1 blocks cache's blocks are its
+ * batches. */
 static lldd_status transfer_v1_source_checks(const char *fn, const etransfer *a, const cache_wire *lw)
 {
     lldd_status st;
-    if ((st = transfer_even_check(fn, lw)) != LLM_SUCCESS || (st = transfer_layer_check(fn, a, lw)) != LLM_SUCCESS ||
-        (st = transfer_kind_check(fn, a, lw)) != LLM_SUCCESS)
+    if ((st = transfer_batch_check(fn, a, lw)) != LLM_SUCCESS || (st = transfer_layer_check(fn, a, lw)) != LLM_SUCCESS ||
+        (st = transfer_even_check(fn, lw)) != LLM_SUCCESS || a->form != PLAN_B2B)
         return st;
-    if (a->form != PLAN_B2B)
-        return transfer_batch_check(fn, a, lw);
-    st = transfer_src_blocks_check(fn, a, lw);
-    return st != LLM_SUCCESS ? st : transfer_b2b_size_check(fn, a, lw);
+    if (a->bms > lw->stride) {
+        mock_set_error("%s: dst_block_memory_size %llu is larger than the source batch stride %llu", fn,
+                       (unsigned long long)a->bms, (unsigned long long)lw->stride);
+        return LLM_PARAM_INVALID;
+    }
+    if ((st = check_blocks(fn, "src_block_indices", a->sblk, a->nsb, lw->batches, "source")) != LLM_SUCCESS)
+        return st;
+    return transfer_b2b_size_check(fn, a, lw);
 }
 
 /* v2: after the link, in the order of the vendor's layer-wise job (hicann/hixl
  * layer_wise_transfer_job.cc, LayerWiseTransferJob::Prepare and the Generate*Task of its
  * form; docs/semantics.md X-16); the guards (PR-15, PR-16) where that job reads what
- * they guard. v1 (v1 != 0) has made the source checks before the link: only the
- * cache-to-blocks block size and chunks are left. */
+ * they guard. v1 (v1 != 0) has made all its source checks before the link. */
 static lldd_status transfer_prepare_checks(const char *fn, const etransfer *a, const cache_wire *lw, int v1,
                                            uint64_t *c2b_len)
 {
     lldd_status st;
     *c2b_len = 0;
-    if (v1) {
-        if (a->form != PLAN_C2B)
-            return LLM_SUCCESS;
-        st = transfer_c2b_size_check(fn, a, lw);
-        return st != LLM_SUCCESS ? st : transfer_c2b_chunks(fn, a, lw, c2b_len);
-    }
+    if (v1)
+        return LLM_SUCCESS;     /* no cache-to-blocks form in v1 (ext_xfer_transfer_layer) */
     if ((st = transfer_layer_check(fn, a, lw)) != LLM_SUCCESS || (st = transfer_even_check(fn, lw)) != LLM_SUCCESS)
         return st;
     if (a->form == PLAN_B2B) {
@@ -1097,8 +1101,8 @@ static lldd_status transfer_move(xlink *xl, const char *fn, const etransfer *a, 
  * xfer_run (the two destinations pinned in j->pc): the local cache (xfer_run), what is
  * checked before the link (v2: the placement; v1: the device's source checks), the link
  * by the destination's cluster id (no own-cluster step, docs/semantics.md X-16), the
- * layer job's checks, the source's registration (PR-32; v1 keeps it before the block
- * size), the destinations (PR-40) and the bytes. */
+ * layer job's checks (v2), the source's registration (PR-32), the destinations (PR-40) and
+ * the bytes. */
 static lldd_status transfer_steps(xfer_job *j, void *arg)
 {
     const etransfer *a = arg;
@@ -1143,9 +1147,11 @@ lldd_status ext_xfer_transfer_layer(engine *e, const char *fn, int64_t src_cache
     } else if (a.form == PLAN_B2B && num_src_blocks != num_dst_blocks) {
         mock_set_error("%s: src_blocks has %zu entries and dst_blocks %zu", fn, num_src_blocks, num_dst_blocks);
         st = LLM_PARAM_INVALID;
-    } else if (e->gen == GEN_V1 && a.form == PLAN_C2B && dst_block_memory_size == 0) {
-        /* v1 keeps its order; v2 finds a block size of 0 after the link (transfer_prepare_checks) */
-        mock_set_error("%s: dst_block_memory_size must > 0 for a cache-to-blocks transfer", fn);
+    } else if (e->gen == GEN_V1 && a.form == PLAN_C2B) {
+        /* v1's Python layer refuses it, and its host side wants lists of one length
+         * (hicann/ge llm_utils.py transfer_cache_async, cache_engine.cc CacheEngine::TransferCache) */
+        mock_set_error("%s: transfer from cache to blocks is not supported in KvCacheManager (v1) mode: "
+                       "dst_blocks need src_blocks of the same length", fn);
         st = LLM_PARAM_INVALID;
     } else if (a.form == PLAN_C2C && dst_block_memory_size != 0) {
         mock_set_error("%s: dst_block_memory_size %llu is given without dst_blocks", fn,

@@ -488,6 +488,61 @@ def test_a_v1_transfer_to_the_own_cluster_id_takes_the_link_under_that_id(x: Any
     assert (dst[1][0] == src[1][0]).all() and (dst[1][1] == before[1][1]).all()
 
 
+@pytest.mark.rules("X-16", "X-17")
+def test_a_v1_cache_to_blocks_transfer_is_refused_before_the_cache_lookup(x: Any) -> None:
+    """v1 has no cache-to-blocks transfer: its host side wants block lists of one length
+    (hicann/ge cache_engine.cc, CacheEngine::TransferCache) before it looks the source up,
+    so an unknown source id is PARAM_INVALID too, and over a link nothing moves."""
+    p, d, _ = _v1_pair(x)
+    src_id, _ = _alloc(x, p, 2, (2, 16), 60)
+    _, dst = _alloc(x, d, 2, (4, 8), 61)
+    before = [a.copy() for a in dst]
+    addrs = [dst[0].ctypes.data, dst[1].ctypes.data]
+    for cache_id in (src_id, 9999):
+        assert x.transfer_layer(p, cache_id, 0, 2, addrs, dst_blocks=[1, 2], block_size=8) == S.LLM_PARAM_INVALID
+        assert "cache to blocks" in x.last_error()
+    assert all((a == b).all() for a, b in zip(dst, before))
+
+
+@pytest.mark.rules("X-16")
+def test_v1_block_transfer_checks_come_in_the_devices_order_before_the_link(x: Any) -> None:
+    """CacheManager::TransferCache (hicann/ge cache_manager.cpp): a block size above the
+    batch stride, then the source blocks against the batch count, then a block size that is
+    not the stride; all PARAM_INVALID before the link lookup (no link here: the Decoder of
+    cluster 2 never linked to this Prompt)."""
+    p, _ = x.listening(1, options(V1, "Prompt"), v1=True)
+    src_id, _ = _alloc(x, p, 2, (4, 16), 62)
+    addrs = [4096, 8192]
+    assert x.transfer_layer(p, src_id, 0, 2, addrs, src_blocks=[7], dst_blocks=[0], block_size=32) == \
+        S.LLM_PARAM_INVALID
+    assert "larger than the source batch stride 16" in x.last_error()
+    assert x.transfer_layer(p, src_id, 0, 2, addrs, src_blocks=[4], dst_blocks=[0], block_size=8) == \
+        S.LLM_PARAM_INVALID
+    assert "src_block_indices" in x.last_error()
+    assert x.transfer_layer(p, src_id, 0, 2, addrs, src_blocks=[3], dst_blocks=[0], block_size=8) == \
+        S.LLM_PARAM_INVALID
+    assert "differs from the source block size 16" in x.last_error()
+    for size in (0, 16):
+        assert x.transfer_layer(p, src_id, 0, 2, addrs, src_blocks=[3], dst_blocks=[0], block_size=size) == \
+            S.LLM_NOT_YET_LINK
+
+
+@pytest.mark.rules("X-16")
+def test_a_v1_block_transfer_reads_a_contiguous_caches_batches_as_blocks(x: Any) -> None:
+    """The v1 device knows no cache kinds: source blocks index the batches of its cache
+    (checked against the batch count) and are a batch stride long."""
+    p, d, _ = _v1_pair(x)
+    src_id, src = _alloc(x, p, 2, (4, 16), 63)
+    _, dst = _alloc(x, d, 2, (4, 16), 64)
+    before = [a.copy() for a in dst]
+    addrs = [dst[0].ctypes.data, dst[1].ctypes.data]
+    assert x.transfer_layer(p, src_id, 0, 2, addrs, src_blocks=[3, 0], dst_blocks=[1, 2]) == 0, x.last_error()
+    for j in range(2):
+        want = before[j].copy()
+        want[1], want[2] = src[j][3], src[j][0]
+        assert (dst[j] == want).all()
+
+
 def test_v1_timeouts_are_wait_proc_timeout(x: Any) -> None:
     p, d, _ = _v1_pair(x, **{"llm.SyncKvCacheWaitTime": "200"})
     src_id, _ = _alloc(x, p, 2, (2, 16), 52)

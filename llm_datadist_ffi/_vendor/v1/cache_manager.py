@@ -380,7 +380,7 @@ class KvCacheManager:
         desc = src_cache.cache_desc
         return _transfer_cache_async(src_cache, int(desc.num_tensors), int(desc.shape[0]), layer_synchronizer,
                                      transfer_configs, src_block_indices, dst_block_indices, dst_block_memory_size,
-                                     False, LLMStatusCode.LLM_WAIT_PROCESS_TIMEOUT, tag)
+                                     False, LLMStatusCode.LLM_WAIT_PROCESS_TIMEOUT, tag, v1=True)
 
 
 def _kv_cache_gone(cache: KvCache, tag: str) -> LLMException:
