@@ -420,6 +420,18 @@ def test_v1_transfer_cache_async_checks_and_reports_wait_process_timeout(prompt:
     assert task.synchronize() == S.LLM_NOT_YET_LINK
 
 
+@pytest.mark.rules("X-17")
+def test_a_v1_transfer_cache_async_into_blocks_is_refused_when_called(prompt: KvCacheManager) -> None:
+    """The vendor's v1 Python layer refuses ``dst_block_indices`` without source blocks,
+    an empty list included, before a task starts (hicann/ge llm_datadist_v1 llm_utils.py,
+    transfer_cache_async)."""
+    cache = prompt.allocate_cache(desc())
+    config = TransferConfig(D_ID, [4096, 8192], range(0, 1))
+    for src_blocks, dst_blocks in ((None, [0, 1]), ([], [0]), (None, [])):
+        lx(lambda: prompt.transfer_cache_async(cache, Gate(), [config], src_blocks, dst_blocks, 16),
+           "transfer from cache to blocks is not supported")
+
+
 # ---------------------------------------------------------------------------
 # Two processes: the seed's pull_cache, pull_blocks, the key life cycle
 # ---------------------------------------------------------------------------
