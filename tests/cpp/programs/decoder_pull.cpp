@@ -25,10 +25,7 @@ int Run(sample::LlmDataDist &engine, sample::KvCache &cache, const sample::Clust
   if (!sample::Ok("LinkLlmClusters", engine.LinkLlmClusters({prompt}, rets, 5000))) {
     return -1;
   }
-  sample::CacheIndex index{};
-  index.cluster_id = kPromptClusterId;
-  index.cache_id = remote_cache;
-  index.batch_index = 0;
+  sample::CacheIndex index = sample::RemoteIndex(kPromptClusterId, remote_cache);
   sample::Cache local{};
   local.cache_id = cache.cache_id;
   int rc = sample::Ok("PullKvBlocks", engine.PullKvBlocks(index, local, {1, 2, 3}, {4, 5, 6})) ? 0 : -1;

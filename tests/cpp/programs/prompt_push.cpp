@@ -18,10 +18,7 @@ constexpr uint64_t kDecoderClusterId = 1;
 constexpr uint16_t kFixedDecoderPort = 27362;
 
 int Push(sample::LlmDataDist &engine, const sample::KvCache &cache, int64_t remote_cache) {
-  sample::CacheIndex index{};
-  index.cluster_id = kDecoderClusterId;
-  index.cache_id = remote_cache;
-  index.batch_index = 0;
+  sample::CacheIndex index = sample::RemoteIndex(kDecoderClusterId, remote_cache);
   const sample::Cache local = cache.AsCache();  // a push reads placement and num_tensors from it
   if (!sample::Ok("PushKvBlocks", engine.PushKvBlocks(local, index, {1, 2, 3}, {4, 5, 6}))) {
     return -1;

@@ -78,6 +78,15 @@ inline ClusterInfo Cluster(uint64_t remote_cluster_id, const std::string &local_
   return cluster;
 }
 
+// A cache of the peer, by id, at batch_index.
+inline CacheIndex RemoteIndex(uint64_t cluster_id, int64_t cache_id, uint32_t batch_index = 0) {
+  CacheIndex index{};
+  index.cluster_id = cluster_id;
+  index.cache_id = cache_id;
+  index.batch_index = batch_index;
+  return index;
+}
+
 // The cache of a sample: ACL memory, registered; Release() unregisters and frees it.
 struct KvCache {
   std::vector<void *> buffers;

@@ -23,10 +23,7 @@ constexpr uint64_t kClusterB = 1;
 constexpr uint8_t kPushTensorNumPerLayer = 4;
 
 int PushFromA(sample::LlmDataDist &engine, const sample::KvCache &cache, int64_t remote_cache) {
-  sample::CacheIndex index{};
-  index.cluster_id = kClusterB;
-  index.cache_id = remote_cache;
-  index.batch_index = 0;
+  sample::CacheIndex index = sample::RemoteIndex(kClusterB, remote_cache);
   sample::KvCacheExtParam param{};
   param.src_layer_range = {0, 0};
   param.dst_layer_range = {0, 0};
@@ -82,10 +79,7 @@ int PullIntoB(sample::LlmDataDist &engine, const sample::KvCache &cache, const s
   if (!sample::Ok("LinkLlmClusters", engine.LinkLlmClusters({a}, rets, 5000))) {
     return -1;
   }
-  sample::CacheIndex index{};
-  index.cluster_id = kClusterA;
-  index.cache_id = remote_cache;
-  index.batch_index = 0;
+  sample::CacheIndex index = sample::RemoteIndex(kClusterA, remote_cache);
   sample::Cache local{};
   local.cache_id = cache.cache_id;
   int rc = sample::Ok("PullKvBlocks", engine.PullKvBlocks(index, local, {1, 2, 3}, {1, 2, 3})) ? 0 : -1;
