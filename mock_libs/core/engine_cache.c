@@ -204,7 +204,8 @@ lldd_status table_room_check_locked(const engine *e, const char *fn, uint32_t nu
     if (e->mode != MODE_DIRECT || would_be <= TABLE_LIMIT)
         return LLM_SUCCESS;
     mock_set_error("%s: the published cache table would grow to %llu bytes, over its 1 MiB limit "
-                   "(24 + sum(64 + 8 * num_tensors) + 24 per key binding)", fn, (unsigned long long)would_be);
+                   "(24 + sum(64 + 8 * num_tensors)%s)", fn, (unsigned long long)would_be,
+                   keys_bytes != 0 ? " + 24 per key binding" : "");
     return LLM_PARAM_INVALID;
 }
 

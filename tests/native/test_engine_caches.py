@@ -229,7 +229,7 @@ def test_the_published_table_is_limited_to_one_mib(eng: native.LlmDataDist) -> N
     big = eng.register_kv_cache(sup.desc(131060, [1]), [a.ctypes.data] * 131060)
     assert sup.status_of(eng.register_kv_cache, sup.desc(1, [1]), [a.ctypes.data]) == S.LLM_PARAM_INVALID
     # 1 048 568 + (64 + 8 * 1): every path that adds to the table names the size it would reach
-    assert "would grow to 1048640 bytes, over its 1 MiB limit" in raw.last_error()
+    assert "would grow to 1048640 bytes, over its 1 MiB limit (24 + sum(64 + 8 * num_tensors))" in raw.last_error()
     assert sup.status_of(eng.allocate_cache, sup.desc(1, [1])) == S.LLM_PARAM_INVALID
     assert "would grow to 1048640 bytes, over its 1 MiB limit" in raw.last_error()
     eng.unregister_kv_cache(big)
